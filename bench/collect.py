@@ -1,0 +1,72 @@
+"""Merge resilab/PyTorch benchmark JSON lines into a CSV and print a table.
+
+    collect.py add CSV SPEC RESILAB_JSON TORCH_JSON   append one row (header if new)
+    collect.py show CSV                               print the ratio table
+
+SPEC is ``arch:depth:width:bn``; each JSON argument is the last stdout line of
+``resilab bench train`` or ``torch_step.py`` respectively.
+"""
+
+import csv
+import datetime
+import json
+import os
+import sys
+
+COLUMNS = ["arch", "depth", "width", "batch_norm", "params", "batch", "threads",
+           "backend", "device", "resilab_images_per_s", "pytorch_images_per_s",
+           "ratio", "resilab_step_ms", "pytorch_step_ms", "torch_version", "date"]
+
+
+def add(path, spec, resilab_line, torch_line):
+    arch, depth, width, bn = spec.split(":")
+    r, t = json.loads(resilab_line), json.loads(torch_line)
+    if r.get("params") != t.get("params"):
+        # Architectures are meant to be identical; flag drift but keep the row.
+        print(f"warning: {spec}: params differ (resilab {r.get('params')}, "
+              f"pytorch {t.get('params')})", file=sys.stderr)
+    row = {
+        "arch": arch, "depth": depth, "width": width, "batch_norm": bn,
+        "params": r.get("params"), "batch": r.get("batch"),
+        "threads": r.get("threads"), "backend": r.get("backend", ""),
+        "device": r.get("device", ""),
+        "resilab_images_per_s": f"{r['images_per_s']:.2f}",
+        "pytorch_images_per_s": f"{t['images_per_s']:.2f}",
+        "ratio": f"{r['images_per_s'] / t['images_per_s']:.4f}",
+        "resilab_step_ms": f"{r['step_ms_median']:.3f}",
+        "pytorch_step_ms": f"{t['step_ms_median']:.3f}",
+        "torch_version": t.get("torch_version", ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+def show(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    head = ["model", "params", "threads", "backend", "resilab img/s",
+            "pytorch img/s", "resilab/pytorch"]
+    body = [[f"{r['arch']}{'' if r['arch'] == 'alexnet' else r['depth']}"
+             f" w{r['width']}{' bn' if r['batch_norm'] == '1' else ''}",
+             r["params"], r["threads"], r["backend"],
+             f"{float(r['resilab_images_per_s']):.1f}",
+             f"{float(r['pytorch_images_per_s']):.1f}",
+             f"{float(r['ratio']):.2f}x"] for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
+    for line in [head, ["-" * n for n in widths], *body]:
+        print("  ".join(str(c).rjust(n) if i else str(c).ljust(n)
+                        for i, (c, n) in enumerate(zip(line, widths))))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "add":
+        add(*sys.argv[2:])
+    elif len(sys.argv) == 3 and sys.argv[1] == "show":
+        show(sys.argv[2])
+    else:
+        sys.exit(__doc__)

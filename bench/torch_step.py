@@ -1,0 +1,77 @@
+"""Time one full PyTorch CPU training step and print a single JSON line.
+
+A step is: forward, cross-entropy loss, backward, SGD (momentum 0.9) update,
+zero_grad, on one fixed random batch of images and labels (so data generation
+is not timed). Reports the median step time over ``--steps`` timed steps.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from torch_models import build, count_params
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--arch", required=True, choices=["resnet", "vgg", "alexnet"])
+    p.add_argument("--depth", type=int, default=0)
+    p.add_argument("--width", type=float, default=1.0)
+    p.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    # Thread settings must come before any parallel work in this process.
+    torch.set_num_interop_threads(1)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+
+    model = build(a.arch, a.depth, a.width, a.batch_norm,
+                  in_channels=3, image_size=a.image_size, num_classes=a.classes)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(a.batch, 3, a.image_size, a.image_size)
+    y = torch.randint(0, a.classes, (a.batch,))
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()  # forces completion, like reading the loss back
+
+    for _ in range(a.warmup):
+        step()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+
+    median = statistics.median(times)
+    print(json.dumps({
+        "impl": "pytorch",
+        "arch": a.arch,
+        "depth": a.depth,
+        "width": a.width,
+        "params": count_params(model),
+        "batch": a.batch,
+        "threads": a.threads,
+        "images_per_s": a.batch / median,
+        "step_ms_median": median * 1e3,
+        "torch_version": torch.__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Training-throughput benchmark: resilab vs PyTorch on CPU, same models, same
+# thread count, run back to back per model. See bench/README.md.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
+MODELS="${MODELS:-resnet:8:1:1 resnet:20:1:1 resnet:18:0.25:1 vgg:11:0.25:1 alexnet:0:0.5:0}"
+THREADS="${THREADS:-$(nproc)}"
+BATCH="${BATCH:-64}"
+STEPS="${STEPS:-20}"
+WARMUP="${WARMUP:-3}"
+BACKEND="${BACKEND:-flex}"
+OUT_CSV="${OUT_CSV:-$ROOT/results/bench/train_throughput.csv}"
+
+# PyTorch lives in a venv outside the repo (PyPI's default wheel is several GB).
+if ! "$VENV/bin/python" -c "import torch, numpy" 2>/dev/null; then
+    echo "==> creating PyTorch venv at $VENV" >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q torch numpy
+fi
+PY="$VENV/bin/python"
+
+echo "==> building resilab (release)" >&2
+(cd "$ROOT" && cargo build --release)
+RESILAB="$ROOT/target/release/resilab"
+
+mkdir -p "$(dirname "$OUT_CSV")"
+: > "$OUT_CSV"
+
+for spec in $MODELS; do
+    IFS=: read -r arch depth width bn <<< "$spec"
+    bn_flag="--batch-norm"; rl_bn=()
+    if [[ "$bn" == 0 ]]; then bn_flag="--no-batch-norm"; rl_bn=(--no-batch-norm); fi
+    common=(--arch "$arch" --depth "$depth" --width "$width" --batch "$BATCH"
+            --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS")
+
+    echo "==> $spec: resilab ($BACKEND), $THREADS threads" >&2
+    r_json="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$BACKEND" | tail -n 1)"
+    echo "==> $spec: pytorch, $THREADS threads" >&2
+    t_json="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" | tail -n 1)"
+
+    "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
+done
+
+echo
+"$PY" "$ROOT/bench/collect.py" show "$OUT_CSV"
+echo
+echo "wrote $OUT_CSV"

@@ -1,0 +1,96 @@
+//! CIFAR-10 binary version: `data_batch_1.bin` .. `data_batch_5.bin` and `test_batch.bin`, each
+//! a sequence of 3073-byte records (one label byte, then 1024 red, 1024 green and 1024 blue
+//! pixels of a 32x32 image).
+
+use std::path::{Path, PathBuf};
+
+use crate::{Dataset, Error, Result};
+
+const RECORD: usize = 1 + 3 * 32 * 32;
+
+/// The training files, in order.
+pub const TRAIN_FILES: [&str; 5] =
+    ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"];
+/// The test file.
+pub const TEST_FILE: &str = "test_batch.bin";
+
+/// Finds the directory holding the batches: `dir` itself or its `cifar-10-batches-bin`
+/// subdirectory (where the official archive unpacks).
+fn batches_dir(dir: &Path) -> PathBuf {
+    let nested = dir.join("cifar-10-batches-bin");
+    if !dir.join(TEST_FILE).exists() && nested.join(TEST_FILE).exists() { nested } else { dir.to_path_buf() }
+}
+
+/// Parses the records of one batch file into `out`.
+pub fn read_batch(path: &Path, out: &mut Dataset) -> Result<()> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    if bytes.is_empty() || bytes.len() % RECORD != 0 {
+        return Err(Error::Format {
+            path: path.to_path_buf(),
+            message: format!(
+                "{} bytes is not a whole number of {RECORD}-byte CIFAR-10 records (truncated or not a CIFAR-10 binary batch)",
+                bytes.len()
+            ),
+        });
+    }
+    for (i, rec) in bytes.chunks_exact(RECORD).enumerate() {
+        if rec[0] >= 10 {
+            return Err(Error::Format {
+                path: path.to_path_buf(),
+                message: format!("record {i} has label {} (CIFAR-10 labels are 0-9)", rec[0]),
+            });
+        }
+        out.labels.push(rec[0]);
+        out.images.extend_from_slice(&rec[1..]);
+    }
+    Ok(())
+}
+
+fn empty() -> Dataset {
+    Dataset { images: Vec::new(), labels: Vec::new(), channels: 3, size: 32, classes: 10 }
+}
+
+/// Reads the training and test sets from `dir`.
+pub fn load(dir: &Path) -> Result<(Dataset, Dataset)> {
+    let dir = batches_dir(dir);
+    let mut train = empty();
+    for f in TRAIN_FILES {
+        read_batch(&dir.join(f), &mut train)?;
+    }
+    let mut test = empty();
+    read_batch(&dir.join(TEST_FILE), &mut test)?;
+    Ok((train, test))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_records_and_rejects_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        for label in [3u8, 7] {
+            bytes.push(label);
+            bytes.extend(std::iter::repeat_n(label * 10, RECORD - 1));
+        }
+        let p = dir.path().join(TEST_FILE);
+        std::fs::write(&p, &bytes).unwrap();
+        let mut d = empty();
+        read_batch(&p, &mut d).unwrap();
+        assert_eq!(d.labels, vec![3, 7]);
+        assert_eq!(d.images[RECORD - 1], 30);
+        assert_eq!(d.images[RECORD], 70);
+
+        std::fs::write(&p, &bytes[..RECORD + 100]).unwrap();
+        let err = read_batch(&p, &mut empty()).unwrap_err().to_string();
+        assert!(err.contains("test_batch.bin") && err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("data_batch_1.bin"), "{err}");
+    }
+}

@@ -1,0 +1,179 @@
+//! The blocks a network is made of. Each maps `[N, C, H, W]` to `[N, C', H', W']`; heads
+//! return logits as `[N, classes, 1, 1]` so that every block boundary carries a rank-4 tensor
+//! (pipeline stages cut at block boundaries).
+
+use burn::module::Module;
+use burn::nn::conv::Conv2d;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::module::adaptive_avg_pool2d;
+
+use crate::layers::{BatchNorm2d, Linear, conv, pool2};
+
+/// Forward mode: training (batch statistics, running statistics updated) or inference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Batch statistics; BatchNorm running statistics are updated.
+    Train,
+    /// Running statistics; nothing is updated.
+    Eval,
+}
+
+fn bn_forward(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+    match mode {
+        Mode::Train => bn.forward_train(x),
+        Mode::Eval => bn.forward(x),
+    }
+}
+
+/// Convolution, optional BatchNorm, ReLU and optional 2x2 max pooling (ResNet stem, VGG and
+/// AlexNet feature layers).
+#[derive(Module, Debug)]
+pub struct ConvUnit {
+    /// The convolution.
+    pub conv: Conv2d,
+    /// BatchNorm after the convolution, if any.
+    pub bn: Option<BatchNorm2d>,
+    /// Whether a 2x2 max pool follows the ReLU.
+    pub pool: bool,
+}
+
+impl ConvUnit {
+    /// Builds the unit (zero-initialised parameters).
+    pub fn new(c_in: usize, c_out: usize, k: usize, batch_norm: bool, pool: bool, device: &Device) -> Self {
+        Self {
+            conv: conv(c_in, c_out, k, 1, !batch_norm, device),
+            bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)),
+            pool,
+        }
+    }
+
+    fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+        let mut x = self.conv.forward(x);
+        if let Some(bn) = self.bn.as_mut() {
+            x = bn_forward(bn, x, mode);
+        }
+        let x = relu(x);
+        if self.pool { pool2(x) } else { x }
+    }
+}
+
+/// The 1x1 convolution and BatchNorm of a residual shortcut that changes shape.
+#[derive(Module, Debug)]
+pub struct Downsample {
+    /// 1x1 strided convolution.
+    pub conv: Conv2d,
+    /// BatchNorm after it.
+    pub bn: BatchNorm2d,
+}
+
+/// ResNet BasicBlock: two 3x3 convolutions with BatchNorm and an identity or projection
+/// shortcut.
+#[derive(Module, Debug)]
+pub struct BasicBlock {
+    /// First 3x3 convolution (carries the stride).
+    pub conv1: Conv2d,
+    /// BatchNorm after `conv1`.
+    pub bn1: BatchNorm2d,
+    /// Second 3x3 convolution.
+    pub conv2: Conv2d,
+    /// BatchNorm after `conv2`.
+    pub bn2: BatchNorm2d,
+    /// Projection shortcut when the shape changes.
+    pub downsample: Option<Downsample>,
+}
+
+impl BasicBlock {
+    /// Builds a block from `c_in` to `c_out` channels with the given stride.
+    pub fn new(c_in: usize, c_out: usize, stride: usize, device: &Device) -> Self {
+        let downsample = (stride != 1 || c_in != c_out).then(|| Downsample {
+            conv: conv(c_in, c_out, 1, stride, false, device),
+            bn: BatchNorm2d::new(c_out, device),
+        });
+        Self {
+            conv1: conv(c_in, c_out, 3, stride, false, device),
+            bn1: BatchNorm2d::new(c_out, device),
+            conv2: conv(c_out, c_out, 3, 1, false, device),
+            bn2: BatchNorm2d::new(c_out, device),
+            downsample,
+        }
+    }
+
+    fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+        let shortcut = match self.downsample.as_mut() {
+            Some(ds) => bn_forward(&mut ds.bn, ds.conv.forward(x.clone()), mode),
+            None => x.clone(),
+        };
+        let y = relu(bn_forward(&mut self.bn1, self.conv1.forward(x), mode));
+        let y = bn_forward(&mut self.bn2, self.conv2.forward(y), mode);
+        relu(y + shortcut)
+    }
+}
+
+/// Global average pooling followed by one linear layer (ResNet and VGG heads).
+#[derive(Module, Debug)]
+pub struct PoolHead {
+    /// The classifier layer.
+    pub fc: Linear,
+}
+
+impl PoolHead {
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let [n, c, _, _] = x.dims();
+        let x = adaptive_avg_pool2d(x, [1, 1]).reshape([n, c]);
+        let logits = self.fc.forward(x);
+        let k = logits.dims()[1];
+        logits.reshape([n, k, 1, 1])
+    }
+}
+
+/// Flatten followed by three linear layers with ReLU between them (AlexNet head).
+#[derive(Module, Debug)]
+pub struct MlpHead {
+    /// First hidden layer.
+    pub fc1: Linear,
+    /// Second hidden layer.
+    pub fc2: Linear,
+    /// Output layer.
+    pub fc3: Linear,
+}
+
+impl MlpHead {
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let [n, c, h, w] = x.dims();
+        let x = x.reshape([n, c * h * w]);
+        let x = relu(self.fc1.forward(x));
+        let x = relu(self.fc2.forward(x));
+        let logits = self.fc3.forward(x);
+        let k = logits.dims()[1];
+        logits.reshape([n, k, 1, 1])
+    }
+}
+
+/// One named block of a network.
+#[derive(Module, Debug)]
+pub enum Block {
+    /// Convolution unit.
+    Conv(ConvUnit),
+    /// Residual basic block.
+    Basic(BasicBlock),
+    /// Pool + linear head.
+    PoolHead(PoolHead),
+    /// Flatten + MLP head.
+    MlpHead(MlpHead),
+}
+
+impl Block {
+    /// Runs the block.
+    ///
+    /// # Shapes
+    /// `[N, C, H, W] -> [N, C', H', W']`; heads return `[N, classes, 1, 1]`.
+    pub fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+        match self {
+            Block::Conv(b) => b.forward(x, mode),
+            Block::Basic(b) => b.forward(x, mode),
+            Block::PoolHead(b) => b.forward(x),
+            Block::MlpHead(b) => b.forward(x),
+        }
+    }
+}

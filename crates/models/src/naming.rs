@@ -1,0 +1,210 @@
+//! PyTorch-style names for every parameter and buffer of a [`Net`], and by-name access.
+//!
+//! Burn reports a parameter's position as a stack of module entries, for example
+//! `blocks / 3 / Basic / bn1 / weight`. [`NAME_TABLE`] and [`burn_path_to_name`] turn that into
+//! the name a PyTorch `state_dict` would use (`layer1.0.bn1.weight`): the `blocks.<i>` prefix
+//! becomes the block's name and enum variant entries are dropped. The layers in
+//! [`crate::layers`] already use PyTorch's field names (`weight`, `bias`, `running_mean`,
+//! `running_var`), so no leaf renaming is needed for them; the table records the Burn names that
+//! resilab's layers replaced, for readers comparing with Burn's own modules.
+
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::prelude::*;
+
+use crate::net::Net;
+
+/// Burn's name for a leaf, and the PyTorch `state_dict` name resilab uses for it.
+pub const NAME_TABLE: &[(&str, &str)] = &[
+    ("gamma", "weight"),
+    ("beta", "bias"),
+    ("running_mean", "running_mean"),
+    ("running_var", "running_var"),
+    ("weight", "weight"),
+    ("bias", "bias"),
+];
+
+/// Optimizer state names, as in PyTorch's `optimizer.state_dict()`.
+pub const OPTIMIZER_STATE_NAMES: &[&str] = &["momentum_buffer", "exp_avg", "exp_avg_sq"];
+
+/// What kind of layer a parameter belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Convolution weight or bias.
+    Conv,
+    /// Linear weight or bias.
+    Linear,
+    /// BatchNorm affine parameter or running statistic.
+    BatchNorm,
+}
+
+/// One parameter or buffer of a network.
+#[derive(Clone, Debug)]
+pub struct ParamInfo {
+    /// PyTorch-style name, e.g. `layer1.0.conv1.weight`.
+    pub name: String,
+    /// Burn's id (changes when a model is rebuilt; never persist it).
+    pub id: ParamId,
+    /// Natural shape.
+    pub shape: Vec<usize>,
+    /// Whether the optimizer updates it (false for BatchNorm running statistics).
+    pub trainable: bool,
+    /// Layer the parameter belongs to.
+    pub kind: LayerKind,
+}
+
+impl ParamInfo {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Converts Burn's module path (entries of `(name, container_type)`) into a PyTorch-style name.
+pub fn burn_path_to_name(stack: &[(String, String)], block_names: &[String]) -> String {
+    let mut parts: Vec<&str> = Vec::with_capacity(stack.len());
+    let mut i = 0;
+    while i < stack.len() {
+        let (name, container) = (&stack[i].0, &stack[i].1);
+        if container.starts_with("Enum:") {
+            i += 1;
+            continue;
+        }
+        if name == "blocks" && container == "Struct:Net" {
+            if let Some(block) = stack
+                .get(i + 1)
+                .and_then(|(idx, _)| idx.parse::<usize>().ok())
+                .and_then(|idx| block_names.get(idx))
+            {
+                parts.push(block);
+                i += 2;
+                continue;
+            }
+        }
+        let leaf = NAME_TABLE
+            .iter()
+            .find(|(burn, _)| *burn == name)
+            .map_or(name.as_str(), |(_, torch)| torch);
+        parts.push(leaf);
+        i += 1;
+    }
+    parts.join(".")
+}
+
+fn kind_of(stack: &[(String, String)]) -> LayerKind {
+    match stack.last().map(|(_, c)| c.as_str()) {
+        Some("Struct:BatchNorm2d") => LayerKind::BatchNorm,
+        Some("Struct:Linear") => LayerKind::Linear,
+        _ => LayerKind::Conv,
+    }
+}
+
+struct Lister<'a> {
+    stack: Vec<(String, String)>,
+    block_names: &'a [String],
+    out: Vec<ParamInfo>,
+}
+
+impl ModuleVisitor for Lister<'_> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.stack.push((name.to_string(), container_type.to_string()));
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.stack.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.out.push(ParamInfo {
+            name: burn_path_to_name(&self.stack, self.block_names),
+            id: param.id,
+            shape: param.shape().dims::<D>().to_vec(),
+            trainable: param.is_require_grad(),
+            kind: kind_of(&self.stack),
+        });
+    }
+}
+
+/// Every parameter and buffer of `net`, in module order.
+pub fn named_params(net: &Net) -> Vec<ParamInfo> {
+    let mut lister = Lister { stack: Vec::new(), block_names: &net.block_names, out: Vec::new() };
+    net.visit(&mut lister);
+    lister.out
+}
+
+struct Reader<'a, F> {
+    stack: Vec<(String, String)>,
+    block_names: &'a [String],
+    f: F,
+}
+
+impl<F: FnMut(&ParamInfo, Tensor<1>)> ModuleVisitor for Reader<'_, F> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.stack.push((name.to_string(), container_type.to_string()));
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.stack.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let shape = value.dims().to_vec();
+        let info = ParamInfo {
+            name: burn_path_to_name(&self.stack, self.block_names),
+            id: param.id,
+            trainable: param.is_require_grad(),
+            kind: kind_of(&self.stack),
+            shape,
+        };
+        let n = info.numel();
+        (self.f)(&info, value.reshape([n]));
+    }
+}
+
+/// Calls `f` with every parameter's description and its values flattened to one dimension.
+pub fn for_each_param(net: &Net, f: impl FnMut(&ParamInfo, Tensor<1>)) {
+    let mut reader = Reader { stack: Vec::new(), block_names: &net.block_names, f };
+    net.visit(&mut reader);
+}
+
+struct Writer<'a, F> {
+    stack: Vec<(String, String)>,
+    block_names: Vec<String>,
+    f: &'a mut F,
+}
+
+impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writer<'_, F> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.stack.push((name.to_string(), container_type.to_string()));
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.stack.pop();
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let (id, value, mapper) = param.consume();
+        let shape: [usize; D] = value.dims();
+        let trainable = value.is_require_grad();
+        let info = ParamInfo {
+            name: burn_path_to_name(&self.stack, &self.block_names),
+            id,
+            shape: shape.to_vec(),
+            trainable,
+            kind: kind_of(&self.stack),
+        };
+        let n = info.numel();
+        let value = match (self.f)(&info, value.clone().reshape([n])) {
+            Some(new) => {
+                // Keep the original's autodiff association and trainability.
+                let new = new.reshape(shape).without_autodiff();
+                let new = if value.is_autodiff() { new.autodiff() } else { new };
+                if trainable { new.require_grad() } else { new }
+            }
+            None => value,
+        };
+        Param::from_mapped_value(id, value, mapper)
+    }
+}
+
+/// Replaces parameters by name: `f` receives each parameter's description and flattened values
+/// and returns new flattened values (same length) or `None` to keep it. Trainability is kept.
+pub fn map_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>) -> Net {
+    let block_names = net.block_names.clone();
+    let mut writer = Writer { stack: Vec::new(), block_names, f: &mut f };
+    net.map(&mut writer)
+}

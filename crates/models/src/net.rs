@@ -1,0 +1,271 @@
+//! Network configuration and the [`Net`] container: an ordered list of named blocks.
+
+use std::ops::Range;
+
+use burn::module::Module;
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::blocks::{BasicBlock, Block, ConvUnit, MlpHead, Mode, PoolHead};
+use crate::layers::Linear;
+use crate::{Error, Result};
+
+/// Architecture family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// ResNet with BasicBlocks: CIFAR-style depths 6n+2 (8, 20, 32, 56, ...) or 18/34.
+    Resnet,
+    /// VGG: 11 or 16 layers, optional BatchNorm.
+    Vgg,
+    /// AlexNet-style: 5 convolutions and 3 fully connected layers, for small images.
+    Alexnet,
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Arch::Resnet => "resnet",
+            Arch::Vgg => "vgg",
+            Arch::Alexnet => "alexnet",
+        })
+    }
+}
+
+fn default_width() -> f64 {
+    1.0
+}
+
+/// The `[model]` section of a run configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `resnet`, `vgg` or `alexnet`.
+    pub arch: Arch,
+    /// Depth: ResNet 6n+2 (8, 20, 32, 56, ...) or 18/34; VGG 11 or 16; ignored for AlexNet.
+    #[serde(default)]
+    pub depth: Option<usize>,
+    /// Channel width multiplier (1.0 = the published widths).
+    #[serde(default = "default_width")]
+    pub width: f64,
+    /// BatchNorm after each convolution. ResNet always has it; VGG defaults to true;
+    /// AlexNet defaults to false.
+    #[serde(default)]
+    pub batch_norm: Option<bool>,
+}
+
+/// Shape of the images a network consumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputShape {
+    /// Channels (1 or 3).
+    pub channels: usize,
+    /// Height and width (square images; 28 and 32 are the supported sizes).
+    pub size: usize,
+}
+
+const VGG11: &[usize] = &[64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0];
+const VGG16: &[usize] =
+    &[64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
+
+impl ModelConfig {
+    /// A short readable name such as `resnet20`, `vgg11-bn-w0.25` or `alexnet-w0.5`.
+    pub fn label(&self) -> String {
+        let mut s = match (self.arch, self.depth) {
+            (Arch::Alexnet, _) => "alexnet".to_string(),
+            (a, Some(d)) => format!("{a}{d}"),
+            (a, None) => a.to_string(),
+        };
+        if self.arch == Arch::Vgg && self.batch_norm.unwrap_or(true) {
+            s.push_str("-bn");
+        }
+        if self.width != 1.0 {
+            s.push_str(&format!("-w{}", self.width));
+        }
+        s
+    }
+
+    /// Checks the configuration without building anything.
+    pub fn validate(&self, input: InputShape, classes: usize) -> Result<()> {
+        if !(self.width.is_finite() && self.width > 0.0 && self.width <= 16.0) {
+            return Err(Error::Config(format!(
+                "model.width = {} must be in (0, 16]",
+                self.width
+            )));
+        }
+        if !matches!(input.channels, 1 | 3) {
+            return Err(Error::Config(format!(
+                "input channels = {} (allowed: 1, 3)",
+                input.channels
+            )));
+        }
+        if !(8..=64).contains(&input.size) {
+            return Err(Error::Config(format!(
+                "image size = {} (supported: 8 to 64; 28 and 32 are the tested sizes)",
+                input.size
+            )));
+        }
+        if classes < 2 {
+            return Err(Error::Config(format!("{classes} classes: need at least 2")));
+        }
+        match (self.arch, self.depth) {
+            (Arch::Resnet, Some(18 | 34)) => {}
+            (Arch::Resnet, Some(d)) if d >= 8 && (d - 2) % 6 == 0 => {}
+            (Arch::Resnet, d) => {
+                return Err(Error::Config(format!(
+                    "model.depth = {d:?} for arch \"resnet\" (allowed: 6n+2 such as 8, 20, 32, 56; or 18, 34)"
+                )));
+            }
+            (Arch::Vgg, Some(11 | 16)) => {}
+            (Arch::Vgg, d) => {
+                return Err(Error::Config(format!(
+                    "model.depth = {d:?} for arch \"vgg\" (allowed: 11, 16)"
+                )));
+            }
+            (Arch::Alexnet, _) => {}
+        }
+        if self.arch == Arch::Resnet && self.batch_norm == Some(false) {
+            return Err(Error::Config(
+                "model.batch_norm = false is not supported for resnet (BasicBlocks use BatchNorm)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn ch(&self, c: usize) -> usize {
+        ((c as f64 * self.width).round() as usize).max(1)
+    }
+
+    /// Builds the network with zero parameters; call [`crate::init_parameters`] to initialise.
+    pub fn build(&self, input: InputShape, classes: usize, device: &Device) -> Result<Net> {
+        self.validate(input, classes)?;
+        let mut blocks: Vec<(String, Block)> = Vec::new();
+        let mut push = |name: String, b: Block| blocks.push((name, b));
+        match self.arch {
+            Arch::Resnet => {
+                let depth = self.depth.unwrap_or(20);
+                let (widths, counts): (Vec<usize>, Vec<usize>) = match depth {
+                    18 => (vec![64, 128, 256, 512], vec![2, 2, 2, 2]),
+                    34 => (vec![64, 128, 256, 512], vec![3, 4, 6, 3]),
+                    d => (vec![16, 32, 64], vec![(d - 2) / 6; 3]),
+                };
+                let mut c = self.ch(widths[0]);
+                push("stem".into(), Block::Conv(ConvUnit::new(input.channels, c, 3, true, false, device)));
+                for (li, (&w, &n)) in widths.iter().zip(&counts).enumerate() {
+                    let out = self.ch(w);
+                    for bi in 0..n {
+                        let stride = if li > 0 && bi == 0 { 2 } else { 1 };
+                        push(
+                            format!("layer{}.{bi}", li + 1),
+                            Block::Basic(BasicBlock::new(c, out, stride, device)),
+                        );
+                        c = out;
+                    }
+                }
+                push("classifier".into(), Block::PoolHead(PoolHead { fc: Linear::new(c, classes, device) }));
+            }
+            Arch::Vgg => {
+                let cfg = if self.depth == Some(16) { VGG16 } else { VGG11 };
+                let bn = self.batch_norm.unwrap_or(true);
+                let mut c = input.channels;
+                let mut size = input.size;
+                let mut i = 0;
+                while i < cfg.len() {
+                    let out = self.ch(cfg[i]);
+                    // A pool that follows this conv in the configuration; skipped once the
+                    // feature map is too small to halve (28x28 inputs).
+                    let pool = cfg.get(i + 1) == Some(&0) && size >= 2;
+                    if pool {
+                        size /= 2;
+                    }
+                    push(
+                        format!("features.{}", i - cfg[..i].iter().filter(|&&c| c == 0).count()),
+                        Block::Conv(ConvUnit::new(c, out, 3, bn, pool, device)),
+                    );
+                    c = out;
+                    i += if cfg.get(i + 1) == Some(&0) { 2 } else { 1 };
+                }
+                push("classifier".into(), Block::PoolHead(PoolHead { fc: Linear::new(c, classes, device) }));
+            }
+            Arch::Alexnet => {
+                let bn = self.batch_norm.unwrap_or(false);
+                let spec = [(64, 5, true), (192, 5, true), (384, 3, false), (256, 3, false), (256, 3, true)];
+                let mut c = input.channels;
+                let mut size = input.size;
+                for (i, &(w, k, pool)) in spec.iter().enumerate() {
+                    let out = self.ch(w);
+                    push(format!("features.{i}"), Block::Conv(ConvUnit::new(c, out, k, bn, pool, device)));
+                    if pool {
+                        size /= 2;
+                    }
+                    c = out;
+                }
+                let flat = c * size * size;
+                let (h1, h2) = (self.ch(1024), self.ch(512));
+                push(
+                    "classifier".into(),
+                    Block::MlpHead(MlpHead {
+                        fc1: Linear::new(flat, h1, device),
+                        fc2: Linear::new(h1, h2, device),
+                        fc3: Linear::new(h2, classes, device),
+                    }),
+                );
+            }
+        }
+        let (block_names, blocks) = blocks.into_iter().unzip();
+        Ok(Net { blocks, block_names })
+    }
+}
+
+/// A network: an ordered list of named blocks. Block names (`stem`, `layer1.0`, `features.3`,
+/// `classifier`) prefix the PyTorch-style names of their parameters.
+#[derive(Module, Debug)]
+pub struct Net {
+    /// The blocks, applied in order.
+    pub blocks: Vec<Block>,
+    /// One name per block.
+    pub block_names: Vec<String>,
+}
+
+impl Net {
+    /// Runs every block and returns the logits.
+    ///
+    /// # Shapes
+    /// `[N, C, H, W] -> [N, classes]`
+    pub fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<2> {
+        let n = self.blocks.len();
+        let y = self.forward_blocks(0..n, x, mode);
+        let [b, k, _, _] = y.dims();
+        y.reshape([b, k])
+    }
+
+    /// Runs blocks `range` only (a pipeline stage, or a forward with a hook between blocks).
+    ///
+    /// # Shapes
+    /// `[N, C, H, W] -> [N, C', H', W']`
+    pub fn forward_blocks(&mut self, range: Range<usize>, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+        self.blocks[range].iter_mut().fold(x, |x, b| b.forward(x, mode))
+    }
+
+    /// Inference forward pass that leaves the network untouched.
+    ///
+    /// # Shapes
+    /// `[N, C, H, W] -> [N, classes]`
+    pub fn infer(&self, x: Tensor<4>) -> Tensor<2> {
+        self.clone().forward(x, Mode::Eval)
+    }
+
+    /// Number of scalar values in all parameters and buffers.
+    pub fn num_values(&self) -> usize {
+        crate::naming::named_params(self).iter().map(|p| p.numel()).sum()
+    }
+
+    /// Number of trainable scalars.
+    pub fn num_trainable(&self) -> usize {
+        crate::naming::named_params(self)
+            .iter()
+            .filter(|p| p.trainable)
+            .map(|p| p.numel())
+            .sum()
+    }
+}

@@ -1,0 +1,65 @@
+//! Turns a run configuration into a training run and its result files.
+
+pub mod bench;
+mod config;
+mod run;
+
+pub use config::{BackendKind, RunConfig, apply_override, default_out_dir, utc_stamp};
+pub use run::{MetricsRow, RunOptions, Summary, build_net, build_trainer, train, write_atomic};
+
+use std::path::PathBuf;
+
+/// Where a run's numbers came from.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Provenance {
+    /// resilab's version.
+    pub resilab_version: String,
+    /// Git revision the binary was built from (`-dirty` when the tree had changes).
+    pub git_revision: String,
+    /// Backend name.
+    pub backend: String,
+    /// Device description.
+    pub device: String,
+    /// CPU threads.
+    pub threads: usize,
+    /// Run seed.
+    pub seed: u64,
+    /// Command line.
+    pub command: String,
+}
+
+/// Errors of a run. Each names the file or key involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Invalid configuration.
+    #[error("{0}")]
+    Config(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A CSV file could not be written.
+    #[error("{path}: {source}")]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: csv::Error,
+    },
+    /// Data error.
+    #[error(transparent)]
+    Data(#[from] resilab_data::Error),
+    /// Model error.
+    #[error(transparent)]
+    Model(#[from] resilab_models::Error),
+    /// Training configuration error.
+    #[error(transparent)]
+    Train(#[from] resilab_train::Error),
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,199 @@
+//! One training run: builds data, model and trainer from a [`RunConfig`], trains, and writes
+//! `metrics.csv`, `summary.json` and `config.resolved.toml` into the output directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
+use resilab_data::Split;
+use resilab_models::{InputShape, Net, init_parameters};
+use resilab_train::{Evaluation, Trainer};
+use serde::Serialize;
+
+use crate::{Error, Provenance, Result, RunConfig};
+
+/// One row of `metrics.csv`. Training loss and accuracy are means over the steps since the
+/// previous row; test columns are empty where no evaluation ran.
+#[derive(Debug, Serialize)]
+pub struct MetricsRow {
+    /// Steps completed.
+    pub step: u64,
+    /// Epoch of the last step (0-based).
+    pub epoch: usize,
+    /// Mean training loss since the previous row.
+    pub loss: f64,
+    /// Training accuracy since the previous row.
+    pub train_acc: f64,
+    /// Test accuracy, when evaluated at this step.
+    pub test_acc: Option<f64>,
+    /// Test loss, when evaluated at this step.
+    pub test_loss: Option<f64>,
+    /// Learning rate of the last step.
+    pub lr: f64,
+    /// Seconds since training started (evaluation included).
+    pub wall_s: f64,
+}
+
+/// `summary.json`.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Run name.
+    pub name: String,
+    /// Model label (e.g. `resnet8`).
+    pub model: String,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Final test accuracy in `[0, 1]`.
+    pub final_test_acc: f64,
+    /// Final test loss.
+    pub final_test_loss: f64,
+    /// Final training loss (mean over the last logged window).
+    pub final_train_loss: f64,
+    /// Steps run.
+    pub steps: u64,
+    /// Epochs run (fractional when the run ends mid-epoch).
+    pub epochs: f64,
+    /// Wall time of the training loop, evaluation included.
+    pub wall_s: f64,
+    /// Wall time spent in training steps only.
+    pub train_s: f64,
+    /// Training throughput: images per second of step time.
+    pub images_per_s: f64,
+    /// Training and test set sizes.
+    pub train_images: usize,
+    /// Test set size.
+    pub test_images: usize,
+    /// Where the numbers came from.
+    pub provenance: Provenance,
+}
+
+/// Options of a run that are not part of the configuration.
+pub struct RunOptions {
+    /// Output directory.
+    pub out: PathBuf,
+    /// The device to train on (an autodiff device is made from it).
+    pub device: Device,
+    /// Provenance to record.
+    pub provenance: Provenance,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Builds and initialises the network a configuration describes, for `split`'s images.
+pub fn build_net(cfg: &RunConfig, split: &Split, device: &Device) -> Result<Net> {
+    let input = InputShape { channels: split.train.channels, size: split.train.size };
+    let net = cfg.model.build(input, split.train.classes, device)?;
+    Ok(init_parameters(net, cfg.seed, device))
+}
+
+/// Builds the trainer a configuration describes, on `device` (made autodiff here).
+pub fn build_trainer(cfg: &RunConfig, split: Arc<Split>, device: &Device) -> Result<Trainer> {
+    let device = device.clone().autodiff();
+    let net = build_net(cfg, &split, &device)?;
+    Ok(Trainer::new(
+        net,
+        1,
+        cfg.train.clone(),
+        cfg.optimizer.clone(),
+        cfg.schedule.clone(),
+        cfg.seed,
+        split,
+        device,
+    )?)
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Trains as configured and writes the run's files. Returns the summary.
+pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
+    let out = &opts.out;
+    std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.clone(), source })?;
+    write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
+
+    let split = Arc::new(resilab_data::load(&cfg.data)?);
+    let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
+    let params = trainer.workers[0].net.num_trainable();
+
+    let metrics_path = out.join("metrics.csv");
+    let mut metrics = csv::Writer::from_path(&metrics_path).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
+    let total = trainer.total_steps();
+    let bar = if opts.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+
+    let start = Instant::now();
+    let mut train_s = 0.0;
+    let (mut win_loss, mut win_acc, mut win_n) = (0.0, 0.0, 0u64);
+    let mut last_eval: Option<Evaluation> = None;
+    let mut final_train_loss = f64::NAN;
+    while !trainer.done() {
+        let t = Instant::now();
+        let s = trainer.step();
+        train_s += t.elapsed().as_secs_f64();
+        win_loss += s.loss;
+        win_acc += s.train_acc;
+        win_n += 1;
+        bar.inc(1);
+        let eval_now = match trainer.config.eval_every {
+            Some(k) => s.step % k == 0,
+            None => s.epoch_end,
+        } || trainer.done();
+        if s.step % trainer.config.log_every == 0 || eval_now {
+            let eval = eval_now.then(|| trainer.evaluate());
+            if let Some(e) = eval {
+                last_eval = Some(e);
+            }
+            final_train_loss = win_loss / win_n as f64;
+            let row = MetricsRow {
+                step: s.step,
+                epoch: s.epoch,
+                loss: final_train_loss,
+                train_acc: win_acc / win_n as f64,
+                test_acc: eval.map(|e| e.accuracy),
+                test_loss: eval.map(|e| e.loss),
+                lr: s.lr,
+                wall_s: start.elapsed().as_secs_f64(),
+            };
+            metrics.serialize(&row).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
+            metrics.flush().map_err(|source| Error::Io { path: metrics_path.clone(), source })?;
+            let test = last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
+            bar.set_message(format!("loss {:.3} acc {:.3}{test}", row.loss, row.train_acc));
+            (win_loss, win_acc, win_n) = (0.0, 0.0, 0);
+        }
+    }
+    bar.finish();
+    let eval = last_eval.unwrap_or_else(|| trainer.evaluate());
+    let steps = trainer.step;
+    let summary = Summary {
+        name: cfg.run_name(),
+        model: cfg.model.label(),
+        params,
+        final_test_acc: eval.accuracy,
+        final_test_loss: eval.loss,
+        final_train_loss,
+        steps,
+        epochs: steps as f64 / trainer.steps_per_epoch().max(1) as f64,
+        wall_s: start.elapsed().as_secs_f64(),
+        train_s,
+        images_per_s: (steps as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
+        train_images: split.train.len(),
+        test_images: split.test.len(),
+        provenance: opts.provenance.clone(),
+    };
+    let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;
+    write_atomic(&out.join("summary.json"), &json)?;
+    Ok(summary)
+}

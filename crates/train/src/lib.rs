@@ -1,0 +1,34 @@
+//! Training for resilab.
+//!
+//! A [`Worker`] owns everything one training process owns: its model replica, its optimizer
+//! state by parameter name ([`OptimState`]), its random stream and its data cursor. A
+//! [`Trainer`] drives a set of workers through synchronous data-parallel steps; a
+//! single-process run is the one-worker case. Optimizer state is resilab's own (not Burn's
+//! optimizer records, whose keys change when a model is rebuilt), so faults, checkpoints and
+//! replica copies address it by name.
+
+mod grads;
+mod optim;
+mod schedule;
+mod trainer;
+mod worker;
+
+pub use grads::{Grads, average, named_grads};
+pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, update};
+pub use schedule::{ScheduleConfig, ScheduleKind};
+pub use trainer::{StepStats, TrainConfig, Trainer};
+pub use worker::{Cursor, Evaluation, LocalPass, Worker, count_correct, evaluate};
+
+/// Errors from configuring or running training.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration value is invalid; the message names the key.
+    #[error("{0}")]
+    Config(String),
+    /// The model could not be built.
+    #[error(transparent)]
+    Model(#[from] resilab_models::Error),
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,124 @@
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use resilab_data::{Dataset, Normalization};
+use resilab_models::{Mode, Net, stream_seed};
+
+use crate::{Grads, OptimState, named_grads};
+
+/// Position in the training data: the epoch and the global batch within it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Cursor {
+    /// Epoch (0-based).
+    pub epoch: usize,
+    /// Global batch within the epoch (0-based).
+    pub batch: usize,
+}
+
+impl Cursor {
+    /// The position after one more batch, in epochs of `batches_per_epoch` batches.
+    pub fn advance(self, batches_per_epoch: usize) -> Self {
+        if self.batch + 1 >= batches_per_epoch {
+            Self { epoch: self.epoch + 1, batch: 0 }
+        } else {
+            Self { epoch: self.epoch, batch: self.batch + 1 }
+        }
+    }
+}
+
+/// One simulated training process: its own model replica, optimizer state, random stream and
+/// data cursor. A single-process run is the one-worker case.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    /// Rank among the workers.
+    pub rank: usize,
+    /// The model replica.
+    pub net: Net,
+    /// Optimizer state by parameter name.
+    pub optim: OptimState,
+    /// Random stream for data augmentation.
+    pub rng: ChaCha8Rng,
+    /// Next batch to read.
+    pub cursor: Cursor,
+}
+
+/// What one forward/backward pass on a worker's shard produced.
+#[derive(Debug)]
+pub struct LocalPass {
+    /// Mean cross-entropy loss over the shard.
+    pub loss: f64,
+    /// Correct top-1 predictions in the shard.
+    pub correct: usize,
+    /// Images in the shard.
+    pub count: usize,
+    /// Gradients by parameter name.
+    pub grads: Grads,
+}
+
+impl Worker {
+    /// A worker of rank `rank` whose random stream derives from `seed`.
+    pub fn new(rank: usize, net: Net, seed: u64) -> Self {
+        Self {
+            rank,
+            net,
+            optim: OptimState::default(),
+            rng: ChaCha8Rng::seed_from_u64(stream_seed(seed, &format!("worker.{rank}.rng"))),
+            cursor: Cursor::default(),
+        }
+    }
+
+    /// Forward and backward pass on the images `indices` of `data`.
+    pub fn forward_backward(
+        &mut self,
+        data: &Dataset,
+        norm: &Normalization,
+        indices: &[usize],
+        augment: bool,
+        device: &Device,
+    ) -> LocalPass {
+        let (x, y) = if augment {
+            data.batch_augmented(indices, norm, &mut self.rng, device)
+        } else {
+            data.batch(indices, norm, device)
+        };
+        let logits = self.net.forward(x, Mode::Train);
+        let correct = count_correct(logits.clone(), y.clone());
+        let loss = CrossEntropyLossConfig::new().init(device).forward(logits, y);
+        let loss_value = f64::from(loss.clone().into_scalar::<f32>());
+        let grads = named_grads(&self.net, loss.backward());
+        LocalPass { loss: loss_value, correct, count: indices.len(), grads }
+    }
+}
+
+/// Number of rows of `logits` whose arg-max equals the label.
+pub fn count_correct(logits: Tensor<2>, labels: Tensor<1, Int>) -> usize {
+    let pred = logits.argmax(1).flatten::<1>(0, 1);
+    pred.equal(labels).int().sum().into_scalar::<i64>() as usize
+}
+
+/// Test loss and accuracy.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Evaluation {
+    /// Mean cross-entropy.
+    pub loss: f64,
+    /// Top-1 accuracy in `[0, 1]`.
+    pub accuracy: f64,
+}
+
+/// Evaluates `net` in inference mode on the whole of `data`, `batch` images at a time.
+pub fn evaluate(net: &Net, data: &Dataset, norm: &Normalization, batch: usize, device: &Device) -> Evaluation {
+    let net = net.valid();
+    let inner = device.clone().without_autodiff();
+    let ce = CrossEntropyLossConfig::new().init(&inner);
+    let (mut loss_sum, mut correct) = (0.0f64, 0usize);
+    let all: Vec<usize> = (0..data.len()).collect();
+    for chunk in all.chunks(batch.max(1)) {
+        let (x, y) = data.batch(chunk, norm, &inner);
+        let logits = net.infer(x);
+        correct += count_correct(logits.clone(), y.clone());
+        loss_sum += f64::from(ce.forward(logits, y).into_scalar::<f32>()) * chunk.len() as f64;
+    }
+    let n = data.len().max(1) as f64;
+    Evaluation { loss: loss_sum / n, accuracy: correct as f64 / n }
+}

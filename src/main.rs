@@ -1,0 +1,211 @@
+//! The `resilab` command line: parses arguments, picks the backend, and calls the library.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use burn::prelude::*;
+use clap::{Args, Parser, Subcommand};
+use resilab_models::{Arch, ModelConfig};
+use resilab_runner::{BackendKind, Provenance, RunConfig, RunOptions, default_out_dir};
+
+/// A testbed for studying how deep-learning training survives soft errors.
+#[derive(Parser)]
+#[command(name = "resilab", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model from a TOML configuration; writes metrics.csv, summary.json and
+    /// config.resolved.toml into the output directory.
+    Train(TrainArgs),
+    /// Measure performance.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// Options shared by every command that computes.
+#[derive(Args, Clone)]
+struct ComputeArgs {
+    /// CPU threads for the compute backend (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Compute backend: flex (fastest CPU backend, the default), ndarray (Burn's older CPU
+    /// backend) or wgpu (GPU; needs a build with `--features wgpu`). Overrides the config's
+    /// `backend` key.
+    #[arg(long, value_name = "NAME")]
+    backend: Option<BackendKind>,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// The run configuration (TOML).
+    #[arg(long, short, value_name = "FILE")]
+    config: PathBuf,
+    /// Override a configuration key, e.g. `--set train.epochs=3` (repeatable; dotted keys
+    /// address sections; values are TOML: numbers, booleans, "strings", [lists]).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Output directory (default: results/runs/<name>-<UTC time>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Do not show a progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    compute: ComputeArgs,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Images per second of full training steps (forward, backward, SGD-momentum update) on
+    /// random 3x32x32 images; prints one JSON line.
+    Train(BenchTrainArgs),
+}
+
+#[derive(Args)]
+struct BenchTrainArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 8)]
+    depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    width: f64,
+    /// Leave out BatchNorm (VGG and AlexNet).
+    #[arg(long)]
+    no_batch_norm: bool,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    #[command(flatten)]
+    compute: ComputeArgs,
+}
+
+/// Picks the device for a backend: the only place that knows which backends exist.
+fn device_for(kind: BackendKind) -> Result<(Device, String)> {
+    match kind {
+        BackendKind::Flex => Ok((Device::flex(), "cpu (flex)".to_string())),
+        // burn-ndarray is deprecated by Burn 0.22 in favour of flex; the product keeps it selectable.
+        #[allow(deprecated)]
+        BackendKind::Ndarray => Ok((Device::ndarray(), "cpu (ndarray)".to_string())),
+        BackendKind::Wgpu => wgpu_device(),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_device() -> Result<(Device, String)> {
+    Ok((Device::wgpu(Default::default()), "wgpu (default adapter)".to_string()))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_device() -> Result<(Device, String)> {
+    bail!(
+        "this resilab binary was built without the wgpu backend; rebuild it with \
+         `cargo build --release --features wgpu` (or run `cargo run --release --features wgpu -- ...`)"
+    )
+}
+
+fn set_threads(threads: Option<usize>) -> Result<usize> {
+    if let Some(n) = threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .context("could not configure the CPU thread pool")?;
+    }
+    Ok(rayon::current_num_threads())
+}
+
+fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> Provenance {
+    Provenance {
+        resilab_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_revision: env!("RESILAB_GIT_REVISION").to_string(),
+        backend: backend.name().to_string(),
+        device: device.to_string(),
+        threads,
+        seed,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    }
+}
+
+fn train(args: TrainArgs) -> Result<()> {
+    let cfg = RunConfig::load(&args.config, &args.set)?;
+    let backend = args.compute.backend.or(cfg.backend).unwrap_or(BackendKind::Flex);
+    let (device, device_name) = device_for(backend)?;
+    let threads = set_threads(args.compute.threads)?;
+    let out = args.out.unwrap_or_else(|| default_out_dir(&cfg.run_name()));
+    let opts = RunOptions {
+        out: out.clone(),
+        device,
+        provenance: provenance(backend, &device_name, threads, cfg.seed),
+        progress: !args.quiet,
+    };
+    eprintln!("resilab: training {} on {} ({threads} threads) -> {}", cfg.model.label(), device_name, out.display());
+    let s = resilab_runner::train(&cfg, &opts)?;
+    println!(
+        "final test accuracy {:.4} after {} steps ({:.2} epochs) in {:.1} s, {:.0} images/s; results in {}",
+        s.final_test_acc,
+        s.steps,
+        s.epochs,
+        s.wall_s,
+        s.images_per_s,
+        out.display()
+    );
+    Ok(())
+}
+
+fn bench_train(args: BenchTrainArgs) -> Result<()> {
+    let arch: Arch = serde_json::from_value(serde_json::Value::String(args.arch.clone()))
+        .map_err(|_| anyhow::anyhow!("--arch {}: unknown architecture (allowed: resnet, vgg, alexnet)", args.arch))?;
+    let model = ModelConfig {
+        arch,
+        depth: (arch != Arch::Alexnet).then_some(args.depth),
+        width: args.width,
+        batch_norm: Some(!args.no_batch_norm),
+    };
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, device_name) = device_for(backend)?;
+    let threads = set_threads(args.compute.threads)?;
+    let (median_s, params) = resilab_runner::bench::train_step(&model, args.batch, args.warmup, args.steps, &device)?;
+    let result = resilab_runner::bench::StepBench {
+        implementation: "resilab",
+        arch: arch.to_string(),
+        depth: if arch == Arch::Alexnet { 0 } else { args.depth },
+        width: args.width,
+        batch_norm: !args.no_batch_norm,
+        params,
+        batch: args.batch,
+        threads,
+        backend: backend.name().to_string(),
+        device: device_name,
+        images_per_s: args.batch as f64 / median_s,
+        step_ms_median: median_s * 1e3,
+    };
+    println!("{}", serde_json::to_string(&result)?);
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(a) => train(a),
+        Command::Bench(BenchCommand::Train(a)) => bench_train(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
