@@ -26,7 +26,7 @@ fn default_test_size() -> usize {
     1000
 }
 fn default_difficulty() -> f64 {
-    0.3
+    0.7
 }
 fn default_classes() -> usize {
     10

@@ -39,10 +39,11 @@ pub struct ConvUnit {
 }
 
 impl ConvUnit {
-    /// Builds the unit (zero-initialised parameters).
-    pub fn new(c_in: usize, c_out: usize, k: usize, batch_norm: bool, pool: bool, device: &Device) -> Self {
+    /// Builds the unit (zero-initialised parameters). `bias` adds a convolution bias (VGG and
+    /// AlexNet keep it even with BatchNorm, as torchvision does; the ResNet stem has none).
+    pub fn new(c_in: usize, c_out: usize, k: usize, bias: bool, batch_norm: bool, pool: bool, device: &Device) -> Self {
         Self {
-            conv: conv(c_in, c_out, k, 1, !batch_norm, device),
+            conv: conv(c_in, c_out, k, 1, bias, device),
             bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)),
             pool,
         }

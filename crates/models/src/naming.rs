@@ -90,6 +90,12 @@ pub fn burn_path_to_name(stack: &[(String, String)], block_names: &[String]) -> 
     parts.join(".")
 }
 
+/// Whether a parameter is updated by the optimizer: everything but BatchNorm running
+/// statistics (decided by name, so the answer does not depend on the device's autodiff state).
+pub fn is_trainable(name: &str) -> bool {
+    !matches!(name.rsplit('.').next(), Some("running_mean" | "running_var"))
+}
+
 fn kind_of(stack: &[(String, String)]) -> LayerKind {
     match stack.last().map(|(_, c)| c.as_str()) {
         Some("Struct:BatchNorm2d") => LayerKind::BatchNorm,
@@ -112,11 +118,12 @@ impl ModuleVisitor for Lister<'_> {
         self.stack.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let name = burn_path_to_name(&self.stack, self.block_names);
         self.out.push(ParamInfo {
-            name: burn_path_to_name(&self.stack, self.block_names),
+            trainable: is_trainable(&name),
+            name,
             id: param.id,
             shape: param.shape().dims::<D>().to_vec(),
-            trainable: param.is_require_grad(),
             kind: kind_of(&self.stack),
         });
     }
@@ -145,10 +152,11 @@ impl<F: FnMut(&ParamInfo, Tensor<1>)> ModuleVisitor for Reader<'_, F> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let value = param.val();
         let shape = value.dims().to_vec();
+        let name = burn_path_to_name(&self.stack, self.block_names);
         let info = ParamInfo {
-            name: burn_path_to_name(&self.stack, self.block_names),
+            trainable: is_trainable(&name),
+            name,
             id: param.id,
-            trainable: param.is_require_grad(),
             kind: kind_of(&self.stack),
             shape,
         };
@@ -179,9 +187,10 @@ impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writ
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, value, mapper) = param.consume();
         let shape: [usize; D] = value.dims();
-        let trainable = value.is_require_grad();
+        let name = burn_path_to_name(&self.stack, &self.block_names);
+        let trainable = is_trainable(&name);
         let info = ParamInfo {
-            name: burn_path_to_name(&self.stack, &self.block_names),
+            name,
             id,
             shape: shape.to_vec(),
             trainable,
@@ -192,8 +201,12 @@ impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writ
             Some(new) => {
                 // Keep the original's autodiff association and trainability.
                 let new = new.reshape(shape).without_autodiff();
-                let new = if value.is_autodiff() { new.autodiff() } else { new };
-                if trainable { new.require_grad() } else { new }
+                if value.is_autodiff() {
+                    let new = new.autodiff();
+                    if trainable { new.require_grad() } else { new }
+                } else {
+                    new
+                }
             }
             None => value,
         };

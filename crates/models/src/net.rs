@@ -150,7 +150,7 @@ impl ModelConfig {
                     d => (vec![16, 32, 64], vec![(d - 2) / 6; 3]),
                 };
                 let mut c = self.ch(widths[0]);
-                push("stem".into(), Block::Conv(ConvUnit::new(input.channels, c, 3, true, false, device)));
+                push("stem".into(), Block::Conv(ConvUnit::new(input.channels, c, 3, false, true, false, device)));
                 for (li, (&w, &n)) in widths.iter().zip(&counts).enumerate() {
                     let out = self.ch(w);
                     for bi in 0..n {
@@ -180,7 +180,7 @@ impl ModelConfig {
                     }
                     push(
                         format!("features.{}", i - cfg[..i].iter().filter(|&&c| c == 0).count()),
-                        Block::Conv(ConvUnit::new(c, out, 3, bn, pool, device)),
+                        Block::Conv(ConvUnit::new(c, out, 3, true, bn, pool, device)),
                     );
                     c = out;
                     i += if cfg.get(i + 1) == Some(&0) { 2 } else { 1 };
@@ -194,7 +194,7 @@ impl ModelConfig {
                 let mut size = input.size;
                 for (i, &(w, k, pool)) in spec.iter().enumerate() {
                     let out = self.ch(w);
-                    push(format!("features.{i}"), Block::Conv(ConvUnit::new(c, out, k, bn, pool, device)));
+                    push(format!("features.{i}"), Block::Conv(ConvUnit::new(c, out, k, true, bn, pool, device)));
                     if pool {
                         size /= 2;
                     }

@@ -1,0 +1,123 @@
+//! Parameter counts, names and shapes of the architectures. Expected counts come from the
+//! PyTorch definitions in `bench/torch_models.py` (`python bench/torch_models.py`).
+
+use burn::prelude::*;
+use resilab_models::{Arch, InputShape, ModelConfig, Mode, init_parameters, named_params};
+
+fn cfg(arch: Arch, depth: Option<usize>, width: f64, batch_norm: Option<bool>) -> ModelConfig {
+    ModelConfig { arch, depth, width, batch_norm }
+}
+
+const RGB32: InputShape = InputShape { channels: 3, size: 32 };
+
+#[test]
+fn parameter_counts_match_pytorch() {
+    let device = Device::flex();
+    let cases = [
+        (cfg(Arch::Resnet, Some(8), 1.0, None), 78_042),
+        (cfg(Arch::Resnet, Some(20), 1.0, None), 272_474),
+        (cfg(Arch::Resnet, Some(18), 0.25, None), 701_466),
+        (cfg(Arch::Vgg, Some(11), 0.25, Some(true)), 579_786),
+        (cfg(Arch::Vgg, Some(11), 1.0, Some(true)), 9_231_114),
+        (cfg(Arch::Alexnet, None, 0.5, None), 1_797_290),
+        (cfg(Arch::Alexnet, None, 1.0, None), 7_176_522),
+    ];
+    for (c, expected) in cases {
+        let net = c.build(RGB32, 10, &device).unwrap();
+        assert_eq!(net.num_trainable(), expected, "{}", c.label());
+    }
+}
+
+#[test]
+fn names_follow_pytorch_state_dict() {
+    let device = Device::flex();
+    let net = cfg(Arch::Resnet, Some(8), 1.0, None).build(RGB32, 10, &device).unwrap();
+    let names: Vec<String> = named_params(&net).into_iter().map(|p| p.name).collect();
+    for expected in [
+        "stem.conv.weight",
+        "stem.bn.weight",
+        "stem.bn.bias",
+        "stem.bn.running_mean",
+        "stem.bn.running_var",
+        "layer1.0.conv1.weight",
+        "layer1.0.bn1.running_var",
+        "layer2.0.downsample.conv.weight",
+        "layer2.0.downsample.bn.weight",
+        "classifier.fc.weight",
+        "classifier.fc.bias",
+    ] {
+        assert!(names.iter().any(|n| n == expected), "missing {expected} in {names:?}");
+    }
+    let running = named_params(&net).into_iter().filter(|p| p.name.ends_with("running_var")).count();
+    assert!(running > 0);
+    assert!(named_params(&net).iter().filter(|p| p.name.contains("running")).all(|p| !p.trainable));
+    assert_eq!(net.block_names.first().map(String::as_str), Some("stem"));
+    assert_eq!(net.block_names.last().map(String::as_str), Some("classifier"));
+
+    let vgg = cfg(Arch::Vgg, Some(11), 0.25, Some(false)).build(RGB32, 10, &device).unwrap();
+    let names: Vec<String> = named_params(&vgg).into_iter().map(|p| p.name).collect();
+    assert!(names.contains(&"features.0.conv.bias".to_string()), "{names:?}");
+    assert!(names.contains(&"features.7.conv.weight".to_string()), "{names:?}");
+    let alex = cfg(Arch::Alexnet, None, 0.5, None).build(RGB32, 10, &device).unwrap();
+    let names: Vec<String> = named_params(&alex).into_iter().map(|p| p.name).collect();
+    assert!(names.contains(&"classifier.fc3.weight".to_string()), "{names:?}");
+}
+
+#[test]
+fn every_architecture_runs_on_28_and_32_pixel_images() {
+    let device = Device::flex();
+    for c in [
+        cfg(Arch::Resnet, Some(8), 0.25, None),
+        cfg(Arch::Resnet, Some(18), 0.125, None),
+        cfg(Arch::Vgg, Some(11), 0.125, Some(true)),
+        cfg(Arch::Vgg, Some(16), 0.125, Some(false)),
+        cfg(Arch::Alexnet, None, 0.125, None),
+    ] {
+        for input in [RGB32, InputShape { channels: 1, size: 28 }] {
+            let net = c.build(input, 7, &device).unwrap();
+            let mut net = init_parameters(net, 1, &device);
+            let x = Tensor::zeros([2, input.channels, input.size, input.size], &device);
+            assert_eq!(net.forward(x, Mode::Eval).dims(), [2, 7], "{} {input:?}", c.label());
+        }
+    }
+}
+
+#[test]
+fn initialisation_is_deterministic_and_seeded() {
+    let device = Device::flex();
+    let c = cfg(Arch::Resnet, Some(8), 0.5, None);
+    let values = |seed| {
+        let net = init_parameters(c.build(RGB32, 10, &device).unwrap(), seed, &device);
+        let mut all = Vec::new();
+        resilab_models::for_each_param(&net, |_, t| all.extend(t.into_data().try_to_vec::<f32>().unwrap()));
+        all
+    };
+    let a = values(5);
+    assert_eq!(a, values(5));
+    assert_ne!(a, values(6));
+}
+
+#[test]
+fn bad_depth_names_the_key_and_allowed_values() {
+    let err = cfg(Arch::Vgg, Some(13), 1.0, None).validate(RGB32, 10).unwrap_err().to_string();
+    assert!(err.contains("model.depth") && err.contains("11, 16"), "{err}");
+    let err = cfg(Arch::Resnet, Some(10), 1.0, None).validate(RGB32, 10).unwrap_err().to_string();
+    assert!(err.contains("model.depth") && err.contains("6n+2"), "{err}");
+}
+
+#[test]
+fn batchnorm_running_stats_follow_pytorch_and_clones_are_independent() {
+    use resilab_models::BatchNorm2d;
+    let device = Device::flex().autodiff();
+    let mut bn = BatchNorm2d::new(1, &device);
+    let copy = bn.clone();
+    // One channel, values 1..=4 : mean 2.5, unbiased var 5/3.
+    let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0], &device).reshape([4, 1, 1, 1]);
+    let _ = bn.forward_train(x);
+    let mean = bn.running_mean.val().into_data().try_to_vec::<f32>().unwrap()[0];
+    let var = bn.running_var.val().into_data().try_to_vec::<f32>().unwrap()[0];
+    assert!((mean - 0.25).abs() < 1e-6, "{mean}");
+    assert!((var - (0.9 + 0.1 * 5.0 / 3.0)).abs() < 1e-6, "{var}");
+    // The copy made before the update still has the initial statistics.
+    assert_eq!(copy.running_mean.val().into_data().try_to_vec::<f32>().unwrap(), vec![0.0]);
+}
