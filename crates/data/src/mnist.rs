@@ -52,8 +52,8 @@ fn header(path: &Path, bytes: &[u8], magic: u32, dims: usize) -> Result<Vec<usiz
 /// Reads one images file and its labels file.
 pub fn read_pair(images: &Path, labels: &Path) -> Result<Dataset> {
     let img = read_maybe_gz(images)?;
-    let lab = read_maybe_gz(labels)?;
     let ishape = header(images, &img, IMAGES_MAGIC, 3)?;
+    let lab = read_maybe_gz(labels)?;
     let lshape = header(labels, &lab, LABELS_MAGIC, 1)?;
     if ishape[0] != lshape[0] {
         return Err(Error::Format {

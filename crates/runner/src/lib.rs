@@ -5,7 +5,7 @@ mod config;
 mod run;
 
 pub use config::{BackendKind, RunConfig, apply_override, default_out_dir, utc_stamp};
-pub use run::{MetricsRow, RunOptions, Summary, build_net, build_trainer, train, write_atomic};
+pub use run::{MetricsRow, RunOptions, Summary, build_net, build_trainer, params_digest, train, write_atomic};
 
 use std::path::PathBuf;
 
@@ -35,7 +35,7 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -43,7 +43,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A CSV file could not be written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Csv {
         /// The file.
         path: PathBuf,

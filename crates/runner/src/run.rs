@@ -66,8 +66,22 @@ pub struct Summary {
     pub train_images: usize,
     /// Test set size.
     pub test_images: usize,
+    /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
+    /// name order): equal digests mean bit-identical final weights.
+    pub final_params_digest: String,
     /// Where the numbers came from.
     pub provenance: Provenance,
+}
+
+/// XXH3-64 over every parameter's values (little-endian f32) in module order, with names.
+pub fn params_digest(net: &Net) -> String {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    resilab_models::for_each_param(net, |info, t| {
+        h.update(info.name.as_bytes());
+        let values = t.into_data().convert::<f32>();
+        h.update(values.as_bytes());
+    });
+    format!("{:016x}", h.digest())
 }
 
 /// Options of a run that are not part of the configuration.
@@ -191,6 +205,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         images_per_s: (steps as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
         train_images: split.train.len(),
         test_images: split.test.len(),
+        final_params_digest: params_digest(&trainer.workers[0].net),
         provenance: opts.provenance.clone(),
     };
     let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;

@@ -1,0 +1,67 @@
+//! Helpers for the integration tests: run the real `resilab` binary on tiny configurations.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A tiny run: ResNet-8 at quarter width on 16x16 synthetic images, 8 steps.
+pub const TINY: &str = r#"
+seed = 7
+
+[data]
+source = "synthetic"
+train_size = 128
+test_size = 64
+image_size = 16
+difficulty = 0.3
+
+[model]
+arch = "resnet"
+depth = 8
+width = 0.25
+
+[train]
+steps = 8
+batch_size = 32
+log_every = 2
+eval_every = 4
+
+[optimizer]
+kind = "sgd"
+lr = 0.05
+"#;
+
+/// The binary under test.
+pub fn resilab() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_resilab"));
+    c.env("RUST_BACKTRACE", "0");
+    c
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write test file");
+    p
+}
+
+/// Runs `resilab` with `args` and returns its output.
+pub fn run(args: &[&str]) -> Output {
+    resilab().args(args).output().expect("run resilab")
+}
+
+/// Asserts that a command failed cleanly: non-zero exit, one `error:` line on stderr that
+/// contains every string in `needles`, and no panic.
+pub fn assert_clean_error(out: &Output, needles: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let error_lines: Vec<&&str> = lines.iter().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error_lines.len(), 1, "expected one error line: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "error should mention {n:?}: {stderr}");
+    }
+}

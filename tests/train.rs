@@ -1,0 +1,93 @@
+//! `resilab train` end to end on tiny configurations.
+
+mod common;
+
+use common::{TINY, run, write};
+
+#[test]
+fn train_writes_metrics_summary_and_resolved_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tiny.toml", TINY);
+    let out = dir.path().join("run");
+    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--threads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let mut rdr = csv::Reader::from_path(out.join("metrics.csv")).unwrap();
+    let headers: Vec<String> = rdr.headers().unwrap().iter().map(str::to_string).collect();
+    assert_eq!(headers, ["step", "epoch", "loss", "train_acc", "test_acc", "test_loss", "lr", "wall_s"]);
+    let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
+    let steps: Vec<u64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(steps, [2, 4, 6, 8]);
+    // Evaluation every 4 steps: test columns filled at 4 and 8 only.
+    let evaluated: Vec<bool> = rows.iter().map(|r| !r[4].is_empty()).collect();
+    assert_eq!(evaluated, [false, true, false, true]);
+    for r in &rows {
+        let loss: f64 = r[2].parse().unwrap();
+        assert!(loss.is_finite() && loss > 0.0);
+        let wall: f64 = r[7].parse().unwrap();
+        assert!(wall > 0.0);
+    }
+
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["steps"], 8);
+    assert_eq!(s["model"], "resnet8-w0.25");
+    assert_eq!(s["provenance"]["backend"], "flex");
+    assert_eq!(s["provenance"]["threads"], 1);
+    assert_eq!(s["provenance"]["seed"], 7);
+    assert!(s["provenance"]["git_revision"].is_string());
+    let acc = s["final_test_acc"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&acc));
+    assert!(s["images_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(s["final_test_acc"], rows[3][4].parse::<f64>().unwrap());
+
+    let resolved = std::fs::read_to_string(out.join("config.resolved.toml")).unwrap();
+    assert!(resolved.contains("batch_size = 32") && resolved.contains("momentum = 0.9"), "{resolved}");
+    // The resolved configuration is itself a valid configuration.
+    let again = run(&["train", "--config", write(dir.path(), "again.toml", &resolved).to_str().unwrap(), "--out", dir.path().join("again").to_str().unwrap(), "--quiet", "--set", "train.steps=1"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+fn digest_of(dir: &std::path::Path, name: &str, extra: &[&str]) -> String {
+    let cfg = write(dir, "tiny.toml", TINY);
+    let out = dir.join(name);
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    s["final_params_digest"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn same_seed_gives_identical_final_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = digest_of(dir.path(), "a", &["--threads", "1"]);
+    let b = digest_of(dir.path(), "b", &["--threads", "2"]);
+    assert_eq!(a, b, "two runs with one seed (1 and 2 threads) must end with the same weights");
+    let c = digest_of(dir.path(), "c", &["--set", "seed=8"]);
+    assert_ne!(a, c, "another seed must give other weights");
+}
+
+#[test]
+fn tiny_model_learns_the_synthetic_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tiny.toml", TINY);
+    let out = dir.path().join("learn");
+    let o = run(&[
+        "train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet",
+        "--set", "train.steps=60", "--set", "data.train_size=512", "--set", "data.difficulty=0.2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let acc = s["final_test_acc"].as_f64().unwrap();
+    assert!(acc > 0.5, "test accuracy {acc} should be far above chance (0.1)");
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let o = run(&["train", "--help"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for flag in ["--config", "--set", "--out", "--threads", "--backend", "--quiet"] {
+        assert!(text.contains(flag), "train --help lacks {flag}: {text}");
+    }
+}
