@@ -79,8 +79,8 @@ mod tests {
         let mut d = empty();
         read_batch(&p, &mut d).unwrap();
         assert_eq!(d.labels, vec![3, 7]);
-        assert_eq!(d.images[RECORD - 1], 30);
-        assert_eq!(d.images[RECORD], 70);
+        assert_eq!(d.images[RECORD - 2], 30);
+        assert_eq!(d.images[RECORD - 1], 70);
 
         std::fs::write(&p, &bytes[..RECORD + 100]).unwrap();
         let err = read_batch(&p, &mut empty()).unwrap_err().to_string();

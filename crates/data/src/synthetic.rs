@@ -153,7 +153,7 @@ mod tests {
             assert_eq!(d.labels.iter().filter(|&&l| l == c).count(), 5);
         }
         let (lo, hi) = (d.images.iter().min().unwrap(), d.images.iter().max().unwrap());
-        assert!(*lo < 40 && *hi > 215, "pixel range {lo}..{hi}");
+        assert!(*lo < 70 && *hi > 185, "pixel range {lo}..{hi}");
     }
 
     #[test]
