@@ -10,12 +10,14 @@
 mod grads;
 mod optim;
 mod schedule;
+mod state;
 mod trainer;
 mod worker;
 
 pub use grads::{Grads, average, named_grads};
 pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, update};
 pub use schedule::{ScheduleConfig, ScheduleKind};
+pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use trainer::{StepStats, TrainConfig, Trainer};
 pub use worker::{Cursor, Evaluation, LocalPass, Worker, count_correct, evaluate};
 
@@ -25,6 +27,9 @@ pub enum Error {
     /// A configuration value is invalid; the message names the key.
     #[error("{0}")]
     Config(String),
+    /// A saved state does not fit the model or trainer; the message lists what differs.
+    #[error("{0}")]
+    State(String),
     /// The model could not be built.
     #[error(transparent)]
     Model(#[from] resilab_models::Error),
