@@ -21,6 +21,8 @@ enum Command {
     /// Train a model from a TOML configuration; writes metrics.csv, summary.json and
     /// config.resolved.toml into the output directory.
     Train(TrainArgs),
+    /// List a checkpoint's attributes and datasets (shape, type, digest status).
+    Inspect(InspectArgs),
     /// Measure performance.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -54,8 +56,21 @@ struct TrainArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Continue from a checkpoint: a `step-*` directory, a worker file in one, or a directory
+    /// of checkpoints (the newest is used). The configuration must describe the same model.
+    #[arg(long, value_name = "CKPT")]
+    resume: Option<PathBuf>,
     #[command(flatten)]
     compute: ComputeArgs,
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// A checkpoint file (`worker-N.h5`) or checkpoint directory (`step-*`).
+    checkpoint: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -152,6 +167,7 @@ fn train(args: TrainArgs) -> Result<()> {
         device,
         provenance: provenance(backend, &device_name, threads, cfg.seed),
         progress: !args.quiet,
+        resume: args.resume,
     };
     eprintln!("resilab: training {} on {} ({threads} threads) -> {}", cfg.model.label(), device_name, out.display());
     let s = resilab_runner::train(&cfg, &opts)?;
@@ -198,10 +214,43 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
     Ok(())
 }
 
+fn inspect(args: InspectArgs) -> Result<()> {
+    use std::fmt::Write as _;
+    let report = resilab_checkpoint::inspect(&args.checkpoint)?;
+    let mut text = String::new();
+    if args.json {
+        text = serde_json::to_string_pretty(&report)?;
+        text.push('\n');
+    } else {
+        writeln!(text, "{}", report.file.display())?;
+        for (k, v) in &report.attributes {
+            let v = if v.contains('\n') { format!("<{} lines>", v.lines().count()) } else { v.clone() };
+            writeln!(text, "  @{k} = {v}")?;
+        }
+        writeln!(text, "{:<60} {:>16} {:>6} hash", "dataset", "shape", "dtype")?;
+        for d in &report.datasets {
+            writeln!(text, "{:<60} {:>16} {:>6} {}", d.info.path, format!("{:?}", d.info.shape), d.info.dtype.to_string(), d.hash_status)?;
+        }
+        let bad = report.datasets.iter().filter(|d| d.hash_status != "ok" && d.hash_status != "no-hash").count();
+        writeln!(text, "{} datasets, {} failing their digest", report.datasets.len(), bad)?;
+    }
+    print_all(&text)
+}
+
+/// Writes to stdout; a closed pipe (`resilab inspect ... | head`) is not an error.
+fn print_all(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => train(a),
+        Command::Inspect(a) => inspect(a),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
     };
     if let Err(e) = result {

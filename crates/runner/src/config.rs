@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use resilab_checkpoint::CheckpointConfig;
 use resilab_data::DataConfig;
 use resilab_models::ModelConfig;
 use resilab_train::{OptimizerConfig, ScheduleConfig, TrainConfig};
@@ -76,6 +77,9 @@ pub struct RunConfig {
     /// Learning-rate schedule.
     #[serde(default)]
     pub schedule: ScheduleConfig,
+    /// Checkpoint policy (none unless configured).
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
 }
 
 /// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`). The value is

@@ -59,6 +59,9 @@ pub enum Error {
     /// Training configuration error.
     #[error(transparent)]
     Train(#[from] resilab_train::Error),
+    /// Checkpoint error.
+    #[error(transparent)]
+    Checkpoint(#[from] resilab_checkpoint::Error),
 }
 
 /// Result alias for this crate.

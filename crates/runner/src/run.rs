@@ -58,7 +58,7 @@ pub struct Summary {
     pub epochs: f64,
     /// Wall time of the training loop, evaluation included.
     pub wall_s: f64,
-    /// Wall time spent in training steps only.
+    /// Wall time spent in training steps only (checkpoint writes excluded).
     pub train_s: f64,
     /// Training throughput: images per second of step time.
     pub images_per_s: f64,
@@ -66,6 +66,14 @@ pub struct Summary {
     pub train_images: usize,
     /// Test set size.
     pub test_images: usize,
+    /// Checkpoint the run continued from, if any.
+    pub resumed_from: Option<PathBuf>,
+    /// Datasets loaded despite a digest mismatch (policy `load`).
+    pub checkpoint_mismatches: Vec<String>,
+    /// Checkpoints written.
+    pub checkpoints: usize,
+    /// Seconds spent writing checkpoints.
+    pub checkpoint_s: f64,
     /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
     /// name order): equal digests mean bit-identical final weights.
     pub final_params_digest: String,
@@ -94,6 +102,9 @@ pub struct RunOptions {
     pub provenance: Provenance,
     /// Show a progress bar.
     pub progress: bool,
+    /// Continue from this checkpoint (a `step-*` directory, a worker file in one, or a
+    /// directory of checkpoints, whose newest is used).
+    pub resume: Option<PathBuf>,
 }
 
 /// Builds and initialises the network a configuration describes, for `split`'s images.
@@ -138,6 +149,26 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
     let params = trainer.workers[0].net.num_trainable();
+    let mut resumed_from = None;
+    let mut mismatches = Vec::new();
+    if let Some(target) = &opts.resume {
+        let template = trainer.snapshot();
+        let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch)?;
+        trainer.restore(&state)?;
+        for s in &report.skipped {
+            eprintln!("resilab: skipped checkpoint {s}");
+        }
+        if !report.mismatched.is_empty() {
+            eprintln!("resilab: loaded {} dataset(s) whose digest differs: {}", report.mismatched.len(), report.mismatched.join(", "));
+        }
+        eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step);
+        resumed_from = Some(report.dir);
+        mismatches = report.mismatched;
+    }
+    let ckpt_root = cfg.checkpoint.dir.clone().unwrap_or_else(|| out.join("checkpoints"));
+    let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
+    let (mut checkpoints, mut checkpoint_s) = (0usize, 0.0f64);
+    let first_step = trainer.step;
 
     let metrics_path = out.join("metrics.csv");
     let mut metrics = csv::Writer::from_path(&metrics_path).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
@@ -161,6 +192,15 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         win_acc += s.train_acc;
         win_n += 1;
         bar.inc(1);
+        if cfg.checkpoint.due(s.step, s.epoch_end) {
+            let t = Instant::now();
+            resilab_checkpoint::save(&ckpt_root, &trainer.snapshot(), &meta)?;
+            if cfg.checkpoint.keep_last > 0 {
+                resilab_checkpoint::prune(&ckpt_root, cfg.checkpoint.keep_last)?;
+            }
+            checkpoint_s += t.elapsed().as_secs_f64();
+            checkpoints += 1;
+        }
         let eval_now = match trainer.config.eval_every {
             Some(k) => s.step % k == 0,
             None => s.epoch_end,
@@ -202,9 +242,13 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         epochs: steps as f64 / trainer.steps_per_epoch().max(1) as f64,
         wall_s: start.elapsed().as_secs_f64(),
         train_s,
-        images_per_s: (steps as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
+        images_per_s: ((steps - first_step) as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
         train_images: split.train.len(),
         test_images: split.test.len(),
+        resumed_from,
+        checkpoint_mismatches: mismatches,
+        checkpoints,
+        checkpoint_s,
         final_params_digest: params_digest(&trainer.workers[0].net),
         provenance: opts.provenance.clone(),
     };

@@ -1,0 +1,378 @@
+//! HDF5 checkpoints of the whole training state.
+//!
+//! A checkpoint is a directory `step-<8 digits>/` holding one file per worker,
+//! `worker-<rank>.h5`, each with the same layout (see `docs/checkpoint-format.md`):
+//!
+//! ```text
+//! /model/<parameter path>                      f32, natural shape   (layer1/0/conv1/weight)
+//! /optimizer/<parameter path>/<buffer>         f32, parameter shape (momentum_buffer, exp_avg, exp_avg_sq)
+//!           <parameter path> group attribute   step (u64)
+//! /train_state/{step, epoch, batch, rank, rng_stream, rng_word_pos}   u64 scalars
+//! /train_state/rng_seed                        u8[32]
+//! root attributes: format_version, resilab_version, step, epoch, seed, rank, world_size, arch, config
+//! ```
+//!
+//! Every f32 dataset carries an XXH3-64 digest attribute (`xxh3`). Writes are atomic: the files
+//! are written into a hidden temporary directory, closed and fsynced, the directory is renamed
+//! into place and its parent fsynced, so the newest `step-*` directory is always complete.
+
+mod policy;
+
+pub use policy::{CheckpointConfig, OnMismatch};
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use resilab_h5::{Dtype, Reader, Writer};
+use resilab_train::{Cursor, HostParamState, HostTensor, RngState, TrainState, WorkerState};
+
+/// Version of the file layout written by this crate.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Errors of checkpointing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// HDF5 error (names file and object).
+    #[error(transparent)]
+    H5(#[from] resilab_h5::Error),
+    /// File-system error.
+    #[error("{path}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint is incomplete, of another layout, or does not fit the model.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The checkpoint file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Stored digests do not match the data (policy `error`).
+    #[error("{path}: {} dataset(s) fail their xxh3 digest: {}", .datasets.len(), .datasets.join(", "))]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// The datasets whose digest differs.
+        datasets: Vec<String>,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Run-level facts stored as root attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Meta {
+    /// Run seed.
+    pub seed: u64,
+    /// Model label (e.g. `resnet8`).
+    pub arch: String,
+    /// The resolved configuration (TOML).
+    pub config: String,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+/// `layer1.0.conv1.weight` → `layer1/0/conv1/weight`.
+pub fn name_to_path(name: &str) -> String {
+    name.replace('.', "/")
+}
+
+/// The directory name of the checkpoint at `step`.
+pub fn dir_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+/// The file name of worker `rank`'s checkpoint.
+pub fn file_name(rank: usize) -> String {
+    format!("worker-{rank}.h5")
+}
+
+fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Meta) -> Result<()> {
+    let f = Writer::create(path)?;
+    for (name, t) in &w.params {
+        f.write_f32(&format!("/model/{}", name_to_path(name)), &t.shape, &t.values)?;
+    }
+    for (name, st) in &w.optim {
+        let group = format!("/optimizer/{}", name_to_path(name));
+        for (buf, t) in &st.buffers {
+            f.write_f32(&format!("{group}/{buf}"), &t.shape, &t.values)?;
+        }
+        f.attr_u64(&group, "step", st.step)?;
+    }
+    let word_pos = u64::try_from(w.rng.word_pos).map_err(|_| Error::Invalid {
+        path: path.to_path_buf(),
+        message: "random stream position beyond 2^64 words".into(),
+    })?;
+    for (k, v) in [
+        ("step", step),
+        ("epoch", w.cursor.epoch as u64),
+        ("batch", w.cursor.batch as u64),
+        ("rank", w.rank as u64),
+        ("rng_stream", w.rng.stream),
+        ("rng_word_pos", word_pos),
+    ] {
+        f.write_u64(&format!("/train_state/{k}"), v)?;
+    }
+    f.write_bytes("/train_state/rng_seed", &w.rng.seed)?;
+    for (k, v) in [
+        ("format_version", FORMAT_VERSION),
+        ("step", step),
+        ("epoch", w.cursor.epoch as u64),
+        ("seed", meta.seed),
+        ("rank", w.rank as u64),
+        ("world_size", world as u64),
+    ] {
+        f.attr_u64("/", k, v)?;
+    }
+    f.attr_str("/", "arch", &meta.arch)?;
+    f.attr_str("/", "resilab_version", env!("CARGO_PKG_VERSION"))?;
+    f.attr_str("/", "config", &meta.config)?;
+    f.close()?;
+    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io(path))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io(dir))
+}
+
+/// Writes `state` as checkpoint `root/step-<step>/` atomically and returns its directory.
+pub fn save(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(io(root))?;
+    let name = dir_name(state.step);
+    let tmp = root.join(format!(".{name}.tmp"));
+    let dest = root.join(&name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+    for w in &state.workers {
+        write_worker(&tmp.join(file_name(w.rank)), w, state.step, state.workers.len(), meta)?;
+    }
+    sync_dir(&tmp)?;
+    if dest.exists() {
+        std::fs::remove_dir_all(&dest).map_err(io(&dest))?;
+    }
+    std::fs::rename(&tmp, &dest).map_err(io(&dest))?;
+    sync_dir(root)?;
+    Ok(dest)
+}
+
+/// Complete checkpoints under `root`, oldest first (temporary directories are ignored).
+pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    if !root.exists() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root).map_err(io(root))? {
+        let e = e.map_err(io(root))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(step) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok()) {
+            if e.path().is_dir() {
+                out.push((step, e.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Deletes all but the newest `keep` checkpoints under `root` (and stale temporary directories).
+pub fn prune(root: &Path, keep: usize) -> Result<()> {
+    let all = list(root)?;
+    for (_, p) in all.iter().take(all.len().saturating_sub(keep)) {
+        std::fs::remove_dir_all(p).map_err(io(p))?;
+    }
+    for e in std::fs::read_dir(root).map_err(io(root))? {
+        let p = e.map_err(io(root))?.path();
+        if p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".tmp")) && p.is_dir() {
+            std::fs::remove_dir_all(&p).map_err(io(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// What loading found.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// The checkpoint directory loaded.
+    pub dir: PathBuf,
+    /// `file: dataset` entries whose digest did not match (loaded anyway under policy `load`).
+    pub mismatched: Vec<String>,
+    /// Newer checkpoints skipped under policy `fallback`, with the reason.
+    pub skipped: Vec<String>,
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> Error {
+    Error::Invalid { path: path.to_path_buf(), message: message.into() }
+}
+
+/// Reads one worker file, validating every name and shape against `template` (a state of the
+/// same model, e.g. a fresh trainer's snapshot) before reading values. Returns the state and the
+/// datasets whose digest differs.
+pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, Vec<String>)> {
+    let r = Reader::open(path)?;
+    let version = r.attr_u64("/", "format_version")?;
+    if version != FORMAT_VERSION {
+        return Err(invalid(path, format!("format_version {version}, this resilab reads {FORMAT_VERSION}")));
+    }
+    let datasets = r.datasets()?;
+    let mut mismatched = Vec::new();
+    for d in datasets.iter().filter(|d| d.dtype == Dtype::F32) {
+        if r.verify(d)? == Some(false) {
+            mismatched.push(d.path.clone());
+        }
+    }
+    let mut params = BTreeMap::new();
+    for (name, t) in &template.params {
+        let values = r.read_f32(&format!("/model/{}", name_to_path(name)), &t.shape)?;
+        params.insert(name.clone(), HostTensor { shape: t.shape.clone(), values });
+    }
+    let by_path: BTreeMap<String, &String> = template.params.keys().map(|n| (name_to_path(n), n)).collect();
+    let mut optim: BTreeMap<String, HostParamState> = BTreeMap::new();
+    for d in datasets.iter().filter(|d| d.path.starts_with("/optimizer/")) {
+        let rest = &d.path["/optimizer/".len()..];
+        let (param_path, buffer) = rest.rsplit_once('/').ok_or_else(|| invalid(path, format!("{}: not /optimizer/<parameter>/<buffer>", d.path)))?;
+        if !resilab_models::OPTIMIZER_STATE_NAMES.contains(&buffer) {
+            return Err(invalid(path, format!("{}: unknown optimizer buffer {buffer:?}", d.path)));
+        }
+        let name = *by_path.get(param_path).ok_or_else(|| invalid(path, format!("{}: no such parameter in the model", d.path)))?;
+        let shape = &template.params[name].shape;
+        let values = r.read_f32(&d.path, shape)?;
+        let entry = optim.entry(name.clone()).or_default();
+        if entry.buffers.is_empty() {
+            entry.step = r.attr_u64(&format!("/optimizer/{param_path}"), "step")?;
+        }
+        entry.buffers.insert(buffer.to_string(), HostTensor { shape: shape.clone(), values });
+    }
+    let u = |k: &str| r.read_u64(&format!("/train_state/{k}"));
+    let seed: [u8; 32] = r
+        .read_bytes("/train_state/rng_seed", 32)?
+        .try_into()
+        .map_err(|_| invalid(path, "/train_state/rng_seed: expected 32 bytes"))?;
+    let to_usize = |k: &str| -> Result<usize> { usize::try_from(u(k)?).map_err(|_| invalid(path, format!("/train_state/{k} out of range"))) };
+    let state = WorkerState {
+        rank: to_usize("rank")?,
+        params,
+        optim,
+        rng: RngState { seed, stream: u("rng_stream")?, word_pos: u128::from(u("rng_word_pos")?) },
+        cursor: Cursor { epoch: to_usize("epoch")?, batch: to_usize("batch")? },
+    };
+    if state.rank != template.rank {
+        return Err(invalid(path, format!("holds rank {}, expected {}", state.rank, template.rank)));
+    }
+    Ok((state, mismatched))
+}
+
+/// Loads checkpoint directory `dir` for a trainer whose current state is `template`.
+pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch) -> Result<(TrainState, LoadReport)> {
+    let mut workers = Vec::new();
+    let mut report = LoadReport { dir: dir.to_path_buf(), ..Default::default() };
+    let mut step = None;
+    for t in &template.workers {
+        let path = dir.join(file_name(t.rank));
+        if !path.exists() {
+            return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
+        }
+        let (w, bad) = read_worker(&path, t)?;
+        if !bad.is_empty() && policy != OnMismatch::Load {
+            return Err(Error::Mismatch { path, datasets: bad });
+        }
+        report.mismatched.extend(bad.into_iter().map(|d| format!("{}: {d}", path.display())));
+        let s = Reader::open(&path)?.read_u64("/train_state/step")?;
+        if step.is_some_and(|x| x != s) {
+            return Err(invalid(dir, "worker files hold different steps"));
+        }
+        step = Some(s);
+        workers.push(w);
+    }
+    Ok((TrainState { step: step.unwrap_or(0), workers }, report))
+}
+
+/// Loads what `target` names: a checkpoint directory (`step-*`), a worker file inside one, or a
+/// directory of checkpoints (the newest is used). Under `fallback`, checkpoints that fail to load
+/// or verify are skipped in favour of the next older one.
+pub fn load(target: &Path, template: &TrainState, policy: OnMismatch) -> Result<(TrainState, LoadReport)> {
+    let target = if target.is_file() { target.parent().unwrap_or(target).to_path_buf() } else { target.to_path_buf() };
+    if !target.exists() {
+        return Err(invalid(&target, "no such checkpoint"));
+    }
+    let candidates: Vec<PathBuf> = if target.join(file_name(0)).exists() {
+        vec![target.clone()]
+    } else {
+        list(&target)?.into_iter().rev().map(|(_, p)| p).collect()
+    };
+    if candidates.is_empty() {
+        return Err(invalid(&target, "no checkpoint here (expected step-*/worker-*.h5)"));
+    }
+    let mut skipped = Vec::new();
+    for (i, dir) in candidates.iter().enumerate() {
+        match load_dir(dir, template, policy) {
+            Ok((state, mut report)) => {
+                report.skipped = skipped;
+                return Ok((state, report));
+            }
+            Err(e) if policy == OnMismatch::Fallback && i + 1 < candidates.len() => skipped.push(format!("{}: {e}", dir.display())),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(invalid(&target, format!("no checkpoint verifies: {}", skipped.join("; "))))
+}
+
+/// One dataset as `resilab inspect` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InspectedDataset {
+    /// Path, shape, type and stored digest.
+    #[serde(flatten)]
+    pub info: resilab_h5::DatasetInfo,
+    /// `ok`, `MISMATCH`, `no-hash`, or `unreadable: <reason>`.
+    pub hash_status: String,
+}
+
+/// What a checkpoint file holds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Inspection {
+    /// The file.
+    pub file: PathBuf,
+    /// Root attributes, as text.
+    pub attributes: BTreeMap<String, String>,
+    /// Every dataset.
+    pub datasets: Vec<InspectedDataset>,
+}
+
+/// Lists a checkpoint file's attributes and datasets, verifying each dataset's digest.
+/// `target` may be a worker file or a checkpoint directory (its `worker-0.h5`).
+pub fn inspect(target: &Path) -> Result<Inspection> {
+    let file = if target.is_dir() { target.join(file_name(0)) } else { target.to_path_buf() };
+    let r = Reader::open(&file)?;
+    let mut attributes = BTreeMap::new();
+    for name in r.attr_names("/")? {
+        let value = r
+            .attr_u64("/", &name)
+            .map(|v| v.to_string())
+            .or_else(|_| r.attr_str("/", &name))
+            .unwrap_or_else(|e| format!("<unreadable: {e}>"));
+        attributes.insert(name, value);
+    }
+    let datasets = r
+        .datasets()?
+        .into_iter()
+        .map(|info| {
+            let hash_status = match r.verify(&info) {
+                Ok(Some(true)) => "ok".to_string(),
+                Ok(Some(false)) => "MISMATCH".to_string(),
+                Ok(None) => "no-hash".to_string(),
+                Err(e) => format!("unreadable: {e}"),
+            };
+            InspectedDataset { info, hash_status }
+        })
+        .collect();
+    Ok(Inspection { file, attributes, datasets })
+}

@@ -1,0 +1,184 @@
+//! HDF5 checkpoints through the CLI: exact resume, inspect, digest policies, corrupt files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{TINY, assert_clean_error, run, write};
+
+fn config(dir: &Path, extra: &str) -> PathBuf {
+    write(dir, "ckpt.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n{extra}"))
+}
+
+fn train(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+fn ok(o: &std::process::Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn resume_from_a_checkpoint_is_bit_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let a = dir.path().join("a");
+    ok(&train(&cfg, &a, &[]));
+    let ckpts = a.join("checkpoints");
+    assert!(ckpts.join("step-00000004/worker-0.h5").is_file());
+    assert!(ckpts.join("step-00000008/worker-0.h5").is_file());
+    let b = dir.path().join("b");
+    ok(&train(&cfg, &b, &["--resume", ckpts.join("step-00000004").to_str().unwrap()]));
+    let (sa, sb) = (summary(&a), summary(&b));
+    assert_eq!(sb["steps"], 8);
+    assert!(sb["resumed_from"].as_str().unwrap().ends_with("step-00000004"));
+    assert_eq!(sa["final_params_digest"], sb["final_params_digest"], "resumed run must end with identical weights");
+    // The resumed run's own checkpoint at step 8 holds the same values as the straight run's.
+    let ia = run(&["inspect", "--json", ckpts.join("step-00000008").to_str().unwrap()]);
+    let ib = run(&["inspect", "--json", b.join("checkpoints/step-00000008").to_str().unwrap()]);
+    let hashes = |o: &std::process::Output| -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["datasets"].as_array().unwrap().iter().map(|d| d["stored_hash"].clone()).collect()
+    };
+    assert_eq!(hashes(&ia), hashes(&ib));
+}
+
+#[test]
+fn keep_last_prunes_old_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "k.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 2\nkeep_last = 2\n"));
+    let out = dir.path().join("run");
+    ok(&train(&cfg, &out, &[]));
+    let mut names: Vec<String> = std::fs::read_dir(out.join("checkpoints")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["step-00000006", "step-00000008"]);
+    assert_eq!(summary(&out)["checkpoints"], 4);
+}
+
+#[test]
+fn inspect_lists_layout_shapes_types_and_digests() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    ok(&train(&config(dir.path(), ""), &out, &[]));
+    let file = out.join("checkpoints/step-00000008/worker-0.h5");
+    let o = run(&["inspect", "--json", file.to_str().unwrap()]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ds = v["datasets"].as_array().unwrap();
+    let find = |p: &str| ds.iter().find(|d| d["path"] == p).unwrap_or_else(|| panic!("no {p} in {ds:?}")).clone();
+    let w = find("/model/layer1/0/conv1/weight");
+    assert_eq!(w["shape"], serde_json::json!([4, 4, 3, 3]));
+    assert_eq!(w["dtype"], "f32");
+    assert_eq!(w["hash_status"], "ok");
+    assert_eq!(find("/model/layer1/0/bn1/running_var")["hash_status"], "ok");
+    assert_eq!(find("/optimizer/layer1/0/conv1/weight/momentum_buffer")["shape"], serde_json::json!([4, 4, 3, 3]));
+    assert!(ds.iter().all(|d| !d["path"].as_str().unwrap().contains("running_mean/") ));
+    assert_eq!(find("/train_state/step")["dtype"], "u64");
+    let attrs = &v["attributes"];
+    assert_eq!(attrs["format_version"], "1");
+    assert_eq!(attrs["step"], "8");
+    assert_eq!(attrs["arch"], "resnet8-w0.25");
+    assert!(attrs["config"].as_str().unwrap().contains("[model]"));
+    let table = run(&["inspect", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("/model/classifier/fc/bias") && text.contains("0 failing their digest"), "{text}");
+}
+
+/// Flips one bit inside the stored values of `dataset` by finding its bytes in the file (the
+/// data of a small contiguous dataset is stored as one run of little-endian values).
+fn flip_data_bit(file: &Path, values: &[f32]) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let needle: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let at = bytes.windows(needle.len()).position(|w| w == needle.as_slice()).expect("values found in file");
+    bytes[at + 1] ^= 0x10;
+    std::fs::write(file, bytes).unwrap();
+}
+
+fn bias_values(file: &Path) -> Vec<f32> {
+    let r = resilab_h5::Reader::open(file).unwrap();
+    r.read_f32("/model/classifier/fc/bias", &[10]).unwrap()
+}
+
+#[test]
+fn digest_mismatch_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    ok(&train(&config(dir.path(), ""), &base, &[]));
+    let newest = base.join("checkpoints/step-00000008/worker-0.h5");
+    flip_data_bit(&newest, &bias_values(&newest));
+    let ckpts = base.join("checkpoints");
+
+    // error (default): refuses, naming the dataset.
+    let o = train(&config(dir.path(), ""), &dir.path().join("e"), &["--resume", ckpts.to_str().unwrap(), "--set", "train.steps=10"]);
+    assert_clean_error(&o, &["/model/classifier/fc/bias", "digest"]);
+
+    // fallback: the newest checkpoint that verifies (step 4).
+    let f = dir.path().join("f");
+    ok(&train(&config(dir.path(), "on_mismatch = \"fallback\""), &f, &["--resume", ckpts.to_str().unwrap(), "--set", "train.steps=10"]));
+    assert!(summary(&f)["resumed_from"].as_str().unwrap().ends_with("step-00000004"));
+
+    // load: the altered values are used, and reported.
+    let l = dir.path().join("l");
+    ok(&train(&config(dir.path(), "on_mismatch = \"load\""), &l, &["--resume", ckpts.to_str().unwrap(), "--set", "train.steps=10"]));
+    let s = summary(&l);
+    assert!(s["resumed_from"].as_str().unwrap().ends_with("step-00000008"));
+    let m = s["checkpoint_mismatches"].as_array().unwrap();
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert!(m[0].as_str().unwrap().contains("/model/classifier/fc/bias"));
+
+    let o = run(&["inspect", newest.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("MISMATCH") && text.contains("1 failing their digest"), "{text}");
+}
+
+#[test]
+fn corrupt_checkpoints_give_clean_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    let cfg = config(dir.path(), "");
+    ok(&train(&cfg, &base, &[]));
+    let good = std::fs::read(base.join("checkpoints/step-00000008/worker-0.h5")).unwrap();
+    let victim_dir = dir.path().join("victim/step-00000008");
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    let victim = victim_dir.join("worker-0.h5");
+    let mut seed = 12345u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut cases: Vec<(String, Vec<u8>)> = vec![
+        ("empty".into(), Vec::new()),
+        ("garbage".into(), (0..good.len()).map(|_| next() as u8).collect()),
+    ];
+    for frac in [0.1, 0.5, 0.9, 0.99] {
+        cases.push((format!("truncated to {frac}"), good[..(good.len() as f64 * frac) as usize].to_vec()));
+    }
+    for (name, bytes) in cases {
+        std::fs::write(&victim, &bytes).unwrap();
+        let o = train(&cfg, &dir.path().join("out"), &["--resume", victim_dir.to_str().unwrap()]);
+        assert_clean_error(&o, &["worker-0.h5"]);
+        let i = run(&["inspect", victim.to_str().unwrap()]);
+        assert!(!String::from_utf8_lossy(&i.stderr).contains("panicked"), "{name}: inspect panicked");
+        assert!(i.status.code().is_some(), "{name}: inspect killed by a signal");
+    }
+}
+
+#[test]
+fn resume_with_another_model_names_the_differences() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    let cfg = config(dir.path(), "");
+    ok(&train(&cfg, &base, &[]));
+    let o = train(&cfg, &dir.path().join("o"), &["--resume", base.join("checkpoints").to_str().unwrap(), "--set", "model.width=0.5"]);
+    assert_clean_error(&o, &["/model/", "expected ["]);
+    let o = train(&cfg, &dir.path().join("o2"), &["--resume", "/nonexistent/ckpt"]);
+    assert_clean_error(&o, &["/nonexistent/ckpt"]);
+}
