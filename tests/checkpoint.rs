@@ -182,3 +182,19 @@ fn resume_with_another_model_names_the_differences() {
     let o = train(&cfg, &dir.path().join("o2"), &["--resume", "/nonexistent/ckpt"]);
     assert_clean_error(&o, &["/nonexistent/ckpt"]);
 }
+
+#[test]
+fn resuming_into_the_same_directory_keeps_one_row_per_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let out = dir.path().join("run");
+    ok(&train(&cfg, &out, &[]));
+    let first = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    ok(&train(&cfg, &out, &["--resume", out.join("checkpoints/step-00000004").to_str().unwrap()]));
+    let mut rdr = csv::Reader::from_path(out.join("metrics.csv")).unwrap();
+    let steps: Vec<u64> = rdr.records().map(|r| r.unwrap()[0].parse().unwrap()).collect();
+    assert_eq!(steps, [2, 4, 6, 8]);
+    // Same numbers as the uninterrupted run, but for the wall-clock column.
+    let strip = |t: &str| t.lines().map(|l| l.rsplit_once(',').unwrap().0.to_string()).collect::<Vec<_>>();
+    assert_eq!(strip(&first), strip(&std::fs::read_to_string(out.join("metrics.csv")).unwrap()));
+}

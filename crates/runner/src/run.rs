@@ -140,6 +140,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// Opens `metrics.csv` for writing. When resuming at step `resume_step` into a directory that
+/// already has one, the rows up to that step are kept and later rows (from the interrupted run,
+/// about to be recomputed) are dropped, so the file reads as one uninterrupted run.
+fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std::fs::File>> {
+    let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
+    let Some(step) = resume_step.filter(|_| path.exists()) else {
+        return csv::Writer::from_path(path).map_err(csv_err);
+    };
+    let mut kept = Vec::new();
+    let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
+    let headers = reader.headers().map_err(csv_err)?.clone();
+    for record in reader.records() {
+        let record = record.map_err(csv_err)?;
+        if record.get(0).and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s <= step) {
+            kept.push(record);
+        }
+    }
+    let mut w = csv::Writer::from_path(path).map_err(csv_err)?;
+    w.write_record(&headers).map_err(csv_err)?;
+    for r in &kept {
+        w.write_record(r).map_err(csv_err)?;
+    }
+    w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let file = std::fs::OpenOptions::new().append(true).open(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    Ok(csv::WriterBuilder::new().has_headers(false).from_writer(file))
+}
+
 /// Trains as configured and writes the run's files. Returns the summary.
 pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let out = &opts.out;
@@ -171,7 +198,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let first_step = trainer.step;
 
     let metrics_path = out.join("metrics.csv");
-    let mut metrics = csv::Writer::from_path(&metrics_path).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
+    let mut metrics = open_metrics(&metrics_path, resumed_from.is_some().then_some(trainer.step))?;
     let total = trainer.total_steps();
     let bar = if opts.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
     bar.set_style(
