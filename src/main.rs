@@ -78,6 +78,37 @@ enum BenchCommand {
     /// Images per second of full training steps (forward, backward, SGD-momentum update) on
     /// random 3x32x32 images; prints one JSON line.
     Train(BenchTrainArgs),
+    /// Checkpoint write/read throughput of a model's full training state against raw fsync'd
+    /// writes of the same bytes, and the write time as a share of a training step; prints JSON
+    /// and leaves the checkpoint in --dir for other tools (bench/checkpoint.sh).
+    Checkpoint(BenchCheckpointArgs),
+}
+
+#[derive(Args)]
+struct BenchCheckpointArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    arch: String,
+    /// Depth.
+    #[arg(long, default_value_t = 18)]
+    depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    width: f64,
+    /// Batch size of the training steps timed for comparison.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Training steps timed (median).
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Repetitions of each write and read (median).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Directory for the files (default: a temporary directory under target/).
+    #[arg(long, value_name = "DIR", default_value = "target/bench-checkpoint")]
+    dir: PathBuf,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 #[derive(Args)]
@@ -183,9 +214,24 @@ fn train(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+fn parse_arch(name: &str) -> Result<Arch> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| anyhow::anyhow!("--arch {name}: unknown architecture (allowed: resnet, vgg, alexnet)"))
+}
+
+fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
+    let arch = parse_arch(&args.arch)?;
+    let model = ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(args.depth), width: args.width, batch_norm: None };
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, _) = device_for(backend)?;
+    set_threads(args.compute.threads)?;
+    let r = resilab_runner::bench::checkpoint(&model, args.batch, args.steps, args.reps, &args.dir, &device)?;
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(())
+}
+
 fn bench_train(args: BenchTrainArgs) -> Result<()> {
-    let arch: Arch = serde_json::from_value(serde_json::Value::String(args.arch.clone()))
-        .map_err(|_| anyhow::anyhow!("--arch {}: unknown architecture (allowed: resnet, vgg, alexnet)", args.arch))?;
+    let arch = parse_arch(&args.arch)?;
     let model = ModelConfig {
         arch,
         depth: (arch != Arch::Alexnet).then_some(args.depth),
@@ -252,6 +298,7 @@ fn main() {
         Command::Train(a) => train(a),
         Command::Inspect(a) => inspect(a),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
+        Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -224,15 +224,20 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
         return Err(invalid(path, format!("format_version {version}, this resilab reads {FORMAT_VERSION}")));
     }
     let datasets = r.datasets()?;
+    let infos: BTreeMap<&str, &resilab_h5::DatasetInfo> = datasets.iter().map(|d| (d.path.as_str(), d)).collect();
     let mut mismatched = Vec::new();
-    for d in datasets.iter().filter(|d| d.dtype == Dtype::F32) {
-        if r.verify(d)? == Some(false) {
-            mismatched.push(d.path.clone());
+    // Reads a dataset once, checking its shape first and its digest after.
+    let mut read = |path: &str, shape: &[usize]| -> Result<Vec<f32>> {
+        let info = infos.get(path).ok_or_else(|| invalid(r.path(), format!("{path}: missing")))?;
+        let (values, ok) = r.read_f32_verified(info, shape)?;
+        if ok == Some(false) {
+            mismatched.push(path.to_string());
         }
-    }
+        Ok(values)
+    };
     let mut params = BTreeMap::new();
     for (name, t) in &template.params {
-        let values = r.read_f32(&format!("/model/{}", name_to_path(name)), &t.shape)?;
+        let values = read(&format!("/model/{}", name_to_path(name)), &t.shape)?;
         params.insert(name.clone(), HostTensor { shape: t.shape.clone(), values });
     }
     let by_path: BTreeMap<String, &String> = template.params.keys().map(|n| (name_to_path(n), n)).collect();
@@ -245,12 +250,20 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
         }
         let name = *by_path.get(param_path).ok_or_else(|| invalid(path, format!("{}: no such parameter in the model", d.path)))?;
         let shape = &template.params[name].shape;
-        let values = r.read_f32(&d.path, shape)?;
+        let values = read(&d.path, shape)?;
         let entry = optim.entry(name.clone()).or_default();
         if entry.buffers.is_empty() {
             entry.step = r.attr_u64(&format!("/optimizer/{param_path}"), "step")?;
         }
         entry.buffers.insert(buffer.to_string(), HostTensor { shape: shape.clone(), values });
+    }
+    let stray: Vec<&str> = datasets
+        .iter()
+        .filter(|d| d.dtype == Dtype::F32 && !d.path.starts_with("/model/") && !d.path.starts_with("/optimizer/"))
+        .map(|d| d.path.as_str())
+        .collect();
+    if !stray.is_empty() {
+        return Err(invalid(path, format!("unexpected datasets: {}", stray.join(", "))));
     }
     let u = |k: &str| r.read_u64(&format!("/train_state/{k}"));
     let seed: [u8; 32] = r

@@ -44,11 +44,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// XXH3-64 of values' little-endian bytes.
 pub fn digest_f32(values: &[f32]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for v in values {
-        h.update(&v.to_le_bytes());
+    if cfg!(target_endian = "little") {
+        xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(values))
+    } else {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        xxhash_rust::xxh3::xxh3_64(&bytes)
     }
-    h.digest()
 }
 
 /// Element type of a dataset.
@@ -343,6 +344,14 @@ impl Reader {
             return Ok((**ds).clone());
         }
         self.file.group(obj).map(|g| (*g).clone()).map_err(|e| self.err(obj, e))
+    }
+
+    /// Reads an f32 dataset of exactly `shape` and checks it against its stored digest:
+    /// the values, and `Some(true)` / `Some(false)` for a match / mismatch, `None` without one.
+    pub fn read_f32_verified(&self, info: &DatasetInfo, shape: &[usize]) -> Result<(Vec<f32>, Option<bool>)> {
+        let values = self.read_f32(&info.path, shape)?;
+        let ok = info.stored_hash.map(|h| digest_f32(&values) == h);
+        Ok((values, ok))
     }
 
     /// Recomputes the digest of an f32 dataset and compares it with the stored one:

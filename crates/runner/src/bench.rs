@@ -66,3 +66,157 @@ pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize
     times.sort_by(f64::total_cmp);
     Ok((times[times.len() / 2], params))
 }
+
+/// Checkpoint throughput against a raw write of the same bytes, measured in one process.
+#[derive(Debug, Serialize)]
+pub struct CheckpointBench {
+    /// Model label.
+    pub model: String,
+    /// Bytes of f32 values in the checkpoint (parameters, buffers and optimizer state).
+    pub payload_bytes: usize,
+    /// Size of the HDF5 file.
+    pub file_bytes: u64,
+    /// Median seconds to write the checkpoint (atomic: tmp, close, fsync, rename, fsync dir).
+    pub write_s: f64,
+    /// Median seconds to write the same bytes with `std::fs` (tmp, fsync, rename, fsync dir).
+    pub raw_write_s: f64,
+    /// Median seconds to load and verify the checkpoint.
+    pub read_s: f64,
+    /// Median seconds to read the raw file back.
+    pub raw_read_s: f64,
+    /// Checkpoint write MB/s (payload).
+    pub write_mb_s: f64,
+    /// Raw write MB/s.
+    pub raw_write_mb_s: f64,
+    /// `write_mb_s / raw_write_mb_s`.
+    pub write_vs_raw: f64,
+    /// Checkpoint read MB/s (payload, digests verified).
+    pub read_mb_s: f64,
+    /// Raw read MB/s.
+    pub raw_read_mb_s: f64,
+    /// Median training step time of the same model at batch `batch`.
+    pub step_s: f64,
+    /// Batch size of the step measurement.
+    pub batch: usize,
+    /// Checkpoint write time as a share of one training step.
+    pub write_share_of_step: f64,
+    /// Median seconds spent computing the XXH3 digests of all datasets (part of `write_s`).
+    pub digest_s: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Measures checkpoint write and read of `model`'s full training state (SGD momentum, after
+/// `steps` training steps at batch `batch`) in `dir`, `reps` times each, against raw writes.
+pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, dir: &std::path::Path, device: &Device) -> Result<CheckpointBench> {
+    use std::io::{Read, Write};
+    let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
+    let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
+    let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
+    cfg.model = model.clone();
+    cfg.data = data;
+    cfg.train.batch_size = batch;
+    cfg.train.steps = Some(steps as u64 + 1);
+    let mut trainer = crate::run::build_trainer(&cfg, split, device)?;
+    trainer.step();
+    let step_s = median(
+        (0..steps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                trainer.step();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let state = trainer.snapshot();
+    let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: model.label(), config: cfg.to_toml() };
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| crate::Error::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let ckpt_root = dir.join("ckpt");
+    let raw_path = dir.join("raw.bin");
+    let mut payload = Vec::new();
+    for w in &state.workers {
+        for t in w.params.values() {
+            payload.extend(t.values.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        for st in w.optim.values() {
+            for t in st.buffers.values() {
+                payload.extend(t.values.iter().flat_map(|v| v.to_le_bytes()));
+            }
+        }
+    }
+    let (mut write, mut raw_write, mut read, mut raw_read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ckpt_dir = ckpt_root.clone();
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        ckpt_dir = resilab_checkpoint::save(&ckpt_root, &state, &meta)?;
+        write.push(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let tmp = raw_path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&payload).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, &raw_path).map_err(io(&raw_path))?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+        raw_write.push(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let (_loaded, _) = resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error)?;
+        read.push(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let mut buf = Vec::with_capacity(payload.len());
+        std::fs::File::open(&raw_path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(io(&raw_path))?;
+        raw_read.push(t.elapsed().as_secs_f64());
+    }
+    let digest_s = median(
+        (0..reps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                let mut acc = 0u64;
+                for w in &state.workers {
+                    for t in w.params.values() {
+                        acc ^= resilab_h5::digest_f32(&t.values);
+                    }
+                    for st in w.optim.values() {
+                        for t in st.buffers.values() {
+                            acc ^= resilab_h5::digest_f32(&t.values);
+                        }
+                    }
+                }
+                std::hint::black_box(acc);
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let file = ckpt_dir.join(resilab_checkpoint::file_name(0));
+    let file_bytes = std::fs::metadata(&file).map_err(io(&file))?.len();
+    let mb = payload.len() as f64 / 1e6;
+    let (write_s, raw_write_s, read_s, raw_read_s) = (median(write), median(raw_write), median(read), median(raw_read));
+    Ok(CheckpointBench {
+        model: model.label(),
+        payload_bytes: payload.len(),
+        file_bytes,
+        write_s,
+        raw_write_s,
+        read_s,
+        raw_read_s,
+        write_mb_s: mb / write_s,
+        raw_write_mb_s: mb / raw_write_s,
+        write_vs_raw: raw_write_s / write_s,
+        read_mb_s: mb / read_s,
+        raw_read_mb_s: mb / raw_read_s,
+        step_s,
+        batch,
+        write_share_of_step: write_s / step_s,
+        digest_s,
+    })
+}
