@@ -7,6 +7,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use resilab_data::{DataConfig, Split};
 use resilab_models::ModelConfig;
+use resilab_train::Trainer;
 use serde::Serialize;
 
 use crate::{Result, RunConfig};
@@ -41,17 +42,24 @@ pub struct StepBench {
     pub step_ms_median: f64,
 }
 
-/// Measures `steps` training steps (after `warmup` untimed ones) of `model` at batch `batch` on
-/// 3x32x32 images, SGD with momentum 0.9.
-pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<(f64, usize)> {
+/// A trainer for `model` on `batch` synthetic 3x32x32 images (one batch per epoch), default SGD
+/// with momentum 0.9, for `steps` steps, and the configuration it was built from.
+fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, device: &Device) -> Result<(RunConfig, Trainer)> {
     let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
     let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
     let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
     cfg.model = model.clone();
     cfg.data = data;
     cfg.train.batch_size = batch;
-    cfg.train.steps = Some((warmup + steps) as u64);
-    let mut trainer = crate::run::build_trainer(&cfg, split, device)?;
+    cfg.train.steps = Some(steps as u64);
+    let trainer = crate::run::build_trainer(&cfg, split, device)?;
+    Ok((cfg, trainer))
+}
+
+/// Measures `steps` training steps (after `warmup` untimed ones) of `model` at batch `batch` on
+/// 3x32x32 images, SGD with momentum 0.9.
+pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<(f64, usize)> {
+    let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, device)?;
     let params = trainer.workers[0].net.num_trainable();
     for _ in 0..warmup {
         trainer.step();
@@ -113,14 +121,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `steps` training steps at batch `batch`) in `dir`, `reps` times each, against raw writes.
 pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, dir: &std::path::Path, device: &Device) -> Result<CheckpointBench> {
     use std::io::{Read, Write};
-    let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
-    let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
-    let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
-    cfg.model = model.clone();
-    cfg.data = data;
-    cfg.train.batch_size = batch;
-    cfg.train.steps = Some(steps as u64 + 1);
-    let mut trainer = crate::run::build_trainer(&cfg, split, device)?;
+    let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, device)?;
     trainer.step();
     let step_s = median(
         (0..steps.max(1))
