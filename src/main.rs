@@ -1,6 +1,6 @@
 //! The `resilab` command line: parses arguments, picks the backend, and calls the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
@@ -23,6 +23,12 @@ enum Command {
     Train(TrainArgs),
     /// List a checkpoint's attributes and datasets (shape, type, digest status).
     Inspect(InspectArgs),
+    /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
+    #[command(hide = true, name = "__probe")]
+    Probe {
+        /// The file.
+        file: PathBuf,
+    },
     /// Measure performance.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -199,6 +205,7 @@ fn train(args: TrainArgs) -> Result<()> {
         provenance: provenance(backend, &device_name, threads, cfg.seed),
         progress: !args.quiet,
         resume: args.resume,
+        probe: Box::new(|file: &Path| probe_in_child(file)),
     };
     eprintln!("resilab: training {} on {} ({threads} threads) -> {}", cfg.model.label(), device_name, out.display());
     let s = resilab_runner::train(&cfg, &opts)?;
@@ -260,8 +267,63 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Seconds a probe may take before the file is declared to hang the HDF5 library.
+const PROBE_TIMEOUT_S: u64 = 60;
+
+/// Opens and verifies `file` in a child process first: the HDF5 C library can crash (SIGSEGV,
+/// SIGABRT) or hang on some corrupt headers, which must end as an error, not take this process
+/// down. A file that a child read completely is then safe to read here.
+fn probe_in_child(file: &Path) -> resilab_checkpoint::Result<()> {
+    let unsafe_file = |message: String| resilab_checkpoint::Error::Unsafe { path: file.to_path_buf(), message };
+    let exe = std::env::current_exe().map_err(|e| unsafe_file(format!("cannot find the resilab binary to probe with: {e}")))?;
+    let mut child = std::process::Command::new(exe)
+        .arg("__probe")
+        .arg(file)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| unsafe_file(format!("cannot start the probe process: {e}")))?;
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed().as_secs() >= PROBE_TIMEOUT_S => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(unsafe_file(format!("reading it did not finish within {PROBE_TIMEOUT_S} s (HDF5 hangs on some corrupt files)")));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => return Err(unsafe_file(format!("probe process: {e}"))),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut s) = child.stderr.take() {
+        use std::io::Read as _;
+        let _ = s.read_to_string(&mut stderr);
+    }
+    if status.success() {
+        return Ok(());
+    }
+    match status.code() {
+        // The probe reported an ordinary error: pass its message on.
+        Some(_) => Err(unsafe_file(stderr.trim().trim_start_matches("error: ").to_string())),
+        None => {
+            use std::os::unix::process::ExitStatusExt as _;
+            Err(unsafe_file(format!(
+                "reading it crashed the HDF5 library (signal {}): the file is corrupt",
+                status.signal().unwrap_or(0)
+            )))
+        }
+    }
+}
+
 fn inspect(args: InspectArgs) -> Result<()> {
     use std::fmt::Write as _;
+    let file = if args.checkpoint.is_dir() { args.checkpoint.join(resilab_checkpoint::file_name(0)) } else { args.checkpoint.clone() };
+    if file.exists() {
+        probe_in_child(&file)?;
+    }
     let report = resilab_checkpoint::inspect(&args.checkpoint)?;
     let mut text = String::new();
     if args.json {
@@ -297,6 +359,7 @@ fn main() {
     let result = match cli.command {
         Command::Train(a) => train(a),
         Command::Inspect(a) => inspect(a),
+        Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
         Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
     };

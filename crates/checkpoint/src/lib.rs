@@ -52,6 +52,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Reading the file crashed or hung the HDF5 library in a probe process.
+    #[error("{path}: {message}")]
+    Unsafe {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        message: String,
+    },
     /// Stored digests do not match the data (policy `error`).
     #[error("{path}: {} dataset(s) fail their xxh3 digest: {}", .datasets.len(), .datasets.join(", "))]
     Mismatch {
@@ -284,8 +292,18 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     Ok((state, mismatched))
 }
 
+/// A check run on each file before it is opened in this process. The HDF5 C library can crash
+/// or hang on some corrupt headers; a probe that opens the file in a child process first (see
+/// `resilab`'s binary) turns that into an error. [`no_probe`] trusts the file.
+pub type Probe<'a> = &'a dyn Fn(&Path) -> Result<()>;
+
+/// A [`Probe`] that accepts every file.
+pub fn no_probe(_: &Path) -> Result<()> {
+    Ok(())
+}
+
 /// Loads checkpoint directory `dir` for a trainer whose current state is `template`.
-pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch) -> Result<(TrainState, LoadReport)> {
+pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
     let mut workers = Vec::new();
     let mut report = LoadReport { dir: dir.to_path_buf(), ..Default::default() };
     let mut step = None;
@@ -294,6 +312,7 @@ pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch) -> Result
         if !path.exists() {
             return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
         }
+        probe(&path)?;
         let (w, bad) = read_worker(&path, t)?;
         if !bad.is_empty() && policy != OnMismatch::Load {
             return Err(Error::Mismatch { path, datasets: bad });
@@ -312,7 +331,7 @@ pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch) -> Result
 /// Loads what `target` names: a checkpoint directory (`step-*`), a worker file inside one, or a
 /// directory of checkpoints (the newest is used). Under `fallback`, checkpoints that fail to load
 /// or verify are skipped in favour of the next older one.
-pub fn load(target: &Path, template: &TrainState, policy: OnMismatch) -> Result<(TrainState, LoadReport)> {
+pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
     let target = if target.is_file() { target.parent().unwrap_or(target).to_path_buf() } else { target.to_path_buf() };
     if !target.exists() {
         return Err(invalid(&target, "no such checkpoint"));
@@ -327,7 +346,7 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch) -> Result<
     }
     let mut skipped = Vec::new();
     for (i, dir) in candidates.iter().enumerate() {
-        match load_dir(dir, template, policy) {
+        match load_dir(dir, template, policy, probe) {
             Ok((state, mut report)) => {
                 report.skipped = skipped;
                 return Ok((state, report));

@@ -170,7 +170,7 @@ pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, 
         raw_write.push(t.elapsed().as_secs_f64());
 
         let t = Instant::now();
-        let (_loaded, _) = resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error)?;
+        let (_loaded, _) = resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error, &resilab_checkpoint::no_probe)?;
         read.push(t.elapsed().as_secs_f64());
 
         let t = Instant::now();

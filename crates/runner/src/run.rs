@@ -105,6 +105,8 @@ pub struct RunOptions {
     /// Continue from this checkpoint (a `step-*` directory, a worker file in one, or a
     /// directory of checkpoints, whose newest is used).
     pub resume: Option<PathBuf>,
+    /// Checked on every checkpoint file before it is opened in this process.
+    pub probe: Box<dyn Fn(&Path) -> resilab_checkpoint::Result<()>>,
 }
 
 /// Builds and initialises the network a configuration describes, for `split`'s images.
@@ -180,7 +182,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let mut mismatches = Vec::new();
     if let Some(target) = &opts.resume {
         let template = trainer.snapshot();
-        let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch)?;
+        let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
         trainer.restore(&state)?;
         for s in &report.skipped {
             eprintln!("resilab: skipped checkpoint {s}");
