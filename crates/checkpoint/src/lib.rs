@@ -182,10 +182,10 @@ pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     for e in std::fs::read_dir(root).map_err(io(root))? {
         let e = e.map_err(io(root))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(step) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok()) {
-            if e.path().is_dir() {
-                out.push((step, e.path()));
-            }
+        if let Some(step) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok())
+            && e.path().is_dir()
+        {
+            out.push((step, e.path()));
         }
     }
     out.sort();

@@ -44,6 +44,6 @@ impl CheckpointConfig {
     /// Whether a checkpoint is due after `step` (1-based), `epoch_end` telling whether it closed
     /// an epoch.
     pub fn due(&self, step: u64, epoch_end: bool) -> bool {
-        self.every_steps.is_some_and(|k| k > 0 && step % k == 0) || (self.every_epoch && epoch_end)
+        self.every_steps.is_some_and(|k| k > 0 && step.is_multiple_of(k)) || (self.every_epoch && epoch_end)
     }
 }

@@ -69,16 +69,16 @@ pub fn burn_path_to_name(stack: &[(String, String)], block_names: &[String]) -> 
             i += 1;
             continue;
         }
-        if name == "blocks" && container == "Struct:Net" {
-            if let Some(block) = stack
+        if name == "blocks"
+            && container == "Struct:Net"
+            && let Some(block) = stack
                 .get(i + 1)
                 .and_then(|(idx, _)| idx.parse::<usize>().ok())
                 .and_then(|idx| block_names.get(idx))
-            {
-                parts.push(block);
-                i += 2;
-                continue;
-            }
+        {
+            parts.push(block);
+            i += 2;
+            continue;
         }
         let leaf = NAME_TABLE
             .iter()

@@ -92,6 +92,9 @@ pub fn params_digest(net: &Net) -> String {
     format!("{:016x}", h.digest())
 }
 
+/// A check run on each checkpoint file before it is opened in this process.
+pub type FileProbe = Box<dyn Fn(&Path) -> resilab_checkpoint::Result<()>>;
+
 /// Options of a run that are not part of the configuration.
 pub struct RunOptions {
     /// Output directory.
@@ -106,7 +109,7 @@ pub struct RunOptions {
     /// directory of checkpoints, whose newest is used).
     pub resume: Option<PathBuf>,
     /// Checked on every checkpoint file before it is opened in this process.
-    pub probe: Box<dyn Fn(&Path) -> resilab_checkpoint::Result<()>>,
+    pub probe: FileProbe,
 }
 
 /// Builds and initialises the network a configuration describes, for `split`'s images.
