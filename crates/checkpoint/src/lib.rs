@@ -224,8 +224,8 @@ fn invalid(path: &Path, message: impl Into<String>) -> Error {
 
 /// Reads one worker file, validating every name and shape against `template` (a state of the
 /// same model, e.g. a fresh trainer's snapshot) before reading values. Returns the state and the
-/// datasets whose digest differs.
-pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, Vec<String>)> {
+/// global step it holds and the datasets whose digest differs.
+pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, u64, Vec<String>)> {
     let r = Reader::open(path)?;
     let version = r.attr_u64("/", "format_version")?;
     if version != FORMAT_VERSION {
@@ -289,7 +289,8 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     if state.rank != template.rank {
         return Err(invalid(path, format!("holds rank {}, expected {}", state.rank, template.rank)));
     }
-    Ok((state, mismatched))
+    let step = u("step")?;
+    Ok((state, step, mismatched))
 }
 
 /// A check run on each file before it is opened in this process. The HDF5 C library can crash
@@ -313,12 +314,11 @@ pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Pr
             return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
         }
         probe(&path)?;
-        let (w, bad) = read_worker(&path, t)?;
+        let (w, s, bad) = read_worker(&path, t)?;
         if !bad.is_empty() && policy != OnMismatch::Load {
             return Err(Error::Mismatch { path, datasets: bad });
         }
         report.mismatched.extend(bad.into_iter().map(|d| format!("{}: {d}", path.display())));
-        let s = Reader::open(&path)?.read_u64("/train_state/step")?;
         if step.is_some_and(|x| x != s) {
             return Err(invalid(dir, "worker files hold different steps"));
         }

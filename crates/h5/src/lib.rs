@@ -357,12 +357,10 @@ impl Reader {
     /// Recomputes the digest of an f32 dataset and compares it with the stored one:
     /// `Some(true)` matches, `Some(false)` differs, `None` when there is no stored digest.
     pub fn verify(&self, info: &DatasetInfo) -> Result<Option<bool>> {
-        let Some(stored) = info.stored_hash else { return Ok(None) };
-        if info.dtype != Dtype::F32 {
+        if info.stored_hash.is_none() || info.dtype != Dtype::F32 {
             return Ok(None);
         }
-        let values = self.read_f32(&info.path, &info.shape)?;
-        Ok(Some(digest_f32(&values) == stored))
+        Ok(self.read_f32_verified(info, &info.shape)?.1)
     }
 }
 

@@ -104,62 +104,67 @@ fn kind_of(stack: &[(String, String)]) -> LayerKind {
     }
 }
 
-struct Lister<'a> {
-    stack: Vec<(String, String)>,
-    block_names: &'a [String],
+/// The module path a visitor or mapper is at, and the description of the parameter there.
+struct PathStack {
+    entries: Vec<(String, String)>,
+    block_names: Vec<String>,
+}
+
+impl PathStack {
+    fn new(net: &Net) -> Self {
+        Self { entries: Vec::new(), block_names: net.block_names.clone() }
+    }
+    fn enter(&mut self, name: &str, container_type: &str) {
+        self.entries.push((name.to_string(), container_type.to_string()));
+    }
+    fn exit(&mut self) {
+        self.entries.pop();
+    }
+    fn info(&self, id: ParamId, shape: Vec<usize>) -> ParamInfo {
+        let name = burn_path_to_name(&self.entries, &self.block_names);
+        ParamInfo { trainable: is_trainable(&name), name, id, shape, kind: kind_of(&self.entries) }
+    }
+}
+
+struct Lister {
+    path: PathStack,
     out: Vec<ParamInfo>,
 }
 
-impl ModuleVisitor for Lister<'_> {
+impl ModuleVisitor for Lister {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.stack.push((name.to_string(), container_type.to_string()));
+        self.path.enter(name, container_type);
     }
     fn exit_module(&mut self, _: &str, _: &str) {
-        self.stack.pop();
+        self.path.exit();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let name = burn_path_to_name(&self.stack, self.block_names);
-        self.out.push(ParamInfo {
-            trainable: is_trainable(&name),
-            name,
-            id: param.id,
-            shape: param.shape().dims::<D>().to_vec(),
-            kind: kind_of(&self.stack),
-        });
+        self.out.push(self.path.info(param.id, param.shape().dims::<D>().to_vec()));
     }
 }
 
 /// Every parameter and buffer of `net`, in module order.
 pub fn named_params(net: &Net) -> Vec<ParamInfo> {
-    let mut lister = Lister { stack: Vec::new(), block_names: &net.block_names, out: Vec::new() };
+    let mut lister = Lister { path: PathStack::new(net), out: Vec::new() };
     net.visit(&mut lister);
     lister.out
 }
 
-struct Reader<'a, F> {
-    stack: Vec<(String, String)>,
-    block_names: &'a [String],
+struct Reader<F> {
+    path: PathStack,
     f: F,
 }
 
-impl<F: FnMut(&ParamInfo, Tensor<1>)> ModuleVisitor for Reader<'_, F> {
+impl<F: FnMut(&ParamInfo, Tensor<1>)> ModuleVisitor for Reader<F> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.stack.push((name.to_string(), container_type.to_string()));
+        self.path.enter(name, container_type);
     }
     fn exit_module(&mut self, _: &str, _: &str) {
-        self.stack.pop();
+        self.path.exit();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let value = param.val();
-        let shape = value.dims().to_vec();
-        let name = burn_path_to_name(&self.stack, self.block_names);
-        let info = ParamInfo {
-            trainable: is_trainable(&name),
-            name,
-            id: param.id,
-            kind: kind_of(&self.stack),
-            shape,
-        };
+        let info = self.path.info(param.id, value.dims().to_vec());
         let n = info.numel();
         (self.f)(&info, value.reshape([n]));
     }
@@ -167,35 +172,26 @@ impl<F: FnMut(&ParamInfo, Tensor<1>)> ModuleVisitor for Reader<'_, F> {
 
 /// Calls `f` with every parameter's description and its values flattened to one dimension.
 pub fn for_each_param(net: &Net, f: impl FnMut(&ParamInfo, Tensor<1>)) {
-    let mut reader = Reader { stack: Vec::new(), block_names: &net.block_names, f };
+    let mut reader = Reader { path: PathStack::new(net), f };
     net.visit(&mut reader);
 }
 
 struct Writer<'a, F> {
-    stack: Vec<(String, String)>,
-    block_names: Vec<String>,
+    path: PathStack,
     f: &'a mut F,
 }
 
 impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writer<'_, F> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.stack.push((name.to_string(), container_type.to_string()));
+        self.path.enter(name, container_type);
     }
     fn exit_module(&mut self, _: &str, _: &str) {
-        self.stack.pop();
+        self.path.exit();
     }
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, value, mapper) = param.consume();
         let shape: [usize; D] = value.dims();
-        let name = burn_path_to_name(&self.stack, &self.block_names);
-        let trainable = is_trainable(&name);
-        let info = ParamInfo {
-            name,
-            id,
-            shape: shape.to_vec(),
-            trainable,
-            kind: kind_of(&self.stack),
-        };
+        let info = self.path.info(id, shape.to_vec());
         let n = info.numel();
         let value = match (self.f)(&info, value.clone().reshape([n])) {
             Some(new) => {
@@ -203,7 +199,7 @@ impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writ
                 let new = new.reshape(shape).without_autodiff();
                 if value.is_autodiff() {
                     let new = new.autodiff();
-                    if trainable { new.require_grad() } else { new }
+                    if info.trainable { new.require_grad() } else { new }
                 } else {
                     new
                 }
@@ -217,7 +213,6 @@ impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writ
 /// Replaces parameters by name: `f` receives each parameter's description and flattened values
 /// and returns new flattened values (same length) or `None` to keep it. Trainability is kept.
 pub fn map_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>) -> Net {
-    let block_names = net.block_names.clone();
-    let mut writer = Writer { stack: Vec::new(), block_names, f: &mut f };
+    let mut writer = Writer { path: PathStack::new(&net), f: &mut f };
     net.map(&mut writer)
 }
