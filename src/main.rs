@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 use resilab_models::{Arch, ModelConfig};
+use resilab_inject::Spec;
 use resilab_runner::{BackendKind, Provenance, RunConfig, RunOptions, default_out_dir};
 
 /// A testbed for studying how deep-learning training survives soft errors.
@@ -29,9 +30,62 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// Flip bits in an HDF5 file (checkpoint alteration): values through the HDF5 API, or raw
+    /// bytes. Reads the published injector's YAML configs unchanged, or the same keys in TOML.
+    /// Writes a corrupted copy (the input is untouched unless --in-place) and a JSON-lines log
+    /// with one line per attempt.
+    Inject(InjectArgs),
+    /// Compare two HDF5 files dataset by dataset: values that differ, their share, the bits that
+    /// differ, largest absolute and relative change, NaN/Inf counts.
+    Diff(DiffArgs),
     /// Measure performance.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args)]
+struct InjectArgs {
+    /// Injection config (.yaml/.yml or .toml; keys in docs/injector.md). Not needed with --replay.
+    #[arg(long, short, value_name = "FILE", required_unless_present = "replay")]
+    config: Option<PathBuf>,
+    /// The HDF5 file to corrupt (overrides the config's `hdf5_file`; with --replay, defaults to
+    /// the input named in the log).
+    #[arg(long, short, value_name = "H5")]
+    file: Option<PathBuf>,
+    /// Seed of every draw (overrides the config's `seed`; without either a fresh seed is drawn,
+    /// printed and logged).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Where to write the corrupted copy (default: <input stem>.injected.h5 beside the input).
+    #[arg(long, short, value_name = "OUT.h5", conflicts_with = "in_place")]
+    output: Option<PathBuf>,
+    /// Corrupt the input file itself (replaced atomically once every flip is written).
+    #[arg(long)]
+    in_place: bool,
+    /// Where to write the log (default: the output path with .log.jsonl instead of .h5).
+    #[arg(long, value_name = "LOG.jsonl")]
+    log: Option<PathBuf>,
+    /// Redo exactly the corruption recorded in a log (same datasets, elements, bits, order)
+    /// instead of drawing new flips.
+    #[arg(long, value_name = "LOG.jsonl")]
+    replay: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DiffArgs {
+    /// The first file (e.g. the original checkpoint).
+    a: PathBuf,
+    /// The second file (e.g. the corrupted copy).
+    b: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// List every dataset in the table, not only those that differ.
+    #[arg(long)]
+    all: bool,
 }
 
 /// Options shared by every command that computes.
@@ -354,12 +408,106 @@ fn print_all(text: &str) -> Result<()> {
     }
 }
 
+fn default_output(input: &Path) -> PathBuf {
+    let stem = input.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
+    input.with_file_name(format!("{stem}.injected.h5"))
+}
+
+fn default_log(output: &Path) -> PathBuf {
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "injection".into());
+    output.with_file_name(format!("{stem}.log.jsonl"))
+}
+
+fn inject(args: InjectArgs) -> Result<()> {
+    use resilab_inject::{LogLine, Output};
+    let spec = match &args.config {
+        Some(path) => Some(resilab_inject::RawConfig::load(path)?.validate().with_context(|| format!("{}", path.display()))?),
+        None => None,
+    };
+    let replay = args.replay.clone().or_else(|| spec.as_ref().and_then(|s| s.replay.clone()));
+    let input = match (&args.file, &spec, &replay) {
+        (Some(f), _, _) => f.clone(),
+        (None, Some(Spec { file: Some(f), .. }), _) => f.clone(),
+        (None, _, Some(log)) => match resilab_inject::read_log(log)?.first() {
+            Some(LogLine::Header(h)) => PathBuf::from(&h.input),
+            _ => bail!("{}: no header line naming the input file; give --file", log.display()),
+        },
+        _ => bail!("no file to corrupt: set `hdf5_file` in the config or give --file"),
+    };
+    let output = if args.in_place { Output::InPlace } else { Output::Copy(args.output.clone().unwrap_or_else(|| default_output(&input))) };
+    if let Output::Copy(out) = &output
+        && out.canonicalize().ok().is_some_and(|o| input.canonicalize().ok() == Some(o))
+    {
+        bail!("--output {} is the input file; use --in-place to corrupt the input itself", out.display());
+    }
+    let out_path = match &output {
+        Output::Copy(p) => p.clone(),
+        Output::InPlace => input.clone(),
+    };
+    let log = args.log.clone().unwrap_or_else(|| default_log(&out_path));
+    if let Some(replay_log) = replay {
+        let r = resilab_inject::replay_file(&replay_log, &input, &output)?;
+        let summary = serde_json::json!({"replayed": r.applied, "differing_from_log": r.differing, "output": r.output});
+        if args.json {
+            println!("{summary}");
+        } else {
+            println!(
+                "replayed {} corruption(s) from {} on {} -> {}{}",
+                r.applied,
+                replay_log.display(),
+                input.display(),
+                r.output.display(),
+                if r.differing > 0 { format!(" ({} found a different value than logged: not the same file)", r.differing) } else { String::new() }
+            );
+        }
+        return Ok(());
+    }
+    let spec = spec.context("a config is required unless --replay is given")?;
+    let seed = args.seed.or(spec.seed).unwrap_or_else(resilab_inject::fresh_seed);
+    for key in &spec.ignored {
+        eprintln!("resilab: note: ignoring {key}");
+    }
+    let report = resilab_inject::inject_file(&spec, &input, &output, seed)?;
+    resilab_inject::write_log(&log, &report)?;
+    let s = &report.summary;
+    if args.json {
+        println!("{}", serde_json::json!({"summary": s, "seed": seed, "output": report.output, "log": log}));
+    } else {
+        println!(
+            "corrupted {} of {} attempts ({} not selected, {} rejected; {} NaN, {} Inf, {} extreme; {:.6}% of the file's {} elements) seed {seed} -> {}; log {}",
+            s.corrupted,
+            s.attempts,
+            s.not_selected,
+            s.rejected,
+            s.nan,
+            s.inf,
+            s.extreme,
+            s.share_of_file_percent,
+            s.total_elements,
+            report.output.display(),
+            log.display()
+        );
+    }
+    Ok(())
+}
+
+fn diff(args: DiffArgs) -> Result<()> {
+    let d = resilab_inject::diff(&args.a, &args.b)?;
+    if args.json {
+        print_all(&format!("{}\n", serde_json::to_string_pretty(&d)?))
+    } else {
+        print_all(&d.table(args.all))
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => train(a),
         Command::Inspect(a) => inspect(a),
         Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
+        Command::Inject(a) => inject(a),
+        Command::Diff(a) => diff(a),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
         Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
     };

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 use hdf5::types::{VarLenUnicode, TypeDescriptor, FloatSize, IntSize};
 
+mod values;
+pub use values::{Editor, Extent};
+
 /// Name of the attribute holding a dataset's XXH3-64 digest.
 pub const HASH_ATTR: &str = "xxh3";
 
@@ -69,6 +72,27 @@ pub enum Dtype {
     Other,
 }
 
+impl Dtype {
+    /// Width of one element in bits (0 for [`Dtype::Other`]).
+    pub fn bits(self) -> u32 {
+        match self {
+            Dtype::F16 => 16,
+            Dtype::F32 => 32,
+            Dtype::F64 => 64,
+            Dtype::Int(b) | Dtype::Uint(b) => 8 * b as u32,
+            Dtype::Other => 0,
+        }
+    }
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::F32 | Dtype::F64)
+    }
+    /// Whether this is a number type (float or integer) whose elements can be read as raw bits.
+    pub fn is_numeric(self) -> bool {
+        self != Dtype::Other
+    }
+}
+
 impl serde::Serialize for Dtype {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.collect_str(self)
@@ -116,10 +140,9 @@ fn dtype_of(td: &TypeDescriptor) -> Dtype {
     match td {
         TypeDescriptor::Float(FloatSize::U4) => Dtype::F32,
         TypeDescriptor::Float(FloatSize::U8) => Dtype::F64,
+        TypeDescriptor::Float(FloatSize::U2) => Dtype::F16,
         TypeDescriptor::Integer(s) => Dtype::Int(int_size(*s)),
         TypeDescriptor::Unsigned(s) => Dtype::Uint(int_size(*s)),
-        #[allow(unreachable_patterns)]
-        TypeDescriptor::Float(_) => Dtype::F16,
         _ => Dtype::Other,
     }
 }

@@ -1,0 +1,419 @@
+//! Injection configs: the published injector's YAML keys, in YAML or TOML, plus resilab's own.
+//!
+//! Parsing is two-stage: the file into [`RawConfig`] (unknown keys are errors), then
+//! [`RawConfig::validate`] into a [`Spec`] whose every field is ready to use. Errors name the key.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{FaultModel, Mode, Precision};
+use crate::run::Sampling;
+use crate::{Error, Result};
+
+/// A number or a string, for keys YAML may type either way (`float_precision: 64` / `"auto"`,
+/// `bit_mask: 10110` / `"10110"`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumOrStr {
+    /// A whole number.
+    Int(u64),
+    /// Text.
+    Str(String),
+}
+
+impl NumOrStr {
+    fn text(&self) -> String {
+        match self {
+            NumOrStr::Int(n) => n.to_string(),
+            NumOrStr::Str(s) => s.trim().to_string(),
+        }
+    }
+}
+
+/// How `injection_tries` is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectionType {
+    /// `injection_tries` attempts.
+    #[default]
+    Count,
+    /// `injection_tries` percent of the file's elements (bytes in byte mode), in (0, 100].
+    Percentage,
+}
+
+/// What the attempts corrupt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    /// Dataset values through the HDF5 API (the reference's behaviour).
+    #[default]
+    Values,
+    /// Single bits of the file's bytes, metadata included, bypassing HDF5.
+    Bytes,
+}
+
+/// Which bytes byte mode may hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Region {
+    /// Every byte of the file.
+    #[default]
+    File,
+    /// Bytes of contiguous dataset storage (element data).
+    Data,
+    /// Every other byte: superblock, object headers, B-trees, heaps, attributes.
+    Metadata,
+}
+
+/// An injection config as written (YAML or TOML). Keys are those of the published injector;
+/// `seed`, `sampling`, `max_redraws`, `extreme_threshold`, `target` and `byte_region` are resilab's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// The file to corrupt (overridden by `--file`).
+    pub hdf5_file: Option<PathBuf>,
+    /// Probability in [0, 1] that an attempt corrupts its value (default 1).
+    pub injection_probability: Option<f64>,
+    /// `count` or `percentage` (default count).
+    pub injection_type: Option<InjectionType>,
+    /// Attempts (count) or percent of the file's elements (percentage).
+    pub injection_tries: Option<f64>,
+    /// Accepted for compatibility; resilab writes its log where `--log` says.
+    pub log_file_path: Option<String>,
+    /// 16, 32, 64 or auto (default auto).
+    pub float_precision: Option<NumOrStr>,
+    /// First bit of the range, reference numbering (0 = sign).
+    pub first_bit: Option<u32>,
+    /// Last bit of the range, reference numbering.
+    pub last_bit: Option<u32>,
+    /// Distinct bits flipped per value in bit-range mode (default 1).
+    pub burst: Option<u32>,
+    /// Scaling mode: multiply values by this.
+    pub scaling_factor: Option<f64>,
+    /// Bit-mask mode: a pattern of 0s and 1s.
+    pub bit_mask: Option<NumOrStr>,
+    /// Whether the sign bit may flip (default true).
+    pub allow_sign_change: Option<bool>,
+    /// Whether NaN/Inf results are allowed (default true).
+    #[serde(rename = "allow_NaN_values")]
+    pub allow_nan_values: Option<bool>,
+    /// Accepted for compatibility; resilab always logs every attempt.
+    pub save_injection_sequence: Option<bool>,
+    /// Replays a resilab log (JSON lines) instead of drawing.
+    pub injection_sequence_path: Option<PathBuf>,
+    /// Pick among all datasets, ignoring `locations_to_corrupt`.
+    pub use_random_locations: Option<bool>,
+    /// Groups or datasets whose datasets may be hit, matched by whole path components.
+    pub locations_to_corrupt: Option<Vec<String>>,
+    /// Seed of every draw (overridden by `--seed`).
+    pub seed: Option<u64>,
+    /// `per_tensor` (reference, default) or `per_element`.
+    pub sampling: Option<Sampling>,
+    /// Redraws allowed per value when NaN/Inf is refused (default 100).
+    pub max_redraws: Option<u32>,
+    /// Magnitude above which a finite value counts as extreme (default 1e10).
+    pub extreme_threshold: Option<f64>,
+    /// `values` (default) or `bytes`.
+    pub target: Option<TargetKind>,
+    /// Byte mode: `file` (default), `data` or `metadata`.
+    pub byte_region: Option<Region>,
+}
+
+/// How many attempts, before the file is known.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Tries {
+    /// Exactly this many.
+    Count(u64),
+    /// This percent of the file's elements (bytes in byte mode), at least one.
+    Percent(f64),
+}
+
+impl Tries {
+    /// Attempts for a file of `total` elements (or bytes).
+    pub fn attempts(self, total: u64) -> u64 {
+        match self {
+            Tries::Count(n) => n,
+            Tries::Percent(p) => ((p * total as f64 / 100.0).floor() as u64).max(1),
+        }
+    }
+}
+
+/// A validated config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spec {
+    /// The file named by the config, if any.
+    pub file: Option<PathBuf>,
+    /// The fault model (value mode).
+    pub model: FaultModel,
+    /// Probability that an attempt corrupts.
+    pub probability: f64,
+    /// Number of attempts.
+    pub tries: Tries,
+    /// `None`: every number dataset; otherwise these locations.
+    pub locations: Option<Vec<String>>,
+    /// How attempts pick elements.
+    pub sampling: Sampling,
+    /// Seed from the config.
+    pub seed: Option<u64>,
+    /// Values or bytes.
+    pub target: TargetKind,
+    /// Byte mode's region.
+    pub region: Region,
+    /// A log to replay instead of drawing.
+    pub replay: Option<PathBuf>,
+    /// Keys accepted for compatibility that resilab does not act on.
+    pub ignored: Vec<String>,
+}
+
+fn bad(key: &str, message: impl Into<String>) -> Error {
+    Error::Config { key: key.to_string(), message: message.into() }
+}
+
+impl RawConfig {
+    /// Reads a `.yaml`/`.yml` or `.toml` file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let parsed = match ext.as_str() {
+            "yaml" | "yml" => yaml_serde::from_str(&text).map_err(|e| e.to_string()),
+            "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
+            _ => return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() }),
+        };
+        parsed.map_err(|message| Error::Parse { path: path.to_path_buf(), message: message.trim().to_string() })
+    }
+
+    /// Checks every key and builds the spec.
+    pub fn validate(&self) -> Result<Spec> {
+        let precision = match self.float_precision.as_ref().map(NumOrStr::text).as_deref() {
+            None | Some("auto") => Precision::Auto,
+            Some("16") => Precision::P16,
+            Some("32") => Precision::P32,
+            Some("64") => Precision::P64,
+            Some(other) => return Err(bad("float_precision", format!("must be 16, 32, 64 or auto, got {other:?}"))),
+        };
+        let range_set = self.first_bit.is_some() || self.last_bit.is_some() || self.burst.is_some_and(|b| b > 1);
+        let modes: Vec<(&str, &str)> = [
+            (range_set, ("first_bit", "bit range (first_bit/last_bit/burst)")),
+            (self.bit_mask.is_some(), ("bit_mask", "bit_mask")),
+            (self.scaling_factor.is_some(), ("scaling_factor", "scaling_factor")),
+        ]
+        .into_iter()
+        .filter_map(|(set, m)| set.then_some(m))
+        .collect();
+        if modes.len() > 1 {
+            let names: Vec<&str> = modes.iter().map(|m| m.1).collect();
+            return Err(bad(modes[1].0, format!("only one mode may be set, found {}", names.join(" and "))));
+        }
+        let mode = if let Some(mask) = &self.bit_mask {
+            let text = mask.text();
+            if text.is_empty() || !text.chars().all(|c| c == '0' || c == '1') {
+                return Err(bad("bit_mask", format!("must be a pattern of 0s and 1s, got {text:?}")));
+            }
+            if !text.contains('1') {
+                return Err(bad("bit_mask", "has no 1: it would flip nothing"));
+            }
+            if text.len() > 64 {
+                return Err(bad("bit_mask", format!("has {} bits, longer than any float (64 bits at most)", text.len())));
+            }
+            Mode::BitMask { pattern: text.chars().map(|c| c == '1').collect() }
+        } else if let Some(factor) = self.scaling_factor {
+            if !factor.is_finite() {
+                return Err(bad("scaling_factor", format!("must be finite, got {factor}")));
+            }
+            Mode::Scaling { factor }
+        } else {
+            let burst = self.burst.unwrap_or(1);
+            if burst == 0 {
+                return Err(bad("burst", "must be at least 1"));
+            }
+            if let (Some(f), Some(l)) = (self.first_bit, self.last_bit)
+                && f > l
+            {
+                return Err(bad("first_bit", format!("first_bit ({f}) is greater than last_bit ({l})")));
+            }
+            Mode::BitRange { first: self.first_bit, last: self.last_bit, burst }
+        };
+        let model = FaultModel {
+            mode,
+            precision,
+            allow_sign_change: self.allow_sign_change.unwrap_or(true),
+            allow_nan: self.allow_nan_values.unwrap_or(true),
+            max_redraws: self.max_redraws.unwrap_or(100),
+            extreme_threshold: self.extreme_threshold.unwrap_or(1e10),
+        };
+        if let Some(p) = precision.fixed() {
+            model.check_width(p).map_err(|m| bad(key_of(&model.mode), m))?;
+        } else {
+            // Auto: the range must at least fit a 64-bit word; narrower datasets are checked
+            // against their own width once the file is known.
+            model.check_width(64).map_err(|m| bad(key_of(&model.mode), m))?;
+        }
+        if !(model.extreme_threshold > 0.0) {
+            return Err(bad("extreme_threshold", "must be a positive number"));
+        }
+        let probability = self.injection_probability.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&probability) {
+            return Err(bad("injection_probability", format!("must be in [0, 1], got {probability}")));
+        }
+        let kind = self.injection_type.unwrap_or_default();
+        let tries = match (kind, self.injection_tries) {
+            (_, None) if self.injection_sequence_path.is_none() => return Err(bad("injection_tries", "is required (the number of attempts, or a percentage)")),
+            (_, None) => Tries::Count(0),
+            (InjectionType::Count, Some(n)) => {
+                if !(n >= 1.0 && n.fract() == 0.0 && n < 1e15) {
+                    return Err(bad("injection_tries", format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}")));
+                }
+                Tries::Count(n as u64)
+            }
+            (InjectionType::Percentage, Some(p)) => {
+                if !(p > 0.0 && p <= 100.0) {
+                    return Err(bad("injection_tries", format!("must be a percentage in (0, 100] for injection_type = percentage, got {p}")));
+                }
+                Tries::Percent(p)
+            }
+        };
+        let random = self.use_random_locations.unwrap_or(false);
+        let locations = if random {
+            None
+        } else {
+            let l = self.locations_to_corrupt.clone().unwrap_or_default();
+            if l.is_empty() {
+                return Err(bad("locations_to_corrupt", "is empty and use_random_locations is false: nothing to corrupt"));
+            }
+            if let Some(b) = l.iter().find(|s| s.trim_matches('/').is_empty()) {
+                return Err(bad("locations_to_corrupt", format!("{b:?} is not a path (use use_random_locations = true for the whole file)")));
+            }
+            Some(l)
+        };
+        let target = self.target.unwrap_or_default();
+        if target == TargetKind::Bytes {
+            let value_keys = [
+                ("first_bit", self.first_bit.is_some()),
+                ("last_bit", self.last_bit.is_some()),
+                ("burst", self.burst.is_some_and(|b| b > 1)),
+                ("bit_mask", self.bit_mask.is_some()),
+                ("scaling_factor", self.scaling_factor.is_some()),
+                ("float_precision", self.float_precision.is_some()),
+                ("locations_to_corrupt", self.locations_to_corrupt.as_ref().is_some_and(|l| !l.is_empty()) && !random),
+            ];
+            if let Some((k, _)) = value_keys.iter().find(|(_, set)| *set) {
+                return Err(bad(k, "does not apply to target = \"bytes\" (one random bit of a random byte per attempt)"));
+            }
+        } else if self.byte_region.is_some() {
+            return Err(bad("byte_region", "only applies to target = \"bytes\""));
+        }
+        let mut ignored = Vec::new();
+        if self.log_file_path.is_some() {
+            ignored.push("log_file_path (the log goes where --log says)".to_string());
+        }
+        if self.save_injection_sequence.is_some() {
+            ignored.push("save_injection_sequence (every attempt is always logged)".to_string());
+        }
+        Ok(Spec {
+            file: self.hdf5_file.clone(),
+            model,
+            probability,
+            tries,
+            locations: if target == TargetKind::Bytes { None } else { locations },
+            sampling: self.sampling.unwrap_or_default(),
+            seed: self.seed,
+            target,
+            region: self.byte_region.unwrap_or_default(),
+            replay: self.injection_sequence_path.clone(),
+            ignored,
+        })
+    }
+}
+
+fn key_of(mode: &Mode) -> &'static str {
+    match mode {
+        Mode::BitRange { .. } => "last_bit",
+        Mode::BitMask { .. } => "bit_mask",
+        Mode::Scaling { .. } => "scaling_factor",
+    }
+}
+
+/// Whether dataset `path` lies at or under `location`, compared by whole path components
+/// (`/model/conv1` matches `/model/conv1/weight`, not `/model/conv10/weight`).
+pub fn location_matches(location: &str, path: &str) -> bool {
+    let mut l = location.split('/').filter(|s| !s.is_empty());
+    let mut p = path.split('/').filter(|s| !s.is_empty());
+    loop {
+        match (l.next(), p.next()) {
+            (None, _) => return true,
+            (Some(a), Some(b)) if a == b => continue,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(s: &str) -> Result<Spec> {
+        let raw: RawConfig = yaml_serde::from_str(s).map_err(|e| Error::Parse { path: "t.yaml".into(), message: e.to_string() })?;
+        raw.validate()
+    }
+
+    #[test]
+    fn reference_pytorch_config_parses() {
+        let s = yaml(
+            "hdf5_file: \"/x.h5\"\ninjection_probability: 1 # 1e-8\ninjection_type: \"count\"\ninjection_tries: 5\nlog_file_path: \"/nowhere/\"\n\
+             float_precision: 64\nfirst_bit: 0\nlast_bit: 63\nburst: 1\n#scaling_factor: 1\nallow_sign_change: True\nallow_NaN_values: True\n\
+             save_injection_sequence: False\nuse_random_locations: true\nlocations_to_corrupt:\n  - \"/model/fc.weight\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.model.precision, Precision::P64);
+        assert_eq!(s.tries, Tries::Count(5));
+        assert_eq!(s.locations, None);
+        assert_eq!(s.ignored.len(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("injection_tries: 1\nuse_random_locations: true\nbogus: 1\n", "bogus"),
+            ("injection_tries: 1\nuse_random_locations: true\nbit_mask: \"101\"\nscaling_factor: 2\n", "only one mode"),
+            ("injection_tries: 1\nuse_random_locations: true\nfirst_bit: 5\nlast_bit: 3\n", "first_bit (5) is greater than last_bit (3)"),
+            ("injection_tries: 1\nuse_random_locations: true\nfloat_precision: 16\nbit_mask: \"10000000000000001\"\n", "bit_mask has 17 bits"),
+            ("injection_tries: 1\nuse_random_locations: true\ninjection_probability: 1.5\n", "injection_probability"),
+            ("injection_tries: 1\nuse_random_locations: false\n", "locations_to_corrupt"),
+            ("injection_tries: 0\nuse_random_locations: true\n", "injection_tries"),
+            ("injection_type: percentage\ninjection_tries: 150\nuse_random_locations: true\n", "(0, 100]"),
+            ("injection_tries: 1\nuse_random_locations: true\nfloat_precision: 8\n", "float_precision"),
+            ("injection_tries: 1\nuse_random_locations: true\nfloat_precision: 32\nlast_bit: 40\n", "last_bit 40"),
+            ("injection_tries: 1\nuse_random_locations: true\nfirst_bit: 3\nlast_bit: 4\nburst: 3\nallow_sign_change: false\n", "burst 3"),
+        ];
+        for (cfg, want) in cases {
+            let err = yaml(cfg).expect_err(cfg).to_string();
+            assert!(err.contains(want), "{cfg:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn percentage_accepts_any_value_in_range() {
+        for p in [0.001, 0.5, 1.0, 37.5, 100.0] {
+            let s = yaml(&format!("injection_type: percentage\ninjection_tries: {p}\nuse_random_locations: true\n")).unwrap();
+            assert_eq!(s.tries, Tries::Percent(p));
+        }
+        assert_eq!(Tries::Percent(0.001).attempts(1000), 1);
+        assert_eq!(Tries::Percent(37.5).attempts(1000), 375);
+    }
+
+    #[test]
+    fn unquoted_mask_is_a_pattern() {
+        let s = yaml("injection_tries: 1\nuse_random_locations: true\nbit_mask: 10110\n").unwrap();
+        assert_eq!(s.model.mode, Mode::BitMask { pattern: vec![true, false, true, true, false] });
+    }
+
+    #[test]
+    fn whole_component_matching() {
+        assert!(location_matches("/model/conv1", "/model/conv1/weight"));
+        assert!(location_matches("/model/conv1/", "/model/conv1/weight"));
+        assert!(location_matches("/model/conv1/weight", "/model/conv1/weight"));
+        assert!(!location_matches("/model/conv1", "/model/conv10/weight"));
+        assert!(!location_matches("/model/layer1.0.bn1", "/model/layer1.0.bn1.weight"));
+    }
+}

@@ -1,0 +1,468 @@
+//! Injection into HDF5 files: plan everything from the untouched input, then write the result
+//! to a staged copy that replaces the output atomically. A failure at any point leaves the input
+//! and any previous output as they were.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use resilab_h5::{Editor, Reader};
+use serde::{Deserialize, Serialize};
+
+use crate::bytes::{self, ByteRecord};
+use crate::config::{Spec, TargetKind, location_matches};
+use crate::model::{self, Flip};
+use crate::run::{self, Outcome, Plan, Record, Summary, Target};
+use crate::{Error, Result};
+
+/// Where the corrupted file goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// A new file (replaced atomically if it exists); the input is never written.
+    Copy(PathBuf),
+    /// The input itself, replaced atomically.
+    InPlace,
+}
+
+/// The first line of a log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Version of resilab that wrote the log.
+    pub resilab_version: String,
+    /// The file read.
+    pub input: String,
+    /// The file written.
+    pub output: String,
+    /// Seed of the draws (`null` for a replay).
+    pub seed: Option<u64>,
+    /// `values`, `bytes` or `replay`.
+    pub target: String,
+    /// The fault model, in words.
+    pub model: String,
+    /// Probability that an attempt corrupts.
+    pub probability: f64,
+    /// Attempts made.
+    pub attempts: u64,
+    /// `per_tensor` or `per_element` (values), or the byte region.
+    pub sampling: String,
+    /// Datasets attempts could hit.
+    pub candidates: Vec<String>,
+    /// Elements (bytes in byte mode) in the file.
+    pub total_elements: u64,
+    /// Config keys accepted but not acted on.
+    pub ignored: Vec<String>,
+}
+
+/// One line of a log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LogLine {
+    /// What was run.
+    Header(Header),
+    /// One value attempt.
+    Attempt(Record),
+    /// One byte attempt.
+    ByteAttempt(ByteRecord),
+    /// Totals.
+    Summary(Summary),
+}
+
+/// What an injection did.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The log's first line.
+    pub header: Header,
+    /// Value attempts.
+    pub records: Vec<Record>,
+    /// Byte attempts.
+    pub byte_records: Vec<ByteRecord>,
+    /// Totals.
+    pub summary: Summary,
+    /// The file written.
+    pub output: PathBuf,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Io { path: path.to_path_buf(), message: e.to_string() }
+}
+
+fn existing(input: &Path) -> Result<()> {
+    match std::fs::metadata(input) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(Error::Io { path: input.to_path_buf(), message: "is not a file".into() }),
+        Err(e) => Err(Error::Io { path: input.to_path_buf(), message: e.to_string() }),
+    }
+}
+
+/// The datasets a spec may hit in a file, and the file's element count.
+pub fn targets(reader: &Reader, spec: &Spec) -> Result<(Vec<Target>, u64)> {
+    let infos = reader.datasets()?;
+    let total: u64 = infos.iter().filter(|d| d.dtype.is_numeric()).map(|d| d.len() as u64).sum();
+    let usable = |d: &&resilab_h5::DatasetInfo| d.dtype.is_numeric() && !d.is_empty();
+    let chosen: Vec<&resilab_h5::DatasetInfo> = match &spec.locations {
+        None => infos.iter().filter(usable).collect(),
+        Some(locations) => {
+            for loc in locations {
+                let hits: Vec<_> = infos.iter().filter(|d| location_matches(loc, &d.path)).collect();
+                if hits.is_empty() {
+                    let examples: Vec<&str> = infos.iter().take(4).map(|d| d.path.as_str()).collect();
+                    return Err(Error::Location {
+                        location: loc.clone(),
+                        file: reader.path().to_path_buf(),
+                        message: format!("matches no dataset (paths look like {})", examples.join(", ")),
+                    });
+                }
+                if !hits.iter().any(usable) {
+                    return Err(Error::Location { location: loc.clone(), file: reader.path().to_path_buf(), message: "matches only datasets that are empty or not numbers".into() });
+                }
+            }
+            infos.iter().filter(usable).filter(|d| locations.iter().any(|l| location_matches(l, &d.path))).collect()
+        }
+    };
+    if chosen.is_empty() {
+        return Err(Error::Location { location: "/".into(), file: reader.path().to_path_buf(), message: "the file holds no number datasets to corrupt".into() });
+    }
+    for d in &chosen {
+        if d.dtype.is_float() {
+            let p = spec.model.precision.bits_for(d.dtype);
+            spec.model.check_width(p).map_err(|m| Error::Location { location: d.path.clone(), file: reader.path().to_path_buf(), message: format!("{} dataset: {m}", d.dtype) })?;
+        }
+    }
+    let targets = chosen.into_iter().map(|d| Target { path: d.path.clone(), dtype: d.dtype, len: d.len() }).collect();
+    Ok((targets, total))
+}
+
+/// Copies `input` to a hidden file beside `output`, lets `edit` change it, syncs it and renames
+/// it over `output`. The staged copy is removed if anything fails.
+fn staged(input: &Path, output: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new().prefix(".resilab-inject-").suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
+    std::fs::copy(input, tmp.path()).map_err(io(input))?;
+    edit(tmp.path())?;
+    tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+    tmp.persist(output).map_err(|e| Error::Io { path: output.to_path_buf(), message: e.error.to_string() })?;
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn out_path(input: &Path, output: &Output) -> PathBuf {
+    match output {
+        Output::Copy(p) => p.clone(),
+        Output::InPlace => input.to_path_buf(),
+    }
+}
+
+fn describe_model(spec: &Spec) -> String {
+    use crate::model::Mode;
+    let m = &spec.model;
+    let mode = match &m.mode {
+        Mode::BitRange { first, last, burst } => format!(
+            "bit_range first_bit={} last_bit={} burst={burst}",
+            first.map_or("0".into(), |f| f.to_string()),
+            last.map_or("P-1".into(), |l| l.to_string())
+        ),
+        Mode::BitMask { pattern } => format!("bit_mask {}", pattern.iter().map(|b| if *b { '1' } else { '0' }).collect::<String>()),
+        Mode::Scaling { factor } => format!("scaling_factor {factor}"),
+    };
+    let precision = m.precision.fixed().map_or("auto".to_string(), |p| p.to_string());
+    format!("{mode}; float_precision={precision}; allow_sign_change={}; allow_NaN_values={}; max_redraws={}", m.allow_sign_change, m.allow_nan, m.max_redraws)
+}
+
+/// Runs a value- or byte-mode injection on `input` (which is never modified unless `output`
+/// is [`Output::InPlace`]).
+pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Result<Report> {
+    existing(input)?;
+    let output = out_path(input, output);
+    if spec.target == TargetKind::Bytes {
+        return inject_bytes(spec, input, &output, seed);
+    }
+    let reader = Reader::open(input)?;
+    let (targets, total) = targets(&reader, spec)?;
+    let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
+    let draws = run::draw(&plan, &targets, seed);
+    let touched = run::touched(&draws, targets.len());
+    let mut values = HashMap::new();
+    for (t, idx) in touched.iter().enumerate().filter(|(_, v)| !v.is_empty()) {
+        let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
+        values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
+    }
+    drop(reader);
+    let originals = values.clone();
+    let records = run::apply_attempts(&plan, &targets, &draws, &mut values, seed);
+    staged(input, &output, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    let summary = Summary::of(&records, total);
+    let header = Header {
+        resilab_version: env!("CARGO_PKG_VERSION").into(),
+        input: input.display().to_string(),
+        output: output.display().to_string(),
+        seed: Some(seed),
+        target: "values".into(),
+        model: describe_model(spec),
+        probability: spec.probability,
+        attempts: plan.attempts,
+        sampling: serde_json::to_value(spec.sampling).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        candidates: targets.iter().map(|t| t.path.clone()).collect(),
+        total_elements: total,
+        ignored: spec.ignored.clone(),
+    };
+    Ok(Report { header, records, byte_records: Vec::new(), summary, output })
+}
+
+/// Writes the changed elements of each target.
+fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values: &HashMap<(usize, usize), u64>, originals: &HashMap<(usize, usize), u64>) -> Result<()> {
+    let editor = Editor::open(path)?;
+    for (t, idx) in touched.iter().enumerate() {
+        let changed: Vec<usize> = idx.iter().copied().filter(|&i| values.get(&(t, i)) != originals.get(&(t, i))).collect();
+        if changed.is_empty() {
+            continue;
+        }
+        let raw: Vec<u64> = changed.iter().map(|&i| values[&(t, i)]).collect();
+        editor.write_points(&targets[t].path, targets[t].dtype, &changed, &raw)?;
+    }
+    Ok(editor.close()?)
+}
+
+fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<Report> {
+    let len = std::fs::metadata(input).map_err(io(input))?.len();
+    // Dataset extents come from a child-free read-only open; a file too damaged to open has no
+    // known extents, and then only region = file makes sense.
+    let extents = match Reader::open(input).and_then(|r| r.extents()) {
+        Ok(e) => e,
+        Err(e) if spec.region == crate::config::Region::File => {
+            let _ = e;
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let intervals = bytes::region_intervals(spec.region, len, &extents);
+    let total: u64 = intervals.iter().map(|(s, t)| t - s).sum();
+    if total == 0 {
+        return Err(Error::Config { key: "byte_region".into(), message: format!("{} holds no bytes of that region", input.display()) });
+    }
+    let attempts = spec.tries.attempts(total);
+    let draws = bytes::draw_bytes(&intervals, attempts, spec.probability, seed);
+    let file = std::fs::File::open(input).map_err(io(input))?;
+    let mut current: BTreeMap<u64, u8> = BTreeMap::new();
+    let mut records = Vec::with_capacity(draws.len());
+    for (attempt, (offset, bit, selected)) in draws.into_iter().enumerate() {
+        let old = match current.get(&offset) {
+            Some(b) => *b,
+            None => {
+                let mut b = [0u8];
+                file.read_exact_at(&mut b, offset).map_err(io(input))?;
+                b[0]
+            }
+        };
+        let new = if selected { old ^ (1 << bit) } else { old };
+        current.insert(offset, new);
+        let loc = bytes::locate(&extents, offset, bit);
+        records.push(ByteRecord {
+            attempt: attempt as u64,
+            offset,
+            bit,
+            outcome: if selected { Outcome::Corrupted } else { Outcome::NotSelected },
+            old_byte: old,
+            new_byte: new,
+            region: if loc.is_some() { "data" } else { "metadata" }.into(),
+            element: loc.as_ref().map(|l| l.1),
+            element_bit_ieee: loc.as_ref().map(|l| l.2),
+            dataset: loc.map(|l| l.0),
+        });
+    }
+    drop(file);
+    staged(input, output, |tmp| write_bytes(tmp, &current))?;
+    let corrupted = records.iter().filter(|r| r.outcome == Outcome::Corrupted).count() as u64;
+    let summary = Summary {
+        attempts,
+        corrupted,
+        not_selected: attempts - corrupted,
+        distinct_elements: records.iter().filter(|r| r.outcome == Outcome::Corrupted).map(|r| r.offset).collect::<std::collections::HashSet<_>>().len() as u64,
+        datasets_hit: records.iter().filter_map(|r| r.dataset.as_deref()).collect::<std::collections::HashSet<_>>().len() as u64,
+        total_elements: total,
+        share_of_file_percent: corrupted as f64 * 100.0 / total as f64,
+        ..Default::default()
+    };
+    let header = Header {
+        resilab_version: env!("CARGO_PKG_VERSION").into(),
+        input: input.display().to_string(),
+        output: output.display().to_string(),
+        seed: Some(seed),
+        target: "bytes".into(),
+        model: "one bit of one byte per attempt".into(),
+        probability: spec.probability,
+        attempts,
+        sampling: format!("{:?}", spec.region).to_lowercase(),
+        candidates: Vec::new(),
+        total_elements: total,
+        ignored: spec.ignored.clone(),
+    };
+    Ok(Report { header, records: Vec::new(), byte_records: records, summary, output: output.to_path_buf() })
+}
+
+fn write_bytes(path: &Path, bytes: &BTreeMap<u64, u8>) -> Result<()> {
+    let f = std::fs::OpenOptions::new().write(true).open(path).map_err(io(path))?;
+    for (&offset, &b) in bytes {
+        f.write_all_at(&[b], offset).map_err(io(path))?;
+    }
+    Ok(())
+}
+
+/// Writes a log: header, one line per attempt, summary. Atomic (staged and renamed).
+pub fn write_log(path: &Path, report: &Report) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new().prefix(".resilab-log-").tempfile_in(&dir).map_err(io(&dir))?;
+    {
+        let mut w = BufWriter::new(tmp.as_file());
+        let mut line = |l: &LogLine| -> Result<()> {
+            serde_json::to_writer(&mut w, l).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+            w.write_all(b"\n").map_err(io(path))
+        };
+        line(&LogLine::Header(report.header.clone()))?;
+        for r in &report.records {
+            line(&LogLine::Attempt(r.clone()))?;
+        }
+        for r in &report.byte_records {
+            line(&LogLine::ByteAttempt(r.clone()))?;
+        }
+        line(&LogLine::Summary(report.summary.clone()))?;
+        w.flush().map_err(io(path))?;
+    }
+    tmp.persist(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.error.to_string() })?;
+    Ok(())
+}
+
+/// Reads a log written by [`write_log`].
+pub fn read_log(path: &Path) -> Result<Vec<LogLine>> {
+    let f = std::fs::File::open(path).map_err(io(path))?;
+    let mut out = Vec::new();
+    for (n, line) in BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(io(path))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: LogLine = serde_json::from_str(&line).map_err(|e| Error::Replay {
+            path: path.to_path_buf(),
+            line: n + 1,
+            message: format!("not a resilab injection log line: {e}"),
+        })?;
+        out.push(parsed);
+    }
+    if !matches!(out.first(), Some(LogLine::Header(_))) {
+        return Err(Error::Replay { path: path.to_path_buf(), line: 1, message: "a resilab injection log starts with a header line".into() });
+    }
+    Ok(out)
+}
+
+/// Redoes the corruptions of a log on `input`: the same datasets, elements and bits (or bytes),
+/// in the same order. On a copy of the original file the output is identical, byte for byte,
+/// to the original output. Corruptions that find a value other than the logged one (another
+/// file) are still applied and counted in [`Replay::differing`].
+pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> {
+    existing(input)?;
+    let lines = read_log(log)?;
+    let output = out_path(input, output);
+    let bad = |line: usize, message: String| Error::Replay { path: log.to_path_buf(), line, message };
+    let byte_lines: Vec<(usize, &ByteRecord)> = lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::ByteAttempt(r) = l { Some((i + 1, r)) } else { None }).collect();
+    let value_lines: Vec<(usize, &Record)> = lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::Attempt(r) = l { Some((i + 1, r)) } else { None }).collect();
+    let mut replay = Replay { applied: 0, differing: 0, records: Vec::new(), output: output.clone() };
+    if !byte_lines.is_empty() {
+        let len = std::fs::metadata(input).map_err(io(input))?.len();
+        let file = std::fs::File::open(input).map_err(io(input))?;
+        let mut current: BTreeMap<u64, u8> = BTreeMap::new();
+        for (n, r) in byte_lines.iter().filter(|(_, r)| r.outcome == Outcome::Corrupted) {
+            if r.offset >= len || r.bit > 7 {
+                return Err(bad(*n, format!("offset {} bit {} is outside the {len}-byte file", r.offset, r.bit)));
+            }
+            let old = match current.get(&r.offset) {
+                Some(b) => *b,
+                None => {
+                    let mut b = [0u8];
+                    file.read_exact_at(&mut b, r.offset).map_err(io(input))?;
+                    b[0]
+                }
+            };
+            replay.differing += u64::from(old != r.old_byte);
+            current.insert(r.offset, old ^ (1 << r.bit));
+            replay.applied += 1;
+        }
+        drop(file);
+        staged(input, &output, |tmp| write_bytes(tmp, &current))?;
+        return Ok(replay);
+    }
+    let reader = Reader::open(input)?;
+    let infos: HashMap<String, resilab_h5::DatasetInfo> = reader.datasets()?.into_iter().map(|d| (d.path.clone(), d)).collect();
+    let mut targets: Vec<Target> = Vec::new();
+    let mut slot: HashMap<&str, usize> = HashMap::new();
+    let mut todo: Vec<(usize, usize, usize, Flip)> = Vec::new();
+    for (n, r) in &value_lines {
+        let Some(flip) = r.flip() else { continue };
+        let info = infos.get(&r.dataset).ok_or_else(|| bad(*n, format!("dataset {} is not in {}", r.dataset, input.display())))?;
+        if info.dtype.to_string() != r.dtype {
+            return Err(bad(*n, format!("dataset {} is {} in {}, the log says {}", r.dataset, info.dtype, input.display(), r.dtype)));
+        }
+        if r.index >= info.len() {
+            return Err(bad(*n, format!("element {} of {} is out of range ({} elements)", r.index, r.dataset, info.len())));
+        }
+        let t = *slot.entry(r.dataset.as_str()).or_insert_with(|| {
+            targets.push(Target { path: info.path.clone(), dtype: info.dtype, len: info.len() });
+            targets.len() - 1
+        });
+        todo.push((*n, t, r.index, flip));
+    }
+    let mut touched = vec![Vec::new(); targets.len()];
+    for &(_, t, i, _) in &todo {
+        touched[t].push(i);
+    }
+    for v in &mut touched {
+        v.sort_unstable();
+        v.dedup();
+    }
+    let mut values = HashMap::new();
+    for (t, idx) in touched.iter().enumerate() {
+        let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
+        values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
+    }
+    drop(reader);
+    let originals = values.clone();
+    let by_line: HashMap<usize, &Record> = value_lines.iter().map(|(n, r)| (*n, *r)).collect();
+    for (n, t, i, flip) in &todo {
+        let dtype = targets[*t].dtype;
+        let old = values[&(*t, *i)];
+        let new = model::apply(dtype, old, flip).ok_or_else(|| bad(*n, format!("the flip does not fit element {i} of {}", targets[*t].path)))?;
+        let logged = by_line[n];
+        replay.differing += u64::from(logged.raw().is_none_or(|(o, _)| o != old));
+        let mut rec = logged.clone();
+        rec.old = run::Num(model::value_of(dtype, old));
+        rec.old_bits = run::hex(old, dtype);
+        run::describe(&mut rec, dtype, old, new, flip, f64::INFINITY);
+        rec.extreme = logged.extreme;
+        replay.records.push(rec);
+        values.insert((*t, *i), new);
+        replay.applied += 1;
+    }
+    staged(input, &output, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    Ok(replay)
+}
+
+/// What a replay did.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// Corruptions redone.
+    pub applied: u64,
+    /// Of those, how many found a value (or byte) other than the logged one before the flip
+    /// (0 on a copy of the original file).
+    pub differing: u64,
+    /// The redone value corruptions, with this file's values.
+    pub records: Vec<Record>,
+    /// The file written.
+    pub output: PathBuf,
+}
