@@ -259,7 +259,9 @@ pub struct Reader {
 impl Reader {
     /// Opens `path` read-only.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = hdf5::File::open(path)
+        let file = hdf5::File::with_options()
+            .with_fapl(|p| p.sieve_buf_size(values::SIEVE_BYTES))
+            .open(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
         Ok(Self { file, path: path.to_path_buf() })
     }

@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use resilab_h5::{Editor, Reader};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::bytes::{self, ByteRecord};
@@ -66,6 +67,16 @@ pub enum LogLine {
     ByteAttempt(ByteRecord),
     /// Totals.
     Summary(Summary),
+}
+
+/// [`LogLine`] by reference, for writing without copies.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum LineRef<'a> {
+    Header(&'a Header),
+    Attempt(&'a Record),
+    ByteAttempt(&'a ByteRecord),
+    Summary(&'a Summary),
 }
 
 /// What an injection did.
@@ -133,19 +144,31 @@ pub fn targets(reader: &Reader, spec: &Spec) -> Result<(Vec<Target>, u64)> {
     Ok((targets, total))
 }
 
-/// Copies `input` to a hidden file beside `output`, lets `edit` change it, syncs it and renames
-/// it over `output`. The staged copy is removed if anything fails.
-fn staged(input: &Path, output: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+/// Copies `input` to a hidden file beside `output`, lets `edit` change it and renames it over
+/// `output`, so a killed run leaves either the old output or the complete new one, never a
+/// partial file. The staged copy is removed if anything fails.
+///
+/// When the output is the input (`--in-place`) the copy is fsync'd before the rename, so the
+/// original is never lost. A separate copy is not: it can be remade from the log, and syncing
+/// 90 MB would triple the cost of a small injection. The copy goes through the staged file's
+/// own descriptor (no truncation), which keeps ext4 from flushing it on close.
+fn staged(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let tmp = tempfile::Builder::new().prefix(".resilab-inject-").suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
-    std::fs::copy(input, tmp.path()).map_err(io(input))?;
+    let mut tmp = tempfile::Builder::new().prefix(".resilab-inject-").suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
+    let mut src = std::fs::File::open(input).map_err(io(input))?;
+    std::io::copy(&mut src, tmp.as_file_mut()).map_err(io(tmp.path()))?;
+    drop(src);
+    let permissions = std::fs::metadata(input).map_err(io(input))?.permissions();
+    tmp.as_file().set_permissions(permissions).map_err(io(tmp.path()))?;
     edit(tmp.path())?;
-    tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+    if durable {
+        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+    }
     tmp.persist(output).map_err(|e| Error::Io { path: output.to_path_buf(), message: e.error.to_string() })?;
-    if let Ok(d) = std::fs::File::open(&dir) {
+    if durable && let Ok(d) = std::fs::File::open(&dir) {
         let _ = d.sync_all();
     }
     Ok(())
@@ -187,7 +210,7 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
     let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
     let draws = run::draw(&plan, &targets, seed);
     let touched = run::touched(&draws, targets.len());
-    let mut values = HashMap::new();
+    let mut values = FxHashMap::default();
     for (t, idx) in touched.iter().enumerate().filter(|(_, v)| !v.is_empty()) {
         let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
         values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
@@ -195,7 +218,7 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
     drop(reader);
     let originals = values.clone();
     let records = run::apply_attempts(&plan, &targets, &draws, &mut values, seed);
-    staged(input, &output, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    staged(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
     let summary = Summary::of(&records, total);
     let header = Header {
         resilab_version: env!("CARGO_PKG_VERSION").into(),
@@ -215,7 +238,7 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
 }
 
 /// Writes the changed elements of each target.
-fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values: &HashMap<(usize, usize), u64>, originals: &HashMap<(usize, usize), u64>) -> Result<()> {
+fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values: &FxHashMap<(usize, usize), u64>, originals: &FxHashMap<(usize, usize), u64>) -> Result<()> {
     let editor = Editor::open(path)?;
     for (t, idx) in touched.iter().enumerate() {
         let changed: Vec<usize> = idx.iter().copied().filter(|&i| values.get(&(t, i)) != originals.get(&(t, i))).collect();
@@ -276,7 +299,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
         });
     }
     drop(file);
-    staged(input, output, |tmp| write_bytes(tmp, &current))?;
+    staged(input, output, output == input, |tmp| write_bytes(tmp, &current))?;
     let corrupted = records.iter().filter(|r| r.outcome == Outcome::Corrupted).count() as u64;
     let summary = Summary {
         attempts,
@@ -321,19 +344,19 @@ pub fn write_log(path: &Path, report: &Report) -> Result<()> {
     };
     let tmp = tempfile::Builder::new().prefix(".resilab-log-").tempfile_in(&dir).map_err(io(&dir))?;
     {
-        let mut w = BufWriter::new(tmp.as_file());
-        let mut line = |l: &LogLine| -> Result<()> {
+        let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+        let mut line = |l: &LineRef<'_>| -> Result<()> {
             serde_json::to_writer(&mut w, l).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
             w.write_all(b"\n").map_err(io(path))
         };
-        line(&LogLine::Header(report.header.clone()))?;
+        line(&LineRef::Header(&report.header))?;
         for r in &report.records {
-            line(&LogLine::Attempt(r.clone()))?;
+            line(&LineRef::Attempt(r))?;
         }
         for r in &report.byte_records {
-            line(&LogLine::ByteAttempt(r.clone()))?;
+            line(&LineRef::ByteAttempt(r))?;
         }
-        line(&LogLine::Summary(report.summary.clone()))?;
+        line(&LineRef::Summary(&report.summary))?;
         w.flush().map_err(io(path))?;
     }
     tmp.persist(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.error.to_string() })?;
@@ -395,7 +418,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
             replay.applied += 1;
         }
         drop(file);
-        staged(input, &output, |tmp| write_bytes(tmp, &current))?;
+        staged(input, &output, output == input, |tmp| write_bytes(tmp, &current))?;
         return Ok(replay);
     }
     let reader = Reader::open(input)?;
@@ -426,7 +449,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
         v.sort_unstable();
         v.dedup();
     }
-    let mut values = HashMap::new();
+    let mut values = FxHashMap::default();
     for (t, idx) in touched.iter().enumerate() {
         let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
         values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
@@ -449,7 +472,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
         values.insert((*t, *i), new);
         replay.applied += 1;
     }
-    staged(input, &output, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    staged(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
     Ok(replay)
 }
 

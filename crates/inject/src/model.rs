@@ -164,8 +164,13 @@ impl Flip {
 }
 
 /// Positions of the set bits of `mask`, ascending.
-pub fn bit_list(mask: u64) -> Vec<u32> {
-    (0..64).filter(|b| mask >> b & 1 == 1).collect()
+pub fn bit_list(mut mask: u64) -> Vec<u32> {
+    let mut out = Vec::with_capacity(mask.count_ones() as usize);
+    while mask != 0 {
+        out.push(mask.trailing_zeros());
+        mask &= mask - 1;
+    }
+    out
 }
 
 /// Reference indices of IEEE bits in a `width`-bit word, in the same order.

@@ -7,7 +7,7 @@
 //! attempt. So a seed fixes the locations whatever the values, and the same seed on the same
 //! values gives the same bits.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,6 +15,9 @@ use resilab_h5::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{self, FaultModel, Flip};
+
+/// Current stored bits of drawn elements, by `(target, flat index)`.
+pub type Values = FxHashMap<(usize, usize), u64>;
 
 /// How an attempt picks its element.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -303,7 +306,7 @@ fn attempt_rng(seed: u64, attempt: u64) -> ChaCha8Rng {
 
 /// Corrupts the selected draws in order. `values` maps `(target, index)` to the current stored
 /// bits and must hold every drawn element; it is updated in place.
-pub fn apply_attempts(plan: &Plan, targets: &[Target], draws: &[Draw], values: &mut HashMap<(usize, usize), u64>, seed: u64) -> Vec<Record> {
+pub fn apply_attempts(plan: &Plan, targets: &[Target], draws: &[Draw], values: &mut Values, seed: u64) -> Vec<Record> {
     draws
         .iter()
         .map(|d| {
@@ -384,7 +387,7 @@ pub fn inject_f32(plan: &Plan, tensors: &mut [(&str, &mut [f32])], seed: u64) ->
     let targets: Vec<Target> = tensors.iter().filter(|(_, v)| !v.is_empty()).map(|(n, v)| Target { path: n.to_string(), dtype: Dtype::F32, len: v.len() }).collect();
     let mut slots: Vec<&mut [f32]> = tensors.iter_mut().filter(|(_, v)| !v.is_empty()).map(|(_, v)| &mut **v).collect();
     let draws = draw(plan, &targets, seed);
-    let mut values: HashMap<(usize, usize), u64> = draws.iter().map(|d| ((d.target, d.index), slots[d.target][d.index].to_bits() as u64)).collect();
+    let mut values: Values = draws.iter().map(|d| ((d.target, d.index), slots[d.target][d.index].to_bits() as u64)).collect();
     let records = apply_attempts(plan, &targets, &draws, &mut values, seed);
     for ((t, i), raw) in values {
         slots[t][i] = f32::from_bits(raw as u32);
