@@ -8,13 +8,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use resilab_h5::{Editor, Reader};
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::bytes::{self, ByteRecord};
 use crate::config::{Spec, TargetKind, location_matches};
 use crate::model::{self, Flip};
-use crate::run::{self, Outcome, Plan, Record, Summary, Target};
+use crate::run::{self, Outcome, Plan, Record, Summary, Target, Values};
 use crate::{Error, Result};
 
 /// Where the corrupted file goes.
@@ -209,12 +208,8 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
     let (targets, total) = targets(&reader, spec)?;
     let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
     let draws = run::draw(&plan, &targets, seed);
-    let touched = run::touched(&draws, targets.len());
-    let mut values = FxHashMap::default();
-    for (t, idx) in touched.iter().enumerate().filter(|(_, v)| !v.is_empty()) {
-        let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
-        values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
-    }
+    let touched = run::touched(draws.iter().map(|d| (d.target, d.index)), targets.len());
+    let mut values = read_values(&reader, &targets, &touched)?;
     drop(reader);
     let originals = values.clone();
     let records = run::apply_attempts(&plan, &targets, &draws, &mut values, seed);
@@ -237,8 +232,28 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
     Ok(Report { header, records, byte_records: Vec::new(), summary, output })
 }
 
+/// Current stored bits of the touched elements of each target.
+fn read_values(reader: &Reader, targets: &[Target], touched: &[Vec<usize>]) -> Result<Values> {
+    let mut values = Values::default();
+    for (t, idx) in touched.iter().enumerate().filter(|(_, v)| !v.is_empty()) {
+        let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
+        values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
+    }
+    Ok(values)
+}
+
+/// The byte at `offset`: as changed so far, else as in the file.
+fn byte_at(file: &std::fs::File, path: &Path, current: &BTreeMap<u64, u8>, offset: u64) -> Result<u8> {
+    if let Some(b) = current.get(&offset) {
+        return Ok(*b);
+    }
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, offset).map_err(io(path))?;
+    Ok(b[0])
+}
+
 /// Writes the changed elements of each target.
-fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values: &FxHashMap<(usize, usize), u64>, originals: &FxHashMap<(usize, usize), u64>) -> Result<()> {
+fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values: &Values, originals: &Values) -> Result<()> {
     let editor = Editor::open(path)?;
     for (t, idx) in touched.iter().enumerate() {
         let changed: Vec<usize> = idx.iter().copied().filter(|&i| values.get(&(t, i)) != originals.get(&(t, i))).collect();
@@ -257,10 +272,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
     // known extents, and then only region = file makes sense.
     let extents = match Reader::open(input).and_then(|r| r.extents()) {
         Ok(e) => e,
-        Err(e) if spec.region == crate::config::Region::File => {
-            let _ = e;
-            Vec::new()
-        }
+        Err(_) if spec.region == crate::config::Region::File => Vec::new(),
         Err(e) => return Err(e.into()),
     };
     let intervals = bytes::region_intervals(spec.region, len, &extents);
@@ -274,14 +286,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
     let mut current: BTreeMap<u64, u8> = BTreeMap::new();
     let mut records = Vec::with_capacity(draws.len());
     for (attempt, (offset, bit, selected)) in draws.into_iter().enumerate() {
-        let old = match current.get(&offset) {
-            Some(b) => *b,
-            None => {
-                let mut b = [0u8];
-                file.read_exact_at(&mut b, offset).map_err(io(input))?;
-                b[0]
-            }
-        };
+        let old = byte_at(&file, input, &current, offset)?;
         let new = if selected { old ^ (1 << bit) } else { old };
         current.insert(offset, new);
         let loc = bytes::locate(&extents, offset, bit);
@@ -405,14 +410,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
             if r.offset >= len || r.bit > 7 {
                 return Err(bad(*n, format!("offset {} bit {} is outside the {len}-byte file", r.offset, r.bit)));
             }
-            let old = match current.get(&r.offset) {
-                Some(b) => *b,
-                None => {
-                    let mut b = [0u8];
-                    file.read_exact_at(&mut b, r.offset).map_err(io(input))?;
-                    b[0]
-                }
-            };
+            let old = byte_at(&file, input, &current, r.offset)?;
             replay.differing += u64::from(old != r.old_byte);
             current.insert(r.offset, old ^ (1 << r.bit));
             replay.applied += 1;
@@ -425,7 +423,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
     let infos: HashMap<String, resilab_h5::DatasetInfo> = reader.datasets()?.into_iter().map(|d| (d.path.clone(), d)).collect();
     let mut targets: Vec<Target> = Vec::new();
     let mut slot: HashMap<&str, usize> = HashMap::new();
-    let mut todo: Vec<(usize, usize, usize, Flip)> = Vec::new();
+    let mut todo: Vec<(usize, usize, usize, Flip, &Record)> = Vec::new();
     for (n, r) in &value_lines {
         let Some(flip) = r.flip() else { continue };
         let info = infos.get(&r.dataset).ok_or_else(|| bad(*n, format!("dataset {} is not in {}", r.dataset, input.display())))?;
@@ -439,29 +437,16 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
             targets.push(Target { path: info.path.clone(), dtype: info.dtype, len: info.len() });
             targets.len() - 1
         });
-        todo.push((*n, t, r.index, flip));
+        todo.push((*n, t, r.index, flip, *r));
     }
-    let mut touched = vec![Vec::new(); targets.len()];
-    for &(_, t, i, _) in &todo {
-        touched[t].push(i);
-    }
-    for v in &mut touched {
-        v.sort_unstable();
-        v.dedup();
-    }
-    let mut values = FxHashMap::default();
-    for (t, idx) in touched.iter().enumerate() {
-        let raw = reader.read_points(&targets[t].path, targets[t].dtype, idx)?;
-        values.extend(idx.iter().zip(raw).map(|(&i, r)| ((t, i), r)));
-    }
+    let touched = run::touched(todo.iter().map(|&(_, t, i, _, _)| (t, i)), targets.len());
+    let mut values = read_values(&reader, &targets, &touched)?;
     drop(reader);
     let originals = values.clone();
-    let by_line: HashMap<usize, &Record> = value_lines.iter().map(|(n, r)| (*n, *r)).collect();
-    for (n, t, i, flip) in &todo {
-        let dtype = targets[*t].dtype;
-        let old = values[&(*t, *i)];
-        let new = model::apply(dtype, old, flip).ok_or_else(|| bad(*n, format!("the flip does not fit element {i} of {}", targets[*t].path)))?;
-        let logged = by_line[n];
+    for &(n, t, i, ref flip, logged) in &todo {
+        let dtype = targets[t].dtype;
+        let old = values[&(t, i)];
+        let new = model::apply(dtype, old, flip).ok_or_else(|| bad(n, format!("the flip does not fit element {i} of {}", targets[t].path)))?;
         replay.differing += u64::from(logged.raw().is_none_or(|(o, _)| o != old));
         let mut rec = logged.clone();
         rec.old = run::Num(model::value_of(dtype, old));
@@ -469,7 +454,7 @@ pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> 
         run::describe(&mut rec, dtype, old, new, flip, f64::INFINITY);
         rec.extreme = logged.extreme;
         replay.records.push(rec);
-        values.insert((*t, *i), new);
+        values.insert((t, i), new);
         replay.applied += 1;
     }
     staged(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;

@@ -368,11 +368,12 @@ pub(crate) fn describe(rec: &mut Record, dtype: Dtype, old: u64, new: u64, flip:
     rec.extreme = v.is_finite() && v.abs() > extreme_threshold;
 }
 
-/// Distinct drawn elements of each target, sorted: what must be read before applying.
-pub fn touched(draws: &[Draw], n_targets: usize) -> Vec<Vec<usize>> {
+/// Distinct elements of each target among `(target, index)` pairs, sorted: what must be read
+/// before applying.
+pub fn touched(elements: impl IntoIterator<Item = (usize, usize)>, n_targets: usize) -> Vec<Vec<usize>> {
     let mut out = vec![Vec::new(); n_targets];
-    for d in draws {
-        out[d.target].push(d.index);
+    for (t, i) in elements {
+        out[t].push(i);
     }
     for v in &mut out {
         v.sort_unstable();
