@@ -425,12 +425,13 @@ fn inject(args: InjectArgs) -> Result<()> {
         None => None,
     };
     let replay = args.replay.clone().or_else(|| spec.as_ref().and_then(|s| s.replay.clone()));
-    let input = match (&args.file, &spec, &replay) {
+    let replay_lines = replay.as_deref().map(resilab_inject::read_log).transpose()?;
+    let input = match (&args.file, &spec, &replay_lines) {
         (Some(f), _, _) => f.clone(),
         (None, Some(Spec { file: Some(f), .. }), _) => f.clone(),
-        (None, _, Some(log)) => match resilab_inject::read_log(log)?.first() {
+        (None, _, Some(lines)) => match lines.first() {
             Some(LogLine::Header(h)) => PathBuf::from(&h.input),
-            _ => bail!("{}: no header line naming the input file; give --file", log.display()),
+            _ => bail!("the replayed log has no header line naming the input file; give --file"),
         },
         _ => bail!("no file to corrupt: set `hdf5_file` in the config or give --file"),
     };
@@ -445,8 +446,8 @@ fn inject(args: InjectArgs) -> Result<()> {
         Output::InPlace => input.clone(),
     };
     let log = args.log.clone().unwrap_or_else(|| default_log(&out_path));
-    if let Some(replay_log) = replay {
-        let r = resilab_inject::replay_file(&replay_log, &input, &output)?;
+    if let (Some(replay_log), Some(lines)) = (replay, replay_lines) {
+        let r = resilab_inject::replay_file(&replay_log, &lines, &input, &output)?;
         let summary = serde_json::json!({"replayed": r.applied, "differing_from_log": r.differing, "output": r.output});
         if args.json {
             println!("{summary}");

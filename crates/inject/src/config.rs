@@ -249,7 +249,7 @@ impl RawConfig {
             // against their own width once the file is known.
             model.check_width(64).map_err(|m| bad(key_of(&model.mode), m))?;
         }
-        if !(model.extreme_threshold > 0.0) {
+        if model.extreme_threshold.is_nan() || model.extreme_threshold <= 0.0 {
             return Err(bad("extreme_threshold", "must be a positive number"));
         }
         let probability = self.injection_probability.unwrap_or(1.0);

@@ -224,7 +224,7 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
         model: describe_model(spec),
         probability: spec.probability,
         attempts: plan.attempts,
-        sampling: serde_json::to_value(spec.sampling).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        sampling: spec.sampling.name().into(),
         candidates: targets.iter().map(|t| t.path.clone()).collect(),
         total_elements: total,
         ignored: spec.ignored.clone(),
@@ -268,8 +268,8 @@ fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values:
 
 fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<Report> {
     let len = std::fs::metadata(input).map_err(io(input))?.len();
-    // Dataset extents come from a child-free read-only open; a file too damaged to open has no
-    // known extents, and then only region = file makes sense.
+    // A file too damaged for HDF5 to open has no known dataset extents; then only
+    // region = file makes sense.
     let extents = match Reader::open(input).and_then(|r| r.extents()) {
         Ok(e) => e,
         Err(_) if spec.region == crate::config::Region::File => Vec::new(),
@@ -305,13 +305,14 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
     }
     drop(file);
     staged(input, output, output == input, |tmp| write_bytes(tmp, &current))?;
-    let corrupted = records.iter().filter(|r| r.outcome == Outcome::Corrupted).count() as u64;
+    let hits: Vec<&ByteRecord> = records.iter().filter(|r| r.outcome == Outcome::Corrupted).collect();
+    let corrupted = hits.len() as u64;
     let summary = Summary {
         attempts,
         corrupted,
         not_selected: attempts - corrupted,
-        distinct_elements: records.iter().filter(|r| r.outcome == Outcome::Corrupted).map(|r| r.offset).collect::<std::collections::HashSet<_>>().len() as u64,
-        datasets_hit: records.iter().filter_map(|r| r.dataset.as_deref()).collect::<std::collections::HashSet<_>>().len() as u64,
+        distinct_elements: hits.iter().map(|r| r.offset).collect::<std::collections::HashSet<_>>().len() as u64,
+        datasets_hit: hits.iter().filter_map(|r| r.dataset.as_deref()).collect::<std::collections::HashSet<_>>().len() as u64,
         total_elements: total,
         share_of_file_percent: corrupted as f64 * 100.0 / total as f64,
         ..Default::default()
@@ -394,9 +395,9 @@ pub fn read_log(path: &Path) -> Result<Vec<LogLine>> {
 /// in the same order. On a copy of the original file the output is identical, byte for byte,
 /// to the original output. Corruptions that find a value other than the logged one (another
 /// file) are still applied and counted in [`Replay::differing`].
-pub fn replay_file(log: &Path, input: &Path, output: &Output) -> Result<Replay> {
+/// `lines` is the log as [`read_log`] returns it; `log` names it in errors.
+pub fn replay_file(log: &Path, lines: &[LogLine], input: &Path, output: &Output) -> Result<Replay> {
     existing(input)?;
-    let lines = read_log(log)?;
     let output = out_path(input, output);
     let bad = |line: usize, message: String| Error::Replay { path: log.to_path_buf(), line, message };
     let byte_lines: Vec<(usize, &ByteRecord)> = lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::ByteAttempt(r) = l { Some((i + 1, r)) } else { None }).collect();

@@ -144,8 +144,6 @@ pub enum Flip {
 pub struct Corruption {
     /// The flip applied (the last one drawn when rejected).
     pub flip: Flip,
-    /// Width of the word `bits_ieee` refers to (0 for scaling).
-    pub width: u32,
     /// The new stored bit pattern; `None` when rejected.
     pub new_raw: Option<u64>,
     /// Draws thrown away because they gave NaN/Inf.
@@ -385,15 +383,14 @@ impl FaultModel {
         let mut redraws = 0;
         loop {
             let flip = self.draw_flip(dtype, raw, rng);
-            let width = flip.bits_ieee(raw, dtype).1;
             let new_raw = apply(dtype, raw, &flip);
             let bad = new_raw.is_none_or(|n| !self.allow_nan && (is_nan(dtype, n) || is_inf(dtype, n)));
             if !bad {
-                return Corruption { flip, width, new_raw, redraws };
+                return Corruption { flip, new_raw, redraws };
             }
             // Scaling and integer overflow are deterministic: redrawing cannot help.
             if redraws >= self.max_redraws || matches!(flip, Flip::Scale { .. }) || new_raw.is_none() {
-                return Corruption { flip, width, new_raw: None, redraws };
+                return Corruption { flip, new_raw: None, redraws };
             }
             redraws += 1;
         }

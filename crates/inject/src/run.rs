@@ -30,6 +30,16 @@ pub enum Sampling {
     PerElement,
 }
 
+impl Sampling {
+    /// The config and log name: `per_tensor` or `per_element`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sampling::PerTensor => "per_tensor",
+            Sampling::PerElement => "per_element",
+        }
+    }
+}
+
 /// A tensor that attempts may hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
