@@ -142,6 +142,46 @@ enum BenchCommand {
     /// writes of the same bytes, and the write time as a share of a training step; prints JSON
     /// and leaves the checkpoint in --dir for other tools (bench/checkpoint.sh).
     Checkpoint(BenchCheckpointArgs),
+    /// Simulation overhead of data-parallel workers and pipeline stages: wall time per global
+    /// step of each layout against one worker on the same global batch, measured in one run
+    /// (steps interleaved across layouts); prints a table and writes CSV (bench/parallel.sh).
+    Parallel(BenchParallelArgs),
+}
+
+#[derive(Args)]
+struct BenchParallelArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 20)]
+    depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    width: f64,
+    /// Leave out BatchNorm (VGG and AlexNet).
+    #[arg(long)]
+    no_batch_norm: bool,
+    /// Global batch size.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Data-parallel worker counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    workers: Vec<usize>,
+    /// Pipelines to measure as STAGESxMICRO_BATCHES, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4x8")]
+    pipeline: Vec<String>,
+    /// Untimed steps of each layout first.
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Timed rounds (one step of every layout each; medians are reported).
+    #[arg(long, default_value_t = 7)]
+    steps: usize,
+    /// Append the rows to this CSV file (header written when the file is new).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 #[derive(Args)]
@@ -261,7 +301,13 @@ fn train(args: TrainArgs) -> Result<()> {
         resume: args.resume,
         probe: Box::new(|file: &Path| probe_in_child(file)),
     };
-    eprintln!("resilab: training {} on {} ({threads} threads) -> {}", cfg.model.label(), device_name, out.display());
+    eprintln!(
+        "resilab: training {} ({}) on {} ({threads} threads) -> {}",
+        cfg.model.label(),
+        cfg.parallel.describe(),
+        device_name,
+        out.display()
+    );
     let s = resilab_runner::train(&cfg, &opts)?;
     println!(
         "final test accuracy {:.4} after {} steps ({:.2} epochs) in {:.1} s, {:.0} images/s; results in {}",
@@ -272,6 +318,15 @@ fn train(args: TrainArgs) -> Result<()> {
         s.images_per_s,
         out.display()
     );
+    if cfg.parallel.world() > 1 {
+        println!(
+            "simulated parallel time {:.1} s ({:.2} s of it communication, {:.1} MB moved) for {}",
+            s.simulated_s,
+            s.simulated_comm_s,
+            s.comm_bytes as f64 / 1e6,
+            s.parallel
+        );
+    }
     Ok(())
 }
 
@@ -318,6 +373,51 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
         step_ms_median: median_s * 1e3,
     };
     println!("{}", serde_json::to_string(&result)?);
+    Ok(())
+}
+
+fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
+    let arch = parse_arch(&args.arch)?;
+    let model = ModelConfig {
+        arch,
+        depth: (arch != Arch::Alexnet).then_some(args.depth),
+        width: args.width,
+        batch_norm: Some(!args.no_batch_norm),
+    };
+    let mut pipelines = Vec::new();
+    for p in &args.pipeline {
+        let parsed = p.split_once('x').and_then(|(s, m)| Some((s.trim().parse::<usize>().ok()?, m.trim().parse::<usize>().ok()?)));
+        pipelines.push(parsed.ok_or_else(|| anyhow::anyhow!("--pipeline {p}: expected STAGESxMICRO_BATCHES such as 4x8"))?);
+    }
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, device_name) = device_for(backend)?;
+    let threads = set_threads(args.compute.threads)?;
+    let layouts = resilab_runner::bench::layouts(&args.workers, &pipelines);
+    let bar = indicatif::ProgressBar::new((layouts.len() + args.steps.max(1)) as u64);
+    let mut rows = resilab_runner::bench::parallel(&model, args.batch, &layouts, args.warmup, args.steps, &device, |msg| {
+        bar.inc(1);
+        bar.set_message(msg.to_string());
+    })?;
+    bar.finish_and_clear();
+    println!("{:<10} {:>7} {:>6} {:>6} {:>12} {:>8} {:>12}", "layout", "workers", "stages", "micro", "step ms", "ratio", "sim step ms");
+    for r in &mut rows {
+        r.threads = threads;
+        r.backend = backend.name().to_string();
+        r.device = device_name.clone();
+        println!(
+            "{:<10} {:>7} {:>6} {:>6} {:>12.1} {:>8.3} {:>12.1}",
+            r.layout, r.workers, r.stages, r.micro_batches, r.step_ms_median, r.ratio_vs_single, r.sim_step_ms_median
+        );
+    }
+    if let Some(path) = &args.csv {
+        let new = !path.exists();
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("{}", path.display()))?;
+        let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+        for r in &rows {
+            w.serialize(r).with_context(|| format!("{}", path.display()))?;
+        }
+        w.flush().with_context(|| format!("{}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -511,6 +611,7 @@ fn main() {
         Command::Diff(a) => diff(a),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
         Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
+        Command::Bench(BenchCommand::Parallel(a)) => bench_parallel(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -269,3 +269,90 @@ impl Net {
             .sum()
     }
 }
+
+/// Size and compute of one block, for balancing pipeline stages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockCost {
+    /// Block name.
+    pub name: String,
+    /// Trainable scalars.
+    pub params: usize,
+    /// Forward multiply-adds times two, per image.
+    pub flops: u64,
+    /// Output shape per image `[C, H, W]` (the activation a pipeline stage boundary sends).
+    pub output: [usize; 3],
+}
+
+fn conv_flops(conv: &burn::nn::conv::Conv2d, out_hw: usize) -> u64 {
+    let [c_out, c_in, kh, kw] = conv.weight.dims();
+    2 * (c_out * c_in * kh * kw * out_hw * out_hw) as u64
+}
+
+impl Net {
+    /// The blocks `range` as a network of their own (a pipeline stage). Parameters keep their
+    /// names, since block names prefix them.
+    pub fn slice(&self, range: Range<usize>) -> Net {
+        Net { blocks: self.blocks[range.clone()].to_vec(), block_names: self.block_names[range].to_vec() }
+    }
+
+    /// Concatenates stages back into one network (the inverse of [`Net::slice`]).
+    pub fn join(parts: &[Net]) -> Net {
+        let mut net = Net { blocks: Vec::new(), block_names: Vec::new() };
+        for p in parts {
+            net.blocks.extend(p.blocks.iter().cloned());
+            net.block_names.extend(p.block_names.iter().cloned());
+        }
+        net
+    }
+
+    /// Parameters, forward FLOPs per image and output shape of every block, for images of
+    /// `input`'s shape (computed from the layer shapes, without running the network).
+    pub fn block_costs(&self, input: InputShape) -> Vec<BlockCost> {
+        let mut hw = input.size;
+        let mut out = Vec::with_capacity(self.blocks.len());
+        for (i, (block, name)) in self.blocks.iter().zip(&self.block_names).enumerate() {
+            let params = crate::naming::named_params(&self.slice(i..i + 1))
+                .iter()
+                .filter(|p| p.trainable)
+                .map(|p| p.numel())
+                .sum();
+            let (flops, c) = match block {
+                Block::Conv(u) => {
+                    let f = conv_flops(&u.conv, hw);
+                    if u.pool {
+                        hw /= 2;
+                    }
+                    (f, u.conv.weight.dims()[0])
+                }
+                Block::Basic(b) => {
+                    let stride = b.conv1.stride[0].max(1);
+                    let o = hw.div_ceil(stride);
+                    let mut f = conv_flops(&b.conv1, o) + conv_flops(&b.conv2, o);
+                    if let Some(ds) = &b.downsample {
+                        f += conv_flops(&ds.conv, o);
+                    }
+                    hw = o;
+                    (f, b.conv2.weight.dims()[0])
+                }
+                Block::PoolHead(h) => {
+                    let [k, d] = h.fc.weight.dims();
+                    hw = 1;
+                    (2 * (k * d) as u64, k)
+                }
+                Block::MlpHead(h) => {
+                    let f = [&h.fc1, &h.fc2, &h.fc3]
+                        .iter()
+                        .map(|l| {
+                            let [o, i] = l.weight.dims();
+                            2 * (o * i) as u64
+                        })
+                        .sum();
+                    hw = 1;
+                    (f, h.fc3.weight.dims()[0])
+                }
+            };
+            out.push(BlockCost { name: name.clone(), params, flops, output: [c, hw, hw] });
+        }
+        out
+    }
+}

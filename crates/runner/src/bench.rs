@@ -7,7 +7,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use resilab_data::{DataConfig, Split};
 use resilab_models::ModelConfig;
-use resilab_train::Trainer;
+use resilab_train::{ParallelConfig, ParallelMode, Trainer};
 use serde::Serialize;
 
 use crate::{Result, RunConfig};
@@ -44,7 +44,7 @@ pub struct StepBench {
 
 /// A trainer for `model` on `batch` synthetic 3x32x32 images (one batch per epoch), default SGD
 /// with momentum 0.9, for `steps` steps, and the configuration it was built from.
-fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, device: &Device) -> Result<(RunConfig, Trainer)> {
+fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, parallel: ParallelConfig, device: &Device) -> Result<(RunConfig, Trainer)> {
     let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
     let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
     let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
@@ -52,6 +52,7 @@ fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, device: &Devic
     cfg.data = data;
     cfg.train.batch_size = batch;
     cfg.train.steps = Some(steps as u64);
+    cfg.parallel = parallel;
     let trainer = crate::run::build_trainer(&cfg, split, device)?;
     Ok((cfg, trainer))
 }
@@ -59,20 +60,18 @@ fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, device: &Devic
 /// Measures `steps` training steps (after `warmup` untimed ones) of `model` at batch `batch` on
 /// 3x32x32 images, SGD with momentum 0.9.
 pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<(f64, usize)> {
-    let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, device)?;
-    let params = trainer.workers[0].net.num_trainable();
+    let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, ParallelConfig::default(), device)?;
+    let params = trainer.model().num_trainable();
     for _ in 0..warmup {
-        trainer.step();
+        trainer.step()?;
     }
-    let mut times: Vec<f64> = (0..steps.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            trainer.step();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], params))
+    let mut times = Vec::with_capacity(steps.max(1));
+    for _ in 0..steps.max(1) {
+        let t = Instant::now();
+        trainer.step()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok((median(times), params))
 }
 
 /// Checkpoint throughput against a raw write of the same bytes, measured in one process.
@@ -121,17 +120,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `steps` training steps at batch `batch`) in `dir`, `reps` times each, against raw writes.
 pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, dir: &std::path::Path, device: &Device) -> Result<CheckpointBench> {
     use std::io::{Read, Write};
-    let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, device)?;
-    trainer.step();
-    let step_s = median(
-        (0..steps.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                trainer.step();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
+    let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), device)?;
+    trainer.step()?;
+    let mut times = Vec::with_capacity(steps.max(1));
+    for _ in 0..steps.max(1) {
+        let t = Instant::now();
+        trainer.step()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let step_s = median(times);
     let state = trainer.snapshot();
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: model.label(), config: cfg.to_toml() };
     let io = |path: &std::path::Path| {
@@ -220,4 +217,119 @@ pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, 
         write_share_of_step: write_s / step_s,
         digest_s,
     })
+}
+
+/// Simulation overhead of one parallel layout against one worker on the same global batch.
+#[derive(Debug, Serialize)]
+pub struct ParallelBench {
+    /// Model label.
+    pub model: String,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Global batch size.
+    pub batch: usize,
+    /// `single`, `data` or `pipeline`.
+    pub layout: String,
+    /// Data-parallel workers (1 otherwise).
+    pub workers: usize,
+    /// Pipeline stages (1 otherwise).
+    pub stages: usize,
+    /// Micro-batches (1 otherwise).
+    pub micro_batches: usize,
+    /// CPU threads.
+    pub threads: usize,
+    /// Backend name.
+    pub backend: String,
+    /// Device description.
+    pub device: String,
+    /// Timed steps per layout.
+    pub steps: usize,
+    /// Median wall time of one global step of the simulation.
+    pub step_ms_median: f64,
+    /// `step_ms_median` over the single worker's, measured in the same run.
+    pub ratio_vs_single: f64,
+    /// Median simulated step time on a parallel machine (cost model).
+    pub sim_step_ms_median: f64,
+    /// Median modelled communication time per step.
+    pub comm_ms_median: f64,
+}
+
+/// A layout to measure: `(label, parallel section)`.
+pub type Layout = (String, ParallelConfig);
+
+/// The layouts of the overhead benchmark: one worker, `workers` data-parallel replicas each,
+/// and `stages x micro_batches` pipelines.
+pub fn layouts(workers: &[usize], pipelines: &[(usize, usize)]) -> Vec<Layout> {
+    let mut out = vec![("single".to_string(), ParallelConfig::default())];
+    for &n in workers {
+        out.push(("data".to_string(), ParallelConfig { workers: n, ..ParallelConfig::default() }));
+    }
+    for &(s, m) in pipelines {
+        out.push((
+            "pipeline".to_string(),
+            ParallelConfig { mode: ParallelMode::Pipeline, stages: s, micro_batches: m, ..ParallelConfig::default() },
+        ));
+    }
+    out
+}
+
+/// Measures the step time of every layout on `model` at global batch `batch`: `warmup` untimed
+/// steps each, then `steps` rounds that time one step of every layout in turn (interleaved, so
+/// drift in the machine's speed hits all layouts alike). The first layout is the baseline.
+pub fn parallel(
+    model: &ModelConfig,
+    batch: usize,
+    layouts: &[Layout],
+    warmup: usize,
+    steps: usize,
+    device: &Device,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<ParallelBench>> {
+    let mut trainers = Vec::with_capacity(layouts.len());
+    for (label, p) in layouts {
+        let (_, mut t) = bench_trainer(model, batch, warmup + steps, p.clone(), device)?;
+        for _ in 0..warmup {
+            t.step()?;
+        }
+        progress(&format!("{label} {} warmed up", p.describe()));
+        trainers.push(t);
+    }
+    let n = layouts.len();
+    let (mut wall, mut sim, mut comm) = (vec![Vec::new(); n], vec![Vec::new(); n], vec![Vec::new(); n]);
+    for round in 0..steps.max(1) {
+        for (i, t) in trainers.iter_mut().enumerate() {
+            let start = Instant::now();
+            let s = t.step()?;
+            wall[i].push(start.elapsed().as_secs_f64());
+            sim[i].push(s.sim_s);
+            comm[i].push(s.comm_s);
+        }
+        progress(&format!("round {}/{}", round + 1, steps.max(1)));
+    }
+    let base = median(wall[0].clone());
+    let params = trainers[0].model().num_trainable();
+    Ok(layouts
+        .iter()
+        .enumerate()
+        .map(|(i, (label, p))| {
+            let step = median(wall[i].clone());
+            ParallelBench {
+                model: model.label(),
+                params,
+                batch,
+                layout: label.clone(),
+                workers: p.workers,
+                stages: p.stages,
+                micro_batches: p.micro_batches,
+                threads: 0,
+                backend: String::new(),
+                device: String::new(),
+                steps: steps.max(1),
+                step_ms_median: step * 1e3,
+                ratio_vs_single: step / base,
+                sim_step_ms_median: median(sim[i].clone()) * 1e3,
+                comm_ms_median: median(comm[i].clone()) * 1e3,
+            }
+        })
+        .collect())
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use resilab_checkpoint::CheckpointConfig;
 use resilab_data::DataConfig;
 use resilab_models::ModelConfig;
-use resilab_train::{OptimizerConfig, ScheduleConfig, TrainConfig};
+use resilab_train::{OptimizerConfig, ParallelConfig, ScheduleConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -77,6 +77,9 @@ pub struct RunConfig {
     /// Learning-rate schedule.
     #[serde(default)]
     pub schedule: ScheduleConfig,
+    /// Simulated data-parallel workers or pipeline stages (one worker unless configured).
+    #[serde(default)]
+    pub parallel: ParallelConfig,
     /// Checkpoint policy (none unless configured).
     #[serde(default)]
     pub checkpoint: CheckpointConfig,

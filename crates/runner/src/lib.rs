@@ -5,7 +5,7 @@ mod config;
 mod run;
 
 pub use config::{BackendKind, RunConfig, apply_override, default_out_dir, utc_stamp};
-pub use run::{FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, params_digest, train, write_atomic};
+pub use run::{FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, params_digest, stage_blocks, train, write_atomic};
 
 use std::path::PathBuf;
 

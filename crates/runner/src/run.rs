@@ -10,7 +10,7 @@ use burn::prelude::*;
 use indicatif::{ProgressBar, ProgressStyle};
 use resilab_data::Split;
 use resilab_models::{InputShape, Net, init_parameters};
-use resilab_train::{Evaluation, Trainer};
+use resilab_train::{Evaluation, TrainSpec, Trainer};
 use serde::Serialize;
 
 use crate::{Error, Provenance, Result, RunConfig};
@@ -35,6 +35,8 @@ pub struct MetricsRow {
     pub lr: f64,
     /// Seconds since training started (evaluation included).
     pub wall_s: f64,
+    /// Simulated seconds of the parallel run so far (steps only; see the cost model).
+    pub sim_s: f64,
 }
 
 /// `summary.json`.
@@ -62,6 +64,17 @@ pub struct Summary {
     pub train_s: f64,
     /// Training throughput: images per second of step time.
     pub images_per_s: f64,
+    /// Workers or stages, e.g. `data x4 (ddp, ring)`.
+    pub parallel: String,
+    /// Blocks of each pipeline stage (empty for data parallelism).
+    pub stages: Vec<Vec<String>>,
+    /// Simulated wall time of the steps on a real parallel machine: per step, the slowest
+    /// worker's measured compute plus modelled communication (or the pipeline schedule's span).
+    pub simulated_s: f64,
+    /// Modelled communication time within `simulated_s`.
+    pub simulated_comm_s: f64,
+    /// Bytes moved over the network, all links and steps together.
+    pub comm_bytes: u64,
     /// Training and test set sizes.
     pub train_images: usize,
     /// Test set size.
@@ -123,16 +136,19 @@ pub fn build_net(cfg: &RunConfig, split: &Split, device: &Device) -> Result<Net>
 pub fn build_trainer(cfg: &RunConfig, split: Arc<Split>, device: &Device) -> Result<Trainer> {
     let device = device.clone().autodiff();
     let net = build_net(cfg, &split, &device)?;
-    Ok(Trainer::new(
-        net,
-        1,
-        cfg.train.clone(),
-        cfg.optimizer.clone(),
-        cfg.schedule.clone(),
-        cfg.seed,
-        split,
-        device,
-    )?)
+    let spec = TrainSpec {
+        train: cfg.train.clone(),
+        optimizer: cfg.optimizer.clone(),
+        schedule: cfg.schedule.clone(),
+        parallel: cfg.parallel.clone(),
+        seed: cfg.seed,
+    };
+    Ok(Trainer::new(net, spec, split, device)?)
+}
+
+/// The block names of each pipeline stage (empty for data parallelism).
+pub fn stage_blocks(trainer: &Trainer) -> Vec<Vec<String>> {
+    trainer.workers.iter().filter(|_| trainer.stage_ranges().is_some()).map(|w| w.net.block_names.clone()).collect()
 }
 
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
@@ -180,7 +196,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
 
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
-    let params = trainer.workers[0].net.num_trainable();
+    let params = trainer.model().num_trainable();
     let mut resumed_from = None;
     let mut mismatches = Vec::new();
     if let Some(target) = &opts.resume {
@@ -216,10 +232,14 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let (mut win_loss, mut win_acc, mut win_n) = (0.0, 0.0, 0u64);
     let mut last_eval: Option<Evaluation> = None;
     let mut final_train_loss = f64::NAN;
+    let (mut sim_s, mut comm_s, mut comm_bytes) = (0.0f64, 0.0f64, 0u64);
     while !trainer.done() {
         let t = Instant::now();
-        let s = trainer.step();
+        let s = trainer.step()?;
         train_s += t.elapsed().as_secs_f64();
+        sim_s += s.sim_s;
+        comm_s += s.comm_s;
+        comm_bytes += s.comm_bytes;
         win_loss += s.loss;
         win_acc += s.train_acc;
         win_n += 1;
@@ -252,6 +272,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
                 test_loss: eval.map(|e| e.loss),
                 lr: s.lr,
                 wall_s: start.elapsed().as_secs_f64(),
+                sim_s,
             };
             metrics.serialize(&row).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
             metrics.flush().map_err(|source| Error::Io { path: metrics_path.clone(), source })?;
@@ -275,13 +296,18 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         wall_s: start.elapsed().as_secs_f64(),
         train_s,
         images_per_s: ((steps - first_step) as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
+        parallel: cfg.parallel.describe(),
+        stages: stage_blocks(&trainer),
+        simulated_s: sim_s,
+        simulated_comm_s: comm_s,
+        comm_bytes,
         train_images: split.train.len(),
         test_images: split.test.len(),
         resumed_from,
         checkpoint_mismatches: mismatches,
         checkpoints,
         checkpoint_s,
-        final_params_digest: params_digest(&trainer.workers[0].net),
+        final_params_digest: params_digest(&trainer.model()),
         provenance: opts.provenance.clone(),
     };
     let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;

@@ -27,21 +27,3 @@ pub fn named_grads(net: &Net, grads: Gradients) -> Grads {
     }
     out
 }
-
-/// Averages the gradients of several workers, in rank order (a deterministic reduction).
-pub fn average(grads: Vec<Grads>) -> Grads {
-    let n = grads.len();
-    let mut it = grads.into_iter();
-    let Some(mut acc) = it.next() else { return Grads::new() };
-    if n == 1 {
-        return acc;
-    }
-    for g in it {
-        for (name, t) in g {
-            if let Some(a) = acc.remove(&name) {
-                acc.insert(name, a + t);
-            }
-        }
-    }
-    acc.into_iter().map(|(k, v)| (k, v.div_scalar(n as f64))).collect()
-}

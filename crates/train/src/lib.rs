@@ -7,18 +7,26 @@
 //! optimizer records, whose keys change when a model is rebuilt), so faults, checkpoints and
 //! replica copies address it by name.
 
+mod allreduce;
 mod grads;
+mod hooks;
 mod optim;
+mod parallel;
+mod pipeline;
 mod schedule;
 mod state;
 mod trainer;
 mod worker;
 
-pub use grads::{Grads, average, named_grads};
+pub use grads::{Grads, named_grads};
 pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, update};
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
-pub use trainer::{StepStats, TrainConfig, Trainer};
+pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
+pub use hooks::{Control, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
+pub use parallel::{AllReduceKind, Balance, NetworkConfig, ParallelConfig, ParallelMode, PipeSchedule, SyncKind};
+pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
+pub use trainer::{MAX_REDOS, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
 pub use worker::{Cursor, Evaluation, LocalPass, Worker, count_correct, evaluate};
 
 /// Errors from configuring or running training.

@@ -1,11 +1,21 @@
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use resilab_data::{EpochOrder, Split, shard_range};
-use resilab_models::Net;
+use resilab_models::{InputShape, Mode, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Evaluation, OptimizerConfig, Result, ScheduleConfig, Worker, average, evaluate};
+use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads, trainable_sizes};
+use crate::hooks::{Control, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
+use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
+use crate::{
+    Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
+    Worker, count_correct, evaluate, named_grads,
+};
 
 fn default_epochs() -> usize {
     1
@@ -61,28 +71,117 @@ impl Default for TrainConfig {
     }
 }
 
-/// What one global step produced, averaged over the workers.
+/// What one global step produced, over the workers that contributed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct StepStats {
     /// Global step number (1-based: the number of steps completed).
     pub step: u64,
     /// Epoch the batch belonged to (0-based).
     pub epoch: usize,
-    /// Mean of the workers' shard losses.
+    /// Mean of the contributing shards' (or micro-batches') losses; NaN if none contributed.
     pub loss: f64,
-    /// Training accuracy on the global batch.
+    /// Training accuracy on the contributing part of the global batch.
     pub train_acc: f64,
     /// Learning rate used.
     pub lr: f64,
     /// Whether this step completed an epoch.
     pub epoch_end: bool,
+    /// Simulated wall time of the step on a real parallel machine (see the cost model).
+    pub sim_s: f64,
+    /// Simulated communication time of the step (all-reduce and broadcast, or all messages).
+    pub comm_s: f64,
+    /// Bytes moved over the network in the step, all links together.
+    pub comm_bytes: u64,
+    /// Contributions left out at a hook's request (workers, or dropped micro-batches).
+    pub skipped: u32,
+    /// Times the step was undone and run again.
+    pub redos: u32,
 }
 
-/// Drives workers through synchronous data-parallel training steps: every worker computes
-/// gradients on its shard of the global batch, the gradients are averaged in rank order, and
-/// every worker applies the average with its own optimizer state.
+/// How a step ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOutcome {
+    /// The step completed.
+    Done(StepStats),
+    /// A hook returned [`Control::Restore`]; the trainer now holds that state.
+    Restored {
+        /// Where the hook was called.
+        point: Point,
+        /// Worker or stage whose hook asked.
+        rank: usize,
+    },
+    /// A hook returned [`Control::Stop`]; the step did not complete.
+    Stopped {
+        /// Where the hook was called.
+        point: Point,
+        /// Worker or stage whose hook asked.
+        rank: usize,
+    },
+}
+
+/// Everything that configures a trainer besides the model and data.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrainSpec {
+    /// Training loop.
+    pub train: TrainConfig,
+    /// Optimizer.
+    pub optimizer: OptimizerConfig,
+    /// Learning-rate schedule.
+    pub schedule: ScheduleConfig,
+    /// Workers or stages.
+    pub parallel: ParallelConfig,
+    /// Seed of the data order and of the workers' random streams.
+    pub seed: u64,
+}
+
+/// Most redos of one step before the trainer gives up.
+pub const MAX_REDOS: u32 = 16;
+
+enum Topology {
+    Data { plan: ReducePlan, buffer_bytes: u64 },
+    Pipeline { ranges: Vec<Range<usize>>, ops: Vec<Vec<Op>> },
+}
+
+/// How a hook's control value ends a step early.
+enum Flow {
+    Done(StepStats),
+    Redo,
+    Restore(Box<TrainState>, Point, usize),
+    Stop(Point, usize),
+}
+
+/// `Continue` and `Skip` let the step go on; anything else ends it.
+fn early(c: Control, point: Point, rank: usize) -> Option<Flow> {
+    match c {
+        Control::Continue | Control::Skip => None,
+        Control::Redo => Some(Flow::Redo),
+        Control::Restore(s) => Some(Flow::Restore(s, point, rank)),
+        Control::Stop => Some(Flow::Stop(point, rank)),
+    }
+}
+
+macro_rules! hook {
+    ($call:expr, $point:expr, $rank:expr) => {{
+        let c = $call;
+        let skip = matches!(c, Control::Skip);
+        if let Some(f) = early(c, $point, $rank) {
+            return Ok(f);
+        }
+        skip
+    }};
+}
+
+fn missing(what: &str, s: usize, m: usize) -> Error {
+    Error::State(format!("pipeline step: {what} of stage {s}, micro-batch {m} is missing (schedule out of order)"))
+}
+
+/// Drives workers through synchronous steps: data-parallel replicas (each computes gradients on
+/// its shard, the gradients are all-reduced, each replica applies the average with its own
+/// optimizer state) or pipeline stages (micro-batches flow forward and back through the stages,
+/// each stage accumulates its gradients and applies one update). A single-process run is the
+/// one-worker case.
 pub struct Trainer {
-    /// The workers, in rank order.
+    /// The workers in rank order (the stages, in a pipeline).
     pub workers: Vec<Worker>,
     /// Steps completed.
     pub step: u64,
@@ -92,35 +191,29 @@ pub struct Trainer {
     pub optimizer: OptimizerConfig,
     /// Learning-rate schedule.
     pub schedule: ScheduleConfig,
+    /// Workers or stages.
+    pub parallel: ParallelConfig,
     /// Seed of the data order.
     pub seed: u64,
     /// The data.
     pub data: Arc<Split>,
     device: Device,
     order: EpochOrder,
+    topology: Topology,
 }
 
 impl Trainer {
-    /// A trainer with `n_workers` identical replicas of `net` (deep copies: resilab's modules
-    /// hold no shared state, so `clone()` copies).
-    pub fn new(
-        net: Net,
-        n_workers: usize,
-        config: TrainConfig,
-        optimizer: OptimizerConfig,
-        schedule: ScheduleConfig,
-        seed: u64,
-        data: Arc<Split>,
-        device: Device,
-    ) -> Result<Self> {
+    /// A trainer for `net` as `spec` describes: `workers` replicas of it (deep copies: resilab's
+    /// modules hold no shared state, so `clone()` copies), or its blocks cut into `stages`.
+    pub fn new(net: Net, spec: TrainSpec, data: Arc<Split>, device: Device) -> Result<Self> {
+        let TrainSpec { train: config, optimizer, schedule, parallel, seed } = spec;
         optimizer.validate()?;
         schedule.validate()?;
-        if n_workers == 0 {
-            return Err(Error::Config("parallel.workers must be at least 1".into()));
-        }
-        if config.batch_size < n_workers || config.batch_size > data.train.len() {
+        parallel.validate(config.batch_size)?;
+        let world = parallel.world();
+        if config.batch_size == 0 || config.batch_size > data.train.len() {
             return Err(Error::Config(format!(
-                "train.batch_size = {} must be between the number of workers ({n_workers}) and the training set size ({})",
+                "train.batch_size = {} must be between 1 and the training set size ({})",
                 config.batch_size,
                 data.train.len()
             )));
@@ -131,9 +224,24 @@ impl Trainer {
         if config.steps.is_none() && config.epochs == 0 {
             return Err(Error::Config("train.epochs must be >= 1 (or set train.steps)".into()));
         }
-        let workers = (0..n_workers).map(|r| Worker::new(r, net.clone(), seed)).collect();
+        let (workers, topology) = match parallel.mode {
+            ParallelMode::Data => {
+                let plan = ReducePlan::new(&trainable_sizes(&net), &parallel);
+                let buffer_bytes =
+                    resilab_models::named_params(&net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
+                let workers = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
+                (workers, Topology::Data { plan, buffer_bytes })
+            }
+            ParallelMode::Pipeline => {
+                let input = InputShape { channels: data.train.channels, size: data.train.size };
+                let ranges = stage_ranges(&net.block_costs(input), &parallel)?;
+                let workers = ranges.iter().enumerate().map(|(s, r)| Worker::new(s, net.slice(r.clone()), seed)).collect();
+                let ops = (0..world).map(|s| stage_ops(parallel.schedule, s, world, parallel.micro_batches)).collect();
+                (workers, Topology::Pipeline { ranges, ops })
+            }
+        };
         let order = EpochOrder::new(seed, 0, data.train.len());
-        Ok(Self { workers, step: 0, config, optimizer, schedule, seed, data, device, order })
+        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology })
     }
 
     /// Optimizer steps per epoch (full global batches; a last partial batch is dropped).
@@ -161,45 +269,345 @@ impl Trainer {
         self.schedule.lr(self.optimizer.lr, self.step, self.steps_per_epoch(), self.total_steps())
     }
 
-    /// Runs one global step.
-    pub fn step(&mut self) -> StepStats {
-        let batch = self.config.batch_size;
+    /// The block ranges of the pipeline stages (`None` for data parallelism).
+    pub fn stage_ranges(&self) -> Option<&[Range<usize>]> {
+        match &self.topology {
+            Topology::Pipeline { ranges, .. } => Some(ranges),
+            Topology::Data { .. } => None,
+        }
+    }
+
+    /// The all-reduce buckets, `(parameter name, values)` in reduction order (`None` for a pipeline).
+    pub fn buckets(&self) -> Option<&[Vec<(String, usize)>]> {
+        match &self.topology {
+            Topology::Data { plan, .. } => Some(&plan.buckets),
+            Topology::Pipeline { .. } => None,
+        }
+    }
+
+    /// The whole model: worker 0's replica, or the stages joined.
+    pub fn model(&self) -> Net {
+        match self.topology {
+            Topology::Data { .. } => self.workers[0].net.clone(),
+            Topology::Pipeline { .. } => Net::join(&self.workers.iter().map(|w| w.net.clone()).collect::<Vec<_>>()),
+        }
+    }
+
+    /// Runs one global step without hooks.
+    pub fn step(&mut self) -> Result<StepStats> {
+        match self.step_with(&mut NoHooks)? {
+            StepOutcome::Done(s) => Ok(s),
+            other => Err(Error::State(format!("a step without hooks ended early: {other:?}"))),
+        }
+    }
+
+    /// Runs one global step, calling `hooks` at the fixed points and carrying out what they
+    /// return.
+    pub fn step_with(&mut self, hooks: &mut dyn Hooks) -> Result<StepOutcome> {
+        let saved = hooks.undo().then(|| self.workers.clone());
+        let mut attempt = 0;
+        loop {
+            let flow = match self.topology {
+                Topology::Data { .. } => self.data_step(hooks, attempt)?,
+                Topology::Pipeline { .. } => self.pipeline_step(hooks, attempt)?,
+            };
+            match flow {
+                Flow::Done(mut s) => {
+                    s.redos = attempt;
+                    return Ok(StepOutcome::Done(s));
+                }
+                Flow::Redo => {
+                    let Some(w) = &saved else {
+                        return Err(Error::Config("a hook asked to redo the step, but Hooks::undo() is false".into()));
+                    };
+                    if attempt >= MAX_REDOS {
+                        return Err(Error::State(format!("step {} was redone {MAX_REDOS} times and never completed", self.step + 1)));
+                    }
+                    self.workers = w.clone();
+                    attempt += 1;
+                }
+                Flow::Restore(state, point, rank) => {
+                    self.restore(&state)?;
+                    return Ok(StepOutcome::Restored { point, rank });
+                }
+                Flow::Stop(point, rank) => return Ok(StepOutcome::Stopped { point, rank }),
+            }
+        }
+    }
+
+    /// The global batch of the next step and the cursor it is read at.
+    fn global_batch(&mut self) -> (crate::Cursor, Vec<usize>) {
         let cursor = self.workers[0].cursor;
         if self.order.epoch != cursor.epoch {
             self.order = EpochOrder::new(self.seed, cursor.epoch, self.data.train.len());
         }
-        let global = self.order.batch(cursor.batch, batch).to_vec();
-        let n = self.workers.len();
-        let lr = self.lr();
-        let (mut loss, mut correct) = (0.0, 0);
-        let mut all_grads = Vec::with_capacity(n);
-        for w in &mut self.workers {
-            let shard = &global[shard_range(batch, w.rank, n)];
-            let pass = w.forward_backward(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device);
-            loss += pass.loss;
-            correct += pass.correct;
-            all_grads.push(pass.grads);
-        }
-        let grads = average(all_grads);
-        let spe = self.steps_per_epoch() as usize;
-        for w in &mut self.workers {
-            let net = w.net.clone();
-            w.net = w.optim.step(&self.optimizer, lr, net, &grads);
-            w.cursor = w.cursor.advance(spe);
-        }
-        self.step += 1;
-        StepStats {
-            step: self.step,
-            epoch: cursor.epoch,
-            loss: loss / n as f64,
-            train_acc: correct as f64 / batch as f64,
-            lr,
-            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
-        }
+        (cursor, self.order.batch(cursor.batch, self.config.batch_size).to_vec())
     }
 
-    /// Test-set evaluation of worker 0's replica.
+    fn data_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
+        let (cursor, global) = self.global_batch();
+        let Topology::Data { plan, buffer_bytes } = &self.topology else {
+            return Err(Error::State("data step on a pipeline".into()));
+        };
+        let (n, batch, lr, step) = (self.workers.len(), self.config.batch_size, self.lr(), self.step + 1);
+        let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
+        let net = &self.parallel.network;
+        let (mut comm_s, mut comm_bytes) = (0.0, 0u64);
+        if self.parallel.sync == SyncKind::Ddp && n > 1 && *buffer_bytes > 0 {
+            broadcast_buffers(&mut self.workers);
+            comm_s += broadcast_s(net, *buffer_bytes, n);
+            comm_bytes += *buffer_bytes * (n as u64 - 1);
+        }
+        let mut compute = vec![0.0f64; n];
+        let (mut loss, mut correct, mut count, mut skipped) = (0.0, 0usize, 0usize, 0u32);
+        let mut contributions = Vec::with_capacity(n);
+        for r in 0..n {
+            if hook!(hooks.before_step(&ctx(r, Point::BeforeStep), &mut self.workers[r]), Point::BeforeStep, r) {
+                skipped += 1;
+                continue;
+            }
+            let t = Instant::now();
+            let shard = &global[shard_range(batch, r, n)];
+            let pass = self.workers[r].forward_backward(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device);
+            compute[r] = t.elapsed().as_secs_f64();
+            let mut info = LossInfo { loss: pass.loss, correct: pass.correct, count: pass.count };
+            if hook!(hooks.after_loss(&ctx(r, Point::AfterLoss), &mut info), Point::AfterLoss, r) {
+                skipped += 1;
+                continue;
+            }
+            let mut grads = pass.grads;
+            if hook!(hooks.after_backward(&ctx(r, Point::AfterBackward), &mut grads), Point::AfterBackward, r) {
+                skipped += 1;
+                continue;
+            }
+            loss += info.loss;
+            correct += info.correct;
+            count += info.count;
+            contributions.push(grads);
+        }
+        let k = contributions.len();
+        let reduced = plan.reduce(contributions);
+        for b in plan.bucket_bytes() {
+            comm_s += ring_allreduce_s(net, b, k);
+            comm_bytes += 2 * (k as u64).saturating_sub(1) * b;
+        }
+        let spe = self.steps_per_epoch() as usize;
+        let mut opt = vec![0.0f64; n];
+        for r in 0..n {
+            let mut g = reduced.clone();
+            let apply = !hook!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
+            let w = &mut self.workers[r];
+            let t = Instant::now();
+            if apply && k > 0 {
+                let net = w.net.clone();
+                w.net = w.optim.step(&self.optimizer, lr, net, &g);
+            }
+            opt[r] = t.elapsed().as_secs_f64();
+            w.cursor = w.cursor.advance(spe);
+            hook!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
+        }
+        self.step += 1;
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        Ok(Flow::Done(StepStats {
+            step: self.step,
+            epoch: cursor.epoch,
+            loss: if k > 0 { loss / k as f64 } else { f64::NAN },
+            train_acc: if count > 0 { correct as f64 / count as f64 } else { f64::NAN },
+            lr,
+            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
+            sim_s: max(&compute) + comm_s + max(&opt),
+            comm_s,
+            comm_bytes,
+            skipped,
+            redos: 0,
+        }))
+    }
+
+    fn pipeline_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
+        let (cursor, global) = self.global_batch();
+        let Topology::Pipeline { ops, .. } = &self.topology else {
+            return Err(Error::State("pipeline step on data-parallel workers".into()));
+        };
+        let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
+        let (mb, lr, step) = (self.config.batch_size / nm, self.lr(), self.step + 1);
+        let ctx = |rank, m: Option<usize>, point| Ctx { step, rank, world: ns, attempt, micro_batch: m, point };
+        let mut frozen = vec![false; ns];
+        for s in 0..ns {
+            frozen[s] = hook!(hooks.before_step(&ctx(s, None, Point::BeforeStep), &mut self.workers[s]), Point::BeforeStep, s);
+        }
+        let (data, norm, device) = (&self.data.train, &self.data.norm, &self.device);
+        let mut inputs = Vec::with_capacity(nm);
+        for m in 0..nm {
+            let idx = &global[m * mb..(m + 1) * mb];
+            inputs.push(if self.config.augment {
+                data.batch_augmented(idx, norm, &mut self.workers[0].rng, device)
+            } else {
+                data.batch(idx, norm, device)
+            });
+        }
+        let none4 = || vec![vec![None::<Tensor<4>>; nm]; ns];
+        let (mut received, mut leaves, mut outputs, mut grad_in) = (none4(), none4(), none4(), none4());
+        let mut losses: Vec<Option<Tensor<1>>> = vec![None; nm];
+        let mut grads: Vec<Vec<Option<Grads>>> = vec![vec![None; nm]; ns];
+        let mut dropped = vec![false; nm];
+        let zeros = || vec![vec![0.0f64; nm]; ns];
+        let mut times = PipeTimes { forward: zeros(), backward: zeros(), act_bytes: vec![vec![0; nm]; ns], grad_bytes: vec![vec![0; nm]; ns] };
+        let ce = CrossEntropyLossConfig::new().init(device);
+        let (mut loss_sum, mut correct, mut skipped) = (0.0, 0usize, 0u32);
+        let mut next = vec![0usize; ns];
+        let total: usize = ops.iter().map(Vec::len).sum();
+        let mut done = 0;
+        while done < total {
+            let mut progressed = false;
+            for s in 0..ns {
+                while let Some(&op) = ops[s].get(next[s]) {
+                    let ready = match op {
+                        Op::Forward(m) => s == 0 || dropped[m] || received[s][m].is_some(),
+                        Op::Backward(m) => s + 1 == ns || dropped[m] || grad_in[s][m].is_some(),
+                    };
+                    if !ready {
+                        break;
+                    }
+                    next[s] += 1;
+                    done += 1;
+                    progressed = true;
+                    match op {
+                        Op::Forward(m) if !dropped[m] => {
+                            let t = Instant::now();
+                            let input = if s == 0 {
+                                inputs[m].0.clone()
+                            } else {
+                                let x = received[s][m].take().ok_or_else(|| missing("input", s, m))?.autodiff().require_grad();
+                                leaves[s][m] = Some(x.clone());
+                                x
+                            };
+                            let w = &mut self.workers[s];
+                            let blocks = w.net.blocks.len();
+                            let y = w.net.forward_blocks(0..blocks, input, Mode::Train);
+                            if s + 1 < ns {
+                                let mut msg = Message { kind: MessageKind::Activation, from: s, to: s + 1, tensor: y.clone().without_autodiff() };
+                                times.act_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
+                                times.forward[s][m] = t.elapsed().as_secs_f64();
+                                outputs[s][m] = Some(y);
+                                if hook!(hooks.on_message(&ctx(s + 1, Some(m), Point::Message), &mut msg), Point::Message, s + 1) {
+                                    dropped[m] = true;
+                                } else {
+                                    received[s + 1][m] = Some(msg.tensor);
+                                }
+                            } else {
+                                let [b, k, _, _] = y.dims();
+                                let logits = y.reshape([b, k]);
+                                let labels = inputs[m].1.clone();
+                                let c = count_correct(logits.clone(), labels.clone());
+                                let l = ce.forward(logits, labels);
+                                let mut info = LossInfo { loss: f64::from(l.clone().into_scalar::<f32>()), correct: c, count: b };
+                                times.forward[s][m] = t.elapsed().as_secs_f64();
+                                if hook!(hooks.after_loss(&ctx(s, Some(m), Point::AfterLoss), &mut info), Point::AfterLoss, s) {
+                                    dropped[m] = true;
+                                } else {
+                                    loss_sum += info.loss;
+                                    correct += info.correct;
+                                    losses[m] = Some(l.div_scalar(nm as f64));
+                                }
+                            }
+                        }
+                        Op::Backward(m) if !dropped[m] => {
+                            let t = Instant::now();
+                            let mut g = if s + 1 == ns {
+                                losses[m].take().ok_or_else(|| missing("loss", s, m))?.backward()
+                            } else {
+                                let upstream = grad_in[s][m].take().ok_or_else(|| missing("gradient message", s, m))?;
+                                let y = outputs[s][m].take().ok_or_else(|| missing("output", s, m))?;
+                                (y * upstream).sum().backward()
+                            };
+                            let gx = match leaves[s][m].take() {
+                                Some(x) => Some(x.grad_remove(&mut g).ok_or_else(|| missing("input gradient", s, m))?),
+                                None => None,
+                            };
+                            grads[s][m] = Some(named_grads(&self.workers[s].net, g));
+                            times.backward[s][m] = t.elapsed().as_secs_f64();
+                            if let Some(gx) = gx {
+                                let mut msg = Message { kind: MessageKind::Gradient, from: s, to: s - 1, tensor: gx };
+                                times.grad_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
+                                if hook!(hooks.on_message(&ctx(s - 1, Some(m), Point::Message), &mut msg), Point::Message, s - 1) {
+                                    dropped[m] = true;
+                                } else {
+                                    grad_in[s - 1][m] = Some(msg.tensor);
+                                }
+                            }
+                        }
+                        // A dropped micro-batch: nothing to compute.
+                        _ => {}
+                    }
+                }
+            }
+            if !progressed {
+                return Err(Error::State("pipeline schedule cannot make progress".into()));
+            }
+        }
+        let kept: Vec<usize> = (0..nm).filter(|&m| !dropped[m]).collect();
+        skipped += (nm - kept.len()) as u32;
+        let spe = self.steps_per_epoch() as usize;
+        let mut stage_grads = Vec::with_capacity(ns);
+        for s in 0..ns {
+            let mut g = sum_grads(kept.iter().filter_map(|&m| grads[s][m].take()).collect());
+            if !kept.is_empty() && kept.len() < nm {
+                let scale = nm as f64 / kept.len() as f64;
+                g = g.into_iter().map(|(k, t)| (k, t.mul_scalar(scale))).collect();
+            }
+            if hook!(hooks.after_backward(&ctx(s, None, Point::AfterBackward), &mut g), Point::AfterBackward, s) {
+                frozen[s] = true;
+            }
+            stage_grads.push(g);
+        }
+        let mut opt = vec![0.0f64; ns];
+        for (s, g) in stage_grads.into_iter().enumerate() {
+            let w = &mut self.workers[s];
+            let t = Instant::now();
+            if !frozen[s] && !kept.is_empty() {
+                let net = w.net.clone();
+                w.net = w.optim.step(&self.optimizer, lr, net, &g);
+            }
+            opt[s] = t.elapsed().as_secs_f64();
+            w.cursor = w.cursor.advance(spe);
+            hook!(hooks.after_optimizer_step(&ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]), Point::AfterOptimizerStep, s);
+        }
+        let (span, comm_s) = makespan(ops, &times, &self.parallel.network);
+        let comm_bytes = times.act_bytes.iter().chain(&times.grad_bytes).flatten().sum();
+        self.step += 1;
+        let n_kept = kept.len();
+        Ok(Flow::Done(StepStats {
+            step: self.step,
+            epoch: cursor.epoch,
+            loss: if n_kept > 0 { loss_sum / n_kept as f64 } else { f64::NAN },
+            train_acc: if n_kept > 0 { correct as f64 / (n_kept * mb) as f64 } else { f64::NAN },
+            lr,
+            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
+            sim_s: span + opt.iter().copied().fold(0.0, f64::max),
+            comm_s,
+            comm_bytes,
+            skipped,
+            redos: 0,
+        }))
+    }
+
+    /// Test-set evaluation of the model (worker 0's replica, or the joined stages).
     pub fn evaluate(&self) -> Evaluation {
-        evaluate(&self.workers[0].net, &self.data.test, &self.data.norm, self.config.eval_batch_size, &self.device)
+        evaluate(&self.model(), &self.data.test, &self.data.norm, self.config.eval_batch_size, &self.device)
+    }
+}
+
+/// Copies rank 0's buffers (BatchNorm running statistics) into every other replica, as DDP does
+/// before each forward.
+fn broadcast_buffers(workers: &mut [Worker]) {
+    let mut buffers = BTreeMap::new();
+    for_each_param(&workers[0].net, |info, t| {
+        if !info.trainable {
+            buffers.insert(info.name.clone(), t);
+        }
+    });
+    for w in &mut workers[1..] {
+        let net = w.net.clone();
+        w.net = map_params(net, |info, _| if info.trainable { None } else { buffers.get(&info.name).cloned() });
     }
 }

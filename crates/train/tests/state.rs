@@ -5,39 +5,41 @@ use std::sync::Arc;
 use burn::prelude::*;
 use resilab_data::{Split, synthetic::Synthetic};
 use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
-use resilab_train::{OptimizerConfig, OptimizerKind, ScheduleConfig, ScheduleKind, TrainConfig, Trainer};
+use resilab_train::{
+    OptimizerConfig, OptimizerKind, ParallelConfig, ParallelMode, ScheduleConfig, ScheduleKind, TrainConfig, TrainSpec, Trainer,
+};
 
 fn data() -> Arc<Split> {
     let g = Synthetic { seed: 1, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
     Arc::new(Split::new(g.generate(0, 96).unwrap(), g.generate(1, 32).unwrap()))
 }
 
-fn trainer(kind: OptimizerKind, workers: usize, data: Arc<Split>) -> Trainer {
+fn trainer(kind: OptimizerKind, parallel: ParallelConfig, data: Arc<Split>) -> Trainer {
     let device = Device::flex().autodiff();
     let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
     let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 9, &device);
     let train = TrainConfig { steps: Some(10), batch_size: 32, augment: true, ..TrainConfig::default() };
     let optimizer = OptimizerConfig { kind, lr: if kind == OptimizerKind::Adam { 1e-3 } else { 0.05 }, weight_decay: 1e-4, ..Default::default() };
     let schedule = ScheduleConfig { kind: ScheduleKind::Cosine, ..Default::default() };
-    Trainer::new(net, workers, train, optimizer, schedule, 5, data, device).unwrap()
+    Trainer::new(net, TrainSpec { train, optimizer, schedule, parallel, seed: 5 }, data, device).unwrap()
 }
 
-fn resume_is_exact(kind: OptimizerKind, workers: usize) {
+fn resume_is_exact(kind: OptimizerKind, parallel: ParallelConfig) {
     let data = data();
-    let mut straight = trainer(kind, workers, data.clone());
+    let mut straight = trainer(kind, parallel.clone(), data.clone());
     for _ in 0..10 {
-        straight.step();
+        straight.step().unwrap();
     }
-    let mut first = trainer(kind, workers, data.clone());
+    let mut first = trainer(kind, parallel.clone(), data.clone());
     for _ in 0..5 {
-        first.step();
+        first.step().unwrap();
     }
     let saved = first.snapshot();
     drop(first);
-    let mut resumed = trainer(kind, workers, data);
+    let mut resumed = trainer(kind, parallel, data);
     resumed.restore(&saved).unwrap();
     for _ in 0..5 {
-        resumed.step();
+        resumed.step().unwrap();
     }
     let (a, b) = (straight.snapshot(), resumed.snapshot());
     assert_eq!(a.step, 10);
@@ -49,24 +51,32 @@ fn resume_is_exact(kind: OptimizerKind, workers: usize) {
 
 #[test]
 fn sgd_resume_is_bit_exact() {
-    resume_is_exact(OptimizerKind::Sgd, 1);
+    resume_is_exact(OptimizerKind::Sgd, ParallelConfig::default());
 }
 
 #[test]
 fn adam_resume_is_bit_exact() {
-    resume_is_exact(OptimizerKind::Adam, 1);
+    resume_is_exact(OptimizerKind::Adam, ParallelConfig::default());
 }
 
 #[test]
 fn two_worker_resume_is_bit_exact() {
-    resume_is_exact(OptimizerKind::Sgd, 2);
+    resume_is_exact(OptimizerKind::Sgd, ParallelConfig { workers: 2, ..ParallelConfig::default() });
+}
+
+#[test]
+fn pipeline_resume_is_bit_exact() {
+    resume_is_exact(
+        OptimizerKind::Adam,
+        ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 4, ..ParallelConfig::default() },
+    );
 }
 
 #[test]
 fn a_state_that_does_not_fit_is_refused_and_nothing_changes() {
     let data = data();
-    let mut t = trainer(OptimizerKind::Sgd, 1, data);
-    t.step();
+    let mut t = trainer(OptimizerKind::Sgd, ParallelConfig::default(), data);
+    t.step().unwrap();
     let before = t.snapshot();
     let mut bad = before.clone();
     bad.workers[0].params.get_mut("layer1.0.conv1.weight").unwrap().values.pop();

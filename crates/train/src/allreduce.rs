@@ -1,0 +1,239 @@
+//! The all-reduce of a data-parallel step, with its summation order modelled explicitly.
+//!
+//! Gradients are grouped into buckets in reverse parameter order (the order in which backward
+//! produces them): DDP fills 25 MiB buckets after a first bucket of 1 MiB, Horovod fuses into
+//! 64 MiB buffers. Each bucket is flattened and reduced on its own. DDP divides every
+//! contribution by the number of workers first and then sums; Horovod sums and then multiplies
+//! by 1/N. The sum is either in rank order or as a ring all-reduce does it (see
+//! [`AllReduceKind::Ring`]). Floating-point addition is not associative, so these choices change
+//! the low bits of the result and decide whether a huge value in one worker's gradient overflows.
+
+use burn::prelude::*;
+
+use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
+
+/// DDP's first bucket (PyTorch's `_DEFAULT_FIRST_BUCKET_BYTES`).
+pub const DDP_FIRST_BUCKET_BYTES: u64 = 1024 * 1024;
+
+/// How gradients are grouped and summed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReducePlan {
+    /// Buckets of `(parameter name, number of values)`, in reduction order.
+    pub buckets: Vec<Vec<(String, usize)>>,
+    /// Summation order.
+    pub kind: AllReduceKind,
+    /// Divide contributions by N before summing (DDP) rather than scale the sum by 1/N (Horovod).
+    pub predivide: bool,
+}
+
+impl ReducePlan {
+    /// The plan for parameters `params` (`(name, values)` in model order) under `cfg`.
+    pub fn new(params: &[(String, usize)], cfg: &ParallelConfig) -> Self {
+        let cap = cfg.bucket_bytes();
+        let first_cap = match cfg.sync {
+            SyncKind::Ddp => DDP_FIRST_BUCKET_BYTES.min(cap),
+            SyncKind::Horovod => cap,
+        };
+        let mut buckets: Vec<Vec<(String, usize)>> = Vec::new();
+        let mut current: Vec<(String, usize)> = Vec::new();
+        let mut bytes = 0u64;
+        for (name, n) in params.iter().rev() {
+            let limit = if buckets.is_empty() { first_cap } else { cap };
+            let b = 4 * *n as u64;
+            if !current.is_empty() && bytes + b > limit {
+                buckets.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
+            current.push((name.clone(), *n));
+            bytes += b;
+        }
+        if !current.is_empty() {
+            buckets.push(current);
+        }
+        Self { buckets, kind: cfg.allreduce, predivide: cfg.sync == SyncKind::Ddp }
+    }
+
+    /// Bytes of every bucket.
+    pub fn bucket_bytes(&self) -> Vec<u64> {
+        self.buckets.iter().map(|b| b.iter().map(|(_, n)| 4 * *n as u64).sum()).collect()
+    }
+
+    /// Averages `contributions` (one per participating worker, in rank order). Parameters
+    /// missing from a contribution are left out of the result.
+    pub fn reduce(&self, contributions: Vec<Grads>) -> Grads {
+        let k = contributions.len();
+        let mut out = Grads::new();
+        if k == 0 {
+            return out;
+        }
+        let mut contributions = contributions;
+        for bucket in &self.buckets {
+            let present: Vec<&(String, usize)> =
+                bucket.iter().filter(|(name, _)| contributions.iter().all(|g| g.contains_key(name))).collect();
+            if present.is_empty() {
+                continue;
+            }
+            let flats: Vec<Tensor<1>> = contributions
+                .iter_mut()
+                .map(|g| {
+                    let parts: Vec<Tensor<1>> = present.iter().filter_map(|(name, _)| g.remove(name)).collect();
+                    let flat = concat(parts);
+                    if self.predivide && k > 1 { flat.div_scalar(k as f64) } else { flat }
+                })
+                .collect();
+            let mut sum = match self.kind {
+                AllReduceKind::RankOrder => sum_in_order(&flats, 0, None),
+                AllReduceKind::Ring => ring_sum(&flats),
+            };
+            if !self.predivide && k > 1 {
+                sum = sum.mul_scalar(1.0 / k as f64);
+            }
+            let mut offset = 0;
+            for (name, n) in present {
+                out.insert(name.clone(), sum.clone().slice([offset..offset + n]));
+                offset += n;
+            }
+        }
+        out
+    }
+}
+
+/// `flats[start] + flats[start + 1] + ...` (indices mod k), restricted to `range` if given.
+fn sum_in_order(flats: &[Tensor<1>], start: usize, range: Option<std::ops::Range<usize>>) -> Tensor<1> {
+    let k = flats.len();
+    let pick = |i: usize| {
+        let t = flats[(start + i) % k].clone();
+        match &range {
+            Some(r) => t.slice([r.clone()]),
+            None => t,
+        }
+    };
+    (1..k).fold(pick(0), |acc, i| acc + pick(i))
+}
+
+/// The ring order: chunk `c` of `k` is accumulated starting at worker `c + 1` and ending at
+/// worker `c`.
+fn ring_sum(flats: &[Tensor<1>]) -> Tensor<1> {
+    let k = flats.len();
+    let len = flats[0].dims()[0];
+    if k == 1 {
+        return flats[0].clone();
+    }
+    let parts: Vec<Tensor<1>> = (0..k)
+        .filter_map(|c| {
+            let r = chunk(len, k, c);
+            (!r.is_empty()).then(|| sum_in_order(flats, (c + 1) % k, Some(r)))
+        })
+        .collect();
+    concat(parts)
+}
+
+/// One flat tensor from several (no copy for one).
+fn concat(mut parts: Vec<Tensor<1>>) -> Tensor<1> {
+    if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) }
+}
+
+/// Chunk `c` of `k` near-equal chunks of `len` values.
+pub fn chunk(len: usize, k: usize, c: usize) -> std::ops::Range<usize> {
+    (c * len / k)..((c + 1) * len / k)
+}
+
+/// Simulated seconds of a ring all-reduce of `bytes` over `k` workers: `2 (k - 1)` steps, each
+/// moving `bytes / k` (reduce-scatter then all-gather): `2 (k-1) alpha + 2 (k-1)/k bytes beta`.
+pub fn ring_allreduce_s(net: &NetworkConfig, bytes: u64, k: usize) -> f64 {
+    if k <= 1 {
+        return 0.0;
+    }
+    let steps = 2 * (k - 1);
+    steps as f64 * net.send_s(bytes.div_ceil(k as u64))
+}
+
+/// Simulated seconds of broadcasting `bytes` from one worker to `k - 1` others along a binary
+/// tree: `ceil(log2 k)` rounds of one message each.
+pub fn broadcast_s(net: &NetworkConfig, bytes: u64, k: usize) -> f64 {
+    if k <= 1 {
+        return 0.0;
+    }
+    let rounds = usize::BITS - (k - 1).leading_zeros();
+    f64::from(rounds) * net.send_s(bytes)
+}
+
+/// Sums named gradients in the order given (accumulation over micro-batches).
+pub fn sum_grads(parts: Vec<Grads>) -> Grads {
+    let mut it = parts.into_iter();
+    let Some(mut acc) = it.next() else { return Grads::new() };
+    for g in it {
+        for (name, t) in g {
+            match acc.remove(&name) {
+                Some(a) => acc.insert(name, a + t),
+                None => acc.insert(name, t),
+            };
+        }
+    }
+    acc
+}
+
+/// Parameter names and sizes of trainable parameters, in model order.
+pub fn trainable_sizes(net: &resilab_models::Net) -> Vec<(String, usize)> {
+    resilab_models::named_params(net).into_iter().filter(|p| p.trainable).map(|p| (p.name.clone(), p.numel())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ParallelConfig;
+
+    fn grads(values: &[f32]) -> Grads {
+        let t = Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &Device::flex());
+        Grads::from([("w".to_string(), t)])
+    }
+
+    fn reduce(cfg: &ParallelConfig, per_worker: &[&[f32]]) -> Vec<f32> {
+        let plan = ReducePlan::new(&[("w".to_string(), per_worker[0].len())], cfg);
+        let out = plan.reduce(per_worker.iter().map(|v| grads(v)).collect());
+        out["w"].clone().into_data().try_to_vec::<f32>().unwrap_or_default()
+    }
+
+    #[test]
+    fn ring_sums_each_chunk_in_its_own_order() {
+        // Worker values 1e8, 1, -1e8 in every element; one element per chunk. Chunk 0 sums
+        // (1 + -1e8) + 1e8 = 0, chunk 1 (-1e8 + 1e8) + 1 = 1, chunk 2 (1e8 + 1) + -1e8 = 0.
+        let w: [&[f32]; 3] = [&[1e8; 3], &[1.0; 3], &[-1e8; 3]];
+        let horovod = ParallelConfig { workers: 3, sync: SyncKind::Horovod, ..ParallelConfig::default() };
+        assert_eq!(reduce(&horovod, &w), [0.0, 1.0 / 3.0, 0.0]);
+        let rank_order = ParallelConfig { allreduce: AllReduceKind::RankOrder, ..horovod };
+        assert_eq!(reduce(&rank_order, &w), [0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn ddp_divides_first_and_horovod_overflows() {
+        let w: [&[f32]; 2] = [&[3e38], &[3e38]];
+        let ddp = ParallelConfig { workers: 2, ..ParallelConfig::default() };
+        assert_eq!(reduce(&ddp, &w), [3e38]);
+        let horovod = ParallelConfig { sync: SyncKind::Horovod, ..ddp };
+        assert_eq!(reduce(&horovod, &w), [f32::INFINITY]);
+    }
+
+    #[test]
+    fn buckets_follow_reverse_order_and_caps() {
+        let mib = 1024 * 1024 / 4;
+        let params: Vec<(String, usize)> =
+            [("a", mib / 2), ("b", 70 * mib), ("c", mib / 2), ("d", 3 * mib / 4)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
+        let names = |p: &ReducePlan| p.buckets.iter().map(|b| b.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join("")).collect::<Vec<_>>();
+        // DDP: first bucket 1 MiB (d alone, c would overflow it), then 25 MiB buckets; b is
+        // larger than any bucket and goes alone (under Horovod too).
+        assert_eq!(names(&ReducePlan::new(&params, &ParallelConfig::default())), ["d", "c", "b", "a"]);
+        let horovod = ParallelConfig { sync: SyncKind::Horovod, ..ParallelConfig::default() };
+        assert_eq!(names(&ReducePlan::new(&params, &horovod)), ["dc", "b", "a"]);
+    }
+
+    #[test]
+    fn ring_cost_is_the_alpha_beta_formula() {
+        let net = NetworkConfig { latency_us: 1.0, bandwidth_gbps: 8.0 };
+        // 4 workers, 4 MB: 6 steps of 1 MB each: 6 * (1e-6 + 1e-3).
+        assert!((ring_allreduce_s(&net, 4_000_000, 4) - 6.0 * (1e-6 + 1e-3)).abs() < 1e-12);
+        assert_eq!(ring_allreduce_s(&net, 4_000_000, 1), 0.0);
+        // 5 workers: 3 tree rounds.
+        assert!((broadcast_s(&net, 1000, 5) - 3.0 * (1e-6 + 1e-6)).abs() < 1e-12);
+    }
+}

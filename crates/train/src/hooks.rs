@@ -1,0 +1,145 @@
+//! Hooks: the fixed points of a training step where fault injection, detection and recovery
+//! plug in. Training calls them and carries out the [`Control`] they return; it never depends on
+//! what implements them.
+//!
+//! Order within one data-parallel step, for every worker in rank order:
+//! [`Hooks::before_step`], forward, [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
+//! then the all-reduce; then per worker [`Hooks::after_allreduce`] (its own copy of the reduced
+//! gradients), optimizer step, [`Hooks::after_optimizer_step`]. In a pipeline step the worker is
+//! a stage: [`Hooks::before_step`] per stage, [`Hooks::on_message`] on every activation and
+//! gradient passed between stages, [`Hooks::after_loss`] per micro-batch on the last stage,
+//! then per stage [`Hooks::after_backward`] (accumulated gradients), optimizer step and
+//! [`Hooks::after_optimizer_step`]. There is no all-reduce in a pipeline step.
+
+use burn::prelude::*;
+
+use crate::{Grads, TrainState, Worker};
+
+/// Where in the step a hook is called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Point {
+    /// Before the worker's forward pass.
+    BeforeStep,
+    /// After the loss of a shard (or of a micro-batch on the last stage).
+    AfterLoss,
+    /// After the local backward pass, before the all-reduce.
+    AfterBackward,
+    /// After the all-reduce, on the copy of the reduced gradients one replica applies.
+    AfterAllReduce,
+    /// After the worker's optimizer step.
+    AfterOptimizerStep,
+    /// On a message between pipeline stages.
+    Message,
+}
+
+/// Who and when: passed to every hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ctx {
+    /// The step being computed (1-based: `Trainer::step + 1`).
+    pub step: u64,
+    /// Worker rank (data parallel) or stage index (pipeline).
+    pub rank: usize,
+    /// Number of workers or stages.
+    pub world: usize,
+    /// 0 for the first execution of the step, then 1, 2, ... for each redo.
+    pub attempt: u32,
+    /// The micro-batch, for pipeline messages and last-stage losses.
+    pub micro_batch: Option<usize>,
+    /// Where the hook is called.
+    pub point: Point,
+}
+
+/// What a hook asks the training loop to do.
+#[derive(Clone, Debug, Default)]
+pub enum Control {
+    /// Go on.
+    #[default]
+    Continue,
+    /// Leave this worker's contribution out. Before the step or after backward: the worker's
+    /// gradient is not part of the all-reduce (the average is over the others; a pipeline stage
+    /// that skips applies no update). After the all-reduce: this replica does not apply the
+    /// update. On a message or a last-stage loss: the micro-batch is dropped from every stage's
+    /// gradient. After the optimizer step it has no effect.
+    Skip,
+    /// Undo everything this step did and run it again (needs [`Hooks::undo`] to be true).
+    Redo,
+    /// End the step and restore this state instead.
+    Restore(Box<TrainState>),
+    /// End the step now; the run stops.
+    Stop,
+}
+
+/// Loss of one shard or micro-batch, as the after-loss hook sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossInfo {
+    /// Mean cross-entropy over the shard or micro-batch.
+    pub loss: f64,
+    /// Correct top-1 predictions.
+    pub correct: usize,
+    /// Images.
+    pub count: usize,
+}
+
+/// What a pipeline message carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A stage's output activations, sent forward.
+    Activation,
+    /// The gradient of the loss with respect to a stage's input, sent backward.
+    Gradient,
+}
+
+/// A tensor sent from one pipeline stage to another.
+#[derive(Clone, Debug)]
+pub struct Message {
+    /// Activation or gradient.
+    pub kind: MessageKind,
+    /// Sending stage.
+    pub from: usize,
+    /// Receiving stage.
+    pub to: usize,
+    /// The values, `[micro-batch, C, H, W]`, outside autodiff.
+    pub tensor: Tensor<4>,
+}
+
+/// Callbacks at the fixed points of a step. Every method defaults to [`Control::Continue`].
+pub trait Hooks {
+    /// Whether the trainer should keep a copy of the state before each step, so that
+    /// [`Control::Redo`] can undo it. The copy shares tensor storage and costs little, but it
+    /// stops in-place updates.
+    fn undo(&self) -> bool {
+        false
+    }
+    /// Before a worker's (or stage's) forward pass, with the worker.
+    fn before_step(&mut self, _ctx: &Ctx, _worker: &mut Worker) -> Control {
+        Control::Continue
+    }
+    /// After a shard's loss is known.
+    fn after_loss(&mut self, _ctx: &Ctx, _loss: &mut LossInfo) -> Control {
+        Control::Continue
+    }
+    /// After the local backward pass, with the worker's (or stage's) gradients by name.
+    fn after_backward(&mut self, _ctx: &Ctx, _grads: &mut Grads) -> Control {
+        Control::Continue
+    }
+    /// After the all-reduce, with the copy of the averaged gradients this replica will apply.
+    fn after_allreduce(&mut self, _ctx: &Ctx, _grads: &mut Grads) -> Control {
+        Control::Continue
+    }
+    /// After a worker's optimizer step, with the updated worker.
+    fn after_optimizer_step(&mut self, _ctx: &Ctx, _worker: &mut Worker) -> Control {
+        Control::Continue
+    }
+    /// On a message between pipeline stages, before the receiver uses it.
+    fn on_message(&mut self, _ctx: &Ctx, _msg: &mut Message) -> Control {
+        Control::Continue
+    }
+}
+
+/// Hooks that do nothing (plain training).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}

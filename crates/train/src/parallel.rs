@@ -1,0 +1,295 @@
+//! The `[parallel]` section: data-parallel replicas or pipeline stages, how gradients are
+//! reduced, and the network that the cost model charges for communication.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// How the work of one global step is divided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParallelMode {
+    /// Data parallel: `workers` replicas, each with its own model and optimizer state and a
+    /// shard of every global batch.
+    #[default]
+    Data,
+    /// Pipeline parallel: the model cut into `stages` at block boundaries, each global batch cut
+    /// into `micro_batches`.
+    Pipeline,
+}
+
+/// Which framework's synchronisation a data-parallel run mimics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncKind {
+    /// PyTorch DDP: rank 0's buffers (BatchNorm running statistics) are broadcast to every
+    /// replica before each forward; gradients are divided by the world size before a bucketed
+    /// all-reduce (25 MiB buckets, the first 1 MiB, in reverse parameter order).
+    #[default]
+    Ddp,
+    /// Horovod: buffers are never synchronised after the start; gradients are fused into
+    /// 64 MiB buffers, summed, then multiplied by 1/N.
+    Horovod,
+}
+
+/// The summation order of the all-reduce.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllReduceKind {
+    /// Ring all-reduce as NCCL and Horovod run it: each bucket is cut into one chunk per
+    /// worker and chunk `c` is summed along the ring starting at rank `c + 1`, so the order of
+    /// the additions differs from chunk to chunk.
+    #[default]
+    Ring,
+    /// Every element summed in rank order, `((g0 + g1) + g2) + ...`.
+    RankOrder,
+}
+
+/// Pipeline schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipeSchedule {
+    /// GPipe: every stage runs the forwards of all micro-batches, then all backwards.
+    #[default]
+    Gpipe,
+    /// One forward, one backward: after a warm-up of `S - s - 1` forwards, stage `s`
+    /// alternates, which bounds the activations it holds to `S - s` micro-batches.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+/// How pipeline stages are balanced when `split_at` is not given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Balance {
+    /// Minimise the largest stage's forward FLOPs.
+    #[default]
+    Flops,
+    /// Minimise the largest stage's trainable parameter count.
+    Params,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_latency() -> f64 {
+    5.0
+}
+fn default_bandwidth() -> f64 {
+    100.0
+}
+
+/// The interconnect the cost model assumes (alpha-beta: a message of `b` bytes takes
+/// `latency + b / bandwidth`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Per-message latency (alpha) in microseconds.
+    #[serde(default = "default_latency")]
+    pub latency_us: f64,
+    /// Link bandwidth (1/beta) in gigabits per second.
+    #[serde(default = "default_bandwidth")]
+    pub bandwidth_gbps: f64,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self { latency_us: default_latency(), bandwidth_gbps: default_bandwidth() }
+    }
+}
+
+impl NetworkConfig {
+    /// Seconds to send `bytes` in one message.
+    pub fn send_s(&self, bytes: u64) -> f64 {
+        self.latency_us * 1e-6 + bytes as f64 * 8.0 / (self.bandwidth_gbps * 1e9)
+    }
+}
+
+/// The `[parallel]` section of a run configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelConfig {
+    /// `data` (default) or `pipeline`.
+    #[serde(default)]
+    pub mode: ParallelMode,
+    /// Data-parallel replicas (mode `data`).
+    #[serde(default = "one")]
+    pub workers: usize,
+    /// `ddp` (default) or `horovod` (mode `data`).
+    #[serde(default)]
+    pub sync: SyncKind,
+    /// `ring` (default) or `rank_order` (mode `data`).
+    #[serde(default)]
+    pub allreduce: AllReduceKind,
+    /// All-reduce bucket (DDP) or fusion buffer (Horovod) size in MiB; default 25 for DDP and
+    /// 64 for Horovod.
+    #[serde(default)]
+    pub bucket_mb: Option<f64>,
+    /// Pipeline stages (mode `pipeline`).
+    #[serde(default = "one")]
+    pub stages: usize,
+    /// Micro-batches per global batch (mode `pipeline`).
+    #[serde(default = "one")]
+    pub micro_batches: usize,
+    /// `gpipe` (default) or `1f1b`.
+    #[serde(default)]
+    pub schedule: PipeSchedule,
+    /// `flops` (default) or `params`: what stage balancing equalises.
+    #[serde(default)]
+    pub balance: Balance,
+    /// Explicit stage boundaries: the index of the first block of stages 1, 2, ... (`S - 1`
+    /// increasing block indices); overrides `balance`.
+    #[serde(default)]
+    pub split_at: Option<Vec<usize>>,
+    /// Interconnect of the cost model.
+    #[serde(default)]
+    pub network: NetworkConfig,
+}
+
+impl Default for ParallelConfig {
+    fn default() -> Self {
+        Self {
+            mode: ParallelMode::Data,
+            workers: 1,
+            sync: SyncKind::Ddp,
+            allreduce: AllReduceKind::Ring,
+            bucket_mb: None,
+            stages: 1,
+            micro_batches: 1,
+            schedule: PipeSchedule::Gpipe,
+            balance: Balance::Flops,
+            split_at: None,
+            network: NetworkConfig::default(),
+        }
+    }
+}
+
+impl ParallelConfig {
+    /// Number of workers (data parallel) or stages (pipeline).
+    pub fn world(&self) -> usize {
+        match self.mode {
+            ParallelMode::Data => self.workers,
+            ParallelMode::Pipeline => self.stages,
+        }
+    }
+
+    /// Bucket size in bytes (DDP 25 MiB, Horovod 64 MiB unless set).
+    pub fn bucket_bytes(&self) -> u64 {
+        let mb = self.bucket_mb.unwrap_or(match self.sync {
+            SyncKind::Ddp => 25.0,
+            SyncKind::Horovod => 64.0,
+        });
+        (mb * 1024.0 * 1024.0) as u64
+    }
+
+    /// A short description such as `data x4 (ddp, ring)` or `pipeline 4 stages x 8 micro-batches (gpipe)`.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            ParallelMode::Data if self.workers == 1 => "single worker".to_string(),
+            ParallelMode::Data => format!(
+                "data x{} ({}, {})",
+                self.workers,
+                match self.sync {
+                    SyncKind::Ddp => "ddp",
+                    SyncKind::Horovod => "horovod",
+                },
+                match self.allreduce {
+                    AllReduceKind::Ring => "ring",
+                    AllReduceKind::RankOrder => "rank_order",
+                }
+            ),
+            ParallelMode::Pipeline => format!(
+                "pipeline {} stages x {} micro-batches ({})",
+                self.stages,
+                self.micro_batches,
+                match self.schedule {
+                    PipeSchedule::Gpipe => "gpipe",
+                    PipeSchedule::OneFOneB => "1f1b",
+                }
+            ),
+        }
+    }
+
+    /// Checks the section against the global batch size; messages name the key.
+    pub fn validate(&self, batch_size: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        let n = &self.network;
+        if !(n.latency_us.is_finite() && n.latency_us >= 0.0) {
+            return bad(format!("parallel.network.latency_us = {} must be >= 0", n.latency_us));
+        }
+        if !(n.bandwidth_gbps.is_finite() && n.bandwidth_gbps > 0.0) {
+            return bad(format!("parallel.network.bandwidth_gbps = {} must be > 0", n.bandwidth_gbps));
+        }
+        if let Some(mb) = self.bucket_mb
+            && !(mb.is_finite() && mb > 0.0)
+        {
+            return bad(format!("parallel.bucket_mb = {mb} must be > 0"));
+        }
+        match self.mode {
+            ParallelMode::Data => {
+                if self.stages != 1 || self.micro_batches != 1 || self.split_at.is_some() {
+                    return bad("parallel.stages, parallel.micro_batches and parallel.split_at apply to mode = \"pipeline\"".into());
+                }
+                if self.workers == 0 {
+                    return bad("parallel.workers must be at least 1".into());
+                }
+                if batch_size % self.workers != 0 {
+                    return bad(format!(
+                        "train.batch_size = {batch_size} must be a multiple of parallel.workers = {} (every replica gets an equal shard)",
+                        self.workers
+                    ));
+                }
+            }
+            ParallelMode::Pipeline => {
+                if self.workers != 1 {
+                    return bad("parallel.workers applies to mode = \"data\"; a pipeline has parallel.stages".into());
+                }
+                if self.stages == 0 || self.micro_batches == 0 {
+                    return bad("parallel.stages and parallel.micro_batches must be at least 1".into());
+                }
+                if batch_size % self.micro_batches != 0 {
+                    return bad(format!(
+                        "train.batch_size = {batch_size} must be a multiple of parallel.micro_batches = {}",
+                        self.micro_batches
+                    ));
+                }
+                if let Some(s) = &self.split_at
+                    && s.len() + 1 != self.stages
+                {
+                    return bad(format!(
+                        "parallel.split_at has {} entries; {} stages need {}",
+                        s.len(),
+                        self.stages,
+                        self.stages - 1
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut p = ParallelConfig { workers: 3, ..ParallelConfig::default() };
+        assert!(p.validate(64).unwrap_err().to_string().contains("parallel.workers = 3"));
+        assert!(p.validate(63).is_ok());
+        p.stages = 2;
+        assert!(p.validate(63).unwrap_err().to_string().contains("parallel.stages"));
+        let p = ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 4, split_at: Some(vec![2]), ..ParallelConfig::default() };
+        assert!(p.validate(64).unwrap_err().to_string().contains("split_at has 1"));
+        let p = ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 5, ..ParallelConfig::default() };
+        assert!(p.validate(64).unwrap_err().to_string().contains("micro_batches = 5"));
+    }
+
+    #[test]
+    fn send_time_is_alpha_plus_bytes_over_bandwidth() {
+        let n = NetworkConfig { latency_us: 10.0, bandwidth_gbps: 8.0 };
+        assert!((n.send_s(1_000_000) - (10e-6 + 1e-3)).abs() < 1e-12);
+        assert_eq!(ParallelConfig::default().bucket_bytes(), 25 * 1024 * 1024);
+    }
+}
