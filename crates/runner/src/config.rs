@@ -209,6 +209,22 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_configuration_loads_and_validates() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = RunConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                c.parallel.validate(c.train.batch_size).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                c.optimizer.validate().unwrap();
+                seen += 1;
+            }
+        }
+        assert!(seen >= 3, "found {seen} configurations in {}", dir.display());
+    }
+
+    #[test]
     fn stamp_has_the_expected_form() {
         let s = utc_stamp();
         assert_eq!(s.len(), 15);

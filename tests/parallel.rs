@@ -1,0 +1,110 @@
+//! Simulated parallel runs through the CLI: per-worker and per-stage checkpoints, exact resume,
+//! the summary's simulated time, and configuration errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{TINY, assert_clean_error, run, write};
+
+fn config(dir: &Path, parallel: &str) -> PathBuf {
+    write(dir, "par.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n\n[parallel]\n{parallel}"))
+}
+
+fn train(cfg: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Model and optimizer datasets that differ between two checkpoint files, from
+/// `resilab diff --json` (train-state datasets such as the rank always differ between workers).
+fn differing(a: &Path, b: &Path) -> Vec<String> {
+    let o = run(&["diff", "--json", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["differ"].as_u64().unwrap() > 0)
+        .map(|d| d["path"].as_str().unwrap().to_string())
+        .filter(|p| p.contains("model/") || p.contains("optimizer/"))
+        .collect()
+}
+
+#[test]
+fn data_parallel_checkpoints_one_file_per_replica_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "workers = 4\nsync = \"horovod\"\n");
+    let a = dir.path().join("a");
+    let s = train(&cfg, &a, &[]);
+    assert_eq!(s["parallel"], "data x4 (horovod, ring)");
+    assert!(s["simulated_s"].as_f64().unwrap() > 0.0 && s["comm_bytes"].as_u64().unwrap() > 0);
+    let step = a.join("checkpoints/step-00000008");
+    for r in 0..4 {
+        assert!(step.join(format!("worker-{r}.h5")).is_file());
+    }
+    // Horovod leaves BatchNorm running statistics local: the replicas agree on every weight and
+    // optimizer buffer and differ only in running statistics.
+    let d = differing(&step.join("worker-0.h5"), &step.join("worker-3.h5"));
+    assert!(!d.is_empty() && d.iter().all(|n| n.contains("running_")), "{d:?}");
+    // Resuming all four replicas from step 4 ends bit-identical.
+    let b = dir.path().join("b");
+    let r = train(&cfg, &b, &["--resume", a.join("checkpoints/step-00000004").to_str().unwrap()]);
+    assert_eq!(s["final_params_digest"], r["final_params_digest"]);
+    assert!(differing(&step.join("worker-3.h5"), &b.join("checkpoints/step-00000008/worker-3.h5")).is_empty());
+}
+
+#[test]
+fn ddp_replicas_share_rank_zero_buffers_at_each_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "workers = 2\nsync = \"ddp\"\n");
+    let a = dir.path().join("a");
+    train(&cfg, &a, &[]);
+    // Each replica updated the broadcast statistics with its own shard in the last forward, so
+    // running statistics differ after the step, but nothing else does.
+    let step = a.join("checkpoints/step-00000008");
+    let d = differing(&step.join("worker-0.h5"), &step.join("worker-1.h5"));
+    assert!(!d.is_empty() && d.iter().all(|n| n.contains("running_")), "{d:?}");
+}
+
+#[test]
+fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "mode = \"pipeline\"\nstages = 3\nmicro_batches = 4\nschedule = \"1f1b\"\n");
+    let a = dir.path().join("a");
+    let s = train(&cfg, &a, &[]);
+    assert_eq!(s["parallel"], "pipeline 3 stages x 4 micro-batches (1f1b)");
+    let stages = s["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 3);
+    assert_eq!(stages[0][0], "stem");
+    assert_eq!(stages[2].as_array().unwrap().last().unwrap(), "classifier");
+    assert!(s["final_test_acc"].as_f64().unwrap() > 0.0);
+    let step = a.join("checkpoints/step-00000004");
+    let listing = |f: &str| String::from_utf8_lossy(&run(&["inspect", step.join(f).to_str().unwrap()]).stdout).to_string();
+    assert!(listing("worker-0.h5").contains("stem") && !listing("worker-0.h5").contains("classifier"));
+    assert!(listing("worker-2.h5").contains("classifier") && !listing("worker-2.h5").contains("stem"));
+    let b = dir.path().join("b");
+    let r = train(&cfg, &b, &["--resume", step.to_str().unwrap()]);
+    assert_eq!(s["final_params_digest"], r["final_params_digest"]);
+}
+
+#[test]
+fn bad_parallel_settings_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let go = |parallel: &str| {
+        let cfg = config(dir.path(), parallel);
+        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"])
+    };
+    assert_clean_error(&go("workers = 3\n"), &["parallel.workers = 3", "batch_size = 32"]);
+    assert_clean_error(&go("mode = \"pipeline\"\nstages = 40\n"), &["parallel.stages = 40", "blocks"]);
+    assert_clean_error(&go("mode = \"pipeline\"\nstages = 2\nsplit_at = [9]\n"), &["parallel.split_at", "stem"]);
+    assert_clean_error(&go("mode = \"pipeline\"\nstages = 2\nmicro_batches = 3\n"), &["micro_batches = 3"]);
+    assert_clean_error(&go("workers = 2\nstages = 2\n"), &["parallel.stages"]);
+    assert_clean_error(&go("mode = \"ring\"\n"), &["ring", "pipeline"]);
+    assert_clean_error(&go("[parallel.network]\nbandwidth_gbps = 0\n"), &["bandwidth_gbps"]);
+}
