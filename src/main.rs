@@ -399,14 +399,26 @@ fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
         bar.set_message(msg.to_string());
     })?;
     bar.finish_and_clear();
-    println!("{:<10} {:>7} {:>6} {:>6} {:>12} {:>8} {:>12}", "layout", "workers", "stages", "micro", "step ms", "ratio", "sim step ms");
+    println!(
+        "{:<10} {:>7} {:>6} {:>6} {:>10} {:>7} {:>11} {:>9} {:>9} {:>12}",
+        "layout", "workers", "stages", "micro", "step ms", "ratio", "compute ms", "ratio", "update ms", "sim step ms"
+    );
     for r in &mut rows {
         r.threads = threads;
         r.backend = backend.name().to_string();
         r.device = device_name.clone();
         println!(
-            "{:<10} {:>7} {:>6} {:>6} {:>12.1} {:>8.3} {:>12.1}",
-            r.layout, r.workers, r.stages, r.micro_batches, r.step_ms_median, r.ratio_vs_single, r.sim_step_ms_median
+            "{:<10} {:>7} {:>6} {:>6} {:>10.1} {:>7.3} {:>11.1} {:>9.3} {:>9.1} {:>12.1}",
+            r.layout,
+            r.workers,
+            r.stages,
+            r.micro_batches,
+            r.step_ms_median,
+            r.ratio_vs_single,
+            r.compute_ms_median,
+            r.compute_ratio,
+            r.update_ms_median,
+            r.sim_step_ms_median
         );
     }
     if let Some(path) = &args.csv {

@@ -56,6 +56,14 @@ fn data_parallel_checkpoints_one_file_per_replica_and_resumes_exactly() {
     let r = train(&cfg, &b, &["--resume", a.join("checkpoints/step-00000004").to_str().unwrap()]);
     assert_eq!(s["final_params_digest"], r["final_params_digest"]);
     assert!(differing(&step.join("worker-3.h5"), &b.join("checkpoints/step-00000008/worker-3.h5")).is_empty());
+    // A checkpoint of 4 replicas does not resume a run of 2.
+    let c = dir.path().join("c");
+    let resume = a.join("checkpoints/step-00000004");
+    let o = run(&[
+        "train", "--config", cfg.to_str().unwrap(), "--out", c.to_str().unwrap(), "--quiet",
+        "--set", "parallel.workers=2", "--resume", resume.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["written by 4 worker(s)", "this run has 2"]);
 }
 
 #[test]
@@ -90,6 +98,13 @@ fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
     let b = dir.path().join("b");
     let r = train(&cfg, &b, &["--resume", step.to_str().unwrap()]);
     assert_eq!(s["final_params_digest"], r["final_params_digest"]);
+    // Cut elsewhere, the stages hold other blocks: the error names what is missing.
+    let c = dir.path().join("c");
+    let o = run(&[
+        "train", "--config", cfg.to_str().unwrap(), "--out", c.to_str().unwrap(), "--quiet",
+        "--set", "parallel.split_at=[1, 2]", "--resume", step.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, &["worker-0.h5", "missing"]);
 }
 
 #[test]

@@ -314,6 +314,13 @@ pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Pr
             return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
         }
         probe(&path)?;
+        let world = Reader::open(&path)?.attr_u64("/", "world_size")?;
+        if world != template.workers.len() as u64 {
+            return Err(invalid(
+                &path,
+                format!("was written by {world} worker(s) or stage(s); this run has {} (check [parallel])", template.workers.len()),
+            ));
+        }
         let (w, s, bad) = read_worker(&path, t)?;
         if !bad.is_empty() && policy != OnMismatch::Load {
             return Err(Error::Mismatch { path, datasets: bad });

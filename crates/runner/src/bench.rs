@@ -252,6 +252,12 @@ pub struct ParallelBench {
     pub sim_step_ms_median: f64,
     /// Median modelled communication time per step.
     pub comm_ms_median: f64,
+    /// Median measured forward and backward time per step, all workers together.
+    pub compute_ms_median: f64,
+    /// Median measured optimizer time per step, all workers together.
+    pub update_ms_median: f64,
+    /// `compute_ms_median` over the single worker's: the cost of smaller shards.
+    pub compute_ratio: f64,
 }
 
 /// A layout to measure: `(label, parallel section)`.
@@ -296,6 +302,7 @@ pub fn parallel(
     }
     let n = layouts.len();
     let (mut wall, mut sim, mut comm) = (vec![Vec::new(); n], vec![Vec::new(); n], vec![Vec::new(); n]);
+    let (mut compute, mut update) = (vec![Vec::new(); n], vec![Vec::new(); n]);
     for round in 0..steps.max(1) {
         for (i, t) in trainers.iter_mut().enumerate() {
             let start = Instant::now();
@@ -303,10 +310,13 @@ pub fn parallel(
             wall[i].push(start.elapsed().as_secs_f64());
             sim[i].push(s.sim_s);
             comm[i].push(s.comm_s);
+            compute[i].push(s.compute_s);
+            update[i].push(s.update_s);
         }
         progress(&format!("round {}/{}", round + 1, steps.max(1)));
     }
     let base = median(wall[0].clone());
+    let base_compute = median(compute[0].clone());
     let params = trainers[0].model().num_trainable();
     Ok(layouts
         .iter()
@@ -329,6 +339,9 @@ pub fn parallel(
                 ratio_vs_single: step / base,
                 sim_step_ms_median: median(sim[i].clone()) * 1e3,
                 comm_ms_median: median(comm[i].clone()) * 1e3,
+                compute_ms_median: median(compute[i].clone()) * 1e3,
+                update_ms_median: median(update[i].clone()) * 1e3,
+                compute_ratio: median(compute[i].clone()) / base_compute,
             }
         })
         .collect())

@@ -67,6 +67,10 @@ impl ReducePlan {
             return out;
         }
         let mut contributions = contributions;
+        if k == 1 {
+            // One contribution: the sum is itself and the average divides by one.
+            return contributions.pop().unwrap_or_default();
+        }
         for bucket in &self.buckets {
             let present: Vec<&(String, usize)> =
                 bucket.iter().filter(|(name, _)| contributions.iter().all(|g| g.contains_key(name))).collect();

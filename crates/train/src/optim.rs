@@ -162,6 +162,7 @@ pub fn update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>,
         OptimizerKind::Sgd => {
             if cfg.momentum != 0.0 {
                 let buf = match state.buffers.remove("momentum_buffer") {
+                    Some(b) if cfg.dampening == 0.0 => b.mul_scalar(cfg.momentum) + g.clone(),
                     Some(b) => b.mul_scalar(cfg.momentum) + g.clone().mul_scalar(1.0 - cfg.dampening),
                     None => g.clone(),
                 };

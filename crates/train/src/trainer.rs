@@ -92,6 +92,10 @@ pub struct StepStats {
     pub comm_s: f64,
     /// Bytes moved over the network in the step, all links together.
     pub comm_bytes: u64,
+    /// Measured seconds of forward and backward passes, all workers (stages) together.
+    pub compute_s: f64,
+    /// Measured seconds of optimizer updates, all workers (stages) together.
+    pub update_s: f64,
     /// Contributions left out at a hook's request (workers, or dropped micro-batches).
     pub skipped: u32,
     /// Times the step was undone and run again.
@@ -418,6 +422,8 @@ impl Trainer {
             sim_s: max(&compute) + comm_s + max(&opt),
             comm_s,
             comm_bytes,
+            compute_s: compute.iter().sum(),
+            update_s: opt.iter().sum(),
             skipped,
             redos: 0,
         }))
@@ -586,6 +592,8 @@ impl Trainer {
             sim_s: span + opt.iter().copied().fold(0.0, f64::max),
             comm_s,
             comm_bytes,
+            compute_s: times.forward.iter().chain(&times.backward).flatten().sum(),
+            update_s: opt.iter().sum(),
             skipped,
             redos: 0,
         }))
