@@ -98,13 +98,13 @@ fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
     let b = dir.path().join("b");
     let r = train(&cfg, &b, &["--resume", step.to_str().unwrap()]);
     assert_eq!(s["final_params_digest"], r["final_params_digest"]);
-    // Cut elsewhere, the stages hold other blocks: the error names what is missing.
+    // Cut elsewhere, the stages hold other blocks: the error names the file and what does not fit.
     let c = dir.path().join("c");
     let o = run(&[
         "train", "--config", cfg.to_str().unwrap(), "--out", c.to_str().unwrap(), "--quiet",
         "--set", "parallel.split_at=[1, 2]", "--resume", step.to_str().unwrap(),
     ]);
-    assert_clean_error(&o, &["worker-0.h5", "missing"]);
+    assert_clean_error(&o, &["worker-0.h5", "no such parameter in the model"]);
 }
 
 #[test]

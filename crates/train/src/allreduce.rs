@@ -94,7 +94,7 @@ impl ReducePlan {
             }
             let mut offset = 0;
             for (name, n) in present {
-                out.insert(name.clone(), sum.clone().slice([offset..offset + n]));
+                out.insert(name.clone(), sum.clone().slice(offset..offset + n));
                 offset += n;
             }
         }
@@ -108,7 +108,7 @@ fn sum_in_order(flats: &[Tensor<1>], start: usize, range: Option<std::ops::Range
     let pick = |i: usize| {
         let t = flats[(start + i) % k].clone();
         match &range {
-            Some(r) => t.slice([r.clone()]),
+            Some(r) => t.slice(r.clone()),
             None => t,
         }
     };

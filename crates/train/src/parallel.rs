@@ -233,7 +233,7 @@ impl ParallelConfig {
                 if self.workers == 0 {
                     return bad("parallel.workers must be at least 1".into());
                 }
-                if batch_size % self.workers != 0 {
+                if !batch_size.is_multiple_of(self.workers) {
                     return bad(format!(
                         "train.batch_size = {batch_size} must be a multiple of parallel.workers = {} (every replica gets an equal shard)",
                         self.workers
@@ -247,7 +247,7 @@ impl ParallelConfig {
                 if self.stages == 0 || self.micro_batches == 0 {
                     return bad("parallel.stages and parallel.micro_batches must be at least 1".into());
                 }
-                if batch_size % self.micro_batches != 0 {
+                if !batch_size.is_multiple_of(self.micro_batches) {
                     return bad(format!(
                         "train.batch_size = {batch_size} must be a multiple of parallel.micro_batches = {}",
                         self.micro_batches

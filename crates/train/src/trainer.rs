@@ -396,7 +396,7 @@ impl Trainer {
             comm_bytes += 2 * (k as u64).saturating_sub(1) * b;
         }
         let spe = self.steps_per_epoch() as usize;
-        let mut opt = vec![0.0f64; n];
+        let mut opt = Vec::with_capacity(n);
         for r in 0..n {
             let mut g = reduced.clone();
             let apply = !hook!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
@@ -406,7 +406,7 @@ impl Trainer {
                 let net = w.net.clone();
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
-            opt[r] = t.elapsed().as_secs_f64();
+            opt.push(t.elapsed().as_secs_f64());
             w.cursor = w.cursor.advance(spe);
             hook!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
         }
@@ -437,9 +437,9 @@ impl Trainer {
         let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
         let (mb, lr, step) = (self.config.batch_size / nm, self.lr(), self.step + 1);
         let ctx = |rank, m: Option<usize>, point| Ctx { step, rank, world: ns, attempt, micro_batch: m, point };
-        let mut frozen = vec![false; ns];
+        let mut frozen = Vec::with_capacity(ns);
         for s in 0..ns {
-            frozen[s] = hook!(hooks.before_step(&ctx(s, None, Point::BeforeStep), &mut self.workers[s]), Point::BeforeStep, s);
+            frozen.push(hook!(hooks.before_step(&ctx(s, None, Point::BeforeStep), &mut self.workers[s]), Point::BeforeStep, s));
         }
         let (data, norm, device) = (&self.data.train, &self.data.norm, &self.device);
         let mut inputs = Vec::with_capacity(nm);
