@@ -1,0 +1,123 @@
+//! Detectors: cheap checks for the damage a fault leaves.
+//!
+//! Each returns whether it fired; the recovery layer decides what to do. Costs: the NaN/Inf
+//! checks reduce every tensor to one sum on the device and read back a single number
+//! ([`all_finite`]); the loss-spike check is arithmetic on one number; replica divergence hashes
+//! every parameter on the host ([`replica_digests`]) and is meant to run every k steps.
+
+use std::collections::VecDeque;
+
+use burn::prelude::*;
+use resilab_models::{Net, for_each_param};
+
+/// Whether every value of `tensors` is finite: the sum of all values, computed on the device
+/// and read back as one number, is finite. (A sum can also overflow when values are merely
+/// huge; that counts as not finite, which is the damage detectors look for.)
+pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
+    let mut total: Option<Tensor<1>> = None;
+    for t in tensors {
+        let s = t.sum();
+        total = Some(match total {
+            Some(acc) => acc + s,
+            None => s,
+        });
+    }
+    total.is_none_or(|t| t.into_scalar::<f32>().is_finite())
+}
+
+/// Whether every parameter and buffer of `net` is finite.
+pub fn weights_finite(net: &Net) -> bool {
+    let mut tensors = Vec::new();
+    for_each_param(net, |_, t| tensors.push(t.without_autodiff()));
+    all_finite(tensors)
+}
+
+/// A loss far above its recent average.
+#[derive(Clone, Debug)]
+pub struct LossSpike {
+    window: usize,
+    factor: f64,
+    recent: VecDeque<f64>,
+}
+
+impl LossSpike {
+    /// Fires when a loss exceeds `factor` times the mean of the previous `window` losses (only
+    /// once `window` losses have been seen). A non-finite loss always fires.
+    pub fn new(window: usize, factor: f64) -> Self {
+        Self { window: window.max(1), factor, recent: VecDeque::new() }
+    }
+
+    /// Records `loss` and says whether it is a spike. A spike does not enter the average.
+    pub fn observe(&mut self, loss: f64) -> bool {
+        if !loss.is_finite() {
+            return true;
+        }
+        let full = self.recent.len() == self.window;
+        let mean = self.recent.iter().sum::<f64>() / self.recent.len().max(1) as f64;
+        if full && loss > self.factor * mean {
+            return true;
+        }
+        if full {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(loss);
+        false
+    }
+}
+
+/// XXH3 digest of a network's trainable parameters (names and little-endian f32 values).
+/// Buffers are left out: BatchNorm running statistics differ between healthy replicas (each
+/// updates them from its own shard), so only the parameters must agree.
+pub fn digest(net: &Net) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for_each_param(net, |info, t| {
+        if info.trainable {
+            h.update(info.name.as_bytes());
+            h.update(t.into_data().convert::<f32>().as_bytes());
+        }
+    });
+    h.digest()
+}
+
+/// Digests of the replicas' trainable parameters, and the ranks that disagree with the majority digest (ties: with
+/// the lowest rank holding a most common digest).
+pub fn replica_digests(nets: &[&Net]) -> (Vec<u64>, Vec<usize>) {
+    let digests: Vec<u64> = nets.iter().map(|n| digest(n)).collect();
+    let mut best = (0usize, 0u64);
+    for d in &digests {
+        let count = digests.iter().filter(|x| *x == d).count();
+        if count > best.0 {
+            best = (count, *d);
+        }
+    }
+    let odd = digests.iter().enumerate().filter(|(_, d)| **d != best.1).map(|(r, _)| r).collect();
+    (digests, odd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(v: &[f32]) -> Tensor<1> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), &Device::flex())
+    }
+
+    #[test]
+    fn finiteness_is_one_readback() {
+        assert!(all_finite([t(&[1.0, -2.0]), t(&[3.0])]));
+        assert!(!all_finite([t(&[1.0]), t(&[f32::NAN])]));
+        assert!(!all_finite([t(&[f32::INFINITY, 1.0])]));
+        assert!(!all_finite([t(&[3e38, 3e38])]), "an overflowing sum counts as damage");
+        assert!(all_finite(Vec::new()));
+    }
+
+    #[test]
+    fn loss_spikes_fire_against_the_window() {
+        let mut d = LossSpike::new(3, 2.0);
+        assert!(!d.observe(1.0) && !d.observe(1.1) && !d.observe(0.9));
+        assert!(!d.observe(1.9));
+        assert!(d.observe(10.0));
+        assert!(d.observe(f64::NAN));
+        assert!(!d.observe(1.0), "spikes stay out of the average");
+    }
+}

@@ -1,0 +1,208 @@
+//! The fault injector: a [`Hooks`] implementation that applies scheduled faults.
+
+use std::collections::BTreeSet;
+
+use burn::prelude::*;
+use resilab_inject::{Plan, Record, Spec, inject_f32};
+use resilab_models::{for_each_param, map_params, stream_seed};
+use resilab_train::{Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Worker};
+use serde::Serialize;
+
+use crate::{FaultEntry, FaultEvent, FaultTarget};
+
+/// What one fault did: a line of the run's fault log.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultLog {
+    /// The event.
+    pub event: FaultEvent,
+    /// Attempt of the step it struck (0 unless the step was redone).
+    pub attempt: u32,
+    /// Micro-batch, for pipeline messages.
+    pub micro_batch: Option<usize>,
+    /// Values corrupted.
+    pub corrupted: usize,
+    /// Corrupted values that became NaN.
+    pub nan: usize,
+    /// Corrupted values that became ±Inf.
+    pub inf: usize,
+    /// Corrupted values that became finite but extreme.
+    pub extreme: usize,
+    /// Every attempt, as `resilab inject` logs them; tensor names are checkpoint paths
+    /// (`model/layer1/0/conv1/weight`, `optimizer/.../momentum_buffer`, `gradients/...`,
+    /// `activations/stage1`, `message_gradients/stage0`).
+    pub records: Vec<Record>,
+}
+
+/// Applies a fault schedule through the training hooks. Faults are transient: a step that is
+/// redone (after a rollback) runs without the fault that struck its first attempt. A crashed
+/// worker stays out of every step until [`FaultInjector::respawn`].
+#[derive(Clone, Debug)]
+pub struct FaultInjector {
+    entries: Vec<FaultEntry>,
+    events: Vec<FaultEvent>,
+    fault_seed: u64,
+    crashed: BTreeSet<usize>,
+    /// Everything injected so far, in order.
+    pub log: Vec<FaultLog>,
+}
+
+fn path(name: &str) -> String {
+    name.replace('.', "/")
+}
+
+fn host(t: Tensor<1>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default()
+}
+
+impl FaultInjector {
+    /// An injector for `events` (from [`crate::schedule`]) of `entries`.
+    pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), log: Vec::new() }
+    }
+
+    /// Workers currently crashed.
+    pub fn crashed(&self) -> &BTreeSet<usize> {
+        &self.crashed
+    }
+
+    /// Brings a crashed worker back (recovery has restored its state).
+    pub fn respawn(&mut self, rank: usize) {
+        self.crashed.remove(&rank);
+    }
+
+    /// Events of `target` due at `ctx`'s step on `ctx`'s worker, on the step's first attempt.
+    fn due(&self, ctx: &Ctx, targets: &[FaultTarget]) -> Vec<FaultEvent> {
+        if ctx.attempt > 0 {
+            return Vec::new();
+        }
+        self.events.iter().filter(|e| e.step == ctx.step && e.rank == ctx.rank && targets.contains(&e.target)).copied().collect()
+    }
+
+    /// The checkpoint faults of the schedule (the runner alters the files).
+    pub fn checkpoint_events(&self) -> Vec<FaultEvent> {
+        self.events.iter().filter(|e| e.target == FaultTarget::Checkpoint).copied().collect()
+    }
+
+    /// The injector settings of an event's entry.
+    pub fn spec(&self, event: &FaultEvent) -> Option<&Spec> {
+        self.entries.iter().find(|e| e.index == event.entry).map(|e| &e.spec)
+    }
+
+    /// Corrupts the named tensors as `event`'s entry says; returns the changed tensors.
+    fn corrupt(&mut self, event: FaultEvent, ctx: &Ctx, tensors: Vec<(String, Tensor<1>)>) -> Vec<(String, Tensor<1>)> {
+        let Some(spec) = self.spec(&event).cloned() else { return Vec::new() };
+        let candidates: Vec<(String, Tensor<1>)> = tensors
+            .into_iter()
+            .filter(|(n, _)| spec.locations.as_ref().is_none_or(|locs| locs.iter().any(|l| resilab_inject::config::location_matches(l, n))))
+            .collect();
+        let total: u64 = candidates.iter().map(|(_, t)| t.dims()[0] as u64).sum();
+        let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
+        let device: Vec<Device> = candidates.iter().map(|(_, t)| t.device()).collect();
+        let mut values: Vec<(String, Vec<f32>)> = candidates.into_iter().map(|(n, t)| (n, host(t))).collect();
+        let records = {
+            let mut slots: Vec<(&str, &mut [f32])> = values.iter_mut().map(|(n, v)| (n.as_str(), v.as_mut_slice())).collect();
+            inject_f32(&plan, &mut slots, stream_seed(self.fault_seed, &format!("fault.event.{}", event.id)))
+        };
+        let hit: BTreeSet<&str> =
+            records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).map(|r| r.dataset.as_str()).collect();
+        let changed = values
+            .iter()
+            .zip(&device)
+            .filter(|((n, _), _)| hit.contains(n.as_str()))
+            .map(|((n, v), d)| (n.clone(), Tensor::from_data(TensorData::new(v.clone(), [v.len()]), d)))
+            .collect();
+        let corrupted: Vec<&Record> = records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).collect();
+        self.log.push(FaultLog {
+            event,
+            attempt: ctx.attempt,
+            micro_batch: ctx.micro_batch,
+            corrupted: corrupted.len(),
+            nan: corrupted.iter().filter(|r| r.nan).count(),
+            inf: corrupted.iter().filter(|r| r.inf).count(),
+            extreme: corrupted.iter().filter(|r| r.extreme).count(),
+            records,
+        });
+        changed
+    }
+
+    fn corrupt_grads(&mut self, ctx: &Ctx, grads: &mut Grads, target: FaultTarget) {
+        for event in self.due(ctx, &[target]) {
+            let tensors = grads.iter().map(|(n, t)| (format!("gradients/{}", path(n)), t.clone())).collect();
+            for (name, t) in self.corrupt(event, ctx, tensors) {
+                let key = name["gradients/".len()..].replace('/', ".");
+                grads.insert(key, t);
+            }
+        }
+    }
+}
+
+impl Hooks for FaultInjector {
+    fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
+        for event in self.due(ctx, &[FaultTarget::Crash]) {
+            self.crashed.insert(ctx.rank);
+            self.log.push(FaultLog { event, attempt: ctx.attempt, micro_batch: None, corrupted: 0, nan: 0, inf: 0, extreme: 0, records: Vec::new() });
+        }
+        if self.crashed.contains(&ctx.rank) {
+            return Control::Skip;
+        }
+        for event in self.due(ctx, &[FaultTarget::Weights]) {
+            let mut tensors = Vec::new();
+            for_each_param(&worker.net, |info, t| tensors.push((format!("model/{}", path(&info.name)), t.without_autodiff())));
+            let changed: std::collections::BTreeMap<String, Tensor<1>> = self.corrupt(event, ctx, tensors).into_iter().collect();
+            if !changed.is_empty() {
+                let net = worker.net.clone();
+                worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
+            }
+        }
+        for event in self.due(ctx, &[FaultTarget::Optimizer]) {
+            let mut tensors = Vec::new();
+            for (name, st) in &worker.optim.params {
+                for (b, t) in &st.buffers {
+                    tensors.push((format!("optimizer/{}/{b}", path(name)), t.clone()));
+                }
+            }
+            for (key, t) in self.corrupt(event, ctx, tensors) {
+                let rest = &key["optimizer/".len()..];
+                if let Some((param, buffer)) = rest.rsplit_once('/')
+                    && let Some(st) = worker.optim.params.get_mut(&param.replace('/', "."))
+                {
+                    st.buffers.insert(buffer.to_string(), t);
+                }
+            }
+        }
+        Control::Continue
+    }
+
+    fn after_backward(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
+        if ctx.point == Point::AfterBackward {
+            self.corrupt_grads(ctx, grads, FaultTarget::Gradients);
+        }
+        Control::Continue
+    }
+
+    fn after_allreduce(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
+        self.corrupt_grads(ctx, grads, FaultTarget::ReducedGradients);
+        Control::Continue
+    }
+
+    fn on_message(&mut self, ctx: &Ctx, msg: &mut Message) -> Control {
+        let target = match msg.kind {
+            MessageKind::Activation => FaultTarget::Activations,
+            MessageKind::Gradient => FaultTarget::MessageGradients,
+        };
+        // A message fault strikes the first micro-batch's message of its step.
+        if ctx.micro_batch.is_some_and(|m| m > 0) {
+            return Control::Continue;
+        }
+        for event in self.due(ctx, &[target]) {
+            let shape = msg.tensor.dims();
+            let n: usize = shape.iter().product();
+            let name = format!("{}/stage{}", target.name(), msg.from);
+            let flat = msg.tensor.clone().reshape([n]);
+            if let Some((_, t)) = self.corrupt(event, ctx, vec![(name, flat)]).pop() {
+                msg.tensor = t.reshape(shape);
+            }
+        }
+        Control::Continue
+    }
+}

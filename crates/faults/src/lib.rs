@@ -1,0 +1,34 @@
+//! Mid-run faults for resilab.
+//!
+//! A run's `[[fault]]` entries ([`parse`]) become a list of events ([`schedule`]): explicit
+//! faults at a step, or random arrivals per worker with a mean time between failures, drawn
+//! from the fault seed (separate from the training seed, so repetitions vary the faults over
+//! one golden run). A [`FaultInjector`] implements the training crate's hooks and applies each
+//! event at its step to the chosen worker's weights, gradients (before or after the
+//! all-reduce), optimizer state or pipeline messages, with the injector's own fault model
+//! (the same keys, bit numbering and records as `resilab inject`), or crashes the worker
+//! (fail-stop: its contribution is lost until recovery respawns it). Every injected fault is
+//! logged. [`detect`] holds the detectors that look for the damage.
+
+pub mod detect;
+mod hook;
+mod schedule;
+
+pub use hook::{FaultInjector, FaultLog};
+pub use schedule::{FaultEntry, FaultEvent, FaultTarget, parse, schedule};
+
+/// Errors of fault configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A `[[fault]]` key is missing or invalid; `key` names it (`fault[0].first_bit`).
+    #[error("{key}: {message}")]
+    Config {
+        /// The key, with the entry's index.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,242 @@
+//! `[[fault]]` entries and the events they schedule.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use resilab_inject::{RawConfig, Spec};
+use resilab_models::stream_seed;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// What a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultTarget {
+    /// The worker's (stage's) parameters and buffers, before its forward pass.
+    Weights,
+    /// The worker's local gradients, before the all-reduce.
+    Gradients,
+    /// The worker's copy of the averaged gradients, after the all-reduce.
+    ReducedGradients,
+    /// The worker's optimizer state (momentum, Adam moments), before its forward pass.
+    Optimizer,
+    /// An activation message received by the stage (pipelines).
+    Activations,
+    /// A gradient message received by the stage (pipelines).
+    MessageGradients,
+    /// Fail-stop crash of the worker: its contribution is lost from this step until recovery.
+    Crash,
+    /// The newest checkpoint file of the worker, altered on disk (then training restarts from it).
+    Checkpoint,
+}
+
+impl FaultTarget {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultTarget::Weights => "weights",
+            FaultTarget::Gradients => "gradients",
+            FaultTarget::ReducedGradients => "reduced_gradients",
+            FaultTarget::Optimizer => "optimizer",
+            FaultTarget::Activations => "activations",
+            FaultTarget::MessageGradients => "message_gradients",
+            FaultTarget::Crash => "crash",
+            FaultTarget::Checkpoint => "checkpoint",
+        }
+    }
+}
+
+/// One validated `[[fault]]` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultEntry {
+    /// Position in the configuration.
+    pub index: usize,
+    /// What it hits.
+    pub target: FaultTarget,
+    /// The step at which it strikes (explicit faults).
+    pub at_step: Option<u64>,
+    /// Mean time between failures in steps, per worker (random arrivals).
+    pub mtbf_steps: Option<f64>,
+    /// The worker or stage hit; `None`: every worker (random arrivals) or worker 0 (explicit).
+    pub worker: Option<usize>,
+    /// The injector's fault model, attempts and locations (the `resilab inject` keys).
+    pub spec: Spec,
+}
+
+/// Keys of an entry that are not the injector's.
+const OWN_KEYS: &[&str] = &["target", "at_step", "mtbf_steps", "worker", "stage"];
+
+fn bad(index: usize, key: &str, message: impl Into<String>) -> Error {
+    Error::Config { key: format!("fault[{index}].{key}"), message: message.into() }
+}
+
+/// Validates `[[fault]]` entries: `target`, one of `at_step` and `mtbf_steps`, optionally
+/// `worker` (or its alias `stage`), and the injector's keys (`injection_tries`,
+/// `float_precision`, `first_bit`, `last_bit`, `burst`, `bit_mask`, `scaling_factor`,
+/// `locations_to_corrupt`, ...) verbatim. `injection_tries` defaults to 1 and, without
+/// `locations_to_corrupt`, every tensor of the target may be hit. Errors name `fault[i].key`.
+pub fn parse(entries: &[toml::Table]) -> Result<Vec<FaultEntry>> {
+    entries.iter().enumerate().map(|(i, t)| parse_one(i, t)).collect()
+}
+
+fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
+    let target: FaultTarget = match table.get("target") {
+        None => return Err(bad(i, "target", "missing (weights, gradients, reduced_gradients, optimizer, activations, message_gradients, crash or checkpoint)")),
+        Some(v) => v.clone().try_into().map_err(|_| {
+            bad(i, "target", format!("{v} is not one of weights, gradients, reduced_gradients, optimizer, activations, message_gradients, crash, checkpoint"))
+        })?,
+    };
+    let int = |key: &str| -> Result<Option<u64>> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
+            Some(v) => Err(bad(i, key, format!("must be a whole number >= 0, got {v}"))),
+        }
+    };
+    let at_step = int("at_step")?;
+    let mtbf_steps = match table.get("mtbf_steps") {
+        None => None,
+        Some(v) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
+            Some(x) if x.is_finite() && x > 0.0 => Some(x),
+            _ => return Err(bad(i, "mtbf_steps", format!("must be a number > 0, got {v}"))),
+        },
+    };
+    match (at_step, mtbf_steps) {
+        (Some(0), _) => return Err(bad(i, "at_step", "steps count from 1")),
+        (Some(_), Some(_)) => return Err(bad(i, "mtbf_steps", "give at_step or mtbf_steps, not both")),
+        (None, None) => return Err(bad(i, "at_step", "missing: give at_step (an explicit fault) or mtbf_steps (random arrivals)")),
+        _ => {}
+    }
+    let worker = match (int("worker")?, int("stage")?) {
+        (Some(_), Some(_)) => return Err(bad(i, "stage", "give worker or stage, not both")),
+        (w, s) => w.or(s).map(|w| w as usize),
+    };
+    if target == FaultTarget::Checkpoint && mtbf_steps.is_some() {
+        return Err(bad(i, "mtbf_steps", "checkpoint faults are explicit: give at_step"));
+    }
+    let mut rest: toml::Table = table.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if target == FaultTarget::Crash
+        && let Some(k) = rest.keys().next()
+    {
+        return Err(bad(i, k, "a crash flips no bits: only target, at_step or mtbf_steps, and worker apply"));
+    }
+    for k in ["hdf5_file", "injection_sequence_path", "byte_region", "seed"] {
+        if rest.contains_key(k) {
+            return Err(bad(i, k, "not used in a run's faults (faults draw from the run's fault_seed)"));
+        }
+    }
+    // Defaults for a run's faults: one attempt, anywhere in the target.
+    rest.entry("injection_tries").or_insert(toml::Value::Integer(1));
+    if !rest.contains_key("locations_to_corrupt") {
+        rest.entry("use_random_locations").or_insert(toml::Value::Boolean(true));
+    }
+    let raw: RawConfig = toml::Value::Table(rest).try_into().map_err(|e: toml::de::Error| bad(i, "*", e.message().trim().to_string()))?;
+    let mut spec = raw.validate().map_err(|e| match e {
+        resilab_inject::Error::Config { key, message } => bad(i, &key, message),
+        other => bad(i, "*", other.to_string()),
+    })?;
+    if target == FaultTarget::Crash {
+        spec.tries = resilab_inject::Tries::Count(0);
+    }
+    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, spec })
+}
+
+/// One fault striking one worker at one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FaultEvent {
+    /// Event number (position in the schedule), which also names its random stream.
+    pub id: usize,
+    /// The step during which it strikes (1-based).
+    pub step: u64,
+    /// Worker or stage hit.
+    pub rank: usize,
+    /// Index of the `[[fault]]` entry.
+    pub entry: usize,
+    /// What it hits.
+    pub target: FaultTarget,
+}
+
+/// The events of a run of `total_steps` steps on `world` workers. Explicit faults strike at
+/// their step (worker 0 unless given); random arrivals strike each worker (or the given one)
+/// with exponentially distributed gaps of mean `mtbf_steps`, each arrival at the step that
+/// contains it, drawn from the worker's own stream of `fault_seed`. Sorted by step, rank, entry.
+pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_seed: u64) -> Result<Vec<FaultEvent>> {
+    let mut out = Vec::new();
+    for e in entries {
+        if let Some(w) = e.worker
+            && w >= world
+        {
+            return Err(bad(e.index, "worker", format!("is {w}, but the run has {world} worker(s) or stage(s)")));
+        }
+        if let Some(step) = e.at_step {
+            if step <= total_steps {
+                out.push(FaultEvent { id: 0, step, rank: e.worker.unwrap_or(0), entry: e.index, target: e.target });
+            }
+            continue;
+        }
+        let Some(mtbf) = e.mtbf_steps else { continue };
+        let ranks: Vec<usize> = e.worker.map_or_else(|| (0..world).collect(), |w| vec![w]);
+        for rank in ranks {
+            let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(fault_seed, &format!("fault.{}.worker.{rank}", e.index)));
+            let mut t = 0.0f64;
+            loop {
+                let u: f64 = rng.random();
+                t += -(1.0 - u).ln() * mtbf;
+                let step = t.ceil().max(1.0) as u64;
+                if step > total_steps {
+                    break;
+                }
+                out.push(FaultEvent { id: 0, step, rank, entry: e.index, target: e.target });
+            }
+        }
+    }
+    out.sort_by_key(|e| (e.step, e.rank, e.entry));
+    for (id, e) in out.iter_mut().enumerate() {
+        e.id = id;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn errors_name_the_entry_and_key() {
+        let err = |t: &str| parse(&[table("target = \"weights\"\nat_step = 1\n"), table(t)]).unwrap_err().to_string();
+        assert!(err("at_step = 3\n").contains("fault[1].target: missing"));
+        assert!(err("target = \"brain\"\nat_step = 3\n").contains("fault[1].target"));
+        assert!(err("target = \"weights\"\n").contains("fault[1].at_step: missing"));
+        assert!(err("target = \"weights\"\nat_step = 3\nmtbf_steps = 5\n").contains("not both"));
+        assert!(err("target = \"weights\"\nat_step = 3\nfirst_bit = 9\nlast_bit = 2\n").contains("fault[1].first_bit"));
+        assert!(err("target = \"weights\"\nat_step = 3\nfirts_bit = 9\n").contains("firts_bit"));
+        assert!(err("target = \"crash\"\nat_step = 3\nfirst_bit = 1\n").contains("fault[1].first_bit: a crash"));
+        assert!(err("target = \"weights\"\nat_step = 3\nseed = 1\n").contains("fault_seed"));
+    }
+
+    #[test]
+    fn injector_keys_pass_through() {
+        let e = parse(&[table("target = \"gradients\"\nat_step = 4\nworker = 2\ninjection_tries = 3\nfirst_bit = 1\nlast_bit = 1\nfloat_precision = 32\n")]).unwrap();
+        assert_eq!(e[0].worker, Some(2));
+        assert_eq!(e[0].spec.tries, resilab_inject::Tries::Count(3));
+        assert_eq!(e[0].spec.model.mode, resilab_inject::Mode::BitRange { first: Some(1), last: Some(1), burst: 1 });
+    }
+
+    #[test]
+    fn explicit_faults_strike_once_and_arrivals_follow_the_mean() {
+        let e = parse(&[table("target = \"weights\"\nat_step = 5\nworker = 1\n"), table("target = \"crash\"\nmtbf_steps = 50\n")]).unwrap();
+        let s = schedule(&e, 10_000, 4, 9).unwrap();
+        assert_eq!(s.iter().filter(|x| x.entry == 0).map(|x| (x.step, x.rank)).collect::<Vec<_>>(), [(5, 1)]);
+        let arrivals = s.iter().filter(|x| x.entry == 1).count() as f64;
+        // 4 workers x 10,000 steps / 50: 800 expected, sd about 28.
+        assert!((arrivals - 800.0).abs() < 4.0 * 800f64.sqrt(), "{arrivals}");
+        assert_eq!(s, schedule(&e, 10_000, 4, 9).unwrap());
+        assert_ne!(s, schedule(&e, 10_000, 4, 10).unwrap());
+        assert!(schedule(&e, 10_000, 1, 9).unwrap_err().to_string().contains("fault[0].worker"));
+        assert!(s.windows(2).all(|w| (w[0].step, w[0].rank) <= (w[1].step, w[1].rank)));
+    }
+}
