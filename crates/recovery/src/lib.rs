@@ -1,0 +1,222 @@
+//! Recovery strategies as policies: a pure function from what happened to what the training
+//! loop should do. No I/O and no tensors, so every rule is unit-tested here; the runner carries
+//! the decisions out.
+//!
+//! | event | `none` | `checkpoint_restart` | `rollback` | `lossy_forward` |
+//! |---|---|---|---|---|
+//! | bad loss or gradients on worker r (this step) | continue | restart from checkpoint | redo the step | drop r's contribution |
+//! | bad weights or optimizer state on r (after the update) | continue | restart from checkpoint | redo the step | re-sync r from a healthy replica |
+//! | replicas diverged (ranks D) | continue | restart from checkpoint | re-sync D from a healthy replica | re-sync D from a healthy replica |
+//! | checkpoint digest mismatch | continue | fall back to an older checkpoint | fall back | fall back |
+//! | worker r crashed | fail the run | restart from checkpoint (r respawned) | redo the step without r, respawn r from a healthy replica | drop r this step, respawn r from a healthy replica next step |
+//!
+//! When no healthy replica exists (one worker, or all damaged), re-syncing is impossible and
+//! the policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
+//! (or the initial state).
+
+use serde::{Deserialize, Serialize};
+
+/// A recovery strategy (`[recovery] strategy = ...`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Keep going whatever happens (the published sensitivity studies).
+    #[default]
+    None,
+    /// Reload the newest verified checkpoint on every worker, losing the steps since it.
+    CheckpointRestart,
+    /// Restore the state from just before the failed mini-batch and redo it.
+    Rollback,
+    /// Continue without the failed or corrupted contribution, accepting some accuracy loss.
+    LossyForward,
+}
+
+/// What a detector saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Detection {
+    /// NaN/Inf loss.
+    NonFiniteLoss,
+    /// Loss far above its moving average.
+    LossSpike,
+    /// NaN/Inf in a worker's gradients.
+    NonFiniteGradients,
+    /// NaN/Inf in a worker's weights or optimizer state after its update.
+    NonFiniteWeights,
+    /// Replicas' parameter digests disagree.
+    ReplicaDivergence,
+    /// A checkpoint's stored digests do not match its data.
+    ChecksumMismatch,
+    /// A worker stopped (fail-stop).
+    Crash,
+}
+
+impl Detection {
+    /// Whether the damage is confined to the current step's not-yet-applied work (loss or
+    /// gradients): dropping the contribution or redoing the step removes it.
+    pub fn before_update(self) -> bool {
+        matches!(self, Detection::NonFiniteLoss | Detection::LossSpike | Detection::NonFiniteGradients)
+    }
+}
+
+/// What the policy may look at besides the event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Situation {
+    /// Data-parallel replicas (1 for a single worker or a pipeline, where stages are not replicas).
+    pub replicas: usize,
+    /// Ranks that are damaged or down right now (including the event's own).
+    pub unhealthy: Vec<usize>,
+}
+
+impl Situation {
+    /// The lowest-ranked replica not known to be damaged.
+    pub fn healthy(&self) -> Option<usize> {
+        (0..self.replicas).find(|r| !self.unhealthy.contains(r))
+    }
+}
+
+/// What the training loop should do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum Decision {
+    /// Nothing.
+    Continue,
+    /// Leave these workers' gradients out of this step's average.
+    DropContribution {
+        /// Workers left out.
+        ranks: Vec<usize>,
+    },
+    /// Restore the state from before this step and run it again; `without` are left out of
+    /// the redone step (crashed workers).
+    RedoStep {
+        /// Workers left out of the redo.
+        without: Vec<usize>,
+    },
+    /// Copy a healthy replica's whole state over these ranks (re-sync a diverged replica, or
+    /// respawn a crashed worker), now or, with `next_step`, before the next step.
+    Resync {
+        /// Ranks overwritten.
+        ranks: Vec<usize>,
+        /// The healthy replica copied.
+        from: usize,
+        /// Wait for the next step (a crashed worker rejoins at a step boundary).
+        next_step: bool,
+    },
+    /// Several decisions, in order.
+    Both(Vec<Decision>),
+    /// Reload the newest verified checkpoint (or the initial state) on every worker.
+    RestartFromCheckpoint,
+    /// Try the next older checkpoint.
+    FallBackToOlderCheckpoint,
+    /// End the run as failed.
+    Fail,
+}
+
+/// The decision of `strategy` about `detection` on `ranks` (empty: not attributable to a
+/// worker, e.g. a pipeline loss).
+pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situation: &Situation) -> Decision {
+    use Decision as D;
+    use Detection as E;
+    let ranks = ranks.to_vec();
+    if detection == E::ChecksumMismatch {
+        return if strategy == Strategy::None { D::Continue } else { D::FallBackToOlderCheckpoint };
+    }
+    match strategy {
+        Strategy::None if detection == E::Crash => D::Fail,
+        Strategy::None => D::Continue,
+        Strategy::CheckpointRestart => D::RestartFromCheckpoint,
+        Strategy::Rollback => match detection {
+            E::Crash => match situation.healthy() {
+                Some(from) => D::Both(vec![
+                    D::RedoStep { without: ranks.clone() },
+                    D::Resync { ranks, from, next_step: true },
+                ]),
+                None => D::RestartFromCheckpoint,
+            },
+            E::ReplicaDivergence => resync_or_restart(ranks, situation),
+            _ => D::RedoStep { without: Vec::new() },
+        },
+        Strategy::LossyForward => match detection {
+            E::Crash => match situation.healthy() {
+                Some(from) => D::Both(vec![
+                    D::DropContribution { ranks: ranks.clone() },
+                    D::Resync { ranks, from, next_step: true },
+                ]),
+                None => D::RestartFromCheckpoint,
+            },
+            d if d.before_update() && !ranks.is_empty() && situation.healthy().is_some() => D::DropContribution { ranks },
+            d if d.before_update() => D::RestartFromCheckpoint,
+            _ => resync_or_restart(ranks, situation),
+        },
+    }
+}
+
+fn resync_or_restart(ranks: Vec<usize>, situation: &Situation) -> Decision {
+    match situation.healthy() {
+        Some(from) if !ranks.is_empty() => Decision::Resync { ranks, from, next_step: false },
+        _ => Decision::RestartFromCheckpoint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Decision as D;
+    use Detection as E;
+
+    fn four(unhealthy: &[usize]) -> Situation {
+        Situation { replicas: 4, unhealthy: unhealthy.to_vec() }
+    }
+
+    #[test]
+    fn none_keeps_going_but_a_crash_ends_the_run() {
+        assert_eq!(decide(Strategy::None, E::NonFiniteLoss, &[1], &four(&[1])), D::Continue);
+        assert_eq!(decide(Strategy::None, E::ReplicaDivergence, &[1], &four(&[1])), D::Continue);
+        assert_eq!(decide(Strategy::None, E::Crash, &[2], &four(&[2])), D::Fail);
+    }
+
+    #[test]
+    fn checkpoint_restart_always_reloads() {
+        for e in [E::NonFiniteLoss, E::LossSpike, E::NonFiniteGradients, E::NonFiniteWeights, E::ReplicaDivergence, E::Crash] {
+            assert_eq!(decide(Strategy::CheckpointRestart, e, &[0], &four(&[0])), D::RestartFromCheckpoint);
+        }
+        assert_eq!(decide(Strategy::CheckpointRestart, E::ChecksumMismatch, &[], &four(&[])), D::FallBackToOlderCheckpoint);
+    }
+
+    #[test]
+    fn rollback_redoes_the_step_and_respawns_crashed_workers() {
+        assert_eq!(decide(Strategy::Rollback, E::NonFiniteGradients, &[3], &four(&[3])), D::RedoStep { without: vec![] });
+        assert_eq!(decide(Strategy::Rollback, E::NonFiniteWeights, &[3], &four(&[3])), D::RedoStep { without: vec![] });
+        assert_eq!(
+            decide(Strategy::Rollback, E::Crash, &[0], &four(&[0])),
+            D::Both(vec![D::RedoStep { without: vec![0] }, D::Resync { ranks: vec![0], from: 1, next_step: true }])
+        );
+        assert_eq!(decide(Strategy::Rollback, E::ReplicaDivergence, &[2], &four(&[2])), D::Resync { ranks: vec![2], from: 0, next_step: false });
+        // A single worker that crashed has no healthy replica to respawn from.
+        assert_eq!(decide(Strategy::Rollback, E::Crash, &[0], &Situation { replicas: 1, unhealthy: vec![0] }), D::RestartFromCheckpoint);
+    }
+
+    #[test]
+    fn lossy_forward_drops_resyncs_and_respawns() {
+        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[1], &four(&[1])), D::DropContribution { ranks: vec![1] });
+        assert_eq!(decide(Strategy::LossyForward, E::LossSpike, &[1], &four(&[1])), D::DropContribution { ranks: vec![1] });
+        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteWeights, &[0], &four(&[0])), D::Resync { ranks: vec![0], from: 1, next_step: false });
+        assert_eq!(
+            decide(Strategy::LossyForward, E::Crash, &[2], &four(&[2])),
+            D::Both(vec![D::DropContribution { ranks: vec![2] }, D::Resync { ranks: vec![2], from: 0, next_step: true }])
+        );
+        // Nothing healthy to continue from: restart.
+        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0] }), D::RestartFromCheckpoint);
+        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteLoss, &[], &four(&[])), D::RestartFromCheckpoint);
+    }
+
+    #[test]
+    fn strategies_read_from_toml_names() {
+        #[derive(Deserialize)]
+        struct T {
+            s: Vec<Strategy>,
+        }
+        let t: T = serde_json::from_str(r#"{"s": ["none", "checkpoint_restart", "rollback", "lossy_forward"]}"#).unwrap();
+        assert_eq!(t.s, [Strategy::None, Strategy::CheckpointRestart, Strategy::Rollback, Strategy::LossyForward]);
+    }
+}
