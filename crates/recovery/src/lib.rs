@@ -10,9 +10,14 @@
 //! | checkpoint digest mismatch | continue | fall back to an older checkpoint | fall back | fall back |
 //! | worker r crashed | fail the run | restart from checkpoint (r respawned) | redo the step without r, respawn r from a healthy replica | drop r this step, respawn r from a healthy replica next step |
 //!
-//! When no healthy replica exists (one worker, or all damaged), re-syncing is impossible and
+//! Damage found again in a step that rollback already redid was not transient: rollback then
+//! restarts from the checkpoint. When no healthy replica exists (one worker, or all damaged), re-syncing is impossible and
 //! the policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
 //! (or the initial state).
+
+mod guard;
+
+pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig};
 
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +71,9 @@ pub struct Situation {
     pub replicas: usize,
     /// Ranks that are damaged or down right now (including the event's own).
     pub unhealthy: Vec<usize>,
+    /// Times the current step has already been redone: damage that survives a redo was not
+    /// transient, and rollback gives way to a checkpoint restart.
+    pub redos: u32,
 }
 
 impl Situation {
@@ -134,6 +142,7 @@ pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situati
                 None => D::RestartFromCheckpoint,
             },
             E::ReplicaDivergence => resync_or_restart(ranks, situation),
+            _ if situation.redos > 0 => D::RestartFromCheckpoint,
             _ => D::RedoStep { without: Vec::new() },
         },
         Strategy::LossyForward => match detection {
@@ -165,7 +174,7 @@ mod tests {
     use Detection as E;
 
     fn four(unhealthy: &[usize]) -> Situation {
-        Situation { replicas: 4, unhealthy: unhealthy.to_vec() }
+        Situation { replicas: 4, unhealthy: unhealthy.to_vec(), redos: 0 }
     }
 
     #[test]
@@ -187,13 +196,15 @@ mod tests {
     fn rollback_redoes_the_step_and_respawns_crashed_workers() {
         assert_eq!(decide(Strategy::Rollback, E::NonFiniteGradients, &[3], &four(&[3])), D::RedoStep { without: vec![] });
         assert_eq!(decide(Strategy::Rollback, E::NonFiniteWeights, &[3], &four(&[3])), D::RedoStep { without: vec![] });
+        let again = Situation { redos: 1, ..four(&[3]) };
+        assert_eq!(decide(Strategy::Rollback, E::NonFiniteLoss, &[3], &again), D::RestartFromCheckpoint, "not transient");
         assert_eq!(
             decide(Strategy::Rollback, E::Crash, &[0], &four(&[0])),
             D::Both(vec![D::RedoStep { without: vec![0] }, D::Resync { ranks: vec![0], from: 1, next_step: true }])
         );
         assert_eq!(decide(Strategy::Rollback, E::ReplicaDivergence, &[2], &four(&[2])), D::Resync { ranks: vec![2], from: 0, next_step: false });
         // A single worker that crashed has no healthy replica to respawn from.
-        assert_eq!(decide(Strategy::Rollback, E::Crash, &[0], &Situation { replicas: 1, unhealthy: vec![0] }), D::RestartFromCheckpoint);
+        assert_eq!(decide(Strategy::Rollback, E::Crash, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);
     }
 
     #[test]
@@ -206,7 +217,7 @@ mod tests {
             D::Both(vec![D::DropContribution { ranks: vec![2] }, D::Resync { ranks: vec![2], from: 0, next_step: true }])
         );
         // Nothing healthy to continue from: restart.
-        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0] }), D::RestartFromCheckpoint);
+        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteLoss, &[], &four(&[])), D::RestartFromCheckpoint);
     }
 

@@ -1,0 +1,285 @@
+//! The guard: one [`Hooks`] implementation that injects the scheduled faults, runs the
+//! detectors, asks the strategy what to do and carries out what can be done inside a step
+//! (drop a contribution, redo the step, re-sync or respawn a replica). Restarting from a
+//! checkpoint and failing the run end the step with [`Control::Stop`] and leave the decision in
+//! [`Guard::pending`] for the runner.
+
+use std::collections::BTreeMap;
+
+use resilab_faults::FaultInjector;
+use resilab_faults::detect::{LossSpike, all_finite, digest, weights_finite};
+use resilab_train::{Control, Ctx, Grads, Hooks, LossInfo, Message, Point, Worker};
+use serde::{Deserialize, Serialize};
+
+use crate::{Decision, Detection, Situation, Strategy, decide};
+
+fn yes() -> bool {
+    true
+}
+
+/// Loss-spike detector settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeConfig {
+    /// Losses in the moving average.
+    pub window: usize,
+    /// A loss above `factor` times the average is a spike.
+    pub factor: f64,
+}
+
+/// The `[detect]` section: which detectors run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectConfig {
+    /// NaN/Inf loss (one number per worker, free).
+    #[serde(default = "yes")]
+    pub nan_loss: bool,
+    /// NaN/Inf in a worker's gradients (one device reduction and one read-back per worker).
+    #[serde(default = "yes")]
+    pub nan_gradients: bool,
+    /// NaN/Inf in a worker's weights after its update (one reduction and read-back per worker).
+    #[serde(default = "yes")]
+    pub nan_weights: bool,
+    /// Loss spike against a moving average, per worker.
+    #[serde(default)]
+    pub loss_spike: Option<SpikeConfig>,
+    /// Compare the replicas' parameter digests every this many steps (data parallel).
+    #[serde(default)]
+    pub divergence_every: Option<u64>,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        Self { nan_loss: true, nan_gradients: true, nan_weights: true, loss_spike: None, divergence_every: None }
+    }
+}
+
+/// One detection.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DetectionRecord {
+    /// Step during which it fired.
+    pub step: u64,
+    /// Worker or stage (none for a check across workers that found no culprit).
+    pub rank: Option<usize>,
+    /// What fired.
+    pub kind: Detection,
+    /// Where in the step.
+    pub point: Point,
+    /// Steps since the most recent fault injected before it (on any worker), if any.
+    pub latency_steps: Option<u64>,
+    /// What the strategy decided.
+    pub decision: Decision,
+}
+
+/// Faults, detectors and a strategy, as the training hooks.
+pub struct Guard {
+    /// The scheduled faults.
+    pub faults: FaultInjector,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Detector settings.
+    pub detect: DetectConfig,
+    /// Every detection, in order.
+    pub detections: Vec<DetectionRecord>,
+    /// A decision the runner must carry out (restart from a checkpoint, fall back, fail);
+    /// the step that made it ended with [`Control::Stop`].
+    pub pending: Option<Decision>,
+    /// Replicas (data-parallel workers; 1 for a single worker or a pipeline).
+    replicas: usize,
+    spikes: BTreeMap<usize, LossSpike>,
+    digests: BTreeMap<usize, u64>,
+    /// `(rank, donor)` to re-sync before the rank's next forward pass.
+    resync_next: Vec<(usize, usize)>,
+    /// `(rank, donor)` to re-sync once the donor has taken this step's update.
+    resync_now: Vec<(usize, usize)>,
+    donors: BTreeMap<usize, Worker>,
+}
+
+impl Guard {
+    /// A guard for `replicas` data-parallel replicas (1 for a pipeline).
+    pub fn new(faults: FaultInjector, strategy: Strategy, detect: DetectConfig, replicas: usize) -> Self {
+        Self {
+            faults,
+            strategy,
+            detect,
+            detections: Vec::new(),
+            pending: None,
+            replicas,
+            spikes: BTreeMap::new(),
+            digests: BTreeMap::new(),
+            resync_next: Vec::new(),
+            resync_now: Vec::new(),
+            donors: BTreeMap::new(),
+        }
+    }
+
+    fn latency(&self, step: u64) -> Option<u64> {
+        self.faults.log.iter().map(|l| l.event.step).filter(|&s| s <= step).max().map(|s| step - s)
+    }
+
+    /// Records a detection, asks the strategy and turns the decision into a control value.
+    fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize]) -> Control {
+        let mut unhealthy: Vec<usize> = ranks.to_vec();
+        unhealthy.extend(self.faults.crashed().iter().copied());
+        let situation = Situation { replicas: self.replicas, unhealthy, redos: ctx.attempt };
+        let decision = decide(self.strategy, kind, ranks, &situation);
+        self.detections.push(DetectionRecord {
+            step: ctx.step,
+            rank: ranks.first().copied(),
+            kind,
+            point: ctx.point,
+            latency_steps: self.latency(ctx.step),
+            decision: decision.clone(),
+        });
+        self.carry_out(decision)
+    }
+
+    fn carry_out(&mut self, decision: Decision) -> Control {
+        match decision {
+            Decision::Continue => Control::Continue,
+            Decision::DropContribution { .. } => Control::Skip,
+            Decision::RedoStep { .. } => Control::Redo,
+            Decision::Resync { ranks, from, next_step } => {
+                for r in ranks {
+                    if next_step { self.resync_next.push((r, from)) } else { self.resync_now.push((r, from)) }
+                }
+                Control::Continue
+            }
+            Decision::Both(all) => {
+                let mut out = Control::Continue;
+                for d in all {
+                    let c = self.carry_out(d);
+                    if matches!(out, Control::Continue) {
+                        out = c;
+                    }
+                }
+                out
+            }
+            d @ (Decision::RestartFromCheckpoint | Decision::FallBackToOlderCheckpoint | Decision::Fail) => {
+                self.pending = Some(d);
+                Control::Stop
+            }
+        }
+    }
+
+    /// Copies the donor's model and optimizer state into `w` (its rank, random stream and
+    /// cursor stay its own).
+    fn resync(&self, w: &mut Worker, from: usize) -> bool {
+        let Some(d) = self.donors.get(&from) else { return false };
+        w.net = d.net.clone();
+        w.optim = d.optim.clone();
+        true
+    }
+}
+
+impl Hooks for Guard {
+    fn undo(&self) -> bool {
+        self.strategy == Strategy::Rollback
+    }
+
+    fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
+        if let Some(i) = self.resync_next.iter().position(|(r, _)| *r == ctx.rank) {
+            let (_, from) = self.resync_next.remove(i);
+            if self.resync(worker, from) {
+                self.faults.respawn(ctx.rank);
+            }
+        }
+        let was_down = self.faults.crashed().contains(&ctx.rank);
+        let c = self.faults.before_step(ctx, worker);
+        if !was_down && self.faults.crashed().contains(&ctx.rank) {
+            // Fail-stop: noticed at once (a real job times out on the collective).
+            return match self.fire(ctx, Detection::Crash, &[ctx.rank]) {
+                Control::Continue => c,
+                other => other,
+            };
+        }
+        c
+    }
+
+    fn after_loss(&mut self, ctx: &Ctx, loss: &mut LossInfo) -> Control {
+        let c = self.faults.after_loss(ctx, loss);
+        if !matches!(c, Control::Continue) {
+            return c;
+        }
+        let rank: Vec<usize> = if ctx.micro_batch.is_some() { Vec::new() } else { vec![ctx.rank] };
+        if self.detect.nan_loss && !loss.loss.is_finite() {
+            return self.fire(ctx, Detection::NonFiniteLoss, &rank);
+        }
+        if let Some(s) = &self.detect.loss_spike {
+            let spike = self.spikes.entry(ctx.rank).or_insert_with(|| LossSpike::new(s.window, s.factor));
+            if spike.observe(loss.loss) {
+                return self.fire(ctx, Detection::LossSpike, &rank);
+            }
+        }
+        Control::Continue
+    }
+
+    fn after_backward(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
+        let c = self.faults.after_backward(ctx, grads);
+        if !matches!(c, Control::Continue) {
+            return c;
+        }
+        if self.detect.nan_gradients && !all_finite(grads.values().cloned()) {
+            return self.fire(ctx, Detection::NonFiniteGradients, &[ctx.rank]);
+        }
+        Control::Continue
+    }
+
+    fn after_allreduce(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
+        self.faults.after_allreduce(ctx, grads)
+    }
+
+    fn after_optimizer_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
+        let c = self.faults.after_optimizer_step(ctx, worker);
+        if !matches!(c, Control::Continue) {
+            return c;
+        }
+        if self.detect.nan_weights
+            && !(weights_finite(&worker.net) && all_finite(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned())))
+        {
+            let c = self.fire(ctx, Detection::NonFiniteWeights, &[ctx.rank]);
+            if !matches!(c, Control::Continue) {
+                return c;
+            }
+        } else if !self.faults.crashed().contains(&ctx.rank) {
+            self.donors.insert(ctx.rank, worker.clone());
+        }
+        // Re-syncs waiting for a donor that has now taken its update.
+        if let Some(i) = self.resync_now.iter().position(|(r, _)| *r == ctx.rank)
+            && self.donors.contains_key(&self.resync_now[i].1)
+        {
+            let (_, from) = self.resync_now.remove(i);
+            self.resync(worker, from);
+        }
+        if let Some(k) = self.detect.divergence_every
+            && self.replicas > 1
+            && ctx.step.is_multiple_of(k)
+        {
+            self.digests.insert(ctx.rank, digest(&worker.net));
+            if ctx.rank + 1 == ctx.world {
+                let all: Vec<(usize, u64)> = std::mem::take(&mut self.digests).into_iter().collect();
+                let majority = all.iter().map(|(_, d)| *d).max_by_key(|d| all.iter().filter(|(_, x)| x == d).count());
+                let odd: Vec<usize> = all.iter().filter(|(_, d)| Some(*d) != majority).map(|(r, _)| *r).collect();
+                if !odd.is_empty() {
+                    // The replicas before this one have finished the step: re-sync them before
+                    // their next forward pass.
+                    let c = self.fire(ctx, Detection::ReplicaDivergence, &odd);
+                    let now = std::mem::take(&mut self.resync_now);
+                    for (r, from) in now {
+                        if r == ctx.rank {
+                            self.resync(worker, from);
+                        } else {
+                            self.resync_next.push((r, from));
+                        }
+                    }
+                    return c;
+                }
+            }
+        }
+        Control::Continue
+    }
+
+    fn on_message(&mut self, ctx: &Ctx, msg: &mut Message) -> Control {
+        self.faults.on_message(ctx, msg)
+    }
+}

@@ -1,0 +1,111 @@
+//! The guard on a tiny data-parallel trainer: detection in the step of the fault, and what each
+//! strategy leaves behind.
+
+use std::sync::Arc;
+
+use burn::prelude::*;
+use resilab_data::{Split, synthetic::Synthetic};
+use resilab_faults::detect::{replica_digests, weights_finite};
+use resilab_faults::{FaultInjector, parse, schedule};
+use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
+use resilab_recovery::{DetectConfig, Decision, Detection, Guard, Strategy};
+use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, TrainConfig, TrainSpec, Trainer};
+
+const STEPS: u64 = 6;
+
+fn trainer(workers: usize) -> Trainer {
+    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
+    let data = Arc::new(Split::new(g.generate(0, 128).unwrap(), g.generate(1, 32).unwrap()));
+    let device = Device::flex().autodiff();
+    let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
+    let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 11, &device);
+    let spec = TrainSpec {
+        train: TrainConfig { steps: Some(STEPS), batch_size: 32, ..TrainConfig::default() },
+        optimizer: OptimizerConfig::default(),
+        parallel: ParallelConfig { workers, ..ParallelConfig::default() },
+        seed: 5,
+        ..TrainSpec::default()
+    };
+    Trainer::new(net, spec, data, device).unwrap()
+}
+
+fn guard(faults: &str, strategy: Strategy, detect: DetectConfig, world: usize) -> Guard {
+    let doc: toml::Table = toml::from_str(faults).unwrap();
+    let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
+    let entries = parse(&tables).unwrap();
+    let events = schedule(&entries, STEPS, world, 1).unwrap();
+    Guard::new(FaultInjector::new(entries, events, 1), strategy, detect, world)
+}
+
+/// Runs to the end; returns how the last step ended.
+fn run(t: &mut Trainer, g: &mut Guard) -> StepOutcome {
+    loop {
+        let out = t.step_with(g).unwrap();
+        if !matches!(out, StepOutcome::Done(_)) || t.done() {
+            return out;
+        }
+    }
+}
+
+/// The exponent's top bit of BatchNorm scales near 1.0: NaN, Inf or ~1e38, and a NaN loss.
+const NAN_WEIGHTS: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 3\nworker = 1\ninjection_tries = 4\nfirst_bit = 1\nlast_bit = 1\nlocations_to_corrupt = [\"model/stem/bn/weight\"]\n";
+
+#[test]
+fn rollback_of_a_transient_weight_fault_ends_bit_identical_to_the_golden_run() {
+    let mut golden = trainer(2);
+    while !golden.done() {
+        golden.step().unwrap();
+    }
+    let mut t = trainer(2);
+    let mut g = guard(NAN_WEIGHTS, Strategy::Rollback, DetectConfig::default(), 2);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
+    let d = &g.detections[0];
+    assert_eq!((d.step, d.rank, d.kind, d.latency_steps), (3, Some(1), Detection::NonFiniteLoss, Some(0)));
+    assert_eq!(d.decision, Decision::RedoStep { without: vec![] });
+    assert_eq!(g.detections.len(), 1);
+    assert!(t.snapshot() == golden.snapshot(), "rollback must leave no trace of a transient fault");
+}
+
+#[test]
+fn none_lets_a_critical_weight_flip_collapse_training() {
+    let mut t = trainer(1);
+    let mut g = guard(
+        "[[fault]]\ntarget = \"weights\"\nat_step = 2\ninjection_tries = 40\nfirst_bit = 1\nlast_bit = 1\nsampling = \"per_element\"\nlocations_to_corrupt = [\"model/layer1\"]\n",
+        Strategy::None,
+        DetectConfig::default(),
+        1,
+    );
+    run(&mut t, &mut g);
+    assert!(!weights_finite(&t.model()));
+    assert_eq!(g.detections[0].step, 2, "detected in the step of the fault");
+    assert!(g.detections.iter().all(|d| d.decision == Decision::Continue));
+}
+
+#[test]
+fn lossy_forward_ends_with_identical_replicas_after_a_crash_and_a_replica_flip() {
+    let mut t = trainer(4);
+    let faults = "[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 1\n\n\
+                  [[fault]]\ntarget = \"weights\"\nat_step = 4\nworker = 3\ninjection_tries = 3\nfirst_bit = 20\nlast_bit = 20\nlocations_to_corrupt = [\"model/layer2\"]\n";
+    let detect = DetectConfig { divergence_every: Some(1), ..DetectConfig::default() };
+    let mut g = guard(faults, Strategy::LossyForward, detect, 4);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
+    let kinds: Vec<Detection> = g.detections.iter().map(|d| d.kind).collect();
+    assert_eq!(kinds, [Detection::Crash, Detection::ReplicaDivergence]);
+    assert!(g.faults.crashed().is_empty(), "the crashed worker was respawned");
+    let nets: Vec<_> = t.workers.iter().map(|w| &w.net).collect();
+    assert!(replica_digests(&nets).1.is_empty(), "every replica identical at the end");
+}
+
+#[test]
+fn checkpoint_restart_and_none_hand_the_run_back() {
+    let mut t = trainer(2);
+    let mut g = guard(NAN_WEIGHTS, Strategy::CheckpointRestart, DetectConfig::default(), 2);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Stopped { .. }));
+    assert_eq!(g.pending, Some(Decision::RestartFromCheckpoint));
+    assert_eq!(t.step, 2, "the failed step did not complete");
+
+    let mut t = trainer(2);
+    let mut g = guard("[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 0\n", Strategy::None, DetectConfig::default(), 2);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Stopped { .. }));
+    assert_eq!(g.pending, Some(Decision::Fail), "a crash ends an unprotected run");
+}
