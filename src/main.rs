@@ -22,6 +22,10 @@ enum Command {
     /// Train a model from a TOML configuration; writes metrics.csv, summary.json and
     /// config.resolved.toml into the output directory.
     Train(TrainArgs),
+    /// Run one configuration (with its [[fault]] entries) under several recovery strategies
+    /// and print a one-screen comparison against the golden run; each run's files go to
+    /// <out>/<strategy>/ and the table to <out>/strategies.csv.
+    Compare(CompareArgs),
     /// List a checkpoint's attributes and datasets (shape, type, digest status).
     Inspect(InspectArgs),
     /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
@@ -120,8 +124,21 @@ struct TrainArgs {
     /// of checkpoints (the newest is used). The configuration must describe the same model.
     #[arg(long, value_name = "CKPT")]
     resume: Option<PathBuf>,
+    /// Where fault-free golden runs are cached: a run with [[fault]] entries is compared with
+    /// the golden run of the same configuration (computed once, then reused).
+    #[arg(long, value_name = "DIR", default_value = "results/golden")]
+    golden_dir: PathBuf,
     #[command(flatten)]
     compute: ComputeArgs,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    train: TrainArgs,
+    /// Strategies to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "none,checkpoint_restart,rollback,lossy_forward")]
+    strategies: Vec<String>,
 }
 
 #[derive(Args)]
@@ -146,6 +163,36 @@ enum BenchCommand {
     /// step of each layout against one worker on the same global batch, measured in one run
     /// (steps interleaved across layouts); prints a table and writes CSV (bench/parallel.sh).
     Parallel(BenchParallelArgs),
+    /// Cost of the fault detectors: mean step time with every detector on against none,
+    /// interleaved in one process; prints one JSON line (bench/recovery.sh).
+    Detect(BenchDetectArgs),
+}
+
+#[derive(Args)]
+struct BenchDetectArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 20)]
+    depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    width: f64,
+    /// Data-parallel workers.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Global batch size.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed steps of each (means are reported).
+    #[arg(long, default_value_t = 30)]
+    steps: usize,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 #[derive(Args)]
@@ -287,6 +334,103 @@ fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> 
     }
 }
 
+/// One row of the strategy comparison.
+#[derive(serde::Serialize)]
+struct StrategyRow {
+    strategy: String,
+    status: String,
+    final_test_acc: f64,
+    acc_loss_vs_golden: Option<f64>,
+    faults: usize,
+    detections: usize,
+    restarts: usize,
+    steps_lost: u64,
+    steps_recomputed: u64,
+    collapsed: bool,
+    wall_s: f64,
+    time_overhead_vs_golden: Option<f64>,
+    step_overhead: f64,
+}
+
+fn compare(args: CompareArgs) -> Result<()> {
+    let base = RunConfig::load(&args.train.config, &args.train.set)?;
+    let backend = args.train.compute.backend.or(base.backend).unwrap_or(BackendKind::Flex);
+    let (device, device_name) = device_for(backend)?;
+    let threads = set_threads(args.train.compute.threads)?;
+    let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
+    let mut rows = Vec::new();
+    let mut golden = None;
+    for strategy in &args.strategies {
+        let mut set = args.train.set.clone();
+        set.push(format!("recovery.strategy=\"{strategy}\""));
+        let cfg = RunConfig::load(&args.train.config, &set)?;
+        let out = root.join(strategy);
+        eprintln!("resilab: {} under strategy {strategy} -> {}", cfg.model.label(), out.display());
+        let opts = RunOptions {
+            out,
+            device: device.clone(),
+            provenance: provenance(backend, &device_name, threads, cfg.seed),
+            progress: !args.train.quiet,
+            resume: None,
+            probe: Box::new(|file: &Path| probe_in_child(file)),
+            golden: Some(args.train.golden_dir.clone()),
+            record_states: false,
+        };
+        let s = resilab_runner::train(&cfg, &opts)?;
+        golden = golden.or(s.golden.clone());
+        rows.push(StrategyRow {
+            strategy: strategy.clone(),
+            status: s.status.clone(),
+            final_test_acc: s.final_test_acc,
+            acc_loss_vs_golden: s.acc_loss_vs_golden,
+            faults: s.faults_injected,
+            detections: s.detections.len(),
+            restarts: s.restarts.len(),
+            steps_lost: s.steps_lost,
+            steps_recomputed: s.steps_recomputed,
+            collapsed: s.collapsed,
+            wall_s: s.wall_s,
+            time_overhead_vs_golden: s.time_overhead_vs_golden,
+            step_overhead: s.steps_recomputed as f64 / s.steps.max(1) as f64,
+        });
+    }
+    let opt = |v: Option<f64>, scale: f64| v.map_or("-".to_string(), |x| format!("{:+.3}", x * scale));
+    println!();
+    if let Some(g) = &golden {
+        println!("golden run: test accuracy {:.4}, wall {:.1} s ({})", g.final_test_acc, g.wall_s, g.dir.display());
+    }
+    println!(
+        "{:<20} {:<9} {:>8} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>7} {:>9} {:>10}",
+        "strategy", "status", "test acc", "acc loss", "faults", "detect", "restarts", "lost", "recomp", "collapsed", "wall s", "time ovh", "steps ovh"
+    );
+    for r in &rows {
+        println!(
+            "{:<20} {:<9} {:>8.4} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>7.1} {:>8}% {:>9.1}%",
+            r.strategy,
+            r.status,
+            r.final_test_acc,
+            opt(r.acc_loss_vs_golden, 1.0),
+            r.faults,
+            r.detections,
+            r.restarts,
+            r.steps_lost,
+            r.steps_recomputed,
+            r.collapsed,
+            r.wall_s,
+            opt(r.time_overhead_vs_golden, 100.0),
+            100.0 * r.step_overhead
+        );
+    }
+    let path = root.join("strategies.csv");
+    let mut w = csv::Writer::from_path(&path).with_context(|| format!("{}", path.display()))?;
+    for r in &rows {
+        w.serialize(r).with_context(|| format!("{}", path.display()))?;
+    }
+    w.flush().with_context(|| format!("{}", path.display()))?;
+    println!("table in {}", path.display());
+    Ok(())
+}
+
 fn train(args: TrainArgs) -> Result<()> {
     let cfg = RunConfig::load(&args.config, &args.set)?;
     let backend = args.compute.backend.or(cfg.backend).unwrap_or(BackendKind::Flex);
@@ -300,6 +444,8 @@ fn train(args: TrainArgs) -> Result<()> {
         progress: !args.quiet,
         resume: args.resume,
         probe: Box::new(|file: &Path| probe_in_child(file)),
+        golden: Some(args.golden_dir.clone()),
+        record_states: false,
     };
     eprintln!(
         "resilab: training {} ({}) on {} ({threads} threads) -> {}",
@@ -318,6 +464,29 @@ fn train(args: TrainArgs) -> Result<()> {
         s.images_per_s,
         out.display()
     );
+    if s.faults_injected > 0 || !s.detections.is_empty() || s.status != "completed" {
+        println!(
+            "{} fault(s) injected ({} values changed), {} detection(s), {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
+            s.faults_injected,
+            s.values_corrupted,
+            s.detections.len(),
+            s.restarts.len(),
+            s.steps_lost,
+            s.steps_recomputed,
+            s.strategy,
+            s.status
+        );
+        if let (Some(g), Some(loss)) = (&s.golden, s.acc_loss_vs_golden) {
+            println!(
+                "golden run: test accuracy {:.4} ({:+.4} here), wall {:.1} s ({:+.1}% here); {}",
+                g.final_test_acc,
+                -loss,
+                g.wall_s,
+                100.0 * s.time_overhead_vs_golden.unwrap_or(0.0),
+                g.dir.display()
+            );
+        }
+    }
     if cfg.parallel.world() > 1 {
         println!(
             "simulated parallel time {:.1} s ({:.2} s of it communication, {:.1} MB moved) for {}",
@@ -373,6 +542,17 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
         step_ms_median: median_s * 1e3,
     };
     println!("{}", serde_json::to_string(&result)?);
+    Ok(())
+}
+
+fn bench_detect(args: BenchDetectArgs) -> Result<()> {
+    let arch = parse_arch(&args.arch)?;
+    let model = ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(args.depth), width: args.width, batch_norm: None };
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, _) = device_for(backend)?;
+    set_threads(args.compute.threads)?;
+    let r = resilab_runner::bench::detection(&model, args.batch, args.workers, args.warmup, args.steps, &device)?;
+    println!("{}", serde_json::to_string(&r)?);
     Ok(())
 }
 
@@ -617,6 +797,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => train(a),
+        Command::Compare(a) => compare(a),
         Command::Inspect(a) => inspect(a),
         Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
         Command::Inject(a) => inject(a),
@@ -624,6 +805,7 @@ fn main() {
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
         Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
         Command::Bench(BenchCommand::Parallel(a)) => bench_parallel(a),
+        Command::Bench(BenchCommand::Detect(a)) => bench_detect(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -33,8 +33,9 @@ pub struct FaultLog {
     pub records: Vec<Record>,
 }
 
-/// Applies a fault schedule through the training hooks. Faults are transient: a step that is
-/// redone (after a rollback) runs without the fault that struck its first attempt. A crashed
+/// Applies a fault schedule through the training hooks. Faults are transient: each event
+/// strikes once, so a step that is redone (rollback) or recomputed (after a restart) runs
+/// without it. A crashed
 /// worker stays out of every step until [`FaultInjector::respawn`].
 #[derive(Clone, Debug)]
 pub struct FaultInjector {
@@ -42,6 +43,7 @@ pub struct FaultInjector {
     events: Vec<FaultEvent>,
     fault_seed: u64,
     crashed: BTreeSet<usize>,
+    fired: BTreeSet<usize>,
     /// Everything injected so far, in order.
     pub log: Vec<FaultLog>,
 }
@@ -57,7 +59,7 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), log: Vec::new() }
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), log: Vec::new() }
     }
 
     /// Workers currently crashed.
@@ -70,12 +72,17 @@ impl FaultInjector {
         self.crashed.remove(&rank);
     }
 
-    /// Events of `target` due at `ctx`'s step on `ctx`'s worker, on the step's first attempt.
-    fn due(&self, ctx: &Ctx, targets: &[FaultTarget]) -> Vec<FaultEvent> {
-        if ctx.attempt > 0 {
-            return Vec::new();
-        }
-        self.events.iter().filter(|e| e.step == ctx.step && e.rank == ctx.rank && targets.contains(&e.target)).copied().collect()
+    /// Events of `target` due at `ctx`'s step on `ctx`'s worker that have not struck yet; they
+    /// are marked as struck. A step redone, or recomputed after a restart, runs without them.
+    fn due(&mut self, ctx: &Ctx, targets: &[FaultTarget]) -> Vec<FaultEvent> {
+        let due: Vec<FaultEvent> = self
+            .events
+            .iter()
+            .filter(|e| e.step == ctx.step && e.rank == ctx.rank && targets.contains(&e.target) && !self.fired.contains(&e.id))
+            .copied()
+            .collect();
+        self.fired.extend(due.iter().map(|e| e.id));
+        due
     }
 
     /// The checkpoint faults of the schedule (the runner alters the files).

@@ -145,7 +145,7 @@ impl Guard {
                 }
                 Control::Continue
             }
-            Decision::Both(all) => {
+            Decision::Both { steps: all } => {
                 let mut out = Control::Continue;
                 for d in all {
                     let c = self.carry_out(d);

@@ -111,7 +111,10 @@ pub enum Decision {
         next_step: bool,
     },
     /// Several decisions, in order.
-    Both(Vec<Decision>),
+    Both {
+        /// The decisions.
+        steps: Vec<Decision>,
+    },
     /// Reload the newest verified checkpoint (or the initial state) on every worker.
     RestartFromCheckpoint,
     /// Try the next older checkpoint.
@@ -135,10 +138,10 @@ pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situati
         Strategy::CheckpointRestart => D::RestartFromCheckpoint,
         Strategy::Rollback => match detection {
             E::Crash => match situation.healthy() {
-                Some(from) => D::Both(vec![
+                Some(from) => D::Both { steps: vec![
                     D::RedoStep { without: ranks.clone() },
                     D::Resync { ranks, from, next_step: true },
-                ]),
+                ] },
                 None => D::RestartFromCheckpoint,
             },
             E::ReplicaDivergence => resync_or_restart(ranks, situation),
@@ -147,10 +150,10 @@ pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situati
         },
         Strategy::LossyForward => match detection {
             E::Crash => match situation.healthy() {
-                Some(from) => D::Both(vec![
+                Some(from) => D::Both { steps: vec![
                     D::DropContribution { ranks: ranks.clone() },
                     D::Resync { ranks, from, next_step: true },
-                ]),
+                ] },
                 None => D::RestartFromCheckpoint,
             },
             d if d.before_update() && !ranks.is_empty() && situation.healthy().is_some() => D::DropContribution { ranks },
@@ -200,7 +203,7 @@ mod tests {
         assert_eq!(decide(Strategy::Rollback, E::NonFiniteLoss, &[3], &again), D::RestartFromCheckpoint, "not transient");
         assert_eq!(
             decide(Strategy::Rollback, E::Crash, &[0], &four(&[0])),
-            D::Both(vec![D::RedoStep { without: vec![0] }, D::Resync { ranks: vec![0], from: 1, next_step: true }])
+            D::Both { steps: vec![D::RedoStep { without: vec![0] }, D::Resync { ranks: vec![0], from: 1, next_step: true }] }
         );
         assert_eq!(decide(Strategy::Rollback, E::ReplicaDivergence, &[2], &four(&[2])), D::Resync { ranks: vec![2], from: 0, next_step: false });
         // A single worker that crashed has no healthy replica to respawn from.
@@ -214,7 +217,7 @@ mod tests {
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteWeights, &[0], &four(&[0])), D::Resync { ranks: vec![0], from: 1, next_step: false });
         assert_eq!(
             decide(Strategy::LossyForward, E::Crash, &[2], &four(&[2])),
-            D::Both(vec![D::DropContribution { ranks: vec![2] }, D::Resync { ranks: vec![2], from: 0, next_step: true }])
+            D::Both { steps: vec![D::DropContribution { ranks: vec![2] }, D::Resync { ranks: vec![2], from: 0, next_step: true }] }
         );
         // Nothing healthy to continue from: restart.
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);

@@ -346,3 +346,76 @@ pub fn parallel(
         })
         .collect())
 }
+
+/// Cost of the fault detectors: training steps with every detector on against the same steps
+/// with none, measured in one process with the steps interleaved.
+#[derive(Debug, Serialize)]
+pub struct DetectBench {
+    /// Model label.
+    pub model: String,
+    /// Data-parallel workers.
+    pub workers: usize,
+    /// Global batch size.
+    pub batch: usize,
+    /// Timed steps of each.
+    pub steps: usize,
+    /// Detectors that ran.
+    pub detectors: String,
+    /// Mean step time without detectors.
+    pub step_ms_off: f64,
+    /// Mean step time with every detector.
+    pub step_ms_on: f64,
+    /// `(on - off) / off`.
+    pub overhead_share: f64,
+}
+
+/// Measures the detectors' cost on `model` with `workers` replicas at global batch `batch`.
+/// Means, not medians, so that the every-10-steps divergence check is counted.
+pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usize, steps: usize, device: &Device) -> Result<DetectBench> {
+    use resilab_faults::FaultInjector;
+    use resilab_recovery::{DetectConfig, Guard, SpikeConfig, Strategy};
+    let parallel = ParallelConfig { workers, ..ParallelConfig::default() };
+    let (_, mut a) = bench_trainer(model, batch, warmup + steps, parallel.clone(), device)?;
+    let (_, mut b) = bench_trainer(model, batch, warmup + steps, parallel, device)?;
+    let none = DetectConfig { nan_loss: false, nan_gradients: false, nan_weights: false, loss_spike: None, divergence_every: None };
+    let all = DetectConfig {
+        nan_loss: true,
+        nan_gradients: true,
+        nan_weights: true,
+        loss_spike: Some(SpikeConfig { window: 20, factor: 3.0 }),
+        divergence_every: Some(10),
+    };
+    let guard = |d| Guard::new(FaultInjector::new(Vec::new(), Vec::new(), 0), Strategy::None, d, workers);
+    let (mut off, mut on) = (guard(none), guard(all));
+    for _ in 0..warmup {
+        a.step_with(&mut off)?;
+        b.step_with(&mut on)?;
+    }
+    let (mut t_off, mut t_on) = (0.0, 0.0);
+    for i in 0..steps.max(1) {
+        // Alternate which goes first, so neither always runs on a warmer cache.
+        let mut time = |t: &mut Trainer, g: &mut Guard| -> Result<f64> {
+            let s = Instant::now();
+            t.step_with(g)?;
+            Ok(s.elapsed().as_secs_f64())
+        };
+        if i % 2 == 0 {
+            t_off += time(&mut a, &mut off)?;
+            t_on += time(&mut b, &mut on)?;
+        } else {
+            t_on += time(&mut b, &mut on)?;
+            t_off += time(&mut a, &mut off)?;
+        }
+    }
+    let n = steps.max(1) as f64;
+    Ok(DetectBench {
+        model: model.label(),
+        workers,
+        batch,
+        steps: steps.max(1),
+        detectors: "nan_loss, nan_gradients, nan_weights, loss_spike(20, 3), divergence_every 10".into(),
+        step_ms_off: t_off / n * 1e3,
+        step_ms_on: t_on / n * 1e3,
+        overhead_share: (t_on - t_off) / t_off,
+    })
+}

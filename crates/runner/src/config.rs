@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use resilab_checkpoint::CheckpointConfig;
 use resilab_data::DataConfig;
 use resilab_models::ModelConfig;
+use resilab_recovery::{DetectConfig, Strategy};
 use resilab_train::{OptimizerConfig, ParallelConfig, ScheduleConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,33 @@ pub struct RunConfig {
     /// Checkpoint policy (none unless configured).
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
+    /// Seed of the fault schedule's random arrivals and bit draws, separate from `seed` so
+    /// repetitions vary the faults over one golden run.
+    #[serde(default = "default_fault_seed")]
+    pub fault_seed: u64,
+    /// Mid-run faults (`[[fault]]` entries); none unless configured.
+    #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<toml::Table>,
+    /// Which detectors run.
+    #[serde(default)]
+    pub detect: DetectConfig,
+    /// What to do about a detected fault or a crash.
+    #[serde(default)]
+    pub recovery: RecoveryConfig,
+}
+
+/// The fault seed when the configuration gives none.
+pub fn default_fault_seed() -> u64 {
+    1
+}
+
+/// The `[recovery]` section.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// `none` (default), `checkpoint_restart`, `rollback` or `lossy_forward`.
+    #[serde(default)]
+    pub strategy: Strategy,
 }
 
 /// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`). The value is

@@ -2,9 +2,10 @@
 
 pub mod bench;
 mod config;
+pub mod golden;
 mod run;
 
-pub use config::{BackendKind, RunConfig, apply_override, default_out_dir, utc_stamp};
+pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, utc_stamp};
 pub use run::{FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, params_digest, stage_blocks, train, write_atomic};
 
 use std::path::PathBuf;

@@ -10,7 +10,9 @@ use burn::prelude::*;
 use indicatif::{ProgressBar, ProgressStyle};
 use resilab_data::Split;
 use resilab_models::{InputShape, Net, init_parameters};
-use resilab_train::{Evaluation, TrainSpec, Trainer};
+use resilab_faults::{FaultInjector, FaultTarget};
+use resilab_recovery::{Decision, DetectionRecord, Guard};
+use resilab_train::{Evaluation, ParallelMode, StepOutcome, TrainSpec, Trainer};
 use serde::Serialize;
 
 use crate::{Error, Provenance, Result, RunConfig};
@@ -90,8 +92,49 @@ pub struct Summary {
     /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
     /// name order): equal digests mean bit-identical final weights.
     pub final_params_digest: String,
+    /// `completed`, or `failed` (the strategy gave up: a crash under `none`).
+    pub status: String,
+    /// Recovery strategy.
+    pub strategy: String,
+    /// Faults that struck (see `faults.jsonl`).
+    pub faults_injected: usize,
+    /// Values the faults changed.
+    pub values_corrupted: usize,
+    /// Corrupted values that became NaN, ±Inf or extreme.
+    pub values_non_finite_or_extreme: usize,
+    /// Every detection, with its step, worker, latency and the strategy's decision.
+    pub detections: Vec<DetectionRecord>,
+    /// Restarts from a checkpoint (or from the initial state).
+    pub restarts: Vec<Restart>,
+    /// Completed steps thrown away by restarts.
+    pub steps_lost: u64,
+    /// Steps computed again: redone steps plus the lost steps.
+    pub steps_recomputed: u64,
+    /// Whether the final weights hold NaN/Inf or the final training loss is not finite.
+    pub collapsed: bool,
+    /// The golden run compared with (runs with faults).
+    pub golden: Option<crate::golden::Golden>,
+    /// Golden final test accuracy minus this run's.
+    pub acc_loss_vs_golden: Option<f64>,
+    /// `(wall_s - golden wall_s) / golden wall_s`.
+    pub time_overhead_vs_golden: Option<f64>,
+    /// Distance of the final parameters from the golden run's.
+    pub final_param_distance: Option<f64>,
     /// Where the numbers came from.
     pub provenance: Provenance,
+}
+
+/// One restart.
+#[derive(Debug, Serialize)]
+pub struct Restart {
+    /// The step that failed.
+    pub at_step: u64,
+    /// The checkpoint reloaded (`None`: the initial state).
+    pub from: Option<PathBuf>,
+    /// Steps completed in the state reloaded.
+    pub to_step: u64,
+    /// Seconds to reload.
+    pub seconds: f64,
 }
 
 /// XXH3-64 over every parameter's values (little-endian f32) in module order, with names.
@@ -123,6 +166,26 @@ pub struct RunOptions {
     pub resume: Option<PathBuf>,
     /// Checked on every checkpoint file before it is opened in this process.
     pub probe: FileProbe,
+    /// Root of the golden-run cache: a run with faults is compared with its fault-free golden
+    /// run, computed there once. `None`: no comparison.
+    pub golden: Option<PathBuf>,
+    /// Save the whole model at every evaluation under `<out>/states` (golden runs do).
+    pub record_states: bool,
+}
+
+/// One row of `compare.csv`: a faulty run against its golden run at an evaluated step.
+#[derive(Debug, Serialize)]
+pub struct CompareRow {
+    /// Step.
+    pub step: u64,
+    /// This run's test accuracy.
+    pub test_acc: f64,
+    /// The golden run's test accuracy at the same step.
+    pub golden_test_acc: Option<f64>,
+    /// `golden_test_acc - test_acc`.
+    pub acc_loss: Option<f64>,
+    /// Euclidean distance between this run's and the golden run's trainable parameters.
+    pub param_distance: Option<f64>,
 }
 
 /// Builds and initialises the network a configuration describes, for `split`'s images.
@@ -214,6 +277,55 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         mismatches = report.mismatched;
     }
     let ckpt_root = cfg.checkpoint.dir.clone().unwrap_or_else(|| out.join("checkpoints"));
+    let entries = resilab_faults::parse(&cfg.faults).map_err(|e| Error::Config(e.to_string()))?;
+    if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint) {
+        return Err(Error::Config(format!(
+            "fault[{}].target = \"checkpoint\": altering checkpoint files mid-run is not part of `train` yet; alter one with `resilab inject` and `--resume` from it (checkpoint.on_mismatch = \"load\")",
+            e.index
+        )));
+    }
+    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
+    let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
+    let golden = match &opts.golden {
+        Some(root) if !cfg.faults.is_empty() => Some(crate::golden::ensure(cfg, root, |gcfg, dir| {
+            if opts.progress {
+                eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
+            }
+            let o = RunOptions {
+                out: dir.to_path_buf(),
+                device: opts.device.clone(),
+                provenance: opts.provenance.clone(),
+                progress: opts.progress,
+                resume: None,
+                probe: Box::new(|_: &Path| Ok(())),
+                golden: None,
+                record_states: true,
+            };
+            train(gcfg, &o).map(|_| ())
+        })?),
+        _ => None,
+    };
+    let compare_path = out.join("compare.csv");
+    let mut compare = match &golden {
+        Some(_) => Some(csv::Writer::from_path(&compare_path).map_err(|e| Error::Csv { path: compare_path.clone(), source: e })?),
+        None => None,
+    };
+    let mut final_distance = None;
+    let initial = trainer.snapshot();
+    let faults_path = out.join("faults.jsonl");
+    let mut faults_file = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(resumed_from.is_some())
+            .write(true)
+            .truncate(resumed_from.is_none())
+            .open(&faults_path)
+            .map_err(|source| Error::Io { path: faults_path.clone(), source })?,
+    );
+    let (mut logged_faults, mut restarts, mut steps_lost, mut redos) = (0usize, Vec::new(), 0u64, 0u64);
+    let mut status = "completed";
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
     let (mut checkpoints, mut checkpoint_s) = (0usize, 0.0f64);
     let first_step = trainer.step;
@@ -235,8 +347,46 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let (mut sim_s, mut comm_s, mut comm_bytes) = (0.0f64, 0.0f64, 0u64);
     while !trainer.done() {
         let t = Instant::now();
-        let s = trainer.step()?;
+        let outcome = trainer.step_with(&mut guard)?;
         train_s += t.elapsed().as_secs_f64();
+        for entry in &guard.faults.log[logged_faults..] {
+            let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
+            writeln!(faults_file, "{line}").map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+        }
+        logged_faults = guard.faults.log.len();
+        faults_file.flush().map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+        let s = match outcome {
+            StepOutcome::Done(s) => {
+                redos += u64::from(s.redos);
+                s
+            }
+            StepOutcome::Restored { .. } => continue,
+            StepOutcome::Stopped { .. } => match guard.pending.take() {
+                Some(Decision::RestartFromCheckpoint) => {
+                    let at_step = trainer.step + 1;
+                    let t = Instant::now();
+                    let template = trainer.snapshot();
+                    let loaded = if resilab_checkpoint::list(&ckpt_root).is_ok_and(|l| !l.is_empty()) {
+                        let (state, report) = resilab_checkpoint::load(&ckpt_root, &template, resilab_checkpoint::OnMismatch::Fallback, opts.probe.as_ref())?;
+                        (state, Some(report.dir))
+                    } else {
+                        (initial.clone(), None)
+                    };
+                    trainer.restore(&loaded.0)?;
+                    for r in guard.faults.crashed().clone() {
+                        guard.faults.respawn(r);
+                    }
+                    steps_lost += at_step - 1 - trainer.step;
+                    restarts.push(Restart { at_step, from: loaded.1, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
+                    bar.set_position(trainer.step);
+                    continue;
+                }
+                _ => {
+                    status = "failed";
+                    break;
+                }
+            },
+        };
         sim_s += s.sim_s;
         comm_s += s.comm_s;
         comm_bytes += s.comm_bytes;
@@ -261,6 +411,20 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
             let eval = eval_now.then(|| trainer.evaluate());
             if let Some(e) = eval {
                 last_eval = Some(e);
+                if opts.record_states || golden.is_some() {
+                    let whole = resilab_train::WorkerState::capture(&resilab_train::Worker::new(0, trainer.model(), 0));
+                    if let (Some(g), Some(w)) = (&golden, compare.as_mut()) {
+                        let distance = g.state_at(s.step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
+                        final_distance = distance;
+                        let golden_acc = g.curve.get(&s.step).copied();
+                        let row = CompareRow { step: s.step, test_acc: e.accuracy, golden_test_acc: golden_acc, acc_loss: golden_acc.map(|a| a - e.accuracy), param_distance: distance };
+                        w.serialize(&row).map_err(|e| Error::Csv { path: compare_path.clone(), source: e })?;
+                        w.flush().map_err(|source| Error::Io { path: compare_path.clone(), source })?;
+                    }
+                    if opts.record_states {
+                        crate::golden::save_state(&out.join("states"), s.step, whole, cfg)?;
+                    }
+                }
             }
             final_train_loss = win_loss / win_n as f64;
             let row = MetricsRow {
@@ -284,6 +448,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     bar.finish();
     let eval = last_eval.unwrap_or_else(|| trainer.evaluate());
     let steps = trainer.step;
+    let wall_s = start.elapsed().as_secs_f64();
     let summary = Summary {
         name: cfg.run_name(),
         model: cfg.model.label(),
@@ -293,7 +458,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         final_train_loss,
         steps,
         epochs: steps as f64 / trainer.steps_per_epoch().max(1) as f64,
-        wall_s: start.elapsed().as_secs_f64(),
+        wall_s,
         train_s,
         images_per_s: ((steps - first_step) as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
         parallel: cfg.parallel.describe(),
@@ -308,6 +473,20 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         checkpoints,
         checkpoint_s,
         final_params_digest: params_digest(&trainer.model()),
+        status: status.to_string(),
+        strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        faults_injected: guard.faults.log.len(),
+        values_corrupted: guard.faults.log.iter().map(|l| l.corrupted).sum(),
+        values_non_finite_or_extreme: guard.faults.log.iter().map(|l| l.nan + l.inf + l.extreme).sum(),
+        detections: std::mem::take(&mut guard.detections),
+        restarts,
+        steps_lost,
+        steps_recomputed: steps_lost + redos,
+        collapsed: !resilab_faults::detect::weights_finite(&trainer.model()) || !final_train_loss.is_finite(),
+        acc_loss_vs_golden: golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
+        time_overhead_vs_golden: golden.as_ref().map(|g| (wall_s - g.wall_s) / g.wall_s),
+        final_param_distance: final_distance,
+        golden,
         provenance: opts.provenance.clone(),
     };
     let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;

@@ -1,0 +1,123 @@
+//! Golden runs: the fault-free run of a configuration, computed once and cached by a hash of
+//! the resolved configuration without its fault, recovery, detector and checkpoint sections,
+//! that faulty runs are compared with (accuracy curve, parameter distance, time).
+//!
+//! The cache lives under a root directory (`results/golden` by default), one directory per key.
+//! A golden run trains into a private temporary directory and renames it into place when done,
+//! so processes that ask for the same golden run at once never see a half-written one: each
+//! computes it, the first rename wins and the others use the winner's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use resilab_train::{TrainState, WorkerState};
+use serde::Serialize;
+
+use crate::{Error, Result, RunConfig};
+
+/// The configuration whose run is `cfg`'s golden run: faults, recovery, detectors, fault seed,
+/// checkpoints and the name removed.
+pub fn golden_config(cfg: &RunConfig) -> RunConfig {
+    let mut g = cfg.clone();
+    g.faults.clear();
+    g.recovery = Default::default();
+    g.detect = Default::default();
+    g.fault_seed = crate::config::default_fault_seed();
+    g.checkpoint = Default::default();
+    g.name = Some("golden".into());
+    g
+}
+
+/// The cache key of `cfg`'s golden run: XXH3-64 of its golden configuration as TOML.
+pub fn key(cfg: &RunConfig) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(golden_config(cfg).to_toml().as_bytes()))
+}
+
+/// A finished golden run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Golden {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Final test accuracy.
+    pub final_test_acc: f64,
+    /// Wall time of its training loop.
+    pub wall_s: f64,
+    /// Test accuracy at each evaluated step.
+    #[serde(skip)]
+    pub curve: BTreeMap<u64, f64>,
+}
+
+impl Golden {
+    /// Reads a finished golden run's summary and accuracy curve.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let path = dir.join("summary.json");
+        let text = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let num = |k: &str| v[k].as_f64().ok_or_else(|| Error::Config(format!("{}: no {k}", path.display())));
+        let metrics = dir.join("metrics.csv");
+        let mut curve = BTreeMap::new();
+        let mut reader = csv::Reader::from_path(&metrics).map_err(|e| Error::Csv { path: metrics.clone(), source: e })?;
+        for row in reader.records() {
+            let row = row.map_err(|e| Error::Csv { path: metrics.clone(), source: e })?;
+            if let (Some(step), Some(acc)) = (row.get(0).and_then(|s| s.parse().ok()), row.get(4).and_then(|s| s.parse().ok())) {
+                curve.insert(step, acc);
+            }
+        }
+        Ok(Self { dir: dir.to_path_buf(), final_test_acc: num("final_test_acc")?, wall_s: num("wall_s")?, curve })
+    }
+
+    /// The golden model's parameters at `step`, if it evaluated there, in the shape of `template`.
+    pub fn state_at(&self, step: u64, template: &WorkerState) -> Option<WorkerState> {
+        let file = self.dir.join("states").join(resilab_checkpoint::dir_name(step)).join(resilab_checkpoint::file_name(0));
+        resilab_checkpoint::read_worker(&file, template).ok().map(|(w, _, _)| w)
+    }
+}
+
+/// Saves the whole model (all stages joined) as a one-worker state under `root`, for golden
+/// comparisons at `step`.
+pub fn save_state(root: &Path, step: u64, model: WorkerState, cfg: &RunConfig) -> Result<()> {
+    let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
+    resilab_checkpoint::save(root, &TrainState { step, workers: vec![model] }, &meta)?;
+    Ok(())
+}
+
+/// Euclidean distance between the trainable parameters of two states (NaN when either holds
+/// NaN/Inf).
+pub fn param_distance(a: &WorkerState, b: &WorkerState) -> f64 {
+    let mut sum = 0.0f64;
+    for (name, t) in &a.params {
+        if !resilab_models::is_trainable(name) {
+            continue;
+        }
+        if let Some(u) = b.params.get(name) {
+            for (x, y) in t.values.iter().zip(&u.values) {
+                let d = f64::from(*x) - f64::from(*y);
+                sum += d * d;
+            }
+        }
+    }
+    sum.sqrt()
+}
+
+/// Makes sure the golden run of `cfg` exists under `root`, running it with `run` (which trains
+/// the given configuration into the given directory, saving its states) when it does not.
+pub fn ensure(cfg: &RunConfig, root: &Path, run: impl FnOnce(&RunConfig, &Path) -> Result<()>) -> Result<Golden> {
+    let dir = root.join(key(cfg));
+    if dir.join("summary.json").is_file() {
+        return Golden::open(&dir);
+    }
+    std::fs::create_dir_all(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?;
+    let tmp = root.join(format!(".{}.{}.tmp", key(cfg), std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|source| Error::Io { path: tmp.clone(), source })?;
+    }
+    run(&golden_config(cfg), &tmp)?;
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another process finished first: use its run.
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !dir.join("summary.json").is_file() {
+            return Err(Error::Config(format!("golden run {}: could not move it into place", dir.display())));
+        }
+    }
+    Golden::open(&dir)
+}

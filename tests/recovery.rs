@@ -1,0 +1,92 @@
+//! Mid-run faults and recovery strategies through the CLI on a tiny 2-worker run.
+
+mod common;
+
+use std::path::Path;
+
+use common::{TINY, assert_clean_error, run, write};
+
+/// Two replicas, checkpoints at steps 3 and 6, and `extra` (faults, recovery).
+fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
+    let cfg = write(dir, &format!("{name}.toml"), &format!("{TINY}\n[parallel]\nworkers = 2\n\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"));
+    let out = dir.join(name);
+    let golden = dir.join("golden-cache");
+    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The exponent's top bit of the stem's BatchNorm scales (near 1.0) on worker 1 at step 5: NaN.
+const NAN_FAULT: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 5\nworker = 1\ninjection_tries = 4\nfirst_bit = 1\nlast_bit = 1\nlocations_to_corrupt = [\"model/stem/bn/weight\"]\n";
+
+fn strategy(s: &str) -> String {
+    format!("{NAN_FAULT}\n[recovery]\nstrategy = \"{s}\"\n")
+}
+
+#[test]
+fn each_strategy_does_what_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = train(dir.path(), "golden", "");
+    assert_eq!(golden["status"], "completed");
+    assert_eq!(golden["faults_injected"], 0);
+
+    let none = train(dir.path(), "none", &strategy("none"));
+    assert_eq!(none["faults_injected"], 1);
+    assert_eq!(none["detections"][0]["step"], 5, "detected in the step of the fault");
+    assert_eq!(none["detections"][0]["latency_steps"], 0);
+    assert_eq!(none["collapsed"], true, "unprotected, the NaN spreads through the all-reduce");
+    let log = std::fs::read_to_string(dir.path().join("none/faults.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 1);
+    assert!(log.contains("model/stem/bn/weight"));
+
+    let rollback = train(dir.path(), "rollback", &strategy("rollback"));
+    assert_eq!(rollback["detections"][0]["decision"]["action"], "redo_step");
+    assert_eq!(rollback["steps_recomputed"], 1);
+    assert_eq!(rollback["final_params_digest"], golden["final_params_digest"], "a transient fault rolled back leaves no trace");
+    assert_eq!(rollback["acc_loss_vs_golden"], 0.0);
+    assert_eq!(rollback["final_param_distance"], 0.0);
+    // One golden run served every faulty run: the cache holds one entry.
+    let cached: Vec<_> = std::fs::read_dir(dir.path().join("golden-cache")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    assert_eq!(none["golden"]["final_test_acc"], golden["final_test_acc"]);
+    let compare = std::fs::read_to_string(dir.path().join("none/compare.csv")).unwrap();
+    assert!(compare.starts_with("step,test_acc,golden_test_acc,acc_loss,param_distance"), "{compare}");
+    assert_eq!(compare.lines().count(), 3, "evaluations at steps 4 and 8: {compare}");
+
+    let restart = train(dir.path(), "restart", &strategy("checkpoint_restart"));
+    assert_eq!(restart["restarts"][0]["at_step"], 5);
+    assert_eq!(restart["restarts"][0]["to_step"], 3, "the newest checkpoint before the fault");
+    assert_eq!(restart["steps_lost"], 1, "step 4 was thrown away");
+    assert_eq!(restart["final_params_digest"], golden["final_params_digest"]);
+
+    let lossy = train(dir.path(), "lossy", &strategy("lossy_forward"));
+    assert_eq!(lossy["detections"][0]["decision"]["action"], "drop_contribution");
+    assert_eq!(lossy["collapsed"], false);
+    assert_eq!(lossy["steps_recomputed"], 0);
+    assert_ne!(lossy["final_params_digest"], golden["final_params_digest"], "lossy: the step ran on one worker's gradient");
+}
+
+#[test]
+fn a_crash_fails_an_unprotected_run_and_lossy_forward_respawns_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = "[[fault]]\ntarget = \"crash\"\nat_step = 3\nworker = 1\n";
+    let none = train(dir.path(), "none", crash);
+    assert_eq!(none["status"], "failed");
+    let lossy = train(dir.path(), "lossy", &format!("{crash}\n[recovery]\nstrategy = \"lossy_forward\"\n"));
+    assert_eq!(lossy["status"], "completed");
+    assert_eq!(lossy["steps"], 8);
+    assert_eq!(lossy["detections"][0]["kind"], "crash");
+}
+
+#[test]
+fn bad_fault_entries_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = |extra: &str| {
+        let cfg = write(dir.path(), "bad.toml", &format!("{TINY}\n{extra}"));
+        run(&["train", "--config", cfg.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap(), "--quiet"])
+    };
+    assert_clean_error(&go("[[fault]]\nat_step = 2\n"), &["fault[0].target"]);
+    assert_clean_error(&go("[[fault]]\ntarget = \"weights\"\nat_step = 2\nfirst_bit = 40\nfloat_precision = 32\n"), &["fault[0]"]);
+    assert_clean_error(&go("[[fault]]\ntarget = \"weights\"\nat_step = 2\nworker = 3\n"), &["fault[0].worker"]);
+    assert_clean_error(&go("[recovery]\nstrategy = \"pray\"\n"), &["pray", "rollback"]);
+}
