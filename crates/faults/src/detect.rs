@@ -25,11 +25,35 @@ pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
     total.is_none_or(|t| t.into_scalar::<f32>().is_finite())
 }
 
+/// Whether every value of `tensors` is finite and at most `threshold` in magnitude (the
+/// extreme-value threshold of METRICS.md, 1e10 by default): two reductions per tensor on the
+/// device, one read-back of two numbers in all.
+pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> bool {
+    let mut acc: Option<(Tensor<1>, Tensor<1>)> = None;
+    for t in tensors {
+        let (s, m) = (t.clone().sum(), t.abs().max());
+        acc = Some(match acc {
+            Some((a, b)) => (a + s, b.max_pair(m)),
+            None => (s, m),
+        });
+    }
+    let Some((s, m)) = acc else { return true };
+    let v = Tensor::cat(vec![s, m], 0).into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default();
+    matches!(v.as_slice(), [s, m] if s.is_finite() && f64::from(*m) <= threshold)
+}
+
 /// Whether every parameter and buffer of `net` is finite.
 pub fn weights_finite(net: &Net) -> bool {
     let mut tensors = Vec::new();
     for_each_param(net, |_, t| tensors.push(t.without_autodiff()));
     all_finite(tensors)
+}
+
+/// Whether every parameter and buffer of `net` is finite and within `threshold`.
+pub fn weights_within(net: &Net, threshold: f64) -> bool {
+    let mut tensors = Vec::new();
+    for_each_param(net, |_, t| tensors.push(t.without_autodiff()));
+    all_within(tensors, threshold)
 }
 
 /// A loss far above its recent average.
@@ -109,6 +133,10 @@ mod tests {
         assert!(!all_finite([t(&[f32::INFINITY, 1.0])]));
         assert!(!all_finite([t(&[3e38, 3e38])]), "an overflowing sum counts as damage");
         assert!(all_finite(Vec::new()));
+        assert!(all_within([t(&[1.0, -2.0]), t(&[3.0])], 1e10));
+        assert!(!all_within([t(&[1.0, -2e11])], 1e10), "extreme");
+        assert!(!all_within([t(&[1.0]), t(&[f32::NAN])], 1e10));
+        assert!(!all_within([t(&[f32::NEG_INFINITY])], 1e10));
     }
 
     #[test]

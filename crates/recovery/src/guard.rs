@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use resilab_faults::FaultInjector;
-use resilab_faults::detect::{LossSpike, all_finite, digest, weights_finite};
+use resilab_faults::detect::{LossSpike, all_within, digest, weights_within};
 use resilab_train::{Control, Ctx, Grads, Hooks, LossInfo, Message, Point, Worker};
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +15,9 @@ use crate::{Decision, Detection, Situation, Strategy, decide};
 
 fn yes() -> bool {
     true
+}
+fn extreme() -> f64 {
+    1e10
 }
 
 /// Loss-spike detector settings.
@@ -31,15 +34,19 @@ pub struct SpikeConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DetectConfig {
-    /// NaN/Inf loss (one number per worker, free).
+    /// NaN/Inf or extreme loss (one number per worker, free).
     #[serde(default = "yes")]
     pub nan_loss: bool,
-    /// NaN/Inf in a worker's gradients (one device reduction and one read-back per worker).
+    /// NaN/Inf or extreme values in a worker's gradients (two device reductions per tensor and
+    /// one read-back per worker).
     #[serde(default = "yes")]
     pub nan_gradients: bool,
-    /// NaN/Inf in a worker's weights after its update (one reduction and read-back per worker).
+    /// NaN/Inf or extreme values in a worker's weights and optimizer state after its update.
     #[serde(default = "yes")]
     pub nan_weights: bool,
+    /// Magnitude above which a finite value counts as extreme (METRICS.md: 1e10).
+    #[serde(default = "extreme")]
+    pub extreme_threshold: f64,
     /// Loss spike against a moving average, per worker.
     #[serde(default)]
     pub loss_spike: Option<SpikeConfig>,
@@ -50,7 +57,7 @@ pub struct DetectConfig {
 
 impl Default for DetectConfig {
     fn default() -> Self {
-        Self { nan_loss: true, nan_gradients: true, nan_weights: true, loss_spike: None, divergence_every: None }
+        Self { nan_loss: true, nan_gradients: true, nan_weights: true, extreme_threshold: extreme(), loss_spike: None, divergence_every: None }
     }
 }
 
@@ -121,7 +128,10 @@ impl Guard {
     fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize]) -> Control {
         let mut unhealthy: Vec<usize> = ranks.to_vec();
         unhealthy.extend(self.faults.crashed().iter().copied());
-        let situation = Situation { replicas: self.replicas, unhealthy, redos: ctx.attempt };
+        // Damage is new in this attempt when a fault struck during it; only old damage that survived
+        // a redo counts against rollback.
+        let fresh = self.faults.log.iter().any(|l| l.event.step == ctx.step && l.attempt == ctx.attempt);
+        let situation = Situation { replicas: self.replicas, unhealthy, redos: if fresh { 0 } else { ctx.attempt } };
         let decision = decide(self.strategy, kind, ranks, &situation);
         self.detections.push(DetectionRecord {
             step: ctx.step,
@@ -202,7 +212,7 @@ impl Hooks for Guard {
             return c;
         }
         let rank: Vec<usize> = if ctx.micro_batch.is_some() { Vec::new() } else { vec![ctx.rank] };
-        if self.detect.nan_loss && !loss.loss.is_finite() {
+        if self.detect.nan_loss && !(loss.loss.is_finite() && loss.loss.abs() <= self.detect.extreme_threshold) {
             return self.fire(ctx, Detection::NonFiniteLoss, &rank);
         }
         if let Some(s) = &self.detect.loss_spike {
@@ -219,7 +229,7 @@ impl Hooks for Guard {
         if !matches!(c, Control::Continue) {
             return c;
         }
-        if self.detect.nan_gradients && !all_finite(grads.values().cloned()) {
+        if self.detect.nan_gradients && !all_within(grads.values().cloned(), self.detect.extreme_threshold) {
             return self.fire(ctx, Detection::NonFiniteGradients, &[ctx.rank]);
         }
         Control::Continue
@@ -235,7 +245,8 @@ impl Hooks for Guard {
             return c;
         }
         if self.detect.nan_weights
-            && !(weights_finite(&worker.net) && all_finite(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned())))
+            && !(weights_within(&worker.net, self.detect.extreme_threshold)
+                && all_within(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned()), self.detect.extreme_threshold))
         {
             let c = self.fire(ctx, Detection::NonFiniteWeights, &[ctx.rank]);
             if !matches!(c, Control::Continue) {

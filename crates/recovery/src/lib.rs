@@ -71,8 +71,9 @@ pub struct Situation {
     pub replicas: usize,
     /// Ranks that are damaged or down right now (including the event's own).
     pub unhealthy: Vec<usize>,
-    /// Times the current step has already been redone: damage that survives a redo was not
-    /// transient, and rollback gives way to a checkpoint restart.
+    /// Times the current step has already been redone, when no new fault struck in this
+    /// attempt: damage that survives a redo was not transient, and rollback gives way to a
+    /// checkpoint restart.
     pub redos: u32,
 }
 

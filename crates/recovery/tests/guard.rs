@@ -47,8 +47,9 @@ fn run(t: &mut Trainer, g: &mut Guard) -> StepOutcome {
     }
 }
 
-/// The exponent's top bit of BatchNorm scales near 1.0: NaN, Inf or ~1e38, and a NaN loss.
-const NAN_WEIGHTS: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 3\nworker = 1\ninjection_tries = 4\nfirst_bit = 1\nlast_bit = 1\nlocations_to_corrupt = [\"model/stem/bn/weight\"]\n";
+/// The exponent's top bit of 40 values in worker 1's first residual block: values below 1 in
+/// magnitude become about 1e38 and the loss NaN.
+const NAN_WEIGHTS: &str = "[[fault]]\ntarget = \"weights\"\nat_step = 3\nworker = 1\ninjection_tries = 40\nsampling = \"per_element\"\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nlocations_to_corrupt = [\"model/layer1\"]\n";
 
 #[test]
 fn rollback_of_a_transient_weight_fault_ends_bit_identical_to_the_golden_run() {

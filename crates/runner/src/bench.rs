@@ -377,13 +377,14 @@ pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usiz
     let parallel = ParallelConfig { workers, ..ParallelConfig::default() };
     let (_, mut a) = bench_trainer(model, batch, warmup + steps, parallel.clone(), device)?;
     let (_, mut b) = bench_trainer(model, batch, warmup + steps, parallel, device)?;
-    let none = DetectConfig { nan_loss: false, nan_gradients: false, nan_weights: false, loss_spike: None, divergence_every: None };
+    let none = DetectConfig { nan_loss: false, nan_gradients: false, nan_weights: false, loss_spike: None, divergence_every: None, ..DetectConfig::default() };
     let all = DetectConfig {
         nan_loss: true,
         nan_gradients: true,
         nan_weights: true,
         loss_spike: Some(SpikeConfig { window: 20, factor: 3.0 }),
         divergence_every: Some(10),
+        ..DetectConfig::default()
     };
     let guard = |d| Guard::new(FaultInjector::new(Vec::new(), Vec::new(), 0), Strategy::None, d, workers);
     let (mut off, mut on) = (guard(none), guard(all));
@@ -394,7 +395,7 @@ pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usiz
     let (mut t_off, mut t_on) = (0.0, 0.0);
     for i in 0..steps.max(1) {
         // Alternate which goes first, so neither always runs on a warmer cache.
-        let mut time = |t: &mut Trainer, g: &mut Guard| -> Result<f64> {
+        let time = |t: &mut Trainer, g: &mut Guard| -> Result<f64> {
             let s = Instant::now();
             t.step_with(g)?;
             Ok(s.elapsed().as_secs_f64())
