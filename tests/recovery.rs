@@ -92,3 +92,26 @@ fn bad_fault_entries_name_the_key() {
     assert_clean_error(&go("[[fault]]\ntarget = \"weights\"\nat_step = 2\nworker = 3\n"), &["fault[0].worker"]);
     assert_clean_error(&go("[recovery]\nstrategy = \"pray\"\n"), &["pray", "rollback"]);
 }
+
+#[test]
+fn a_checkpoint_fault_alters_the_file_and_training_restarts_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = train(dir.path(), "golden", "");
+    let fault = "[[fault]]\ntarget = \"checkpoint\"\nat_step = 6\nworker = 1\ninjection_tries = 10\nscaling_factor = 1000.0\nlocations_to_corrupt = [\"model/layer1\"]\n";
+    // The published method: load the altered checkpoint and train on.
+    let none = train(dir.path(), "none", fault);
+    assert_eq!(none["faults_injected"], 1);
+    assert_eq!(none["detections"][0]["kind"], "checksum_mismatch");
+    assert_eq!(none["detections"][0]["decision"]["action"], "continue");
+    assert_eq!(none["restarts"][0]["to_step"], 6);
+    assert_eq!(none["steps_lost"], 0);
+    assert_ne!(none["final_params_digest"], golden["final_params_digest"]);
+    let log = std::fs::read_to_string(dir.path().join("none/faults.jsonl")).unwrap();
+    assert!(log.contains("\"target\":\"checkpoint\"") && log.contains("/model/layer1/"), "{log}");
+    // A protected run finds the digest mismatch and falls back to the checkpoint before.
+    let restart = train(dir.path(), "restart", &format!("{fault}\n[recovery]\nstrategy = \"checkpoint_restart\"\n"));
+    assert_eq!(restart["detections"][0]["decision"]["action"], "fall_back_to_older_checkpoint");
+    assert_eq!(restart["restarts"][0]["to_step"], 3);
+    assert_eq!(restart["steps_lost"], 3);
+    assert_eq!(restart["final_params_digest"], golden["final_params_digest"]);
+}

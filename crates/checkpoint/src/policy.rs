@@ -41,6 +41,11 @@ pub struct CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Whether any checkpoint will be written.
+    pub fn enabled(&self) -> bool {
+        self.every_steps.is_some_and(|k| k > 0) || self.every_epoch
+    }
+
     /// Whether a checkpoint is due after `step` (1-based), `epoch_end` telling whether it closed
     /// an epoch.
     pub fn due(&self, step: u64, epoch_end: bool) -> bool {

@@ -90,6 +90,27 @@ impl FaultInjector {
         self.events.iter().filter(|e| e.target == FaultTarget::Checkpoint).copied().collect()
     }
 
+    /// Checkpoint faults due after `step` that have not struck; they are marked as struck.
+    pub fn due_checkpoint(&mut self, step: u64) -> Vec<FaultEvent> {
+        let due: Vec<FaultEvent> =
+            self.events.iter().filter(|e| e.target == FaultTarget::Checkpoint && e.step == step && !self.fired.contains(&e.id)).copied().collect();
+        self.fired.extend(due.iter().map(|e| e.id));
+        due
+    }
+
+    /// The seed of an event's bit draws.
+    pub fn event_seed(&self, event: &FaultEvent) -> u64 {
+        stream_seed(self.fault_seed, &format!("fault.event.{}", event.id))
+    }
+
+    /// Logs a fault applied outside the hooks (a checkpoint file altered by the runner).
+    pub fn record(&mut self, event: FaultEvent, records: Vec<Record>) {
+        let corrupted: Vec<&Record> = records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).collect();
+        let (nan, inf, extreme) = (corrupted.iter().filter(|r| r.nan).count(), corrupted.iter().filter(|r| r.inf).count(), corrupted.iter().filter(|r| r.extreme).count());
+        let n = corrupted.len();
+        self.log.push(FaultLog { event, attempt: 0, micro_batch: None, corrupted: n, nan, inf, extreme, records });
+    }
+
     /// The injector settings of an event's entry.
     pub fn spec(&self, event: &FaultEvent) -> Option<&Spec> {
         self.entries.iter().find(|e| e.index == event.entry).map(|e| &e.spec)
@@ -108,7 +129,7 @@ impl FaultInjector {
         let mut values: Vec<(String, Vec<f32>)> = candidates.into_iter().map(|(n, t)| (n, host(t))).collect();
         let records = {
             let mut slots: Vec<(&str, &mut [f32])> = values.iter_mut().map(|(n, v)| (n.as_str(), v.as_mut_slice())).collect();
-            inject_f32(&plan, &mut slots, stream_seed(self.fault_seed, &format!("fault.event.{}", event.id)))
+            inject_f32(&plan, &mut slots, self.event_seed(&event))
         };
         let hit: BTreeSet<&str> =
             records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).map(|r| r.dataset.as_str()).collect();

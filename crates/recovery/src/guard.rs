@@ -70,8 +70,8 @@ pub struct DetectionRecord {
     pub rank: Option<usize>,
     /// What fired.
     pub kind: Detection,
-    /// Where in the step.
-    pub point: Point,
+    /// Where in the step (`None`: while loading a checkpoint).
+    pub point: Option<Point>,
     /// Steps since the most recent fault injected before it (on any worker), if any.
     pub latency_steps: Option<u64>,
     /// What the strategy decided.
@@ -137,11 +137,28 @@ impl Guard {
             step: ctx.step,
             rank: ranks.first().copied(),
             kind,
-            point: ctx.point,
+            point: Some(ctx.point),
             latency_steps: self.latency(ctx.step),
             decision: decision.clone(),
         });
         self.carry_out(decision)
+    }
+
+    /// A checkpoint whose stored digests do not match its data was met while restarting at
+    /// `step` (worker `rank`'s file): records the detection and returns the strategy's decision
+    /// (`Continue`: load it anyway, the published method; otherwise fall back to an older one).
+    pub fn checkpoint_mismatch(&mut self, step: u64, rank: usize) -> Decision {
+        let situation = Situation { replicas: self.replicas, unhealthy: vec![rank], redos: 0 };
+        let decision = decide(self.strategy, Detection::ChecksumMismatch, &[rank], &situation);
+        self.detections.push(DetectionRecord {
+            step,
+            rank: Some(rank),
+            kind: Detection::ChecksumMismatch,
+            point: None,
+            latency_steps: self.latency(step),
+            decision: decision.clone(),
+        });
+        decision
     }
 
     fn carry_out(&mut self, decision: Decision) -> Control {

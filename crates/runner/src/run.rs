@@ -278,9 +278,11 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     }
     let ckpt_root = cfg.checkpoint.dir.clone().unwrap_or_else(|| out.join("checkpoints"));
     let entries = resilab_faults::parse(&cfg.faults).map_err(|e| Error::Config(e.to_string()))?;
-    if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint) {
+    if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint)
+        && !cfg.checkpoint.enabled()
+    {
         return Err(Error::Config(format!(
-            "fault[{}].target = \"checkpoint\": altering checkpoint files mid-run is not part of `train` yet; alter one with `resilab inject` and `--resume` from it (checkpoint.on_mismatch = \"load\")",
+            "fault[{}].target = \"checkpoint\" needs checkpoints: set checkpoint.every_steps or checkpoint.every_epoch",
             e.index
         )));
     }
@@ -402,6 +404,51 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
             }
             checkpoint_s += t.elapsed().as_secs_f64();
             checkpoints += 1;
+        }
+        let mut restarted = false;
+        for event in guard.faults.due_checkpoint(s.step) {
+            let Some((_, dir)) = resilab_checkpoint::list(&ckpt_root)?.last().cloned() else {
+                eprintln!("resilab: checkpoint fault {} at step {}: no checkpoint written yet, skipped", event.entry, s.step);
+                continue;
+            };
+            let file = dir.join(resilab_checkpoint::file_name(event.rank));
+            let Some(spec) = guard.faults.spec(&event).cloned() else { continue };
+            let seed = guard.faults.event_seed(&event);
+            let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
+                .map_err(|e| Error::Config(format!("fault[{}] on {}: {e}", event.entry, file.display())))?;
+            guard.faults.record(event, report.records);
+            // The published method: restart training from the altered checkpoint.
+            let t = Instant::now();
+            let template = trainer.snapshot();
+            let probe = opts.probe.as_ref();
+            let (state, from) = match resilab_checkpoint::load(&dir, &template, resilab_checkpoint::OnMismatch::Error, probe) {
+                Ok((state, r)) => (state, Some(r.dir)),
+                Err(resilab_checkpoint::Error::Mismatch { .. }) => match guard.checkpoint_mismatch(s.step, event.rank) {
+                    Decision::Continue => {
+                        let (state, r) = resilab_checkpoint::load(&dir, &template, resilab_checkpoint::OnMismatch::Load, probe)?;
+                        (state, Some(r.dir))
+                    }
+                    _ => match resilab_checkpoint::load(&ckpt_root, &template, resilab_checkpoint::OnMismatch::Fallback, probe) {
+                        Ok((state, r)) => (state, Some(r.dir)),
+                        Err(_) => (initial.clone(), None),
+                    },
+                },
+                Err(e) => return Err(e.into()),
+            };
+            trainer.restore(&state)?;
+            steps_lost += s.step - trainer.step;
+            restarts.push(Restart { at_step: s.step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
+            restarted = true;
+        }
+        if restarted {
+            for entry in &guard.faults.log[logged_faults..] {
+                let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
+                writeln!(faults_file, "{line}").map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+            }
+            logged_faults = guard.faults.log.len();
+            faults_file.flush().map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+            bar.set_position(trainer.step);
+            continue;
         }
         let eval_now = match trainer.config.eval_every {
             Some(k) => s.step % k == 0,
