@@ -44,6 +44,8 @@ pub struct FaultInjector {
     fault_seed: u64,
     crashed: BTreeSet<usize>,
     fired: BTreeSet<usize>,
+    /// Stuck-at values: `(rank, last step held, parameter name, flat index, value)`.
+    stuck: Vec<(usize, u64, String, usize, f32)>,
     /// Everything injected so far, in order.
     pub log: Vec<FaultLog>,
 }
@@ -59,7 +61,7 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), log: Vec::new() }
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), log: Vec::new() }
     }
 
     /// Workers currently crashed.
@@ -181,6 +183,36 @@ impl Hooks for FaultInjector {
                 let net = worker.net.clone();
                 worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
             }
+            let hold = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.stuck_steps);
+            if let (Some(k), Some(log)) = (hold, self.log.last()) {
+                for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
+                    if let Some(t) = changed.get(&r.dataset) {
+                        let v = host(t.clone())[r.index];
+                        let name = r.dataset["model/".len()..].replace('/', ".");
+                        self.stuck.retain(|s| !(s.0 == ctx.rank && s.2 == name && s.3 == r.index));
+                        self.stuck.push((ctx.rank, ctx.step + k - 1, name, r.index, v));
+                    }
+                }
+            }
+        }
+        // Stuck-at faults: hold the corrupted values for their steps.
+        self.stuck.retain(|s| s.1 >= ctx.step);
+        let held: Vec<&(usize, u64, String, usize, f32)> = self.stuck.iter().filter(|s| s.0 == ctx.rank && s.1 >= ctx.step).collect();
+        if !held.is_empty() {
+            let net = worker.net.clone();
+            worker.net = map_params(net, |info, t| {
+                let mine: Vec<_> = held.iter().filter(|s| s.2 == info.name).collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                let device = t.device();
+                let mut v = host(t.without_autodiff());
+                for s in mine {
+                    v[s.3] = s.4;
+                }
+                let n = v.len();
+                Some(Tensor::from_data(TensorData::new(v, [n]), &device))
+            });
         }
         for event in self.due(ctx, &[FaultTarget::Optimizer]) {
             let mut tensors = Vec::new();

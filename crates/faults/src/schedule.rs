@@ -59,12 +59,15 @@ pub struct FaultEntry {
     pub mtbf_steps: Option<f64>,
     /// The worker or stage hit; `None`: every worker (random arrivals) or worker 0 (explicit).
     pub worker: Option<usize>,
+    /// Stuck-at fault: the corrupted weights are held at their corrupted values before each
+    /// forward pass of this many steps, counting the step of the fault.
+    pub stuck_steps: Option<u64>,
     /// The injector's fault model, attempts and locations (the `resilab inject` keys).
     pub spec: Spec,
 }
 
 /// Keys of an entry that are not the injector's.
-const OWN_KEYS: &[&str] = &["target", "at_step", "mtbf_steps", "worker", "stage"];
+const OWN_KEYS: &[&str] = &["target", "at_step", "mtbf_steps", "worker", "stage", "stuck_steps"];
 
 fn bad(index: usize, key: &str, message: impl Into<String>) -> Error {
     Error::Config { key: format!("fault[{index}].{key}"), message: message.into() }
@@ -111,6 +114,13 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
         (Some(_), Some(_)) => return Err(bad(i, "stage", "give worker or stage, not both")),
         (w, s) => w.or(s).map(|w| w as usize),
     };
+    let stuck_steps = int("stuck_steps")?;
+    if stuck_steps == Some(0) {
+        return Err(bad(i, "stuck_steps", "must be at least 1"));
+    }
+    if stuck_steps.is_some() && target != FaultTarget::Weights {
+        return Err(bad(i, "stuck_steps", "stuck-at faults hold weights: use target = \"weights\""));
+    }
     if target == FaultTarget::Checkpoint && mtbf_steps.is_some() {
         return Err(bad(i, "mtbf_steps", "checkpoint faults are explicit: give at_step"));
     }
@@ -138,7 +148,7 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if target == FaultTarget::Crash {
         spec.tries = resilab_inject::Tries::Count(0);
     }
-    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, spec })
+    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, stuck_steps, spec })
 }
 
 /// One fault striking one worker at one step.
@@ -216,6 +226,8 @@ mod tests {
         assert!(err("target = \"weights\"\nat_step = 3\nfirts_bit = 9\n").contains("firts_bit"));
         assert!(err("target = \"crash\"\nat_step = 3\nfirst_bit = 1\n").contains("fault[1].first_bit: a crash"));
         assert!(err("target = \"weights\"\nat_step = 3\nseed = 1\n").contains("fault_seed"));
+        assert!(err("target = \"gradients\"\nat_step = 3\nstuck_steps = 2\n").contains("fault[1].stuck_steps"));
+        assert!(err("target = \"weights\"\nat_step = 3\nstuck_steps = 0\n").contains("fault[1].stuck_steps"));
     }
 
     #[test]

@@ -173,3 +173,33 @@ fn pipeline_message_faults_hit_the_first_micro_batch_of_their_step() {
     assert_eq!(names, ["activations/stage0", "message_gradients/stage1"]);
     assert!(params(&t, 0) != params(&clean, 0) && params(&t, 1) != params(&clean, 1));
 }
+
+#[test]
+fn a_stuck_at_fault_holds_its_value_for_its_steps() {
+    let mut t = trainer(1);
+    let mut inj = injector(
+        "[[fault]]\ntarget = \"weights\"\nat_step = 2\nstuck_steps = 3\ninjection_tries = 1\nscaling_factor = 0.0\nlocations_to_corrupt = [\"model/layer1/0/conv1/weight\"]\n",
+        20,
+        1,
+    );
+    // The value the forward pass sees at each step, right after the injector ran.
+    struct Seen<'a>(&'a mut FaultInjector, Vec<f32>);
+    impl resilab_train::Hooks for Seen<'_> {
+        fn before_step(&mut self, ctx: &resilab_train::Ctx, w: &mut resilab_train::Worker) -> resilab_train::Control {
+            let c = self.0.before_step(ctx, w);
+            if let Some(r) = self.0.log.first().and_then(|l| l.records.first()) {
+                self.1.push(WorkerState::capture(w).params["layer1.0.conv1.weight"].values[r.index]);
+            }
+            c
+        }
+    }
+    let mut seen = Seen(&mut inj, Vec::new());
+    for _ in 0..6 {
+        t.step_with(&mut seen).unwrap();
+    }
+    let v = seen.1;
+    assert_eq!(v.len(), 5, "steps 2 to 6");
+    assert_eq!(&v[..3], &[0.0, 0.0, 0.0], "held at the stuck value for steps 2, 3, 4");
+    assert!(v[3] != 0.0 && v[4] != 0.0, "released after step 4: {v:?}");
+    assert_eq!(inj.log.len(), 1, "one fault, logged once");
+}
