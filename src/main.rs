@@ -504,9 +504,14 @@ fn parse_arch(name: &str) -> Result<Arch> {
         .map_err(|_| anyhow::anyhow!("--arch {name}: unknown architecture (allowed: resnet, vgg, alexnet)"))
 }
 
+/// The model a benchmark's `--arch`, `--depth` and `--width` flags describe.
+fn bench_model(arch: &str, depth: usize, width: f64, batch_norm: Option<bool>) -> Result<(Arch, ModelConfig)> {
+    let arch = parse_arch(arch)?;
+    Ok((arch, ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(depth), width, batch_norm }))
+}
+
 fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
-    let arch = parse_arch(&args.arch)?;
-    let model = ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(args.depth), width: args.width, batch_norm: None };
+    let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
     let (device, _) = device_for(backend)?;
     set_threads(args.compute.threads)?;
@@ -516,13 +521,7 @@ fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
 }
 
 fn bench_train(args: BenchTrainArgs) -> Result<()> {
-    let arch = parse_arch(&args.arch)?;
-    let model = ModelConfig {
-        arch,
-        depth: (arch != Arch::Alexnet).then_some(args.depth),
-        width: args.width,
-        batch_norm: Some(!args.no_batch_norm),
-    };
+    let (arch, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
     let (device, device_name) = device_for(backend)?;
     let threads = set_threads(args.compute.threads)?;
@@ -546,8 +545,7 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
 }
 
 fn bench_detect(args: BenchDetectArgs) -> Result<()> {
-    let arch = parse_arch(&args.arch)?;
-    let model = ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(args.depth), width: args.width, batch_norm: None };
+    let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
     let (device, _) = device_for(backend)?;
     set_threads(args.compute.threads)?;
@@ -557,13 +555,7 @@ fn bench_detect(args: BenchDetectArgs) -> Result<()> {
 }
 
 fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
-    let arch = parse_arch(&args.arch)?;
-    let model = ModelConfig {
-        arch,
-        depth: (arch != Arch::Alexnet).then_some(args.depth),
-        width: args.width,
-        batch_norm: Some(!args.no_batch_norm),
-    };
+    let (_, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
     let mut pipelines = Vec::new();
     for p in &args.pipeline {
         let parsed = p.split_once('x').and_then(|(s, m)| Some((s.trim().parse::<usize>().ok()?, m.trim().parse::<usize>().ok()?)));

@@ -33,6 +33,23 @@ pub struct FaultLog {
     pub records: Vec<Record>,
 }
 
+impl FaultLog {
+    /// The log line of `event`, with its attempts' records and the counts drawn from them.
+    pub fn new(event: FaultEvent, attempt: u32, micro_batch: Option<usize>, records: Vec<Record>) -> Self {
+        let corrupted: Vec<&Record> = records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).collect();
+        Self {
+            event,
+            attempt,
+            micro_batch,
+            corrupted: corrupted.len(),
+            nan: corrupted.iter().filter(|r| r.nan).count(),
+            inf: corrupted.iter().filter(|r| r.inf).count(),
+            extreme: corrupted.iter().filter(|r| r.extreme).count(),
+            records,
+        }
+    }
+}
+
 /// Applies a fault schedule through the training hooks. Faults are transient: each event
 /// strikes once, so a step that is redone (rollback) or recomputed (after a restart) runs
 /// without it. A crashed
@@ -107,10 +124,7 @@ impl FaultInjector {
 
     /// Logs a fault applied outside the hooks (a checkpoint file altered by the runner).
     pub fn record(&mut self, event: FaultEvent, records: Vec<Record>) {
-        let corrupted: Vec<&Record> = records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).collect();
-        let (nan, inf, extreme) = (corrupted.iter().filter(|r| r.nan).count(), corrupted.iter().filter(|r| r.inf).count(), corrupted.iter().filter(|r| r.extreme).count());
-        let n = corrupted.len();
-        self.log.push(FaultLog { event, attempt: 0, micro_batch: None, corrupted: n, nan, inf, extreme, records });
+        self.log.push(FaultLog::new(event, 0, None, records));
     }
 
     /// The injector settings of an event's entry.
@@ -141,17 +155,7 @@ impl FaultInjector {
             .filter(|((n, _), _)| hit.contains(n.as_str()))
             .map(|((n, v), d)| (n.clone(), Tensor::from_data(TensorData::new(v.clone(), [v.len()]), d)))
             .collect();
-        let corrupted: Vec<&Record> = records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).collect();
-        self.log.push(FaultLog {
-            event,
-            attempt: ctx.attempt,
-            micro_batch: ctx.micro_batch,
-            corrupted: corrupted.len(),
-            nan: corrupted.iter().filter(|r| r.nan).count(),
-            inf: corrupted.iter().filter(|r| r.inf).count(),
-            extreme: corrupted.iter().filter(|r| r.extreme).count(),
-            records,
-        });
+        self.log.push(FaultLog::new(event, ctx.attempt, ctx.micro_batch, records));
         changed
     }
 
@@ -170,7 +174,7 @@ impl Hooks for FaultInjector {
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
         for event in self.due(ctx, &[FaultTarget::Crash]) {
             self.crashed.insert(ctx.rank);
-            self.log.push(FaultLog { event, attempt: ctx.attempt, micro_batch: None, corrupted: 0, nan: 0, inf: 0, extreme: 0, records: Vec::new() });
+            self.log.push(FaultLog::new(event, ctx.attempt, None, Vec::new()));
         }
         if self.crashed.contains(&ctx.rank) {
             return Control::Skip;

@@ -269,7 +269,8 @@ impl Hooks for Guard {
             if !matches!(c, Control::Continue) {
                 return c;
             }
-        } else if !self.faults.crashed().contains(&ctx.rank) {
+        } else if matches!(self.strategy, Strategy::Rollback | Strategy::LossyForward) && !self.faults.crashed().contains(&ctx.rank) {
+            // Only these strategies re-sync replicas; keeping a donor holds its tensors alive.
             self.donors.insert(ctx.rank, worker.clone());
         }
         // Re-syncs waiting for a donor that has now taken its update.

@@ -65,13 +65,7 @@ pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize
     for _ in 0..warmup {
         trainer.step()?;
     }
-    let mut times = Vec::with_capacity(steps.max(1));
-    for _ in 0..steps.max(1) {
-        let t = Instant::now();
-        trainer.step()?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    Ok((median(times), params))
+    Ok((median_step(&mut trainer, steps)?, params))
 }
 
 /// Checkpoint throughput against a raw write of the same bytes, measured in one process.
@@ -111,6 +105,17 @@ pub struct CheckpointBench {
     pub digest_s: f64,
 }
 
+/// Median wall time of `steps` (at least one) training steps.
+fn median_step(trainer: &mut Trainer, steps: usize) -> Result<f64> {
+    let mut times = Vec::with_capacity(steps.max(1));
+    for _ in 0..steps.max(1) {
+        let t = Instant::now();
+        trainer.step()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(times))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -122,13 +127,7 @@ pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, 
     use std::io::{Read, Write};
     let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), device)?;
     trainer.step()?;
-    let mut times = Vec::with_capacity(steps.max(1));
-    for _ in 0..steps.max(1) {
-        let t = Instant::now();
-        trainer.step()?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let step_s = median(times);
+    let step_s = median_step(&mut trainer, steps)?;
     let state = trainer.snapshot();
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: model.label(), config: cfg.to_toml() };
     let io = |path: &std::path::Path| {

@@ -251,6 +251,18 @@ fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std
     Ok(csv::WriterBuilder::new().has_headers(false).from_writer(file))
 }
 
+/// Appends the fault log's entries from `from` on to `file` (JSON lines, flushed); returns the
+/// number of entries written in all.
+fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::FaultLog], from: usize) -> Result<usize> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    for entry in &log[from..] {
+        let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
+        writeln!(file, "{line}").map_err(io)?;
+    }
+    file.flush().map_err(io)?;
+    Ok(log.len())
+}
+
 /// Trains as configured and writes the run's files. Returns the summary.
 pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let out = &opts.out;
@@ -351,12 +363,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         let t = Instant::now();
         let outcome = trainer.step_with(&mut guard)?;
         train_s += t.elapsed().as_secs_f64();
-        for entry in &guard.faults.log[logged_faults..] {
-            let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
-            writeln!(faults_file, "{line}").map_err(|source| Error::Io { path: faults_path.clone(), source })?;
-        }
-        logged_faults = guard.faults.log.len();
-        faults_file.flush().map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+        logged_faults = append_fault_log(&mut faults_file, &faults_path, &guard.faults.log, logged_faults)?;
         let s = match outcome {
             StepOutcome::Done(s) => {
                 redos += u64::from(s.redos);
@@ -441,12 +448,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
             restarted = true;
         }
         if restarted {
-            for entry in &guard.faults.log[logged_faults..] {
-                let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
-                writeln!(faults_file, "{line}").map_err(|source| Error::Io { path: faults_path.clone(), source })?;
-            }
-            logged_faults = guard.faults.log.len();
-            faults_file.flush().map_err(|source| Error::Io { path: faults_path.clone(), source })?;
+            logged_faults = append_fault_log(&mut faults_file, &faults_path, &guard.faults.log, logged_faults)?;
             bar.set_position(trainer.step);
             continue;
         }
