@@ -1,5 +1,7 @@
 //! Mid-run faults and recovery strategies through the CLI on a tiny 2-worker run.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 mod common;
 
 use std::path::Path;
@@ -91,6 +93,24 @@ fn bad_fault_entries_name_the_key() {
     assert_clean_error(&go("[[fault]]\ntarget = \"weights\"\nat_step = 2\nfirst_bit = 40\nfloat_precision = 32\n"), &["fault[0]"]);
     assert_clean_error(&go("[[fault]]\ntarget = \"weights\"\nat_step = 2\nworker = 3\n"), &["fault[0].worker"]);
     assert_clean_error(&go("[recovery]\nstrategy = \"pray\"\n"), &["pray", "rollback"]);
+    assert_clean_error(
+        &go("[[fault]]\ntarget = \"neurons\"\nat_step = 2\nlocations_to_corrupt = [\"neurons/layer7\"]\n"),
+        &["fault[0].locations_to_corrupt", "neurons/layer1/0"],
+    );
+}
+
+#[test]
+fn a_neuron_fault_is_logged_and_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = train(dir.path(), "golden", "");
+    let fault = "[[fault]]\ntarget = \"neurons\"\nat_step = 5\nworker = 1\ninjection_tries = 200\nsampling = \"per_element\"\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nlocations_to_corrupt = [\"neurons/layer1\"]\n";
+    let s = train(dir.path(), "neurons", &format!("{fault}\n[recovery]\nstrategy = \"rollback\"\n"));
+    assert_eq!(s["faults_injected"], 1);
+    assert_eq!(s["detections"][0]["step"], 5);
+    assert_eq!(s["final_params_digest"], golden["final_params_digest"]);
+    let log = std::fs::read_to_string(dir.path().join("neurons/faults.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 1);
+    assert!(log.contains("\"target\":\"neurons\"") && log.contains("neurons/layer1/"), "{log}");
 }
 
 #[test]

@@ -3,9 +3,11 @@
 use std::collections::BTreeSet;
 
 use burn::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use resilab_inject::{Plan, Record, Spec, inject_f32};
 use resilab_models::{for_each_param, map_params, stream_seed};
-use resilab_train::{Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Worker};
+use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Worker};
 use serde::Serialize;
 
 use crate::{FaultEntry, FaultEvent, FaultTarget};
@@ -29,7 +31,8 @@ pub struct FaultLog {
     pub extreme: usize,
     /// Every attempt, as `resilab inject` logs them; tensor names are checkpoint paths
     /// (`model/layer1/0/conv1/weight`, `optimizer/.../momentum_buffer`, `gradients/...`,
-    /// `activations/stage1`, `message_gradients/stage0`).
+    /// `activations/stage1`, `message_gradients/stage0`, `neurons/layer2/1` with the flat index
+    /// into the block's `[batch, C, H, W]` output).
     pub records: Vec<Record>,
 }
 
@@ -63,12 +66,19 @@ pub struct FaultInjector {
     fired: BTreeSet<usize>,
     /// Stuck-at values: `(rank, last step held, parameter name, flat index, value)`.
     stuck: Vec<(usize, u64, String, usize, f32)>,
+    /// Neuron faults drawn for the coming forward pass: `(event, rank, block name)`.
+    neurons: Vec<(FaultEvent, usize, String)>,
     /// Everything injected so far, in order.
     pub log: Vec<FaultLog>,
 }
 
 fn path(name: &str) -> String {
     name.replace('.', "/")
+}
+
+/// The name a block's output goes by in `locations_to_corrupt` and the fault log.
+fn neuron_path(block: &str) -> String {
+    format!("neurons/{}", path(block))
 }
 
 fn host(t: Tensor<1>) -> Vec<f32> {
@@ -78,7 +88,7 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), log: Vec::new() }
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new() }
     }
 
     /// Workers currently crashed.
@@ -218,6 +228,25 @@ impl Hooks for FaultInjector {
                 Some(Tensor::from_data(TensorData::new(v, [n]), &device))
             });
         }
+        // Neuron faults: draw the block now; its output is altered in this step's forward.
+        self.neurons.retain(|n| n.1 != ctx.rank);
+        for event in self.due(ctx, &[FaultTarget::Neurons]) {
+            let locs = self.spec(&event).and_then(|s| s.locations.clone());
+            let blocks: Vec<&String> = worker
+                .net
+                .block_names
+                .iter()
+                .filter(|b| locs.as_ref().is_none_or(|l| l.iter().any(|l| resilab_inject::config::location_matches(l, &neuron_path(b)))))
+                .collect();
+            if blocks.is_empty() {
+                // A pipeline stage without the named blocks: logged with no flips.
+                self.log.push(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+                continue;
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "block"));
+            let block = blocks[rng.random_range(0..blocks.len())].clone();
+            self.neurons.push((event, ctx.rank, block));
+        }
         for event in self.due(ctx, &[FaultTarget::Optimizer]) {
             let mut tensors = Vec::new();
             for (name, st) in &worker.optim.params {
@@ -246,6 +275,28 @@ impl Hooks for FaultInjector {
 
     fn after_allreduce(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
         self.corrupt_grads(ctx, grads, FaultTarget::ReducedGradients);
+        Control::Continue
+    }
+
+    fn watch_forward(&self, ctx: &Ctx) -> bool {
+        ctx.micro_batch.is_none_or(|m| m == 0) && self.neurons.iter().any(|n| n.1 == ctx.rank)
+    }
+
+    fn on_activation(&mut self, ctx: &Ctx, act: &mut Activation) -> Control {
+        let hits: Vec<FaultEvent> = self.neurons.iter().filter(|n| n.1 == ctx.rank && n.2 == act.name).map(|n| n.0).collect();
+        if hits.is_empty() {
+            return Control::Continue;
+        }
+        self.neurons.retain(|n| !(n.1 == ctx.rank && n.2 == act.name));
+        let shape = act.values.dims();
+        let n: usize = shape.iter().product();
+        let mut current = act.replacement.clone().unwrap_or_else(|| act.values.clone());
+        for event in hits {
+            if let Some((_, t)) = self.corrupt(event, ctx, vec![(neuron_path(&act.name), current.clone().reshape([n]))]).pop() {
+                current = t.reshape(shape);
+                act.replacement = Some(current.clone());
+            }
+        }
         Control::Continue
     }
 

@@ -24,6 +24,12 @@ pub enum FaultTarget {
     Activations,
     /// A gradient message received by the stage (pipelines).
     MessageGradients,
+    /// Neurons: values of one block's output on the worker's forward pass (PyTorchFI's fault
+    /// model), in data-parallel and single-worker runs as well as pipeline stages. The block
+    /// is drawn uniformly from those `locations_to_corrupt` names (`neurons/layer2/1`), or from
+    /// all of the worker's blocks; `injection_tries` values of its `[batch, C, H, W]` output
+    /// are then altered for that forward pass only (the first micro-batch's, in a pipeline).
+    Neurons,
     /// Fail-stop crash of the worker: its contribution is lost from this step until recovery.
     Crash,
     /// The newest checkpoint file of the worker, altered on disk (then training restarts from it).
@@ -40,6 +46,7 @@ impl FaultTarget {
             FaultTarget::Optimizer => "optimizer",
             FaultTarget::Activations => "activations",
             FaultTarget::MessageGradients => "message_gradients",
+            FaultTarget::Neurons => "neurons",
             FaultTarget::Crash => "crash",
             FaultTarget::Checkpoint => "checkpoint",
         }
@@ -84,9 +91,9 @@ pub fn parse(entries: &[toml::Table]) -> Result<Vec<FaultEntry>> {
 
 fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     let target: FaultTarget = match table.get("target") {
-        None => return Err(bad(i, "target", "missing (weights, gradients, reduced_gradients, optimizer, activations, message_gradients, crash or checkpoint)")),
+        None => return Err(bad(i, "target", "missing (weights, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash or checkpoint)")),
         Some(v) => v.clone().try_into().map_err(|_| {
-            bad(i, "target", format!("{v} is not one of weights, gradients, reduced_gradients, optimizer, activations, message_gradients, crash, checkpoint"))
+            bad(i, "target", format!("{v} is not one of weights, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash, checkpoint"))
         })?,
     };
     let int = |key: &str| -> Result<Option<u64>> {
@@ -149,6 +156,21 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
         spec.tries = resilab_inject::Tries::Count(0);
     }
     Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, stuck_steps, spec })
+}
+
+/// Checks that the `locations_to_corrupt` of every `neurons` entry name at least one of the
+/// network's blocks (`neurons/<block>`, dots as slashes: `neurons/layer2/1`); the error names
+/// the entry's key and lists the blocks.
+pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) -> Result<()> {
+    let paths: Vec<String> = block_names.iter().map(|b| format!("neurons/{}", b.replace('.', "/"))).collect();
+    for e in entries.iter().filter(|e| e.target == FaultTarget::Neurons) {
+        for loc in e.spec.locations.iter().flatten() {
+            if !paths.iter().any(|p| resilab_inject::config::location_matches(loc, p)) {
+                return Err(bad(e.index, "locations_to_corrupt", format!("{loc:?} names no block; the blocks are {}", paths.join(", "))));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One fault striking one worker at one step.

@@ -1,5 +1,7 @@
 //! Scheduled faults through the training hooks on a tiny data-parallel trainer.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -202,4 +204,93 @@ fn a_stuck_at_fault_holds_its_value_for_its_steps() {
     assert_eq!(&v[..3], &[0.0, 0.0, 0.0], "held at the stuck value for steps 2, 3, 4");
     assert!(v[3] != 0.0 && v[4] != 0.0, "released after step 4: {v:?}");
     assert_eq!(inj.log.len(), 1, "one fault, logged once");
+}
+
+/// What one watched block output was: `(rank, step, block, values, replacement)`.
+type Seen = (usize, u64, String, Vec<f32>, Option<Vec<f32>>);
+
+/// Records what the forward pass of each worker saw.
+struct Watch<'a>(&'a mut FaultInjector, Vec<Seen>);
+impl resilab_train::Hooks for Watch<'_> {
+    fn before_step(&mut self, ctx: &resilab_train::Ctx, w: &mut resilab_train::Worker) -> resilab_train::Control {
+        self.0.before_step(ctx, w)
+    }
+    fn watch_forward(&self, ctx: &resilab_train::Ctx) -> bool {
+        self.0.watch_forward(ctx)
+    }
+    fn on_activation(&mut self, ctx: &resilab_train::Ctx, act: &mut resilab_train::Activation) -> resilab_train::Control {
+        let c = self.0.on_activation(ctx, act);
+        let host = |t: Tensor<4>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        self.1.push((ctx.rank, ctx.step, act.name.clone(), host(act.values.clone()), act.replacement.clone().map(host)));
+        c
+    }
+}
+
+#[test]
+fn a_neuron_fault_alters_exactly_the_logged_output_value_for_one_forward_pass() {
+    let mut clean = trainer(4);
+    let mut t = trainer(4);
+    let mut inj = injector(
+        "[[fault]]\ntarget = \"neurons\"\nat_step = 2\nworker = 2\ninjection_tries = 1\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nlocations_to_corrupt = [\"neurons/layer2\"]\n",
+        20,
+        4,
+    );
+    let mut watch = Watch(&mut inj, Vec::new());
+    for _ in 0..4 {
+        t.step_with(&mut watch).unwrap();
+        clean.step().unwrap();
+        if t.step == 1 {
+            assert!(params(&t, 2) == params(&clean, 2), "nothing is injected before the fault's step");
+        }
+    }
+    let seen = std::mem::take(&mut watch.1);
+    // Only worker 2's forward of step 2 was watched, block by block up to the one hit.
+    assert!(!seen.is_empty() && seen.iter().all(|s| s.0 == 2 && s.1 == 2), "{:?}", seen.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>());
+    let hit: Vec<_> = seen.iter().filter(|s| s.4.is_some()).collect();
+    assert_eq!(hit.len(), 1);
+    let (_, _, block, before, after) = hit[0];
+    assert!(block.starts_with("layer2."), "{block}");
+    assert_eq!(inj.log.len(), 1);
+    let rec = &inj.log[0].records[0];
+    assert_eq!(rec.dataset, format!("neurons/{}", block.replace('.', "/")));
+    assert_eq!((rec.bits_reference.as_slice(), rec.bits_ieee.as_slice()), ([1u32].as_slice(), [30u32].as_slice()));
+    let after = after.as_ref().unwrap();
+    let differing: Vec<(usize, u32)> =
+        before.iter().zip(after).enumerate().filter(|(_, (a, b))| a.to_bits() != b.to_bits()).map(|(i, (a, b))| (i, a.to_bits() ^ b.to_bits())).collect();
+    assert_eq!(differing, [(rec.index, 1 << 30)]);
+    // The altered value (the exponent's top bit: 0 becomes 2, anything else huge) fed the rest of
+    // the forward pass: the update differs on every replica, through the all-reduce.
+    for r in 0..4 {
+        assert!(params(&t, r) != params(&clean, r), "replica {r}");
+    }
+}
+
+#[test]
+fn a_neuron_fault_in_a_pipeline_hits_its_stage_first_micro_batch() {
+    use resilab_train::ParallelMode;
+    let pipe = ParallelConfig { mode: ParallelMode::Pipeline, stages: 2, micro_batches: 4, ..ParallelConfig::default() };
+    let mut t = trainer_with(pipe);
+    let mut inj = injector("[[fault]]\ntarget = \"neurons\"\nat_step = 1\nstage = 1\ninjection_tries = 3\nscaling_factor = 1e6\n", 20, 2);
+    let blocks = t.workers[1].net.block_names.clone();
+    let mut watch = Watch(&mut inj, Vec::new());
+    t.step_with(&mut watch).unwrap();
+    let seen = std::mem::take(&mut watch.1);
+    assert!(seen.iter().all(|s| s.0 == 1 && blocks.contains(&s.2)));
+    // One watched forward (micro-batch 0), stopping at nothing: every block of the stage seen once.
+    assert_eq!(seen.len(), blocks.len());
+    assert_eq!(inj.log.len(), 1);
+    assert_eq!(inj.log[0].records.len(), 3);
+    assert!(inj.log[0].records.iter().all(|r| r.dataset.starts_with("neurons/")));
+}
+
+#[test]
+fn neuron_locations_must_name_a_block() {
+    let doc: toml::Table = toml::from_str("[[fault]]\ntarget = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer9\"]\n").unwrap();
+    let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
+    let entries = parse(&tables).unwrap();
+    let t = trainer(1);
+    let err = resilab_faults::check_neuron_locations(&entries, &t.workers[0].net.block_names).unwrap_err().to_string();
+    assert!(err.contains("fault[0].locations_to_corrupt") && err.contains("neurons/layer1/0"), "{err}");
+    let ok: Vec<toml::Table> = vec![toml::from_str("target = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer1\"]\n").unwrap()];
+    resilab_faults::check_neuron_locations(&parse(&ok).unwrap(), &t.workers[0].net.block_names).unwrap();
 }

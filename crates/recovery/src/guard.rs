@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use resilab_faults::FaultInjector;
 use resilab_faults::detect::{LossSpike, all_within, digest, weights_within};
-use resilab_train::{Control, Ctx, Grads, Hooks, LossInfo, Message, Point, Worker};
+use resilab_train::{Activation, Control, Ctx, Grads, Hooks, LossInfo, Message, Point, Worker};
 use serde::{Deserialize, Serialize};
 
 use crate::{Decision, Detection, Situation, Strategy, decide};
@@ -310,5 +310,14 @@ impl Hooks for Guard {
 
     fn on_message(&mut self, ctx: &Ctx, msg: &mut Message) -> Control {
         self.faults.on_message(ctx, msg)
+    }
+
+    fn watch_forward(&self, ctx: &Ctx) -> bool {
+        self.faults.watch_forward(ctx)
+    }
+
+    // A corrupted neuron shows up in the loss (and gradients): the detectors there see it.
+    fn on_activation(&mut self, ctx: &Ctx, act: &mut Activation) -> Control {
+        self.faults.on_activation(ctx, act)
     }
 }

@@ -1,6 +1,8 @@
 //! The guard on a tiny data-parallel trainer: detection in the step of the fault, and what each
 //! strategy leaves behind.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 use std::sync::Arc;
 
 use burn::prelude::*;
@@ -109,4 +111,26 @@ fn checkpoint_restart_and_none_hand_the_run_back() {
     let mut g = guard("[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 0\n", Strategy::None, DetectConfig::default(), 2);
     assert!(matches!(run(&mut t, &mut g), StepOutcome::Stopped { .. }));
     assert_eq!(g.pending, Some(Decision::Fail), "a crash ends an unprotected run");
+}
+
+#[test]
+fn rollback_of_a_neuron_fault_ends_bit_identical_to_the_golden_run() {
+    let mut golden = trainer(2);
+    while !golden.done() {
+        golden.step().unwrap();
+    }
+    // The exponent's top bit of 200 values of one output of worker 0's first residual stage:
+    // nonzero values become about 1e38, and the next batch norm turns them into NaN.
+    let faults = "[[fault]]\ntarget = \"neurons\"\nat_step = 4\nworker = 0\ninjection_tries = 200\nsampling = \"per_element\"\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nlocations_to_corrupt = [\"neurons/layer1\"]\n";
+    let mut none = trainer(2);
+    let mut g = guard(faults, Strategy::None, DetectConfig::default(), 2);
+    run(&mut none, &mut g);
+    assert!(!g.detections.is_empty() && g.detections[0].step == 4, "the corrupted forward is seen in its step");
+    let mut t = trainer(2);
+    let mut g = guard(faults, Strategy::Rollback, DetectConfig::default(), 2);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
+    let d = &g.detections[0];
+    assert_eq!((d.step, d.rank, d.latency_steps), (4, Some(0), Some(0)));
+    assert_eq!(g.detections.len(), 1);
+    assert!(t.snapshot() == golden.snapshot(), "a neuron fault is transient: the redone step is clean");
 }

@@ -3,10 +3,12 @@
 //! what implements them.
 //!
 //! Order within one data-parallel step, for every worker in rank order:
-//! [`Hooks::before_step`], forward, [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
+//! [`Hooks::before_step`], forward (with [`Hooks::on_activation`] on every block's output when
+//! [`Hooks::watch_forward`] asks for it), [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
 //! then the all-reduce; then per worker [`Hooks::after_allreduce`] (its own copy of the reduced
 //! gradients), optimizer step, [`Hooks::after_optimizer_step`]. In a pipeline step the worker is
-//! a stage: [`Hooks::before_step`] per stage, [`Hooks::on_message`] on every activation and
+//! a stage: [`Hooks::before_step`] per stage, [`Hooks::on_activation`] inside a stage's forward
+//! when watched, [`Hooks::on_message`] on every activation and
 //! gradient passed between stages, [`Hooks::after_loss`] per micro-batch on the last stage,
 //! then per stage [`Hooks::after_backward`] (accumulated gradients), optimizer step and
 //! [`Hooks::after_optimizer_step`]. There is no all-reduce in a pipeline step.
@@ -31,6 +33,8 @@ pub enum Point {
     AfterOptimizerStep,
     /// On a message between pipeline stages.
     Message,
+    /// On a block's output during the forward pass.
+    Forward,
 }
 
 /// Who and when: passed to every hook.
@@ -104,6 +108,21 @@ pub struct Message {
     pub tensor: Tensor<4>,
 }
 
+/// A block's output during the forward pass, as [`Hooks::on_activation`] sees it.
+#[derive(Clone, Debug)]
+pub struct Activation {
+    /// Position of the block in the worker's network (in a pipeline, in the stage's blocks).
+    pub block: usize,
+    /// The block's name (`layer2.1`, `head`).
+    pub name: String,
+    /// The output values, `[batch, C, H, W]`, outside autodiff.
+    pub values: Tensor<4>,
+    /// Values that replace `values` in the forward pass; elements that differ from `values`
+    /// are used as constants (no gradient flows through them, as with an in-place write),
+    /// the others keep their gradient.
+    pub replacement: Option<Tensor<4>>,
+}
+
 /// Callbacks at the fixed points of a step. Every method defaults to [`Control::Continue`].
 pub trait Hooks {
     /// Whether the trainer should keep a copy of the state before each step, so that
@@ -134,6 +153,18 @@ pub trait Hooks {
     }
     /// On a message between pipeline stages, before the receiver uses it.
     fn on_message(&mut self, _ctx: &Ctx, _msg: &mut Message) -> Control {
+        Control::Continue
+    }
+    /// Whether the forward pass described by `ctx` (point [`Point::Forward`]) should call
+    /// [`Hooks::on_activation`] after each block. Asked once per forward pass, so a forward
+    /// nobody watches runs at full speed.
+    fn watch_forward(&self, _ctx: &Ctx) -> bool {
+        false
+    }
+    /// After a block's output is computed in a watched forward pass; set
+    /// [`Activation::replacement`] to change what the next block sees. [`Control::Skip`]
+    /// leaves the worker's contribution (or, in a pipeline, the micro-batch) out.
+    fn on_activation(&mut self, _ctx: &Ctx, _act: &mut Activation) -> Control {
         Control::Continue
     }
 }

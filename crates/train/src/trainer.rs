@@ -6,7 +6,7 @@ use std::time::Instant;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use resilab_data::{EpochOrder, Split, shard_range};
-use resilab_models::{InputShape, Mode, Net, for_each_param, map_params};
+use resilab_models::{InputShape, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
 use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads, trainable_sizes};
@@ -14,7 +14,7 @@ use crate::hooks::{Control, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks,
 use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
 use crate::{
     Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
-    Worker, count_correct, evaluate, named_grads,
+    Worker, count_correct, evaluate, forward_watched, named_grads,
 };
 
 fn default_epochs() -> usize {
@@ -372,8 +372,13 @@ impl Trainer {
             }
             let t = Instant::now();
             let shard = &global[shard_range(batch, r, n)];
-            let pass = self.workers[r].forward_backward(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device);
+            let (pass, c) =
+                self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
             compute[r] = t.elapsed().as_secs_f64();
+            if hook!(c, Point::Forward, r) {
+                skipped += 1;
+                continue;
+            }
             let mut info = LossInfo { loss: pass.loss, correct: pass.correct, count: pass.count };
             if hook!(hooks.after_loss(&ctx(r, Point::AfterLoss), &mut info), Point::AfterLoss, r) {
                 skipped += 1;
@@ -489,7 +494,12 @@ impl Trainer {
                             };
                             let w = &mut self.workers[s];
                             let blocks = w.net.blocks.len();
-                            let y = w.net.forward_blocks(0..blocks, input, Mode::Train);
+                            let (y, c) = forward_watched(&mut w.net, 0..blocks, input, hooks, &ctx(s, Some(m), Point::Forward));
+                            if hook!(c, Point::Forward, s) {
+                                dropped[m] = true;
+                                times.forward[s][m] = t.elapsed().as_secs_f64();
+                                continue;
+                            }
                             if s + 1 < ns {
                                 let mut msg = Message { kind: MessageKind::Activation, from: s, to: s + 1, tensor: y.clone().without_autodiff() };
                                 times.act_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
