@@ -1,5 +1,7 @@
 //! Bad input gets one clear error line, a non-zero exit and no panic.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 mod common;
 
 use common::{TINY, assert_clean_error, run, write};

@@ -1,6 +1,8 @@
 //! Simulated parallel runs through the CLI: per-worker and per-stage checkpoints, exact resume,
 //! the summary's simulated time, and configuration errors.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! `resilab train` end to end on tiny configurations.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 mod common;
 
 use common::{TINY, run, write};

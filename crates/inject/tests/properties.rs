@@ -1,5 +1,7 @@
 //! Properties of the bit-level fault model and of the attempt sampling.
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 use std::collections::{BTreeSet, HashMap};
 
 use proptest::prelude::*;
@@ -211,7 +213,7 @@ fn sampling_is_uniform() {
     // 3999 degrees of freedom: mean 3999, sd about 89; 4.5 sd above is 4400.
     assert!(chi_square(&big, &vec![e; 4000]) < 4400.0);
     let (per_t, _) = tally(&run::draw(&plan(n, 1.0, Sampling::PerTensor), &t, 6));
-    assert!(chi_square(&per_t, &vec![n as f64 / 5.0; 5]) < 18.5, "{per_t:?}");
+    assert!(chi_square(&per_t, &[n as f64 / 5.0; 5]) < 18.5, "{per_t:?}");
 }
 
 /// The same seed gives the same draws, bits and records; another seed does not.

@@ -152,6 +152,8 @@ impl MlpHead {
 }
 
 /// One named block of a network.
+// A network holds a few dozen blocks at most; boxing the residual variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Block {
     /// Convolution unit.

@@ -1,6 +1,8 @@
 //! Parameter counts, names and shapes of the architectures. Expected counts come from the
 //! PyTorch definitions in `bench/torch_models.py` (`python bench/torch_models.py`).
 
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
 use burn::prelude::*;
 use resilab_models::{Arch, InputShape, ModelConfig, Mode, init_parameters, named_params};
 
