@@ -28,9 +28,11 @@ pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     g
 }
 
-/// The cache key of `cfg`'s golden run: XXH3-64 of its golden configuration as TOML.
-pub fn key(cfg: &RunConfig) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(golden_config(cfg).to_toml().as_bytes()))
+/// The cache key of `cfg`'s golden run on `platform` (the backend and device, since different
+/// backends give different bits): XXH3-64 of its golden configuration as TOML and the platform.
+pub fn key(cfg: &RunConfig, platform: &str) -> String {
+    let text = format!("{}\n# platform: {platform}\n", golden_config(cfg).to_toml());
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
 }
 
 /// A finished golden run.
@@ -99,15 +101,16 @@ pub fn param_distance(a: &WorkerState, b: &WorkerState) -> f64 {
     sum.sqrt()
 }
 
-/// Makes sure the golden run of `cfg` exists under `root`, running it with `run` (which trains
+/// Makes sure the golden run of `cfg` on `platform` exists under `root`, running it with `run` (which trains
 /// the given configuration into the given directory, saving its states) when it does not.
-pub fn ensure(cfg: &RunConfig, root: &Path, run: impl FnOnce(&RunConfig, &Path) -> Result<()>) -> Result<Golden> {
-    let dir = root.join(key(cfg));
+pub fn ensure(cfg: &RunConfig, platform: &str, root: &Path, run: impl FnOnce(&RunConfig, &Path) -> Result<()>) -> Result<Golden> {
+    let key = key(cfg, platform);
+    let dir = root.join(&key);
     if dir.join("summary.json").is_file() {
         return Golden::open(&dir);
     }
     std::fs::create_dir_all(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?;
-    let tmp = root.join(format!(".{}.{}.tmp", key(cfg), std::process::id()));
+    let tmp = root.join(format!(".{key}.{}.tmp", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|source| Error::Io { path: tmp.clone(), source })?;
     }

@@ -305,7 +305,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
     let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
     let golden = match &opts.golden {
-        Some(root) if !cfg.faults.is_empty() => Some(crate::golden::ensure(cfg, root, |gcfg, dir| {
+        Some(root) if !cfg.faults.is_empty() => Some(crate::golden::ensure(cfg, &format!("{} / {}", opts.provenance.backend, opts.provenance.device), root, |gcfg, dir| {
             if opts.progress {
                 eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
             }
