@@ -175,6 +175,12 @@ macro_rules! hook {
     }};
 }
 
+/// Waits for the device to finish queued work, so that timings cover the work itself on
+/// devices that run asynchronously (GPUs); CPU backends return at once.
+fn sync(device: &Device) -> Result<()> {
+    device.sync().map_err(|e| Error::State(format!("the device failed to run queued work: {e:?}")))
+}
+
 fn missing(what: &str, s: usize, m: usize) -> Error {
     Error::State(format!("pipeline step: {what} of stage {s}, micro-batch {m} is missing (schedule out of order)"))
 }
@@ -374,6 +380,7 @@ impl Trainer {
             let shard = &global[shard_range(batch, r, n)];
             let (pass, c) =
                 self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
+            sync(&self.device)?;
             compute[r] = t.elapsed().as_secs_f64();
             if hook!(c, Point::Forward, r) {
                 skipped += 1;
@@ -411,6 +418,7 @@ impl Trainer {
                 let net = w.net.clone();
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
+            sync(&self.device)?;
             opt.push(t.elapsed().as_secs_f64());
             w.cursor = w.cursor.advance(spe);
             hook!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
@@ -495,6 +503,7 @@ impl Trainer {
                             let w = &mut self.workers[s];
                             let blocks = w.net.blocks.len();
                             let (y, c) = forward_watched(&mut w.net, 0..blocks, input, hooks, &ctx(s, Some(m), Point::Forward));
+                            sync(device)?;
                             if hook!(c, Point::Forward, s) {
                                 dropped[m] = true;
                                 times.forward[s][m] = t.elapsed().as_secs_f64();
@@ -541,6 +550,7 @@ impl Trainer {
                                 None => None,
                             };
                             grads[s][m] = Some(named_grads(&self.workers[s].net, g));
+                            sync(device)?;
                             times.backward[s][m] = t.elapsed().as_secs_f64();
                             if let Some(gx) = gx {
                                 let mut msg = Message { kind: MessageKind::Gradient, from: s, to: s - 1, tensor: gx };
@@ -584,6 +594,7 @@ impl Trainer {
                 let net = w.net.clone();
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
+            sync(&self.device)?;
             opt[s] = t.elapsed().as_secs_f64();
             w.cursor = w.cursor.advance(spe);
             hook!(hooks.after_optimizer_step(&ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]), Point::AfterOptimizerStep, s);
