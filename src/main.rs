@@ -103,6 +103,11 @@ struct ComputeArgs {
     /// `backend` key.
     #[arg(long, value_name = "NAME")]
     backend: Option<BackendKind>,
+    /// The wgpu adapter: default (wgpu's choice, a high-performance GPU first), discrete[:N],
+    /// integrated[:N], virtual[:N] (the N-th adapter of that kind, from 0) or cpu (a software
+    /// rasteriser such as Mesa's lavapipe). The run records the adapter's name.
+    #[arg(long, value_name = "ADAPTER", env = "RESILAB_WGPU_DEVICE", default_value = "default")]
+    wgpu_device: String,
 }
 
 #[derive(Args)]
@@ -285,24 +290,48 @@ struct BenchTrainArgs {
     compute: ComputeArgs,
 }
 
-/// Picks the device for a backend: the only place that knows which backends exist.
-fn device_for(kind: BackendKind) -> Result<(Device, String)> {
+/// Picks the device for a backend, always explicitly (with the wgpu feature on, Burn's
+/// `Device::default()` would prefer wgpu): the only place that knows which backends exist.
+fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Device, String)> {
     match kind {
         BackendKind::Flex => Ok((Device::flex(), "cpu (flex)".to_string())),
         // burn-ndarray is deprecated by Burn 0.22 in favour of flex; the product keeps it selectable.
         #[allow(deprecated)]
         BackendKind::Ndarray => Ok((Device::ndarray(), "cpu (ndarray)".to_string())),
-        BackendKind::Wgpu => wgpu_device(),
+        BackendKind::Wgpu => wgpu_device(&compute.wgpu_device),
     }
 }
 
+/// Brings up the wgpu adapter `selector` names, failing with an error (not a panic) when
+/// there is none; the name says which adapter and graphics API it is.
 #[cfg(feature = "wgpu")]
-fn wgpu_device() -> Result<(Device, String)> {
-    Ok((Device::wgpu(Default::default()), "wgpu (default adapter)".to_string()))
+fn wgpu_device(selector: &str) -> Result<(Device, String)> {
+    use burn::tensor::DeviceKind;
+    let (kind_name, index) = match selector.split_once(':') {
+        Some((k, n)) => (k, Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--wgpu-device {selector}: the adapter index must be a whole number"))?)),
+        None => (selector, None),
+    };
+    let kind = match (kind_name, index) {
+        ("default", None) => DeviceKind::DefaultDevice,
+        ("cpu", None) => DeviceKind::Cpu,
+        ("discrete", n) => DeviceKind::DiscreteGpu(n.unwrap_or(0)),
+        ("integrated", n) => DeviceKind::IntegratedGpu(n.unwrap_or(0)),
+        ("virtual", n) => DeviceKind::VirtualGpu(n.unwrap_or(0)),
+        _ => bail!("--wgpu-device {selector}: expected default, discrete[:N], integrated[:N], virtual[:N] or cpu"),
+    };
+    let (device, setup) = Device::wgpu_options().device_kind(kind).init_with_setup().map_err(|e| {
+        anyhow::anyhow!(
+            "no usable wgpu adapter for --wgpu-device {selector}: {e}. A GPU needs its Vulkan (or Metal, \
+             DX12) driver; without a GPU, Debian's software Vulkan works: \
+             `apt-get install mesa-vulkan-drivers libvulkan1`. Or use --backend flex."
+        )
+    })?;
+    let info = setup.adapter.get_info();
+    Ok((device, format!("wgpu: {} ({:?}, {:?})", info.name, info.backend, info.device_type)))
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn wgpu_device() -> Result<(Device, String)> {
+fn wgpu_device(_selector: &str) -> Result<(Device, String)> {
     bail!(
         "this resilab binary was built without the wgpu backend; rebuild it with \
          `cargo build --release --features wgpu` (or run `cargo run --release --features wgpu -- ...`)"
@@ -355,7 +384,7 @@ struct StrategyRow {
 fn compare(args: CompareArgs) -> Result<()> {
     let base = RunConfig::load(&args.train.config, &args.train.set)?;
     let backend = args.train.compute.backend.or(base.backend).unwrap_or(BackendKind::Flex);
-    let (device, device_name) = device_for(backend)?;
+    let (device, device_name) = device_for(backend, &args.train.compute)?;
     let threads = set_threads(args.train.compute.threads)?;
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
     let mut rows = Vec::new();
@@ -434,7 +463,7 @@ fn compare(args: CompareArgs) -> Result<()> {
 fn train(args: TrainArgs) -> Result<()> {
     let cfg = RunConfig::load(&args.config, &args.set)?;
     let backend = args.compute.backend.or(cfg.backend).unwrap_or(BackendKind::Flex);
-    let (device, device_name) = device_for(backend)?;
+    let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let out = args.out.unwrap_or_else(|| default_out_dir(&cfg.run_name()));
     let opts = RunOptions {
@@ -513,7 +542,7 @@ fn bench_model(arch: &str, depth: usize, width: f64, batch_norm: Option<bool>) -
 fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
     let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
-    let (device, _) = device_for(backend)?;
+    let (device, _) = device_for(backend, &args.compute)?;
     set_threads(args.compute.threads)?;
     let r = resilab_runner::bench::checkpoint(&model, args.batch, args.steps, args.reps, &args.dir, &device)?;
     println!("{}", serde_json::to_string(&r)?);
@@ -523,7 +552,7 @@ fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
 fn bench_train(args: BenchTrainArgs) -> Result<()> {
     let (arch, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
-    let (device, device_name) = device_for(backend)?;
+    let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let (median_s, params) = resilab_runner::bench::train_step(&model, args.batch, args.warmup, args.steps, &device)?;
     let result = resilab_runner::bench::StepBench {
@@ -547,7 +576,7 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
 fn bench_detect(args: BenchDetectArgs) -> Result<()> {
     let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
-    let (device, _) = device_for(backend)?;
+    let (device, _) = device_for(backend, &args.compute)?;
     set_threads(args.compute.threads)?;
     let r = resilab_runner::bench::detection(&model, args.batch, args.workers, args.warmup, args.steps, &device)?;
     println!("{}", serde_json::to_string(&r)?);
@@ -562,7 +591,7 @@ fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
         pipelines.push(parsed.ok_or_else(|| anyhow::anyhow!("--pipeline {p}: expected STAGESxMICRO_BATCHES such as 4x8"))?);
     }
     let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
-    let (device, device_name) = device_for(backend)?;
+    let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let layouts = resilab_runner::bench::layouts(&args.workers, &pipelines);
     let bar = indicatif::ProgressBar::new((layouts.len() + args.steps.max(1)) as u64);
