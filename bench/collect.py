@@ -15,7 +15,8 @@ import sys
 
 COLUMNS = ["arch", "depth", "width", "batch_norm", "params", "batch", "threads",
            "backend", "device", "resilab_images_per_s", "pytorch_images_per_s",
-           "ratio", "resilab_step_ms", "pytorch_step_ms", "torch_version", "date"]
+           "ratio", "resilab_step_ms", "pytorch_step_ms", "torch_version", "date",
+           "pytorch_device"]
 
 
 def add(path, spec, resilab_line, torch_line):
@@ -37,6 +38,7 @@ def add(path, spec, resilab_line, torch_line):
         "pytorch_step_ms": f"{t['step_ms_median']:.3f}",
         "torch_version": t.get("torch_version", ""),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "pytorch_device": t.get("device", "cpu"),
     }
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", newline="") as f:
@@ -49,12 +51,13 @@ def add(path, spec, resilab_line, torch_line):
 def show(path):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    head = ["model", "params", "threads", "backend", "resilab img/s",
-            "pytorch img/s", "resilab/pytorch"]
+    head = ["model", "params", "threads", "backend", "device", "resilab img/s",
+            "pytorch device", "pytorch img/s", "resilab/pytorch"]
     body = [[f"{r['arch']}{'' if r['arch'] == 'alexnet' else r['depth']}"
              f" w{r['width']}{' bn' if r['batch_norm'] == '1' else ''}",
-             r["params"], r["threads"], r["backend"],
+             r["params"], r["threads"], r["backend"], r["device"],
              f"{float(r['resilab_images_per_s']):.1f}",
+             r.get("pytorch_device") or "cpu",
              f"{float(r['pytorch_images_per_s']):.1f}",
              f"{float(r['ratio']):.2f}x"] for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]

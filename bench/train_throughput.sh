@@ -11,6 +11,8 @@ BATCH="${BATCH:-64}"
 STEPS="${STEPS:-20}"
 WARMUP="${WARMUP:-3}"
 BACKEND="${BACKEND:-flex}"
+FEATURES="${FEATURES:-}"          # cargo features of the resilab build (wgpu for BACKEND=wgpu)
+TORCH_DEVICE="${TORCH_DEVICE:-cpu}" # cpu, cuda, mps or auto
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/train_throughput.csv}"
 
 # PyTorch lives in a venv outside the repo (PyPI's default wheel is several GB).
@@ -22,7 +24,7 @@ fi
 PY="$VENV/bin/python"
 
 echo "==> building resilab (release)" >&2
-(cd "$ROOT" && cargo build --release)
+(cd "$ROOT" && cargo build --release ${FEATURES:+--features "$FEATURES"})
 RESILAB="$ROOT/target/release/resilab"
 
 mkdir -p "$(dirname "$OUT_CSV")"
@@ -37,8 +39,8 @@ for spec in $MODELS; do
 
     echo "==> $spec: resilab ($BACKEND), $THREADS threads" >&2
     r_json="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$BACKEND" | tail -n 1)"
-    echo "==> $spec: pytorch, $THREADS threads" >&2
-    t_json="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" | tail -n 1)"
+    echo "==> $spec: pytorch ($TORCH_DEVICE), $THREADS threads" >&2
+    t_json="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" --device "$TORCH_DEVICE" | tail -n 1)"
 
     "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
 done
