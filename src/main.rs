@@ -28,6 +28,12 @@ enum Command {
     Compare(CompareArgs),
     /// List a checkpoint's attributes and datasets (shape, type, digest status).
     Inspect(InspectArgs),
+    /// Test accuracy and NaN / Inf / extreme-value counts of the model in a (possibly
+    /// corrupted) checkpoint, without training; prints a summary, or one JSON line with --json.
+    Eval(EvalArgs),
+    /// Optimal checkpoint intervals (Young, Daly) for a checkpoint cost and a mean time between
+    /// failures, and the expected share of time lost at each.
+    Advise(AdviseArgs),
     /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
     #[command(hide = true, name = "__probe")]
     Probe {
@@ -151,6 +157,44 @@ struct InspectArgs {
     /// A checkpoint file (`worker-N.h5`) or checkpoint directory (`step-*`).
     checkpoint: PathBuf,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// A checkpoint file (`worker-N.h5`: that replica), a checkpoint directory (`step-*`), or a
+    /// directory of checkpoints (the newest).
+    checkpoint: PathBuf,
+    /// Use this configuration instead of the one stored in the checkpoint.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Override a configuration key (repeatable), e.g. --set data.test_size=1000 or
+    /// --set data.path=/data/cifar-10-batches-bin.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    compute: ComputeArgs,
+}
+
+#[derive(Args)]
+struct AdviseArgs {
+    /// Seconds one checkpoint costs (write time). With --from-run, the run's measured mean.
+    #[arg(long, value_name = "S", required_unless_present = "from_run")]
+    checkpoint_cost: Option<f64>,
+    /// Mean time between failures of the whole job, in seconds.
+    #[arg(long, value_name = "S")]
+    mtbf: f64,
+    /// Seconds a restart costs (reload and warm-up), counted in the expected waste.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    restart_cost: f64,
+    /// Take the checkpoint cost from a finished run's summary.json (checkpoint_s / checkpoints).
+    #[arg(long, value_name = "DIR", conflicts_with = "checkpoint_cost")]
+    from_run: Option<PathBuf>,
+    /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -528,6 +572,62 @@ fn train(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+fn eval(args: EvalArgs) -> Result<()> {
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, _) = device_for(backend, &args.compute)?;
+    set_threads(args.compute.threads)?;
+    let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &device, &|file: &Path| probe_in_child(file))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    println!("checkpoint   {} (step {}, {}, worker {})", r.checkpoint.display(), r.step, r.model, r.worker);
+    println!("test         accuracy {:.4}, loss {:.4} on {} images", r.test_acc, r.test_loss, r.test_images);
+    println!("values       {} : {} NaN, {} Inf, {} extreme (|v| > {:e})", r.values, r.nan, r.inf, r.extreme, r.extreme_threshold);
+    if !r.digest_mismatches.is_empty() {
+        println!("altered      {} dataset(s) no longer match their digest:", r.digest_mismatches.len());
+        for d in &r.digest_mismatches {
+            println!("             {d}");
+        }
+    }
+    Ok(())
+}
+
+fn advise(args: AdviseArgs) -> Result<()> {
+    let checkpoint_s = match (&args.from_run, args.checkpoint_cost) {
+        (Some(dir), _) => {
+            let path = dir.join("summary.json");
+            let text = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+            let v: serde_json::Value = serde_json::from_slice(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+            let (total, n) = (v["checkpoint_s"].as_f64().unwrap_or(0.0), v["checkpoints"].as_u64().unwrap_or(0));
+            if n == 0 {
+                bail!("{}: the run wrote no checkpoints, so it measured no checkpoint cost", path.display());
+            }
+            total / n as f64
+        }
+        (None, Some(c)) => c,
+        (None, None) => bail!("give --checkpoint-cost or --from-run"),
+    };
+    for (name, v) in [("--checkpoint-cost", checkpoint_s), ("--mtbf", args.mtbf)] {
+        if !(v.is_finite() && v > 0.0) {
+            bail!("{name} must be a number of seconds > 0, got {v}");
+        }
+    }
+    if !(args.restart_cost.is_finite() && args.restart_cost >= 0.0) {
+        bail!("--restart-cost must be a number of seconds >= 0, got {}", args.restart_cost);
+    }
+    let a = resilab_checkpoint::advise::advise(checkpoint_s, args.restart_cost, args.mtbf);
+    if args.json {
+        println!("{}", serde_json::to_string(&a)?);
+        return Ok(());
+    }
+    println!("checkpoint cost {:.3} s, restart cost {:.3} s, MTBF {:.1} s", a.checkpoint_s, a.restart_s, a.mtbf_s);
+    println!("Young: checkpoint every {:.1} s of work; expected time lost {:.2}%", a.young_s, 100.0 * a.young_waste);
+    println!("Daly:  checkpoint every {:.1} s of work; expected time lost {:.2}%", a.daly_s, 100.0 * a.daly_waste);
+    println!("(lost: checkpoint writes, work redone after failures and restarts; Daly's model, exponential failures)");
+    Ok(())
+}
+
 fn parse_arch(name: &str) -> Result<Arch> {
     serde_json::from_value(serde_json::Value::String(name.to_string()))
         .map_err(|_| anyhow::anyhow!("--arch {name}: unknown architecture (allowed: resnet, vgg, alexnet)"))
@@ -820,6 +920,8 @@ fn main() {
         Command::Train(a) => train(a),
         Command::Compare(a) => compare(a),
         Command::Inspect(a) => inspect(a),
+        Command::Eval(a) => eval(a),
+        Command::Advise(a) => advise(a),
         Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
         Command::Inject(a) => inject(a),
         Command::Diff(a) => diff(a),

@@ -16,6 +16,7 @@
 //! are written into a hidden temporary directory, closed and fsynced, the directory is renamed
 //! into place and its parent fsynced, so the newest `step-*` directory is always complete.
 
+pub mod advise;
 mod policy;
 
 pub use policy::{CheckpointConfig, OnMismatch};
@@ -363,6 +364,32 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
         }
     }
     Err(invalid(&target, format!("no checkpoint verifies: {}", skipped.join("; "))))
+}
+
+/// The worker file `target` names for run-level facts: `target` itself when it is a file,
+/// `worker-0.h5` of a checkpoint directory, or that of the newest checkpoint in a directory of
+/// checkpoints.
+pub fn primary_file(target: &Path) -> Result<PathBuf> {
+    if target.is_file() {
+        return Ok(target.to_path_buf());
+    }
+    if !target.exists() {
+        return Err(invalid(target, "no such checkpoint"));
+    }
+    if target.join(file_name(0)).exists() {
+        return Ok(target.join(file_name(0)));
+    }
+    match list(target)?.pop() {
+        Some((_, dir)) => Ok(dir.join(file_name(0))),
+        None => Err(invalid(target, "no checkpoint here (expected step-*/worker-*.h5)")),
+    }
+}
+
+/// Reads a checkpoint file's run-level facts: seed, model label and the resolved configuration
+/// the run was started with.
+pub fn read_meta(file: &Path) -> Result<Meta> {
+    let r = Reader::open(file)?;
+    Ok(Meta { seed: r.attr_u64("/", "seed")?, arch: r.attr_str("/", "arch")?, config: r.attr_str("/", "config")? })
 }
 
 /// One dataset as `resilab inspect` shows it.

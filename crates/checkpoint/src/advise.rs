@@ -1,0 +1,98 @@
+//! How often to checkpoint: the Young (1974) and Daly (2006) optimal intervals for a
+//! checkpoint cost `C` and a mean time between failures `M`, and the expected waste of an
+//! interval under Daly's model of exponentially distributed failures.
+
+use serde::Serialize;
+
+/// Young's first-order optimum: `sqrt(2 C M)` seconds of work between checkpoints.
+pub fn young(checkpoint_s: f64, mtbf_s: f64) -> f64 {
+    (2.0 * checkpoint_s * mtbf_s).sqrt()
+}
+
+/// Daly's higher-order optimum: `sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + (C / 2M) / 9) - C` for
+/// `C < 2M`, and `M` otherwise.
+pub fn daly(checkpoint_s: f64, mtbf_s: f64) -> f64 {
+    let (c, m) = (checkpoint_s, mtbf_s);
+    if c >= 2.0 * m {
+        return m;
+    }
+    let r = c / (2.0 * m);
+    (2.0 * c * m).sqrt() * (1.0 + r.sqrt() / 3.0 + r / 9.0) - c
+}
+
+/// Expected share of wall time that is not useful work, checkpointing every `interval_s`
+/// seconds of work at `checkpoint_s` each, restarting at `restart_s`, failures arriving with
+/// mean `mtbf_s` (Daly 2006, eq. 11: wall time `M e^(R/M) (e^((τ+C)/M) - 1)` per `τ` of work).
+pub fn waste(interval_s: f64, checkpoint_s: f64, restart_s: f64, mtbf_s: f64) -> f64 {
+    let (t, c, r, m) = (interval_s, checkpoint_s, restart_s, mtbf_s);
+    let wall_per_work = m * (r / m).exp() * ((t + c) / m).exp_m1() / t;
+    1.0 - 1.0 / wall_per_work
+}
+
+/// What `resilab advise` prints.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Advice {
+    /// Checkpoint cost in seconds.
+    pub checkpoint_s: f64,
+    /// Restart cost in seconds.
+    pub restart_s: f64,
+    /// Mean time between failures in seconds.
+    pub mtbf_s: f64,
+    /// Young's interval in seconds of work.
+    pub young_s: f64,
+    /// Daly's interval in seconds of work.
+    pub daly_s: f64,
+    /// Expected waste at Young's interval (share of wall time).
+    pub young_waste: f64,
+    /// Expected waste at Daly's interval.
+    pub daly_waste: f64,
+}
+
+/// Both intervals and their expected waste.
+pub fn advise(checkpoint_s: f64, restart_s: f64, mtbf_s: f64) -> Advice {
+    let (y, d) = (young(checkpoint_s, mtbf_s), daly(checkpoint_s, mtbf_s));
+    Advice {
+        checkpoint_s,
+        restart_s,
+        mtbf_s,
+        young_s: y,
+        daly_s: d,
+        young_waste: waste(y, checkpoint_s, restart_s, mtbf_s),
+        daly_waste: waste(d, checkpoint_s, restart_s, mtbf_s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn young_and_daly_match_hand_computed_values() {
+        // C = 60 s, M = 1 day: sqrt(2 * 60 * 86400) = 3219.94 s.
+        assert!((young(60.0, 86_400.0) - 3219.937887).abs() < 1e-3);
+        // r = 60 / 172800; 3219.937887 * (1 + sqrt(r)/3 + r/9) - 60 = 3180.062.
+        let r: f64 = 60.0 / 172_800.0;
+        let expected = 3219.937887 * (1.0 + r.sqrt() / 3.0 + r / 9.0) - 60.0;
+        assert!((daly(60.0, 86_400.0) - expected).abs() < 1e-6);
+        assert!((daly(60.0, 86_400.0) - 3180.062114).abs() < 1e-3, "{}", daly(60.0, 86_400.0));
+        // A checkpoint costing more than two MTBFs: checkpoint once per MTBF.
+        assert_eq!(daly(300.0, 100.0), 100.0);
+    }
+
+    #[test]
+    fn daly_interval_is_close_to_the_waste_minimum() {
+        for (c, m) in [(10.0, 3_600.0), (60.0, 86_400.0), (5.0, 600.0), (120.0, 7_200.0)] {
+            let best = (1..20_000).map(|i| i as f64 * m / 10_000.0).map(|t| waste(t, c, 0.0, m)).fold(f64::INFINITY, f64::min);
+            let at_daly = waste(daly(c, m), c, 0.0, m);
+            assert!(at_daly <= best * 1.001 + 1e-12, "C {c} M {m}: waste at Daly {at_daly}, minimum {best}");
+            assert!(waste(young(c, m), c, 0.0, m) >= at_daly - 1e-12);
+        }
+    }
+
+    #[test]
+    fn waste_grows_with_restart_cost_and_vanishes_without_failures() {
+        assert!(waste(600.0, 10.0, 60.0, 3_600.0) > waste(600.0, 10.0, 0.0, 3_600.0));
+        // No failures (huge MTBF): waste is the checkpoint share C / (τ + C).
+        assert!((waste(90.0, 10.0, 0.0, 1e12) - 0.1).abs() < 1e-6);
+    }
+}
