@@ -64,17 +64,26 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("run resilab")
 }
 
+/// Runs `resilab <command> --config cfg --out out --quiet --golden-dir dir/golden` with `extra`.
+fn command(command: &str, dir: &Path, cfg: &Path, out: &Path, extra: &[&str]) -> Output {
+    let golden = dir.join("golden");
+    let mut args = vec![command, "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()];
+    args.extend(extra);
+    let o = run(&args, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
 /// Trains `cfg` on `backend` into `dir/name` and returns the summary.
 fn train(dir: &Path, name: &str, cfg: &str, backend: &str) -> serde_json::Value {
     let file = write(dir, &format!("{name}.toml"), cfg);
     let out = dir.join(name);
-    let golden = dir.join("golden");
-    let o = run(
-        &["train", "--config", file.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--backend", backend, "--golden-dir", golden.to_str().unwrap()],
-        &[],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+    command("train", dir, &file, &out, &["--backend", backend]);
+    summary(&out)
 }
 
 /// `(step, loss)` of every logged step.
@@ -130,7 +139,7 @@ fn faults_checkpoints_and_recovery_work_on_wgpu_as_on_the_cpu() {
     assert_eq!(rollback["detections"][0]["step"], 5, "detected in the step of the fault");
     assert_eq!(rollback["steps_recomputed"], 1);
     let golden_dir = PathBuf::from(rollback["golden"]["dir"].as_str().unwrap());
-    let golden: serde_json::Value = serde_json::from_slice(&std::fs::read(golden_dir.join("summary.json")).unwrap()).unwrap();
+    let golden = summary(&golden_dir);
     assert_eq!(golden["provenance"]["backend"], "wgpu", "the golden run is computed on the same backend");
     assert_eq!(rollback["final_params_digest"], golden["final_params_digest"], "rollback leaves no trace on wgpu either");
 
@@ -159,27 +168,8 @@ fn faults_checkpoints_and_recovery_work_on_wgpu_as_on_the_cpu() {
     // Resuming from that checkpoint on the device ends where the uninterrupted run ended.
     let cfg = write(dir.path(), "resume.toml", &faulty("checkpoint_restart"));
     let out = dir.path().join("resumed");
-    let golden = dir.path().join("golden");
-    let resume = ckpt.parent().unwrap();
-    let o = run(
-        &[
-            "train",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--backend",
-            "wgpu",
-            "--golden-dir",
-            golden.to_str().unwrap(),
-            "--resume",
-            resume.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let resumed: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    command("train", dir.path(), &cfg, &out, &["--backend", "wgpu", "--resume", ckpt.parent().unwrap().to_str().unwrap()]);
+    let resumed = summary(&out);
     assert_eq!(resumed["final_params_digest"], restart["final_params_digest"]);
 }
 
@@ -189,25 +179,7 @@ fn compare_runs_every_strategy_on_wgpu() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "c.toml", &faulty("none"));
     let out = dir.path().join("compare");
-    let golden = dir.path().join("golden");
-    let o = run(
-        &[
-            "compare",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--backend",
-            "wgpu",
-            "--golden-dir",
-            golden.to_str().unwrap(),
-            "--strategies",
-            "none,rollback,lossy_forward",
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    command("compare", dir.path(), &cfg, &out, &["--backend", "wgpu", "--strategies", "none,rollback,lossy_forward"]);
     let mut r = csv::Reader::from_path(out.join("strategies.csv")).unwrap();
     let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
     let names: Vec<&str> = rows.iter().map(|x| &x[0]).collect();
