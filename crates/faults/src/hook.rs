@@ -10,6 +10,7 @@ use resilab_models::{for_each_param, map_params, stream_seed};
 use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Worker};
 use serde::Serialize;
 
+use crate::schedule::neuron_path;
 use crate::{FaultEntry, FaultEvent, FaultTarget};
 
 /// What one fault did: a line of the run's fault log.
@@ -74,11 +75,6 @@ pub struct FaultInjector {
 
 fn path(name: &str) -> String {
     name.replace('.', "/")
-}
-
-/// The name a block's output goes by in `locations_to_corrupt` and the fault log.
-fn neuron_path(block: &str) -> String {
-    format!("neurons/{}", path(block))
 }
 
 fn host(t: Tensor<1>) -> Vec<f32> {

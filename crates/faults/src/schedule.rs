@@ -158,11 +158,17 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, stuck_steps, spec })
 }
 
+/// The name a block's output goes by in `locations_to_corrupt` and the fault log
+/// (`layer2.1` -> `neurons/layer2/1`).
+pub(crate) fn neuron_path(block: &str) -> String {
+    format!("neurons/{}", block.replace('.', "/"))
+}
+
 /// Checks that the `locations_to_corrupt` of every `neurons` entry name at least one of the
 /// network's blocks (`neurons/<block>`, dots as slashes: `neurons/layer2/1`); the error names
 /// the entry's key and lists the blocks.
 pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) -> Result<()> {
-    let paths: Vec<String> = block_names.iter().map(|b| format!("neurons/{}", b.replace('.', "/"))).collect();
+    let paths: Vec<String> = block_names.iter().map(|b| neuron_path(b)).collect();
     for e in entries.iter().filter(|e| e.target == FaultTarget::Neurons) {
         for loc in e.spec.locations.iter().flatten() {
             if !paths.iter().any(|p| resilab_inject::config::location_matches(loc, p)) {

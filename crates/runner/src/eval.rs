@@ -64,7 +64,9 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(&cfg, split.clone(), device)?;
     let template = trainer.snapshot();
-    let (state, report) = resilab_checkpoint::load(&file, &template, OnMismatch::Load, probe)?;
+    // `file` has been probed already; the other worker files are probed as they are loaded.
+    let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };
+    let (state, report) = resilab_checkpoint::load(&file, &template, OnMismatch::Load, &probe_rest)?;
     trainer.restore(&state)?;
     let pipeline = cfg.parallel.mode == ParallelMode::Pipeline;
     let rank = if pipeline || !target.is_file() { 0 } else { rank_of(target).unwrap_or(0).min(trainer.workers.len() - 1) };
