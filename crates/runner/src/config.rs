@@ -113,31 +113,74 @@ pub struct RecoveryConfig {
     pub strategy: Strategy,
 }
 
-/// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`). The value is
-/// read as a TOML value (`3`, `0.1`, `true`, `"text"`, `[1, 2]`) and otherwise as a string.
+/// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`) and may
+/// index arrays of tables (`fault.0.injection_tries`). The value is read as a TOML value (`3`,
+/// `0.1`, `true`, `"text"`, `[1, 2]`) and otherwise as a string.
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
     let (key, value) = assignment
         .split_once('=')
         .ok_or_else(|| Error::Config(format!("--set {assignment}: expected key=value")))?;
-    let key = key.trim();
     let value = value.trim();
     let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(Error::Config(format!("--set {assignment}: empty key component")));
+    set_value(table, key.trim(), parsed).map_err(|e| Error::Config(format!("--set {assignment}: {e}")))
+}
+
+/// The components of a dotted key, read as TOML reads one, so a component may be quoted:
+/// `grid."inject.injection_tries"` has two.
+fn key_parts(key: &str) -> std::result::Result<Vec<String>, String> {
+    let mut parts = Vec::new();
+    let doc: toml::Table = toml::from_str(&format!("{key} = 0")).map_err(|_| format!("`{key}` is not a valid key"))?;
+    let mut t = &doc;
+    loop {
+        let Some((k, v)) = t.iter().next() else { return Err(format!("`{key}` is not a valid key")) };
+        parts.push(k.clone());
+        match v {
+            toml::Value::Table(inner) => t = inner,
+            _ => return Ok(parts),
+        }
     }
-    let mut t = table;
-    for p in &parts[..parts.len() - 1] {
-        let entry = t.entry(p.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        t = entry
-            .as_table_mut()
-            .ok_or_else(|| Error::Config(format!("--set {assignment}: `{p}` is not a table")))?;
+}
+
+/// Sets the dotted `key` in `table` to `value`. A numeric component indexes an array
+/// (`fault.0.target`); missing tables are created. A table `value` set where a table already
+/// is merges key by key (so `model = {width = 0.5}` keeps the model's other keys).
+pub fn set_value(table: &mut toml::Table, key: &str, value: toml::Value) -> std::result::Result<(), String> {
+    let parts = key_parts(key)?;
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    fn descend<'a>(v: &'a mut toml::Value, part: &str, path: &str) -> std::result::Result<&'a mut toml::Value, String> {
+        match v {
+            toml::Value::Table(t) => Ok(t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()))),
+            toml::Value::Array(a) => {
+                let i: usize = part.parse().map_err(|_| format!("`{path}` is an array: index it with a number"))?;
+                let n = a.len();
+                a.get_mut(i).ok_or_else(|| format!("`{path}` has {n} entries, no entry {i}"))
+            }
+            _ => Err(format!("`{path}` is not a table")),
+        }
     }
-    t.insert(parts[parts.len() - 1].to_string(), parsed);
-    Ok(())
+    let mut root = toml::Value::Table(std::mem::take(table));
+    let result = (|| {
+        let mut v = &mut root;
+        for (i, p) in parts.iter().enumerate() {
+            v = descend(v, p, &parts[..i].join("."))?;
+        }
+        match (v, value) {
+            (toml::Value::Table(old), toml::Value::Table(new)) => {
+                for (k, x) in new {
+                    old.insert(k, x);
+                }
+            }
+            (slot, value) => *slot = value,
+        }
+        Ok(())
+    })();
+    if let toml::Value::Table(t) = root {
+        *table = t;
+    }
+    result
 }
 
 impl RunConfig {
@@ -227,6 +270,22 @@ mod tests {
         assert!(e.contains("epochs") || e.contains("invalid type"), "{e}");
         let e = RunConfig::from_toml("[model]\narch = \"lenet\"\n", &[], "f.toml").unwrap_err().to_string();
         assert!(e.contains("lenet") && e.contains("resnet"), "{e}");
+    }
+
+    #[test]
+    fn overrides_index_arrays_and_merge_tables() {
+        let text = format!("{MIN}[[fault]]\ntarget = \"weights\"\nat_step = 2\n");
+        let c = RunConfig::from_toml(&text, &["fault.0.at_step=5".into()], "t").unwrap();
+        assert_eq!(c.faults[0]["at_step"].as_integer(), Some(5));
+        let e = RunConfig::from_toml(&text, &["fault.3.at_step=5".into()], "t").unwrap_err().to_string();
+        assert!(e.contains("no entry 3"), "{e}");
+        let mut t: toml::Table = toml::from_str(MIN).unwrap();
+        set_value(&mut t, "model", toml::Value::Table(toml::from_str("width = 0.5").unwrap())).unwrap();
+        assert_eq!(t["model"]["depth"].as_integer(), Some(8));
+        assert_eq!(t["model"]["width"].as_float(), Some(0.5));
+        set_value(&mut t, "grid.\"inject.first_bit\"", toml::Value::Integer(3)).unwrap();
+        assert_eq!(t["grid"]["inject.first_bit"].as_integer(), Some(3));
+        assert!(set_value(&mut t, "a..b", toml::Value::Integer(3)).unwrap_err().contains("a..b"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ mod config;
 pub mod golden;
 mod run;
 
-pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, utc_stamp};
+pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{EvalReport, eval};
 pub use run::{FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, params_digest, stage_blocks, train, write_atomic};
 
