@@ -93,6 +93,18 @@ impl Default for DataConfig {
     }
 }
 
+impl DataConfig {
+    /// `(channels, image size, classes)` of the images this configuration gives, known without
+    /// reading or generating them (so a grid of configurations can be checked up front).
+    pub fn shape(&self) -> (usize, usize, usize) {
+        match self.source {
+            DataSource::Synthetic => (self.channels, self.image_size, self.classes),
+            DataSource::Cifar10 => (3, 32, 10),
+            DataSource::Mnist | DataSource::FashionMnist => (1, 28, 10),
+        }
+    }
+}
+
 /// Loads (or generates) the training and test sets described by `cfg`.
 pub fn load(cfg: &DataConfig) -> Result<Split> {
     let (mut train, mut test) = match cfg.source {
