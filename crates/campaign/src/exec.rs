@@ -1,0 +1,564 @@
+//! The campaign's parent process: prepares the campaign directory, hands runs to worker
+//! processes, kills runs that pass the timeout, records crashes, and appends each finished
+//! run to the record. Resuming reads the record and skips what it holds.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use burn::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Campaign, Kind};
+use crate::store::{Appender, read_rows, write_csv};
+use crate::work::{Job, Reply, base_dir};
+use crate::{CAMPAIGN_FILE, Error, Metrics, READY_LINE, REPLY_PREFIX, RUNS_CSV, RUNS_JSONL, Result, Row, Status};
+
+/// How to carry out a campaign.
+pub struct Options {
+    /// The campaign directory.
+    pub out: PathBuf,
+    /// Worker processes.
+    pub jobs: usize,
+    /// `(i, n)`: run only the runs whose index is `i` modulo `n`.
+    pub shard: Option<(u64, u64)>,
+    /// Continue a campaign already in `out`.
+    pub resume: bool,
+    /// The program and arguments that start a worker process; `--dir <out>` is appended.
+    pub worker: Vec<OsString>,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Overrides the campaign's `timeout_s`.
+    pub timeout_s: Option<f64>,
+    /// Backend and device, recorded; a campaign resumes only on the same.
+    pub platform: String,
+}
+
+/// What a campaign did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Outcome {
+    /// Runs in this shard of the grid.
+    pub total: u64,
+    /// Already recorded when it started (resume).
+    pub skipped: u64,
+    /// Recorded now.
+    pub done: u64,
+    /// Of those, not `ok`.
+    pub failed: u64,
+    /// Count per status of the runs recorded now.
+    pub by_status: BTreeMap<String, u64>,
+    /// Seconds.
+    pub wall_s: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Meta {
+    platform: String,
+    started: String,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+/// Creates or reopens the campaign directory; returns the rows already recorded.
+fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
+    let out = &opts.out;
+    let file = out.join(CAMPAIGN_FILE);
+    let meta_path = out.join("campaign.json");
+    if file.is_file() {
+        if !opts.resume {
+            return Err(Error::Config(format!(
+                "{} already holds a campaign: pass --resume to continue it, or choose another --out",
+                out.display()
+            )));
+        }
+        let old = std::fs::read_to_string(&file).map_err(io(&file))?;
+        if old != campaign.text {
+            return Err(Error::Config(format!(
+                "{} was started with a different campaign (settings, grid or overrides differ); resume it with the same file and --set options, or choose another --out",
+                out.display()
+            )));
+        }
+        if let Ok(meta) = crate::read_json::<Meta>(&meta_path)
+            && meta.platform != opts.platform
+        {
+            return Err(Error::Config(format!(
+                "{} was run on {}, not {}: its bases and golden runs would not match",
+                out.display(),
+                meta.platform,
+                opts.platform
+            )));
+        }
+    } else {
+        std::fs::create_dir_all(out).map_err(io(out))?;
+        resilab_runner::write_atomic(&file, campaign.text.as_bytes())?;
+        let meta = Meta { platform: opts.platform.clone(), started: resilab_runner::utc_stamp() };
+        resilab_runner::write_atomic(&meta_path, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::Config(e.to_string()))?)?;
+    }
+    // Leftovers of runs and bases cut short.
+    let tmp = out.join("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    for root in [out.join("bases"), out.join("golden")] {
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    std::fs::create_dir_all(out.join("logs")).map_err(io(out))?;
+    let rows = read_rows(&out.join(RUNS_JSONL), true)?;
+    write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), &rows)?;
+    Ok(rows)
+}
+
+/// Whether the base (or golden run) of `spec` is ready in `out`.
+fn base_ready(campaign: &Campaign, out: &Path, spec: &crate::RunSpec, platform: &str) -> bool {
+    match campaign.settings.kind {
+        Kind::Train => out.join("golden").join(resilab_runner::golden::key(&spec.config, platform)).join("summary.json").is_file(),
+        _ => base_dir(out, &spec.base_key).join("golden.json").is_file(),
+    }
+}
+
+struct Slot {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    generation: u64,
+    ready: bool,
+    busy: Option<(Job, Instant)>,
+}
+
+enum Msg {
+    Line(usize, u64, String),
+    Exit(usize, u64),
+}
+
+struct Pool {
+    slots: Vec<Option<Slot>>,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+    worker: Vec<OsString>,
+    out: PathBuf,
+    next_generation: u64,
+}
+
+impl Pool {
+    fn new(n: usize, worker: &[OsString], out: &Path) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Self { slots: (0..n).map(|_| None).collect(), tx, rx, worker: worker.to_vec(), out: out.to_path_buf(), next_generation: 0 }
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.out.join("logs").join(format!("worker-{i}.log"))
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<()> {
+        let (program, args) = self.worker.split_first().ok_or_else(|| Error::Config("no worker command".into()))?;
+        let log_path = self.log_path(i);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(io(&log_path))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .arg("--dir")
+            .arg(&self.out)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| Error::Config(format!("could not start a worker process ({}): {e}", Path::new(program).display())))?;
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let stdout = child.stdout.take().ok_or_else(|| Error::Config("worker without stdout".into()))?;
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(Msg::Line(i, generation, line)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Msg::Exit(i, generation));
+        });
+        let stdin = child.stdin.take();
+        self.slots[i] = Some(Slot { child, stdin, generation, ready: false, busy: None });
+        Ok(())
+    }
+
+    /// Kills slot `i`'s process (if any) and returns the job it held.
+    fn kill(&mut self, i: usize) -> Option<(Job, Instant)> {
+        let mut slot = self.slots[i].take()?;
+        let _ = slot.child.kill();
+        let _ = slot.child.wait();
+        slot.busy
+    }
+
+    fn send(&mut self, i: usize, job: Job) -> bool {
+        let Some(slot) = self.slots[i].as_mut() else { return false };
+        let Some(stdin) = slot.stdin.as_mut() else { return false };
+        let line = serde_json::to_string(&job).unwrap_or_default();
+        let ok = writeln!(stdin, "{line}").and_then(|()| stdin.flush()).is_ok();
+        slot.busy = Some((job, Instant::now()));
+        ok
+    }
+
+    fn shutdown(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            s.stdin = None;
+        }
+        for s in self.slots.iter_mut().flatten() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if matches!(s.child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+    }
+}
+
+fn exit_description(child: &mut Child) -> String {
+    match child.wait() {
+        Ok(status) => match status.code() {
+            Some(c) => format!("exit status {c}"),
+            None => {
+                #[cfg(unix)]
+                {
+                    use std::os::unix::process::ExitStatusExt;
+                    status.signal().map_or("killed".into(), |s| format!("signal {s}"))
+                }
+                #[cfg(not(unix))]
+                {
+                    "killed".to_string()
+                }
+            }
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+fn last_log_line(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Runs `jobs` through the pool; `finish` gets each reply (synthesised for crashes and
+/// timeouts). Returns when every job has an answer.
+fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mut finish: impl FnMut(Reply) -> Result<()>) -> Result<()> {
+    let mut queue: VecDeque<Job> = jobs.into();
+    let mut outstanding = queue.len();
+    let n = pool.slots.len();
+    while outstanding > 0 {
+        for i in 0..n {
+            if queue.is_empty() {
+                break;
+            }
+            if pool.slots[i].is_none() {
+                pool.spawn(i)?;
+            }
+            if pool.slots[i].as_ref().is_some_and(|s| s.busy.is_none())
+                && let Some(job) = queue.pop_front()
+            {
+                // A failed write means the process is gone; its exit message follows.
+                pool.send(i, job);
+            }
+        }
+        let now = Instant::now();
+        let next_deadline = pool
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|s| s.busy.map(|(j, t)| (t + timeout(&j)).saturating_duration_since(now)))
+            .min()
+            .unwrap_or(Duration::from_millis(500));
+        match pool.rx.recv_timeout(next_deadline.min(Duration::from_millis(500))) {
+            Ok(Msg::Line(i, g, line)) => {
+                let Some(slot) = pool.slots[i].as_mut().filter(|s| s.generation == g) else { continue };
+                if line == READY_LINE {
+                    slot.ready = true;
+                } else if let Some(json) = line.strip_prefix(REPLY_PREFIX) {
+                    let reply: Reply = serde_json::from_str(json).map_err(|e| Error::Config(format!("worker {i} sent a bad reply ({e}): {json}")))?;
+                    if slot.busy.is_some_and(|(j, _)| j == reply.job) {
+                        slot.busy = None;
+                        outstanding -= 1;
+                        finish(reply)?;
+                    }
+                }
+            }
+            Ok(Msg::Exit(i, g)) => {
+                let Some(slot) = pool.slots[i].as_mut().filter(|s| s.generation == g) else { continue };
+                let was_ready = slot.ready;
+                let how = exit_description(&mut slot.child);
+                let job = pool.kill(i);
+                let log = pool.log_path(i);
+                if !was_ready {
+                    return Err(Error::Config(format!(
+                        "a worker process failed to start ({how}): {} (see {})",
+                        last_log_line(&log),
+                        log.display()
+                    )));
+                }
+                if let Some((job, _)) = job {
+                    outstanding -= 1;
+                    let message = format!("worker process died ({how}) during the run; see {}: {}", log.display(), last_log_line(&log));
+                    finish(Reply { job, status: Status::Crashed, message: Some(message), metrics: Metrics::default() })?;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Config("worker channel closed".into())),
+        }
+        let now = Instant::now();
+        for i in 0..n {
+            let expired = pool.slots[i].as_ref().and_then(|s| s.busy).filter(|(j, t)| now.duration_since(*t) > timeout(j));
+            if let Some((job, _)) = expired {
+                pool.kill(i);
+                outstanding -= 1;
+                let message = format!("killed after {:.0} s (timeout)", timeout(&job).as_secs_f64());
+                finish(Reply { job, status: Status::Timeout, message: Some(message), metrics: Metrics::default() })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Carries out the campaign (or this shard of it) in `opts.out`.
+pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
+    let start = Instant::now();
+    if opts.jobs == 0 {
+        return Err(Error::Config("--jobs must be at least 1".into()));
+    }
+    if let Some((i, n)) = opts.shard
+        && (n == 0 || i >= n)
+    {
+        return Err(Error::Config(format!("--shard {i}/{n}: expected I/N with 0 <= I < N")));
+    }
+    let recorded = prepare_dir(campaign, opts)?;
+    let done: HashSet<String> = recorded.iter().map(|r| r.id.clone()).collect();
+    let in_shard = |i: u64| opts.shard.is_none_or(|(s, n)| i % n == s);
+    let mut todo = Vec::new();
+    let mut outcome = Outcome::default();
+    for i in (0..campaign.len()).filter(|&i| in_shard(i)) {
+        outcome.total += 1;
+        let spec = campaign.run(i)?;
+        if done.contains(&spec.id) {
+            outcome.skipped += 1;
+        } else {
+            todo.push(spec);
+        }
+    }
+    let mut preps: Vec<Job> = Vec::new();
+    let mut seen = HashSet::new();
+    for s in &todo {
+        if seen.insert(s.base_key.clone()) && !base_ready(campaign, &opts.out, s, &opts.platform) {
+            preps.push(Job::Prep { index: s.index });
+        }
+    }
+    let timeout = Duration::from_secs_f64(opts.timeout_s.unwrap_or(campaign.settings.timeout_s));
+    let timeout_of = |j: &Job| match j {
+        Job::Prep { .. } => timeout * 10,
+        Job::Run { .. } => timeout,
+    };
+    let mut pool = Pool::new(opts.jobs.min(todo.len().max(1)), &opts.worker, &opts.out);
+    let bar = if opts.progress { ProgressBar::new(todo.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs ({per_sec}, eta {eta}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let specs: HashMap<u64, crate::RunSpec> = todo.iter().map(|s| (s.index, s.clone())).collect();
+    let mut base_failures: HashMap<String, String> = HashMap::new();
+    if !preps.is_empty() {
+        bar.set_message(format!("training {} base run(s)", preps.len()));
+        let result = drive(&mut pool, preps, timeout_of, |reply| {
+            if reply.status != Status::Ok
+                && let Job::Prep { index } = reply.job
+                && let Some(s) = specs.get(&index)
+            {
+                let what = if campaign.settings.kind == Kind::Train { "golden run" } else { "base run" };
+                base_failures.insert(s.base_key.clone(), format!("{what} {}: {}", reply.status.name(), reply.message.unwrap_or_default()));
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            pool.shutdown();
+            return Err(e);
+        }
+    }
+    bar.set_message("");
+    let mut appender = Appender::open(&opts.out, campaign.axis_keys())?;
+    let mut record = |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {
+        let row = Row {
+            id: spec.id.clone(),
+            index: spec.index,
+            coords: spec.coords.iter().cloned().collect(),
+            seed: spec.seed,
+            rep: spec.rep,
+            status,
+            message,
+            metrics,
+        };
+        appender.append(&row)?;
+        outcome.done += 1;
+        if status != Status::Ok {
+            outcome.failed += 1;
+            bar.set_message(format!("{} not ok", outcome.failed));
+        }
+        *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
+        bar.inc(1);
+        Ok(())
+    };
+    let mut runs = Vec::new();
+    for s in &todo {
+        match base_failures.get(&s.base_key) {
+            Some(m) => record(s, Status::BaseFailed, Some(m.clone()), Metrics::default(), &mut outcome)?,
+            None => runs.push(Job::Run { index: s.index }),
+        }
+    }
+    let result = drive(&mut pool, runs, timeout_of, |reply| {
+        let Job::Run { index } = reply.job else { return Ok(()) };
+        let Some(spec) = specs.get(&index) else { return Ok(()) };
+        record(spec, reply.status, reply.message, reply.metrics, &mut outcome)
+    });
+    pool.shutdown();
+    result?;
+    bar.finish();
+    outcome.wall_s = start.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+/// A dry run's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Estimate {
+    /// Runs in this shard.
+    pub runs: u64,
+    /// Of those, still to do.
+    pub todo: u64,
+    /// Base (or golden) runs to train first.
+    pub bases: u64,
+    /// Measured seconds per training step, per distinct model set-up (label, seconds).
+    pub step_s: Vec<(String, f64)>,
+    /// Measured seconds per evaluation, per distinct set-up.
+    pub eval_s: Vec<(String, f64)>,
+    /// Estimated seconds for the whole shard with the given worker processes.
+    pub eta_s: f64,
+}
+
+/// Counts the runs and estimates the time from step and evaluation times measured here on
+/// `device` (one warm-up step, then three timed).
+pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs: usize, platform: &str, device: &Device) -> Result<Estimate> {
+    let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
+    let in_shard = |i: u64| shard.is_none_or(|(s, n)| n > 0 && i % n == s);
+    let (mut runs, mut todo) = (0u64, Vec::new());
+    for i in (0..campaign.len()).filter(|&i| in_shard(i)) {
+        runs += 1;
+        let s = campaign.run(i)?;
+        if !done.contains(&s.id) {
+            todo.push(s);
+        }
+    }
+    let mut timing: HashMap<String, (String, f64, f64)> = HashMap::new();
+    let mut bases = HashSet::new();
+    let (mut total, s) = (0.0f64, &campaign.settings);
+    for spec in &todo {
+        let c = &spec.config;
+        let setup = format!("{}|{}|{}|{}", toml::to_string(&c.model).unwrap_or_default(), toml::to_string(&c.data).unwrap_or_default(), toml::to_string(&c.parallel).unwrap_or_default(), c.train.batch_size);
+        if !timing.contains_key(&setup) {
+            let split = std::sync::Arc::new(resilab_data::load(&c.data).map_err(resilab_runner::Error::from)?);
+            let mut trainer = resilab_runner::build_trainer(c, split, device)?;
+            trainer.step().map_err(resilab_runner::Error::from)?;
+            let t = Instant::now();
+            for _ in 0..3 {
+                trainer.step().map_err(resilab_runner::Error::from)?;
+            }
+            let step = t.elapsed().as_secs_f64() / 3.0;
+            let t = Instant::now();
+            trainer.evaluate();
+            let eval = t.elapsed().as_secs_f64();
+            let label = format!("{} ({})", c.model.label(), c.parallel.describe());
+            timing.insert(setup.clone(), (label, step, eval));
+        }
+        let (_, step, eval) = timing[&setup];
+        let steps_per_epoch = (c.data.train_size.unwrap_or(0) / c.train.batch_size.max(1)).max(1) as f64;
+        let run = match s.kind {
+            Kind::Restart => s.steps.unwrap_or(0) as f64 * step + eval,
+            Kind::Eval => eval,
+            Kind::Train => {
+                let steps = c.train.steps.map_or(c.train.epochs as f64 * steps_per_epoch, |n| n as f64);
+                steps * step + eval * (c.train.epochs.max(1) as f64)
+            }
+        };
+        total += run;
+        if bases.insert(spec.base_key.clone()) && !base_ready(campaign, out, spec, platform) {
+            total += match s.kind {
+                Kind::Train => run,
+                _ => (s.base_steps.unwrap_or(0) + s.steps.unwrap_or(0)) as f64 * step + eval,
+            };
+        }
+    }
+    let mut v: Vec<(String, f64, f64)> = timing.into_values().collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    let preps = todo.iter().map(|s| s.base_key.clone()).collect::<HashSet<_>>().into_iter().filter(|k| {
+        todo.iter().find(|s| &s.base_key == k).is_some_and(|s| !base_ready(campaign, out, s, platform))
+    });
+    Ok(Estimate {
+        runs,
+        todo: todo.len() as u64,
+        bases: preps.count() as u64,
+        step_s: v.iter().map(|(l, s, _)| (l.clone(), *s)).collect(),
+        eval_s: v.iter().map(|(l, _, e)| (l.clone(), *e)).collect(),
+        eta_s: total / jobs.max(1) as f64,
+    })
+}
+
+/// Merges the records of campaign directories (shards) into `out`: the campaigns must be the
+/// same; rows are deduplicated by run id (the first kept) and sorted by grid index. Returns
+/// the rows written.
+pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
+    let Some(first) = parts.first() else { return Err(Error::Config("merge: name at least one campaign directory".into())) };
+    let text_of = |d: &Path| {
+        let p = d.join(CAMPAIGN_FILE);
+        std::fs::read_to_string(&p).map_err(|source| Error::Io { path: p, source })
+    };
+    let text = text_of(first)?;
+    let campaign = Campaign::parse(&text, &[], &first.join(CAMPAIGN_FILE).display().to_string())?;
+    let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+    let mut platform: Option<Vec<u8>> = None;
+    for d in parts {
+        if text_of(d)? != text {
+            return Err(Error::Config(format!("{} holds a different campaign from {}", d.display(), first.display())));
+        }
+        let meta = d.join("campaign.json");
+        if let Ok(m) = std::fs::read(&meta) {
+            platform.get_or_insert(m);
+        }
+        for r in read_rows(&d.join(RUNS_JSONL), false)? {
+            rows.entry(r.index).or_insert(r);
+        }
+    }
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    resilab_runner::write_atomic(&out.join(CAMPAIGN_FILE), text.as_bytes())?;
+    if let Some(m) = platform {
+        resilab_runner::write_atomic(&out.join("campaign.json"), &m)?;
+    }
+    let rows: Vec<Row> = rows.into_values().collect();
+    let mut jsonl = Vec::new();
+    for r in &rows {
+        jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
+        jsonl.push(b'\n');
+    }
+    resilab_runner::write_atomic(&out.join(RUNS_JSONL), &jsonl)?;
+    write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), &rows)?;
+    Ok(rows.len())
+}

@@ -1,0 +1,174 @@
+//! Fault-injection campaigns: a grid of runs (models x strategies x fault settings x workers
+//! hit x seeds x repetitions) carried out by worker processes, one row per finished run in
+//! `runs.jsonl` and `runs.csv`.
+//!
+//! A campaign directory holds `campaign.toml` (the campaign as run, overrides applied),
+//! `campaign.json` (platform and start time), `runs.jsonl` (the record: one JSON object per
+//! finished run, appended and flushed as each run ends), `runs.csv` (the same rows, for
+//! spreadsheets), `bases/` (base checkpoints and their fault-free continuations), `golden/`
+//! (golden runs of `train` campaigns), `runs/` (each `train` run's files) and `logs/` (each
+//! worker process's standard error).
+
+mod exec;
+mod spec;
+mod store;
+mod work;
+
+pub use exec::{Estimate, Options, Outcome, estimate, execute, merge};
+pub use spec::{Axis, Campaign, Kind, RunSpec, SelfTest, Settings};
+pub use store::{Row, read_rows, write_csv};
+pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, read_json};
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The campaign as run, in its directory.
+pub const CAMPAIGN_FILE: &str = "campaign.toml";
+/// The record of finished runs.
+pub const RUNS_JSONL: &str = "runs.jsonl";
+/// The same rows as CSV.
+pub const RUNS_CSV: &str = "runs.csv";
+/// What a worker prints once it is ready for jobs.
+pub const READY_LINE: &str = "@resilab-ready";
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Finished; its metrics are valid.
+    Ok,
+    /// Failed with an error (message recorded).
+    Error,
+    /// An altered checkpoint could not be read (structurally corrupt).
+    CorruptFile,
+    /// Panicked inside the worker.
+    Panicked,
+    /// The worker process died during the run.
+    Crashed,
+    /// Took longer than the timeout and was killed.
+    Timeout,
+    /// Its base (or golden) run failed, so it did not run.
+    BaseFailed,
+}
+
+impl Status {
+    /// The spelling in `runs.csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::CorruptFile => "corrupt_file",
+            Status::Panicked => "panicked",
+            Status::Crashed => "crashed",
+            Status::Timeout => "timeout",
+            Status::BaseFailed => "base_failed",
+        }
+    }
+}
+
+/// What one run measured. Empty fields do not apply to the run's kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Recovery strategy (`train` runs).
+    pub strategy: Option<String>,
+    /// Training steps after the restart (`restart` runs; fewer when the weights collapsed).
+    pub steps: Option<u64>,
+    /// Final test accuracy in `[0, 1]`.
+    pub final_acc: Option<f64>,
+    /// Final test loss.
+    pub final_loss: Option<f64>,
+    /// The golden (fault-free) run's final test accuracy.
+    pub golden_acc: Option<f64>,
+    /// `golden_acc - final_acc`.
+    pub acc_loss: Option<f64>,
+    /// N-EV: the loss or a parameter was NaN/Inf or extreme at some point after the injection.
+    pub nev: Option<bool>,
+    /// Step (after the restart) at which N-EV was first seen; 0 = right after the injection.
+    pub nev_step: Option<u64>,
+    /// The loss or the weights became NaN/Inf (training collapsed).
+    pub collapsed: Option<bool>,
+    /// Values (or bytes) the injection changed.
+    pub values_corrupted: Option<u64>,
+    /// Of those, values left NaN/Inf/extreme by the injection itself.
+    pub non_finite_or_extreme_injected: Option<u64>,
+    /// Ranks whose checkpoint files were altered, `;`-separated.
+    pub workers_hit: Option<String>,
+    /// Layers (parameter paths) hit, `;`-separated.
+    pub layers: Option<String>,
+    /// Bits flipped (reference numbering, 0 = sign), `;`-separated, at most 64.
+    pub bits: Option<String>,
+    /// Faults that struck (`train` runs).
+    pub faults: Option<u64>,
+    /// Detections (`train` runs).
+    pub detections: Option<u64>,
+    /// Mean steps from a fault to its detection (`train` runs).
+    pub detection_latency: Option<f64>,
+    /// Completed steps thrown away by restarts.
+    pub steps_lost: Option<u64>,
+    /// Steps computed again (redone plus lost).
+    pub steps_recomputed: Option<u64>,
+    /// Seconds the run took in its worker.
+    pub wall_s: Option<f64>,
+    /// Seconds of the golden run (or the fault-free continuation).
+    pub golden_wall_s: Option<f64>,
+    /// `(wall_s - golden_wall_s) / golden_wall_s`.
+    pub time_overhead: Option<f64>,
+    /// XXH3-64 digest of the final parameters.
+    pub digest: Option<String>,
+}
+
+/// Metric columns of `runs.csv`, in order.
+pub const METRIC_COLUMNS: &[&str] = &[
+    "strategy",
+    "steps",
+    "final_acc",
+    "final_loss",
+    "golden_acc",
+    "acc_loss",
+    "nev",
+    "nev_step",
+    "collapsed",
+    "values_corrupted",
+    "non_finite_or_extreme_injected",
+    "workers_hit",
+    "layers",
+    "bits",
+    "faults",
+    "detections",
+    "detection_latency",
+    "steps_lost",
+    "steps_recomputed",
+    "wall_s",
+    "golden_wall_s",
+    "time_overhead",
+    "digest",
+];
+
+/// Errors of campaigns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad campaign file, option or state of the campaign directory.
+    #[error("{0}")]
+    Config(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An altered checkpoint could not be read.
+    #[error("{0}")]
+    CorruptFile(String),
+    /// A run failed.
+    #[error(transparent)]
+    Runner(#[from] resilab_runner::Error),
+    /// A checkpoint failed.
+    #[error(transparent)]
+    Checkpoint(#[from] resilab_checkpoint::Error),
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;

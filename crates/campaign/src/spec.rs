@@ -1,0 +1,496 @@
+//! The campaign file: settings, the base run configuration, the injection keys and the grid,
+//! and the runs it expands to. Run `i` is computed from `i` alone (mixed-radix decoding), so
+//! every process agrees on what run `i` is without listing the grid.
+
+use std::path::Path;
+
+use resilab_runner::RunConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// What one run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The published method: alter a copy of the base checkpoint, restart training from it for
+    /// `steps` steps, evaluate. The base checkpoint and the fault-free continuation (the golden
+    /// run) are trained once per base configuration and reused.
+    Restart,
+    /// Alter a copy of the base checkpoint and evaluate it, without training.
+    Eval,
+    /// A whole training run with its `[[fault]]` entries and recovery strategy, compared with
+    /// its golden run (computed once per configuration).
+    Train,
+}
+
+impl Kind {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Restart => "restart",
+            Kind::Eval => "eval",
+            Kind::Train => "train",
+        }
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+fn default_seeds() -> Vec<u64> {
+    vec![42]
+}
+fn default_timeout() -> f64 {
+    600.0
+}
+fn default_threshold() -> f64 {
+    1e10
+}
+fn default_tolerance() -> f64 {
+    0.5
+}
+
+/// The `[campaign]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Name (default: the file's stem).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What a run does: `restart`, `eval` or `train`.
+    pub kind: Kind,
+    /// Training seeds: each is a separate base (and golden) run.
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    /// Runs per grid cell and seed, each with its own fault draw.
+    #[serde(default = "one")]
+    pub repetitions: u64,
+    /// Mixed into every run's fault seed: change it to draw other faults over the same grid.
+    #[serde(default = "one")]
+    pub fault_seed: u64,
+    /// `restart` and `eval`: steps trained before the base checkpoint is written.
+    #[serde(default)]
+    pub base_steps: Option<u64>,
+    /// `restart`: steps trained after restarting from the altered checkpoint.
+    #[serde(default)]
+    pub steps: Option<u64>,
+    /// Seconds a run may take before it is killed and recorded as `timeout`.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+    /// Magnitude above which a parameter counts as an extreme value (N-EV).
+    #[serde(default = "default_threshold")]
+    pub extreme_threshold: f64,
+    /// RWC: final accuracy within this many points of the golden run's.
+    #[serde(default = "default_tolerance")]
+    pub rwc_tolerance_points: f64,
+}
+
+/// A run's deliberate misbehaviour, for testing the campaign machinery and a site's timeout
+/// settings (grid key `self_test`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SelfTest {
+    /// Behave.
+    None,
+    /// Panic inside the run.
+    Panic,
+    /// Never finish.
+    Hang,
+    /// Abort the worker process.
+    Abort,
+}
+
+/// One grid axis: a key and its options, each with a label for tables and file names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    /// The key: a run-configuration key (`model`, `recovery.strategy`, `fault.0.target`), an
+    /// injection key (`inject.injection_tries`), `inject` (tables of injection keys set
+    /// together), `workers_hit` or `self_test`.
+    pub key: String,
+    /// `(label, value)` per option.
+    pub options: Vec<(String, toml::Value)>,
+}
+
+/// A parsed, checked campaign file.
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    /// `[campaign]`.
+    pub settings: Settings,
+    /// `[base]`: the run configuration every run starts from.
+    pub base: toml::Table,
+    /// `[inject]`: the injector's keys for `restart` and `eval` runs.
+    pub inject: toml::Table,
+    /// `[grid]`, in key order.
+    pub axes: Vec<Axis>,
+    /// The file's text with `--set` overrides applied, as written to the campaign directory.
+    pub text: String,
+}
+
+/// Everything one run needs.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Position in the grid (0-based).
+    pub index: u64,
+    /// Stable id: a hash of the coordinates, the seed and the repetition.
+    pub id: String,
+    /// `(axis key, option label)` per axis.
+    pub coords: Vec<(String, String)>,
+    /// Training seed.
+    pub seed: u64,
+    /// Repetition (0-based).
+    pub rep: u64,
+    /// Seed of this run's fault draws.
+    pub fault_seed: u64,
+    /// The resolved run configuration.
+    pub config: RunConfig,
+    /// The injection keys (`restart`, `eval`).
+    pub inject: toml::Table,
+    /// Workers (data-parallel replicas or stages) whose checkpoint files are altered.
+    pub workers_hit: usize,
+    /// Deliberate misbehaviour (tests).
+    pub self_test: SelfTest,
+    /// Key of the base run this run starts from (`restart`, `eval`) or of its golden run (`train`).
+    pub base_key: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    campaign: Settings,
+    base: toml::Table,
+    #[serde(default)]
+    inject: toml::Table,
+    #[serde(default)]
+    grid: toml::Table,
+}
+
+fn label(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn hash(text: &str) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+impl Campaign {
+    /// Reads a campaign file, applies `overrides` (`key=value`, e.g. `campaign.repetitions=250`
+    /// or `grid.inject.injection_tries=[1, 10]`) and checks every run of the grid.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let mut c = Self::parse(&text, overrides, &path.display().to_string())?;
+        if c.settings.name.is_none() {
+            c.settings.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+            c.text = toml::to_string(&c.to_table()).map_err(|e| Error::Config(e.to_string()))?;
+        }
+        Ok(c)
+    }
+
+    /// Parses campaign text; `origin` names it in errors.
+    pub fn parse(text: &str, overrides: &[String], origin: &str) -> Result<Self> {
+        let bad = |m: String| Error::Config(format!("{origin}: {m}"));
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+        for o in overrides {
+            resilab_runner::apply_override(&mut table, o).map_err(|e| bad(e.to_string()))?;
+        }
+        let file: File = toml::Table::try_into(table).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+        let mut axes = Vec::new();
+        for (key, v) in &file.grid {
+            let options: Vec<(String, toml::Value)> = match v {
+                toml::Value::Array(a) => a.iter().map(|x| (label(x), x.clone())).collect(),
+                toml::Value::Table(t) => t.iter().map(|(k, x)| (k.clone(), x.clone())).collect(),
+                _ => return Err(bad(format!("grid.{key}: expected a list of values or a table of named options"))),
+            };
+            if options.is_empty() {
+                return Err(bad(format!("grid.{key}: no options")));
+            }
+            axes.push(Axis { key: key.clone(), options });
+        }
+        let s = &file.campaign;
+        if s.seeds.is_empty() {
+            return Err(bad("campaign.seeds: give at least one seed".into()));
+        }
+        if s.repetitions == 0 {
+            return Err(bad("campaign.repetitions: must be at least 1".into()));
+        }
+        if !(s.timeout_s > 0.0) {
+            return Err(bad("campaign.timeout_s: must be positive".into()));
+        }
+        match s.kind {
+            Kind::Restart | Kind::Eval => {
+                if s.base_steps.is_none_or(|n| n == 0) {
+                    return Err(bad(format!("campaign.base_steps: a `{}` campaign needs the steps trained before the checkpoint (at least 1)", s.kind.name())));
+                }
+                if s.kind == Kind::Restart && s.steps.is_none_or(|n| n == 0) {
+                    return Err(bad("campaign.steps: a `restart` campaign needs the steps trained after the restart (at least 1)".into()));
+                }
+                if file.inject.is_empty() && !axes.iter().any(|a| a.key.starts_with("inject")) {
+                    return Err(bad(format!("[inject]: a `{}` campaign needs the injector's keys (injection_tries, first_bit, ...)", s.kind.name())));
+                }
+            }
+            Kind::Train => {
+                if let Some(a) = axes.iter().find(|a| a.key.starts_with("inject.") || a.key == "inject" || a.key == "workers_hit") {
+                    return Err(bad(format!("grid.{}: only `restart` and `eval` campaigns alter checkpoints; a `train` campaign's faults are its [[fault]] entries", a.key)));
+                }
+            }
+        }
+        let c = Campaign { settings: file.campaign, base: file.base, inject: file.inject, axes, text: String::new() };
+        let mut c = Campaign { text: toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?, ..c };
+        c.check(origin)?;
+        c.text = toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?;
+        Ok(c)
+    }
+
+    fn to_table(&self) -> toml::Table {
+        let mut t = toml::Table::new();
+        if let Ok(toml::Value::Table(s)) = toml::Value::try_from(&self.settings) {
+            t.insert("campaign".into(), toml::Value::Table(s));
+        }
+        t.insert("base".into(), toml::Value::Table(self.base.clone()));
+        t.insert("inject".into(), toml::Value::Table(self.inject.clone()));
+        let mut grid = toml::Table::new();
+        for a in &self.axes {
+            let named = a.options.iter().any(|(l, v)| *l != label(v));
+            let v = if named {
+                toml::Value::Table(a.options.iter().cloned().collect())
+            } else {
+                toml::Value::Array(a.options.iter().map(|(_, v)| v.clone()).collect())
+            };
+            grid.insert(a.key.clone(), v);
+        }
+        t.insert("grid".into(), toml::Value::Table(grid));
+        t
+    }
+
+    /// Resolves every distinct option once, so a bad key or value is reported before any run.
+    fn check(&self, origin: &str) -> Result<()> {
+        // Each option of each axis with the others at their first option.
+        let mut probes = vec![vec![0usize; self.axes.len()]];
+        for (i, a) in self.axes.iter().enumerate() {
+            for j in 1..a.options.len() {
+                let mut p = vec![0usize; self.axes.len()];
+                p[i] = j;
+                probes.push(p);
+            }
+        }
+        for p in probes {
+            self.resolve(&p, self.settings.seeds[0], 0).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The campaign's name.
+    pub fn name(&self) -> String {
+        self.settings.name.clone().unwrap_or_else(|| "campaign".into())
+    }
+
+    /// Runs in the whole grid.
+    pub fn len(&self) -> u64 {
+        self.axes.iter().map(|a| a.options.len() as u64).product::<u64>() * self.settings.seeds.len() as u64 * self.settings.repetitions
+    }
+
+    /// Whether the grid is empty (never, once parsed).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The grid's column names: the axes' keys.
+    pub fn axis_keys(&self) -> Vec<String> {
+        self.axes.iter().map(|a| a.key.clone()).collect()
+    }
+
+    /// Run `index`. Repetitions vary slowest, then seeds, then the axes in key order (the last
+    /// fastest), so a partly finished campaign has every cell with similar counts.
+    pub fn run(&self, index: u64) -> Result<RunSpec> {
+        if index >= self.len() {
+            return Err(Error::Config(format!("run {index} is beyond the grid's {} runs", self.len())));
+        }
+        let mut rest = index;
+        let mut choice = vec![0usize; self.axes.len()];
+        for (i, a) in self.axes.iter().enumerate().rev() {
+            let n = a.options.len() as u64;
+            choice[i] = (rest % n) as usize;
+            rest /= n;
+        }
+        let seeds = self.settings.seeds.len() as u64;
+        let seed = self.settings.seeds[(rest % seeds) as usize];
+        let rep = rest / seeds;
+        let mut spec = self.resolve(&choice, seed, rep).map_err(Error::Config)?;
+        spec.index = index;
+        Ok(spec)
+    }
+
+    fn resolve(&self, choice: &[usize], seed: u64, rep: u64) -> std::result::Result<RunSpec, String> {
+        let mut table = self.base.clone();
+        let mut inject = self.inject.clone();
+        let mut workers_hit = 1usize;
+        let mut self_test = SelfTest::None;
+        let mut coords = Vec::new();
+        for (a, &j) in self.axes.iter().zip(choice) {
+            let (lab, v) = &a.options[j];
+            coords.push((a.key.clone(), lab.clone()));
+            let bad = |m: String| format!("grid.{} = {lab}: {m}", a.key);
+            if a.key == "workers_hit" {
+                workers_hit = v.as_integer().and_then(|n| usize::try_from(n).ok()).filter(|&n| n >= 1).ok_or_else(|| bad("expected a whole number of workers, at least 1".into()))?;
+            } else if a.key == "self_test" {
+                self_test = v.clone().try_into().map_err(|_| bad("expected none, panic, hang or abort".into()))?;
+            } else if a.key == "inject" {
+                let toml::Value::Table(t) = v else { return Err(bad("expected a table of injector keys".into())) };
+                inject.extend(t.clone());
+            } else if let Some(k) = a.key.strip_prefix("inject.") {
+                resilab_runner::set_value(&mut inject, k, v.clone()).map_err(bad)?;
+            } else if a.key == "seed" || a.key == "fault_seed" {
+                return Err(bad("seeds are set by campaign.seeds and campaign.fault_seed".into()));
+            } else {
+                resilab_runner::set_value(&mut table, &a.key, v.clone()).map_err(bad)?;
+            }
+        }
+        table.insert("seed".into(), toml::Value::Integer(i64::try_from(seed).map_err(|_| format!("campaign.seeds: {seed} is too large"))?));
+        let s = &self.settings;
+        if s.kind != Kind::Train {
+            let total = s.base_steps.unwrap_or(0) + s.steps.unwrap_or(0);
+            resilab_runner::set_value(&mut table, "train.steps", toml::Value::Integer(total as i64))?;
+        }
+        let text = toml::to_string(&table).map_err(|e| e.to_string())?;
+        let where_ = match coords.is_empty() {
+            true => "[base]".to_string(),
+            false => format!("[base] with {}", coords.iter().map(|(k, l)| format!("{k} = {l}")).collect::<Vec<_>>().join(", ")),
+        };
+        let mut config = RunConfig::from_toml(&text, &[], &where_).map_err(|e| e.to_string())?;
+        config.name = Some(self.name());
+        config.parallel.validate(config.train.batch_size).map_err(|e| format!("{where_}: {e}"))?;
+        config.optimizer.validate().map_err(|e| format!("{where_}: {e}"))?;
+        let (channels, size, classes) = config.data.shape();
+        config
+            .model
+            .validate(resilab_models::InputShape { channels, size }, classes)
+            .map_err(|e| format!("{where_}: {e}"))?;
+        let world = config.parallel.workers.max(config.parallel.stages).max(1);
+        if s.kind != Kind::Train {
+            if workers_hit > world {
+                return Err(format!("{where_}: workers_hit = {workers_hit} but the run has {world} worker(s)"));
+            }
+            let raw: resilab_inject::RawConfig =
+                toml::Table::try_into(inject.clone()).map_err(|e| format!("[inject]: {}", e.to_string().trim_end()))?;
+            raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?;
+        } else {
+            resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
+        }
+        let canonical = format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"));
+        let id = hash(&canonical)[..12].to_string();
+        let fault_seed = xxhash_rust::xxh3::xxh3_64(format!("{}|{canonical}", s.fault_seed).as_bytes());
+        config.fault_seed = if s.kind == Kind::Train { fault_seed } else { config.fault_seed };
+        let base_key = match s.kind {
+            Kind::Train => hash(&resilab_runner::golden::golden_config(&config).to_toml()),
+            _ => hash(&format!("{}\n# base_steps = {:?}\n", config.to_toml(), s.base_steps)),
+        };
+        Ok(RunSpec { index: 0, id, coords, seed, rep, fault_seed, config, inject, workers_hit, self_test, base_key })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const SMALL: &str = r#"
+[campaign]
+kind = "restart"
+seeds = [1, 2]
+repetitions = 3
+base_steps = 2
+steps = 2
+
+[base]
+data = { source = "synthetic", train_size = 64, test_size = 32, image_size = 8 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { batch_size = 16 }
+
+[inject]
+injection_tries = 1
+float_precision = 32
+locations_to_corrupt = ["model"]
+
+[grid]
+"inject.injection_tries" = [1, 10]
+model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
+"#;
+
+    #[test]
+    fn grid_expands_with_stable_distinct_ids() {
+        let c = Campaign::parse(SMALL, &[], "t").unwrap();
+        assert_eq!(c.len(), 2 * 2 * 2 * 3);
+        let runs: Vec<RunSpec> = (0..c.len()).map(|i| c.run(i).unwrap()).collect();
+        let ids: std::collections::HashSet<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids.len(), runs.len());
+        // Repetitions vary slowest, the last axis fastest.
+        assert_eq!(runs[0].coords, vec![("inject.injection_tries".into(), "1".into()), ("model".into(), "resnet".into())]);
+        assert_eq!(runs[1].coords[1].1, "vgg");
+        assert_eq!(runs[1].config.model.label(), c.run(1).unwrap().config.model.label());
+        assert!(runs[1].config.model.label().starts_with("vgg"));
+        assert_eq!((runs[4].seed, runs[4].rep), (2, 0));
+        assert_eq!((runs[8].seed, runs[8].rep), (1, 1));
+        assert_eq!(runs[0].inject["injection_tries"].as_integer(), Some(1));
+        assert_eq!(runs[2].inject["injection_tries"].as_integer(), Some(10));
+        assert_eq!(runs[0].config.train.steps, Some(4));
+        // Same base for both flip counts and every repetition; another for another seed or model.
+        assert_eq!(runs[0].base_key, runs[2].base_key);
+        assert_eq!(runs[0].base_key, runs[8].base_key);
+        assert_ne!(runs[0].base_key, runs[4].base_key);
+        assert_ne!(runs[0].base_key, runs[1].base_key);
+        // Ids do not depend on the grid's other axes or on the order of the file.
+        let more = SMALL.replace("[1, 10]", "[1, 10, 100]");
+        let c2 = Campaign::parse(&more, &[], "t").unwrap();
+        let ids2: std::collections::HashSet<String> = (0..c2.len()).map(|i| c2.run(i).unwrap().id).collect();
+        assert!(ids.iter().all(|i| ids2.contains(*i)));
+    }
+
+    #[test]
+    fn bad_keys_and_values_are_named() {
+        let e = Campaign::parse(&SMALL.replace("arch = \"vgg\"", "arch = \"lenet\""), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("model = vgg") && e.contains("lenet"), "{e}");
+        let e = Campaign::parse(&SMALL.replace("float_precision = 32", "float_precision = 12"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("[inject]") && e.contains("float_precision"), "{e}");
+        let e = Campaign::parse(&SMALL.replace("steps = 2\n\n[base]", "\n[base]"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("campaign.steps"), "{e}");
+        let e = Campaign::parse(&format!("{SMALL}workers_hit = [2]\n"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("workers_hit = 2") && e.contains("1 worker"), "{e}");
+        let e = Campaign::parse(&SMALL.replace("repetitions = 3", "repetitons = 3"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("repetitons"), "{e}");
+        let e = Campaign::parse(SMALL, &["grid.model.vgg.depth=12".into()], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("model = vgg"), "{e}");
+    }
+
+    #[test]
+    fn overrides_resize_the_grid() {
+        let c = Campaign::parse(SMALL, &["campaign.repetitions=250".into(), "grid.\"inject.injection_tries\"=[1, 10, 100, 1000]".into()], "t").unwrap();
+        assert_eq!(c.len(), 4 * 2 * 2 * 250);
+        // The written text parses to the same campaign.
+        let again = Campaign::parse(&c.text, &[], "t").unwrap();
+        assert_eq!(again.text, c.text);
+        assert_eq!(again.run(77).unwrap().id, c.run(77).unwrap().id);
+    }
+
+    #[test]
+    fn every_shipped_preset_parses_at_default_and_paper_size() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/paper");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let c = Campaign::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+                assert!(c.len() > 0);
+                for i in [0, c.len() - 1] {
+                    c.run(i).unwrap_or_else(|e| panic!("{}: run {i}: {e}", path.display()));
+                }
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "only {n} presets in {}", dir.display());
+    }
+}

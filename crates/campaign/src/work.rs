@@ -1,0 +1,422 @@
+//! What a worker process does with one job: prepare a base (train to the checkpoint, then the
+//! fault-free continuation) or carry out one run. Data sets are loaded once per process.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::prelude::*;
+use rand::SeedableRng;
+use rand::seq::index::sample;
+use resilab_checkpoint::{OnMismatch, Probe};
+use resilab_data::Split;
+use resilab_faults::detect::{all_within, weights_finite};
+use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
+use resilab_train::WorkerState;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Campaign, Kind, RunSpec, SelfTest};
+use crate::{Error, Metrics, Result, Status};
+
+/// A job sent to a worker process (one JSON line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum Job {
+    /// Prepare the base (and golden run) of run `index`.
+    Prep {
+        /// A run whose base this is.
+        index: u64,
+    },
+    /// Carry out run `index`.
+    Run {
+        /// The run.
+        index: u64,
+    },
+}
+
+/// A worker's answer (one JSON line, after [`REPLY_PREFIX`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reply {
+    /// The job answered.
+    pub job: Job,
+    /// How it ended.
+    pub status: Status,
+    /// What went wrong, if anything.
+    pub message: Option<String>,
+    /// The run's measurements (runs only).
+    pub metrics: Metrics,
+}
+
+/// Marks a reply line on a worker's standard output (other lines are ignored).
+pub const REPLY_PREFIX: &str = "@resilab-reply ";
+
+/// The fault-free reference of a base: written by the prep job as `golden.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BaseGolden {
+    /// Test accuracy of the fault-free continuation (`restart`) or of the base model (`eval`).
+    pub test_acc: f64,
+    /// Its test loss.
+    pub test_loss: f64,
+    /// Seconds of the fault-free continuation (restart to the end, evaluation included).
+    pub wall_s: f64,
+    /// Seconds to train the base.
+    pub base_s: f64,
+    /// Mean seconds per training step of the base.
+    pub step_s: f64,
+    /// Seconds and bytes of writing the base checkpoint.
+    pub checkpoint_s: f64,
+    /// Bytes of the base checkpoint (all worker files).
+    pub checkpoint_bytes: u64,
+}
+
+/// Where a base lives in the campaign directory.
+pub fn base_dir(dir: &Path, key: &str) -> PathBuf {
+    dir.join("bases").join(key)
+}
+
+/// A worker process's state: the campaign, its directory and the data sets loaded so far.
+pub struct Worker<'a> {
+    campaign: Campaign,
+    dir: PathBuf,
+    device: Device,
+    provenance: Provenance,
+    probe: Probe<'a>,
+    data: HashMap<String, Arc<Split>>,
+}
+
+impl<'a> Worker<'a> {
+    /// A worker for the campaign in `dir` (its `campaign.toml`), training on `device`; `probe`
+    /// checks altered checkpoint files before this process opens them (structurally corrupt
+    /// HDF5 files can crash the library).
+    pub fn new(dir: &Path, device: Device, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
+        let campaign = Campaign::load(&dir.join(crate::CAMPAIGN_FILE), &[])?;
+        Ok(Self { campaign, dir: dir.to_path_buf(), device, provenance, probe, data: HashMap::new() })
+    }
+
+    fn split(&mut self, cfg: &RunConfig) -> Result<Arc<Split>> {
+        let key = toml::to_string(&cfg.data).unwrap_or_default();
+        if let Some(s) = self.data.get(&key) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(resilab_data::load(&cfg.data).map_err(resilab_runner::Error::from)?);
+        self.data.insert(key, s.clone());
+        Ok(s)
+    }
+
+    /// Carries out `job`; panics inside the job are caught and reported.
+    pub fn handle(&mut self, job: Job) -> Reply {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            Job::Prep { index } => self.prep(index).map(|()| Metrics::default()),
+            Job::Run { index } => self.run(index),
+        }));
+        let (status, message, metrics) = match caught {
+            Ok(Ok(m)) => (Status::Ok, None, m),
+            Ok(Err(Error::CorruptFile(m))) => (Status::CorruptFile, Some(m), Metrics::default()),
+            Ok(Err(e)) => (Status::Error, Some(e.to_string()), Metrics::default()),
+            Err(p) => {
+                let m = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into());
+                (Status::Panicked, Some(m), Metrics::default())
+            }
+        };
+        Reply { job, status, message, metrics }
+    }
+
+    fn options(&self, out: PathBuf, golden: Option<PathBuf>) -> RunOptions {
+        RunOptions {
+            out,
+            device: self.device.clone(),
+            provenance: self.provenance.clone(),
+            progress: false,
+            resume: None,
+            probe: Box::new(|_: &Path| Ok(())),
+            golden,
+            record_states: false,
+        }
+    }
+
+    fn platform(&self) -> String {
+        format!("{} / {}", self.provenance.backend, self.provenance.device)
+    }
+
+    /// Prepares run `index`'s base, unless it is there already.
+    pub fn prep(&mut self, index: u64) -> Result<()> {
+        let spec = self.campaign.run(index)?;
+        if self.campaign.settings.kind == Kind::Train {
+            let root = self.dir.join("golden");
+            let platform = self.platform();
+            let opts_for = |dir: &Path| self.options(dir.to_path_buf(), None);
+            let mut opts = None;
+            resilab_runner::golden::ensure(&spec.config, &platform, &root, |g, dir| {
+                let o = opts.insert(opts_for(dir));
+                resilab_runner::train(g, o).map(|_| ())
+            })?;
+            return Ok(());
+        }
+        let dir = base_dir(&self.dir, &spec.base_key);
+        if dir.join("golden.json").is_file() {
+            return Ok(());
+        }
+        let tmp = self.dir.join("bases").join(format!(".{}.{}.tmp", spec.base_key, std::process::id()));
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| Error::Io { path: p, source }
+        };
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        let cfg = spec.config;
+        let split = self.split(&cfg)?;
+        let mut trainer = build_trainer(&cfg, split, &self.device)?;
+        let base_steps = self.campaign.settings.base_steps.unwrap_or(0);
+        let t = Instant::now();
+        while trainer.step < base_steps && !trainer.done() {
+            trainer.step().map_err(resilab_runner::Error::from)?;
+        }
+        let base_s = t.elapsed().as_secs_f64();
+        let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
+        let t = Instant::now();
+        let ckpt = resilab_checkpoint::save(&tmp.join("ckpt"), &trainer.snapshot(), &meta)?;
+        let checkpoint_s = t.elapsed().as_secs_f64();
+        let checkpoint_bytes = std::fs::read_dir(&ckpt).map_err(io(&ckpt))?.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum();
+        let t = Instant::now();
+        if self.campaign.settings.kind == Kind::Restart {
+            while !trainer.done() {
+                trainer.step().map_err(resilab_runner::Error::from)?;
+            }
+        }
+        let e = trainer.evaluate();
+        let golden = BaseGolden {
+            test_acc: e.accuracy,
+            test_loss: e.loss,
+            wall_s: t.elapsed().as_secs_f64(),
+            base_s,
+            step_s: base_s / base_steps.max(1) as f64,
+            checkpoint_s,
+            checkpoint_bytes,
+        };
+        let json = serde_json::to_vec_pretty(&golden).map_err(|e| Error::Config(e.to_string()))?;
+        resilab_runner::write_atomic(&tmp.join("golden.json"), &json)?;
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !dir.join("golden.json").is_file() {
+                return Err(Error::Config(format!("base {}: could not move it into place", dir.display())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out run `index`.
+    pub fn run(&mut self, index: u64) -> Result<Metrics> {
+        let spec = self.campaign.run(index)?;
+        match spec.self_test {
+            SelfTest::None => {}
+            SelfTest::Panic => panic!("self_test = panic (run {})", spec.id),
+            SelfTest::Hang => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            SelfTest::Abort => std::process::abort(),
+        }
+        match self.campaign.settings.kind {
+            Kind::Train => self.run_train(&spec),
+            _ => self.run_altered(&spec),
+        }
+    }
+
+    fn run_train(&mut self, spec: &RunSpec) -> Result<Metrics> {
+        let out = self.dir.join("runs").join(&spec.id);
+        let opts = self.options(out, Some(self.dir.join("golden")));
+        let s = resilab_runner::train(&spec.config, &opts)?;
+        let latencies: Vec<u64> = s.detections.iter().filter_map(|d| d.latency_steps).collect();
+        let nev = s.values_non_finite_or_extreme > 0
+            || s.collapsed
+            || s.detections.iter().any(|d| {
+                matches!(
+                    d.kind,
+                    resilab_recovery::Detection::NonFiniteLoss | resilab_recovery::Detection::NonFiniteGradients | resilab_recovery::Detection::NonFiniteWeights
+                )
+            });
+        Ok(Metrics {
+            final_acc: Some(s.final_test_acc),
+            final_loss: Some(s.final_test_loss),
+            golden_acc: s.golden.as_ref().map(|g| g.final_test_acc),
+            acc_loss: s.acc_loss_vs_golden,
+            nev: Some(nev),
+            collapsed: Some(s.collapsed || s.status == "failed"),
+            values_corrupted: Some(s.values_corrupted as u64),
+            non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
+            faults: Some(s.faults_injected as u64),
+            detections: Some(s.detections.len() as u64),
+            detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
+            steps_lost: Some(s.steps_lost),
+            steps_recomputed: Some(s.steps_recomputed),
+            wall_s: Some(s.wall_s),
+            golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
+            time_overhead: s.time_overhead_vs_golden,
+            digest: Some(s.final_params_digest),
+            strategy: Some(s.strategy),
+            ..Metrics::default()
+        })
+    }
+
+    fn run_altered(&mut self, spec: &RunSpec) -> Result<Metrics> {
+        let t0 = Instant::now();
+        let base = base_dir(&self.dir, &spec.base_key);
+        let golden: BaseGolden = read_json(&base.join("golden.json"))?;
+        let src = resilab_checkpoint::list(&base.join("ckpt"))?
+            .pop()
+            .map(|(_, d)| d)
+            .ok_or_else(|| Error::Config(format!("{}: no checkpoint", base.display())))?;
+        // One scratch directory per attempt (run id and process), so that an attempt still
+        // running in a process the campaign gave up on never shares files with a new one.
+        let work = self.dir.join("tmp").join(format!("{}.{}", spec.id, std::process::id()));
+        let result = self.alter_and_measure(spec, &src, &work);
+        let _ = std::fs::remove_dir_all(&work);
+        let mut m = result?;
+        m.wall_s = Some(t0.elapsed().as_secs_f64());
+        m.golden_acc = Some(golden.test_acc);
+        m.acc_loss = m.final_acc.map(|a| golden.test_acc - a);
+        if self.campaign.settings.kind == Kind::Restart {
+            m.golden_wall_s = Some(golden.wall_s);
+            m.time_overhead = m.wall_s.map(|w| (w - golden.wall_s) / golden.wall_s);
+        }
+        Ok(m)
+    }
+
+    fn alter_and_measure(&mut self, spec: &RunSpec, src: &Path, work: &Path) -> Result<Metrics> {
+        let step_dir = work.join(src.file_name().unwrap_or_default());
+        std::fs::create_dir_all(&step_dir).map_err(|source| Error::Io { path: step_dir.clone(), source })?;
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(src).map_err(|source| Error::Io { path: src.to_path_buf(), source })? {
+            let e = e.map_err(|source| Error::Io { path: src.to_path_buf(), source })?;
+            let to = step_dir.join(e.file_name());
+            std::fs::copy(e.path(), &to).map_err(|source| Error::Io { path: to.clone(), source })?;
+            files.push(to);
+        }
+        files.sort();
+        let world = files.len();
+        // Which workers' files to alter: `workers_hit` distinct ranks drawn from the fault seed.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.fault_seed);
+        let mut hit: Vec<usize> = sample(&mut rng, world, spec.workers_hit.min(world)).into_vec();
+        hit.sort_unstable();
+        let raw: resilab_inject::RawConfig = toml::Table::try_into(spec.inject.clone()).map_err(|e| Error::Config(format!("[inject]: {e}")))?;
+        let inj = raw.validate().map_err(|e| Error::Config(format!("[inject]: {e}")))?;
+        let mut m = Metrics { workers_hit: Some(hit.iter().map(usize::to_string).collect::<Vec<_>>().join(";")), ..Metrics::default() };
+        let (mut corrupted, mut bad_values) = (0u64, 0u64);
+        let mut layers = std::collections::BTreeSet::new();
+        let mut bits = Vec::new();
+        for &r in &hit {
+            let file = step_dir.join(resilab_checkpoint::file_name(r));
+            let seed = spec.fault_seed.wrapping_add(r as u64);
+            let report = resilab_inject::inject_file(&inj, &file, &resilab_inject::Output::InPlace, seed)
+                .map_err(|e| Error::CorruptFile(format!("injecting into {}: {e}", file.display())))?;
+            corrupted += report.summary.corrupted + report.byte_records.len() as u64;
+            bad_values += report.summary.nan + report.summary.inf + report.summary.extreme;
+            for r in report.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
+                layers.insert(layer_of(&r.dataset));
+                if bits.len() < 64 {
+                    bits.extend(r.bits_reference.iter().map(u32::to_string));
+                }
+            }
+            if inj.target == resilab_inject::TargetKind::Bytes {
+                (self.probe)(&file).map_err(|e| Error::CorruptFile(e.to_string()))?;
+            }
+        }
+        m.values_corrupted = Some(corrupted);
+        m.non_finite_or_extreme_injected = Some(bad_values);
+        m.layers = Some(layers.into_iter().collect::<Vec<_>>().join(";"));
+        m.bits = Some(bits.join(";"));
+        let cfg = &spec.config;
+        let split = self.split(cfg)?;
+        let mut trainer = build_trainer(cfg, split.clone(), &self.device)?;
+        let template = trainer.snapshot();
+        let (state, _) = resilab_checkpoint::load(&step_dir, &template, OnMismatch::Load, &|_: &Path| Ok(()))
+            .map_err(|e| Error::CorruptFile(e.to_string()))?;
+        trainer.restore(&state).map_err(|e| Error::CorruptFile(e.to_string()))?;
+        let threshold = self.campaign.settings.extreme_threshold;
+        let (nev_now, nan_now) = host_check(&state.workers, threshold);
+        let mut nev_step = nev_now.then_some(0u64);
+        let mut collapsed = nan_now;
+        let start = trainer.step;
+        if self.campaign.settings.kind == Kind::Restart {
+            while !trainer.done() && !collapsed {
+                let s = trainer.step().map_err(resilab_runner::Error::from)?;
+                let within = trainer.workers.iter().all(|w| {
+                    let mut ts = Vec::new();
+                    resilab_models::for_each_param(&w.net, |_, t| ts.push(t.without_autodiff()));
+                    all_within(ts, threshold)
+                });
+                if !s.loss.is_finite() || !within {
+                    nev_step.get_or_insert(trainer.step - start);
+                }
+                if !s.loss.is_finite() || (!within && trainer.workers.iter().any(|w| !weights_finite(&w.net))) {
+                    collapsed = true;
+                }
+            }
+            m.steps = Some(trainer.step - start);
+            let e = trainer.evaluate();
+            m.final_acc = Some(e.accuracy);
+            m.final_loss = Some(e.loss);
+        } else {
+            let r = hit.first().copied().unwrap_or(0).min(trainer.workers.len() - 1);
+            let net = if trainer.stage_ranges().is_some() { trainer.model() } else { trainer.workers[r].net.clone() };
+            let e = resilab_train::evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
+            m.final_acc = Some(e.accuracy);
+            m.final_loss = Some(e.loss);
+        }
+        m.nev = Some(nev_step.is_some());
+        m.nev_step = nev_step;
+        m.collapsed = Some(collapsed);
+        m.digest = Some(resilab_runner::params_digest(&trainer.model()));
+        Ok(m)
+    }
+}
+
+/// The layer (parameter path without its last component) of a checkpoint dataset path:
+/// `/model/layer1/0/conv1/weight` gives `model/layer1/0/conv1`.
+fn layer_of(dataset: &str) -> String {
+    let d = dataset.trim_start_matches('/');
+    match d.rsplit_once('/') {
+        Some((layer, _)) if d.starts_with("model/") => layer.to_string(),
+        _ => d.to_string(),
+    }
+}
+
+/// Whether any parameter is NaN/Inf/extreme, and whether any is NaN/Inf, on the host.
+fn host_check(workers: &[WorkerState], threshold: f64) -> (bool, bool) {
+    let (mut nev, mut nan) = (false, false);
+    for v in workers.iter().flat_map(|w| w.params.values()).flat_map(|t| &t.values) {
+        if !v.is_finite() {
+            nan = true;
+            nev = true;
+        } else if f64::from(v.abs()) > threshold {
+            nev = true;
+        }
+    }
+    (nev, nan)
+}
+
+/// Reads a JSON file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_are_parameter_paths_without_the_tensor() {
+        assert_eq!(layer_of("/model/layer1/0/conv1/weight"), "model/layer1/0/conv1");
+        assert_eq!(layer_of("/optimizer/fc/weight/momentum_buffer"), "optimizer/fc/weight/momentum_buffer");
+    }
+
+    #[test]
+    fn jobs_are_one_json_line_each() {
+        let j = serde_json::to_string(&Job::Run { index: 7 }).unwrap();
+        assert_eq!(j, r#"{"job":"run","index":7}"#);
+        assert_eq!(serde_json::from_str::<Job>(&j).unwrap(), Job::Run { index: 7 });
+    }
+}
