@@ -1,0 +1,348 @@
+//! Reports of campaigns: per grid cell, the metrics of the soft-error studies (ACC, STD, CV,
+//! NaN, N-EV, RWC, AccR, TF, accuracy loss, time overhead, lost and recomputed steps,
+//! detection latency) with the margin of error of each share, as `cells.csv` and
+//! `report.md`, and plots in PNG and SVG under `plots/`.
+
+pub mod metrics;
+pub mod plots;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use resilab_campaign::{Campaign, Kind, Row, Status};
+
+pub use metrics::{Cell, Class, Share, cells, classify, margin};
+pub use plots::{Bars, LineChart, Plot, Scatter, Series, save};
+
+/// Errors of reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The campaign directory could not be read.
+    #[error(transparent)]
+    Campaign(#[from] resilab_campaign::Error),
+    /// A file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error("plot {0}")]
+    Plot(String),
+    /// Nothing to report.
+    #[error("{0}")]
+    Empty(String),
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What [`report`] wrote.
+#[derive(Clone, Debug, Default)]
+pub struct Written {
+    /// Cells reported.
+    pub cells: usize,
+    /// Runs read.
+    pub runs: usize,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+}
+
+fn write(path: &Path, text: &str) -> Result<PathBuf> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).map_err(|source| Error::Io { path: p.to_path_buf(), source })?;
+    }
+    std::fs::write(path, text).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    Ok(path.to_path_buf())
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    v.filter(|v| v.is_finite()).map_or(String::new(), |v| format!("{v:.digits$}"))
+}
+
+fn label(coords: &BTreeMap<String, String>, skip: &[&str]) -> String {
+    let parts: Vec<String> = coords.iter().filter(|(k, _)| !skip.contains(&k.as_str())).map(|(k, v)| format!("{}={v}", short(k))).collect();
+    if parts.is_empty() { "all".into() } else { parts.join(", ") }
+}
+
+/// An axis key without its `inject.` prefix, for legends and headers.
+fn short(key: &str) -> &str {
+    key.strip_prefix("inject.").unwrap_or(key)
+}
+
+fn share_csv(s: &Share) -> [String; 3] {
+    [s.count.to_string(), f(Some(s.pct), 2), f(Some(s.margin_pct), 2)]
+}
+
+fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut h: Vec<String> = axes.to_vec();
+    h.extend(
+        [
+            "runs", "ok", "not_ok", "acc", "std", "cv", "golden_acc", "nan", "nan_pct", "nan_margin", "nev", "nev_pct", "nev_margin", "rwc", "rwc_pct", "rwc_margin", "accr",
+            "accr_pct", "accr_margin", "tf", "tf_pct", "tf_margin", "worst_margin", "acc_loss", "time_overhead_pct", "steps_lost", "steps_recomputed", "detection_latency",
+            "nev_step",
+        ]
+        .map(String::from),
+    );
+    let _ = w.write_record(&h);
+    for c in cells {
+        let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
+        r.extend([c.runs.to_string(), c.ok.to_string(), c.not_ok.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";")]);
+        r.extend([f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.golden_acc, 3)]);
+        for s in [&c.nan, &c.nev, &c.rwc, &c.accr, &c.tf] {
+            r.extend(share_csv(s));
+        }
+        r.extend([
+            f(Some(c.worst_margin_pct), 2),
+            f(c.acc_loss, 3),
+            f(c.time_overhead_pct, 2),
+            f(c.steps_lost, 2),
+            f(c.steps_recomputed, 2),
+            f(c.detection_latency, 2),
+            f(c.nev_step, 2),
+        ]);
+        let _ = w.write_record(&r);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+fn share_md(s: &Share) -> String {
+    if !s.pct.is_finite() {
+        return String::new();
+    }
+    format!("{} ({:.1} ± {:.1})", s.count, s.pct, s.margin_pct)
+}
+
+fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_status: &BTreeMap<String, u64>) -> String {
+    let s = &c.settings;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Campaign `{}` ({})\n", c.name(), s.kind.name());
+    let statuses: Vec<String> = by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let _ = writeln!(md, "{runs} runs recorded of {} in the grid ({}); seeds {:?}, {} repetition(s) per cell and seed.\n", c.len(), statuses.join(", "), s.seeds, s.repetitions);
+    let _ = writeln!(
+        md,
+        "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC. **NaN**: runs whose loss or weights became NaN/Inf. **N-EV**: runs in which the loss or a parameter was NaN/Inf, or a parameter exceeded {:e} in magnitude, right after the injection or after any training step. Of the rest: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's. Shares read `count (% ± margin)`; the margin is the 95% margin of error of the proportion, 1.96·sqrt(p(1-p)/n) (Leveugle et al. 2009, population of possible faults taken as infinite); the worst case (p = 0.5) is given per cell.\n",
+        s.extreme_threshold, s.rwc_tolerance_points
+    );
+    let cols: Vec<(&str, Box<dyn Fn(&Cell) -> String>)> = vec![
+        ("runs (ok)", Box::new(|c: &Cell| format!("{} ({})", c.runs, c.ok))),
+        ("ACC %", Box::new(|c: &Cell| f(c.acc, 2))),
+        ("STD", Box::new(|c: &Cell| f(c.std, 3))),
+        ("CV", Box::new(|c: &Cell| f(c.cv, 4))),
+        ("golden %", Box::new(|c: &Cell| f(c.golden_acc, 2))),
+        ("NaN", Box::new(|c: &Cell| share_md(&c.nan))),
+        ("N-EV", Box::new(|c: &Cell| share_md(&c.nev))),
+        ("RWC", Box::new(|c: &Cell| share_md(&c.rwc))),
+        ("AccR", Box::new(|c: &Cell| share_md(&c.accr))),
+        ("TF", Box::new(|c: &Cell| share_md(&c.tf))),
+        ("± worst", Box::new(|c: &Cell| f(Some(c.worst_margin_pct), 1))),
+        ("acc loss (pts)", Box::new(|c: &Cell| f(c.acc_loss, 2))),
+        ("time overhead %", Box::new(|c: &Cell| f(c.time_overhead_pct, 1))),
+        ("steps lost", Box::new(|c: &Cell| f(c.steps_lost, 2))),
+        ("recomputed", Box::new(|c: &Cell| f(c.steps_recomputed, 2))),
+        ("detection latency", Box::new(|c: &Cell| f(c.detection_latency, 2))),
+        ("N-EV at step", Box::new(|c: &Cell| f(c.nev_step, 1))),
+        ("not ok", Box::new(|c: &Cell| c.not_ok.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "))),
+    ];
+    // Columns empty in every cell are left out.
+    let cols: Vec<_> = cols.into_iter().filter(|(_, g)| cells.iter().any(|c| !g(c).is_empty())).collect();
+    let mut header: Vec<String> = axes.iter().map(|a| short(a).to_string()).collect();
+    header.extend(cols.iter().map(|(h, _)| h.to_string()));
+    let _ = writeln!(md, "| {} |", header.join(" | "));
+    let _ = writeln!(md, "|{}|", vec!["---"; header.len()].join("|"));
+    for cell in cells {
+        let mut r: Vec<String> = axes.iter().map(|a| cell.coords.get(a).cloned().unwrap_or_default()).collect();
+        r.extend(cols.iter().map(|(_, g)| g(cell)));
+        let _ = writeln!(md, "| {} |", r.join(" | "));
+    }
+    md
+}
+
+/// Parses a cell value as a number for an x axis.
+fn num(s: &str) -> Option<f64> {
+    s.parse().ok()
+}
+
+/// Reads a campaign directory and writes its report into `out`.
+pub fn report(dir: &Path, out: &Path) -> Result<Written> {
+    let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
+    let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
+    let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;
+    let rows = resilab_campaign::read_rows(&dir.join(resilab_campaign::RUNS_JSONL), false)?;
+    if rows.is_empty() {
+        return Err(Error::Empty(format!("{}: no runs recorded yet", dir.join(resilab_campaign::RUNS_JSONL).display())));
+    }
+    let axes = campaign.axis_keys();
+    let mut chance_of: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut precision_of: BTreeMap<u64, String> = BTreeMap::new();
+    for r in &rows {
+        if let Ok(spec) = campaign.run(r.index) {
+            chance_of.insert(r.index, 1.0 / spec.config.data.classes.max(1) as f64);
+            let p = spec.inject.get("float_precision").map_or("32".to_string(), |v| v.to_string().trim_matches('"').replace("auto", "32"));
+            precision_of.insert(r.index, p);
+        }
+    }
+    let tol = campaign.settings.rwc_tolerance_points;
+    let cells = cells(&rows, |r| chance_of.get(&r.index).copied().unwrap_or(0.1), tol);
+    let mut by_status = BTreeMap::new();
+    for r in &rows {
+        *by_status.entry(r.status.name().to_string()).or_insert(0u64) += 1;
+    }
+    let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
+    written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, &cells))?);
+    let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
+    let plots = out.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
+    let mut figures = Vec::new();
+
+    // N-EV vs flips, one line per combination of the other axes.
+    let flips_key = "inject.injection_tries";
+    if axes.iter().any(|a| a == flips_key) {
+        let mut series: BTreeMap<String, Series> = BTreeMap::new();
+        for c in &cells {
+            let Some(x) = c.coords.get(flips_key).and_then(|v| num(v)) else { continue };
+            let l = label(&c.coords, &[flips_key]);
+            let s = series.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() });
+            s.points.push((x, c.nev.pct, Some(c.nev.margin_pct)));
+        }
+        let mut series: Vec<Series> = series.into_values().collect();
+        series.iter_mut().for_each(|s| s.points.sort_by(|a, b| a.0.total_cmp(&b.0)));
+        let chart = LineChart {
+            title: format!("N-EV vs flips ({})", campaign.name()),
+            x_label: "bit flips per checkpoint (log scale)".into(),
+            y_label: "runs with NaN/Inf/extreme values (%)".into(),
+            log_x: true,
+            y_range: Some((-2.0, 102.0)),
+            series,
+        };
+        figures.push(("N-EV vs number of flips (error bars: 95% margin)", save(&chart, &plots.join("nev_vs_flips"))?));
+    }
+
+    // Test accuracy vs step per cell with the golden run (train campaigns).
+    if campaign.settings.kind == Kind::Train {
+        let mut series = Vec::new();
+        let mut golden: BTreeMap<u64, f64> = BTreeMap::new();
+        for c in &cells {
+            let mut sum: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
+            for r in rows.iter().filter(|r| r.coords == c.coords && r.status == Status::Ok) {
+                let p = dir.join("runs").join(&r.id).join("compare.csv");
+                let Ok(mut rd) = csv::Reader::from_path(&p) else { continue };
+                for rec in rd.records().flatten() {
+                    let (Some(step), Some(acc)) = (rec.get(0).and_then(|s| s.parse::<u64>().ok()), rec.get(1).and_then(num)) else { continue };
+                    let e = sum.entry(step).or_insert((0.0, 0));
+                    e.0 += acc;
+                    e.1 += 1;
+                    if let Some(g) = rec.get(2).and_then(num) {
+                        golden.insert(step, g);
+                    }
+                }
+            }
+            if !sum.is_empty() {
+                series.push(Series { label: label(&c.coords, &[]), points: sum.iter().map(|(s, (a, n))| (*s as f64, 100.0 * a / *n as f64, None)).collect(), reference: false });
+            }
+        }
+        if !series.is_empty() {
+            series.push(Series { label: "golden (fault-free)".into(), points: golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect(), reference: true });
+            let chart = LineChart { title: format!("Test accuracy vs step ({})", campaign.name()), x_label: "training step".into(), y_label: "test accuracy (%)".into(), log_x: false, y_range: None, series };
+            figures.push(("Test accuracy vs step, mean over runs, with the golden run", save(&chart, &plots.join("acc_vs_step"))?));
+        }
+    }
+
+    // Accuracy loss vs time overhead.
+    let pts: Vec<(String, f64, f64)> = cells.iter().filter_map(|c| Some((label(&c.coords, &[]), c.time_overhead_pct?, c.acc_loss?))).collect();
+    if campaign.settings.kind == Kind::Train && !pts.is_empty() {
+        let chart = Scatter {
+            title: format!("Accuracy loss vs time overhead ({})", campaign.name()),
+            x_label: "time overhead vs golden run (%)".into(),
+            y_label: "accuracy loss vs golden run (points)".into(),
+            points: pts,
+        };
+        figures.push(("Accuracy loss vs time overhead per cell (means)", save(&chart, &plots.join("loss_vs_overhead"))?));
+    }
+
+    // Per-layer and per-bit views of single-value runs.
+    let single: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)).collect();
+    let mut by_layer: BTreeMap<String, (u64, u64, f64, u64)> = BTreeMap::new();
+    let mut by_bit: BTreeMap<(String, u64), (u64, u64, f64, u64)> = BTreeMap::new();
+    for r in &single {
+        let nev = r.metrics.nev.unwrap_or(false);
+        let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !r.metrics.collapsed.unwrap_or(false));
+        let add = |e: &mut (u64, u64, f64, u64)| {
+            e.0 += 1;
+            e.1 += u64::from(nev);
+            if let Some(l) = loss {
+                e.2 += 100.0 * l;
+                e.3 += 1;
+            }
+        };
+        if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
+            add(by_layer.entry(l.to_string()).or_default());
+        }
+        if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
+            let p = precision_of.get(&r.index).cloned().unwrap_or_else(|| "32".into());
+            add(by_bit.entry((p, b)).or_default());
+        }
+    }
+    if by_layer.len() >= 2 {
+        let bars = |title: &str, x: &str, v: &dyn Fn(&(u64, u64, f64, u64)) -> (f64, Option<f64>)| Bars {
+            title: title.into(),
+            x_label: x.into(),
+            bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.0), v(e).0, v(e).1)).collect(),
+        };
+        let nev = bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| {
+            let p = e.1 as f64 / e.0 as f64;
+            (100.0 * p, Some(100.0 * margin(p, e.0)))
+        });
+        figures.push(("Per-layer vulnerability: N-EV share of single-flip runs per layer (95% margin)", save(&nev, &plots.join("layers_nev"))?));
+        let loss = bars(&format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()), "mean accuracy loss after one flip in the layer (points)", &|e| {
+            (if e.3 == 0 { 0.0 } else { e.2 / e.3 as f64 }, None)
+        });
+        figures.push(("Per-layer vulnerability: mean accuracy loss of single-flip runs per layer", save(&loss, &plots.join("layers_acc_loss"))?));
+    }
+    let bits: std::collections::BTreeSet<u64> = by_bit.keys().map(|k| k.1).collect();
+    if bits.len() >= 4 {
+        let mut nev: BTreeMap<String, Series> = BTreeMap::new();
+        let mut loss: BTreeMap<String, Series> = BTreeMap::new();
+        for ((p, b), e) in &by_bit {
+            let share = e.1 as f64 / e.0 as f64;
+            let l = format!("{p}-bit");
+            nev.entry(l.clone()).or_insert_with(|| Series { label: l.clone(), ..Series::default() }).points.push((*b as f64, 100.0 * share, Some(100.0 * margin(share, e.0))));
+            if e.3 > 0 {
+                loss.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() }).points.push((*b as f64, e.2 / e.3 as f64, None));
+            }
+        }
+        let chart = LineChart {
+            title: format!("Per-bit sensitivity: N-EV ({})", campaign.name()),
+            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
+            y_label: "runs with NaN/Inf/extreme values (%)".into(),
+            log_x: false,
+            y_range: Some((-2.0, 102.0)),
+            series: nev.into_values().collect(),
+        };
+        figures.push(("Per-bit sensitivity: N-EV share per bit position (95% margin)", save(&chart, &plots.join("bits_nev"))?));
+        let chart = LineChart {
+            title: format!("Per-bit sensitivity: accuracy loss ({})", campaign.name()),
+            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
+            y_label: "mean accuracy loss, runs without NaN (points)".into(),
+            log_x: false,
+            y_range: None,
+            series: loss.into_values().collect(),
+        };
+        figures.push(("Per-bit sensitivity: mean accuracy loss per bit position", save(&chart, &plots.join("bits_acc_loss"))?));
+    }
+    if !figures.is_empty() {
+        let _ = writeln!(md, "\n## Plots\n");
+        for (caption, files) in &figures {
+            if let Some(png) = files.first().and_then(|p| p.strip_prefix(out).ok()) {
+                let _ = writeln!(md, "![{caption}]({})\n\n*{caption}* (also as SVG)\n", png.display());
+            }
+            written.files.extend(files.iter().cloned());
+        }
+    }
+    written.files.push(write(&out.join("report.md"), &md)?);
+    Ok(written)
+}

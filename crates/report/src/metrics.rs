@@ -1,0 +1,262 @@
+//! The metrics of the soft-error studies per grid cell (METRICS.md), with resilab's precise rules.
+
+use std::collections::BTreeMap;
+
+use resilab_campaign::{Row, Status};
+use serde::Serialize;
+
+/// z for 95% confidence.
+pub const Z95: f64 = 1.96;
+
+/// How a finished run is classed against its golden run. The classes are disjoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// NaN/Inf or an extreme value at some point after the injection.
+    Nev,
+    /// Final accuracy at chance level (within 5 points of 1/classes), no N-EV.
+    TrainingFailed,
+    /// Final accuracy more than 5 points below the golden run's, above chance + 5 points.
+    AccuracyReduced,
+    /// Final accuracy within the tolerance of the golden run's.
+    RestartWithoutChange,
+    /// None of the above: changed by more than the tolerance and less than 5 points.
+    Other,
+}
+
+/// Classes a run from its N-EV flag, final and golden accuracy (fractions), the chance
+/// level (1/classes) and the RWC tolerance in points.
+pub fn classify(nev: bool, acc: f64, golden: f64, chance: f64, tolerance_points: f64) -> Class {
+    if nev {
+        Class::Nev
+    } else if acc <= chance + 0.05 {
+        Class::TrainingFailed
+    } else if golden - acc > 0.05 {
+        Class::AccuracyReduced
+    } else if (golden - acc).abs() <= tolerance_points / 100.0 {
+        Class::RestartWithoutChange
+    } else {
+        Class::Other
+    }
+}
+
+/// Margin of error at 95% confidence of a proportion `p` estimated from `n` runs
+/// (Leveugle et al. 2009 with the population of possible faults taken as infinite, which
+/// it is next to: every bit of every value).
+pub fn margin(p: f64, n: u64) -> f64 {
+    if n == 0 {
+        return f64::NAN;
+    }
+    Z95 * (p * (1.0 - p) / n as f64).sqrt()
+}
+
+/// A proportion with its margin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Share {
+    /// Runs counted.
+    pub count: u64,
+    /// Percent of the runs with a result.
+    pub pct: f64,
+    /// Margin of error of `pct`, in percentage points (95%).
+    pub margin_pct: f64,
+}
+
+impl Share {
+    fn of(count: u64, n: u64) -> Self {
+        let p = if n == 0 { f64::NAN } else { count as f64 / n as f64 };
+        Share { count, pct: 100.0 * p, margin_pct: 100.0 * margin(p, n) }
+    }
+}
+
+/// The metrics of one grid cell (seeds and repetitions pooled).
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// Axis key to option label.
+    pub coords: BTreeMap<String, String>,
+    /// Runs recorded.
+    pub runs: u64,
+    /// Runs with a result (`ok`); the base of every share.
+    pub ok: u64,
+    /// Runs without: count per status.
+    pub not_ok: BTreeMap<String, u64>,
+    /// Mean final test accuracy (%) of the runs that did not collapse (ACC).
+    pub acc: Option<f64>,
+    /// Its sample standard deviation (STD, points).
+    pub std: Option<f64>,
+    /// STD / ACC (CV).
+    pub cv: Option<f64>,
+    /// Mean golden accuracy (%).
+    pub golden_acc: Option<f64>,
+    /// Runs whose loss or weights became NaN/Inf.
+    pub nan: Share,
+    /// N-EV.
+    pub nev: Share,
+    /// Restart without change.
+    pub rwc: Share,
+    /// Accuracy reduced.
+    pub accr: Share,
+    /// Training failed.
+    pub tf: Share,
+    /// Worst-case margin of any share of this cell (p = 0.5), points.
+    pub worst_margin_pct: f64,
+    /// Mean accuracy loss vs golden (points), over runs that did not collapse.
+    pub acc_loss: Option<f64>,
+    /// Mean time overhead vs golden (%).
+    pub time_overhead_pct: Option<f64>,
+    /// Mean steps lost.
+    pub steps_lost: Option<f64>,
+    /// Mean steps recomputed.
+    pub steps_recomputed: Option<f64>,
+    /// Mean detection latency (steps).
+    pub detection_latency: Option<f64>,
+    /// Mean step after the restart at which N-EV was first seen (0 = at the injection).
+    pub nev_step: Option<f64>,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn std(v: &[f64]) -> Option<f64> {
+    let m = mean(v)?;
+    (v.len() >= 2).then(|| (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt())
+}
+
+/// Groups rows by all their coordinates and computes each cell's metrics. `chance` gives
+/// 1/classes of a row's run.
+pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Cell> {
+    let mut groups: BTreeMap<Vec<(String, String)>, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        groups.entry(r.coords.clone().into_iter().collect()).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for (coords, rows) in groups {
+        let ok: Vec<&Row> = rows.iter().copied().filter(|r| r.status == Status::Ok).collect();
+        let mut not_ok = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.status != Status::Ok) {
+            *not_ok.entry(r.status.name().to_string()).or_insert(0) += 1;
+        }
+        let n = ok.len() as u64;
+        let m = |r: &Row| r.metrics.clone();
+        let collapsed = |r: &Row| m(r).collapsed.unwrap_or(false);
+        let survivors: Vec<f64> = ok.iter().filter(|r| !collapsed(r)).filter_map(|r| r.metrics.final_acc).map(|a| 100.0 * a).collect();
+        let (mut nev, mut rwc, mut accr, mut tf) = (0, 0, 0, 0);
+        for r in &ok {
+            let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
+                nev += u64::from(r.metrics.nev.unwrap_or(false));
+                continue;
+            };
+            match classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) {
+                Class::Nev => nev += 1,
+                Class::TrainingFailed => tf += 1,
+                Class::AccuracyReduced => accr += 1,
+                Class::RestartWithoutChange => rwc += 1,
+                Class::Other => {}
+            }
+        }
+        let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> { ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect() };
+        let acc = mean(&survivors);
+        let sd = std(&survivors);
+        out.push(Cell {
+            coords: coords.into_iter().collect(),
+            runs: rows.len() as u64,
+            ok: n,
+            not_ok,
+            acc,
+            std: sd,
+            cv: match (sd, acc) {
+                (Some(s), Some(a)) if a > 0.0 => Some(s / a),
+                _ => None,
+            },
+            golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
+            nan: Share::of(ok.iter().filter(|r| collapsed(r)).count() as u64, n),
+            nev: Share::of(nev, n),
+            rwc: Share::of(rwc, n),
+            accr: Share::of(accr, n),
+            tf: Share::of(tf, n),
+            worst_margin_pct: 100.0 * margin(0.5, n),
+            acc_loss: mean(&vals(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
+            time_overhead_pct: mean(&vals(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
+            steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
+            steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
+            detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
+            nev_step: mean(&vals(&|r| r.metrics.nev_step.map(|s| s as f64), true)),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use resilab_campaign::Metrics;
+
+    #[test]
+    fn margins_match_leveugle_planning_figures() {
+        // 385 runs give about 5% at p = 0.5, 9,604 about 1%.
+        assert!((margin(0.5, 385) - 0.0499).abs() < 2e-4, "{}", margin(0.5, 385));
+        assert!((margin(0.5, 9604) - 0.0100).abs() < 1e-4);
+        assert_eq!(margin(0.0, 10), 0.0);
+    }
+
+    #[test]
+    fn classes_follow_the_stated_rules() {
+        let c = |nev, acc, golden| classify(nev, acc, golden, 0.1, 0.5);
+        assert_eq!(c(true, 0.9, 0.9), Class::Nev);
+        assert_eq!(c(false, 0.12, 0.9), Class::TrainingFailed);
+        assert_eq!(c(false, 0.16, 0.9), Class::AccuracyReduced);
+        assert_eq!(c(false, 0.897, 0.9), Class::RestartWithoutChange);
+        assert_eq!(c(false, 0.903, 0.9), Class::RestartWithoutChange);
+        assert_eq!(c(false, 0.88, 0.9), Class::Other);
+    }
+
+    proptest! {
+        #[test]
+        fn classes_are_disjoint_and_cover(nev: bool, acc in 0.0f64..1.0, golden in 0.0f64..1.0) {
+            // Exactly one class, and each class's own condition holds.
+            let k = classify(nev, acc, golden, 0.1, 0.5);
+            match k {
+                Class::Nev => prop_assert!(nev),
+                Class::TrainingFailed => prop_assert!(!nev && acc <= 0.15),
+                Class::AccuracyReduced => prop_assert!(!nev && acc > 0.15 && golden - acc > 0.05),
+                Class::RestartWithoutChange => prop_assert!(!nev && (golden - acc).abs() <= 0.005),
+                Class::Other => prop_assert!(!nev && acc > 0.15 && golden - acc <= 0.05 && (golden - acc).abs() > 0.005),
+            }
+        }
+    }
+
+    fn row(id: &str, model: &str, status: Status, acc: f64, nev: bool, collapsed: bool) -> Row {
+        Row {
+            id: id.into(),
+            index: 0,
+            coords: [("model".to_string(), model.to_string())].into(),
+            seed: 1,
+            rep: 0,
+            status,
+            message: None,
+            metrics: Metrics { final_acc: Some(acc), golden_acc: Some(0.8), acc_loss: Some(0.8 - acc), nev: Some(nev), collapsed: Some(collapsed), ..Metrics::default() },
+        }
+    }
+
+    #[test]
+    fn cells_pool_runs_and_leave_out_failures_and_collapses() {
+        let rows = vec![
+            row("a", "r", Status::Ok, 0.8, false, false),
+            row("b", "r", Status::Ok, 0.7, false, false),
+            row("c", "r", Status::Ok, 0.1, true, true),
+            row("d", "r", Status::Timeout, 0.0, false, false),
+            row("e", "v", Status::Ok, 0.5, false, false),
+        ];
+        let cs = cells(&rows, |_| 0.1, 0.5);
+        assert_eq!(cs.len(), 2);
+        let r = &cs[0];
+        assert_eq!((r.runs, r.ok), (4, 3));
+        assert_eq!(r.not_ok["timeout"], 1);
+        assert!((r.acc.unwrap() - 75.0).abs() < 1e-9);
+        assert!((r.std.unwrap() - 50f64.sqrt()).abs() < 1e-9);
+        assert_eq!((r.nan.count, r.nev.count, r.rwc.count, r.accr.count), (1, 1, 1, 1));
+        assert!((r.nev.pct - 100.0 / 3.0).abs() < 1e-9);
+        assert!((r.acc_loss.unwrap() - 5.0).abs() < 1e-9);
+        assert_eq!(cs[1].accr.count, 1);
+    }
+}

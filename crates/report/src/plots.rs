@@ -1,0 +1,268 @@
+//! Plots, each written as PNG and SVG: line charts (with error bars), labelled scatter plots
+//! and horizontal bar charts. Text uses DejaVu Sans, embedded, so no system fonts are needed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::{Error, Result};
+
+const FONT: &str = "sans-serif";
+const SIZE: (u32, u32) = (960, 600);
+/// Matplotlib's tab10 colours: distinguishable, and the reference's plots use them.
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+fn color(i: usize) -> RGBColor {
+    let (r, g, b) = COLORS[i % COLORS.len()];
+    RGBColor(r, g, b)
+}
+
+fn register_font() -> Result<()> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| {
+        let bytes: &'static [u8] = include_bytes!("../assets/DejaVuSans.ttf");
+        if plotters::style::register_font(FONT, FontStyle::Normal, bytes).is_err() {
+            result = Err(Error::Plot("the embedded font could not be read".into()));
+        }
+    });
+    result
+}
+
+/// One line of a line chart.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Legend text.
+    pub label: String,
+    /// `(x, y, error)`; the error is drawn as a bar of ± error.
+    pub points: Vec<(f64, f64, Option<f64>)>,
+    /// Draw dashed and black (a reference line, e.g. the golden run).
+    pub reference: bool,
+}
+
+/// A chart of lines over x.
+#[derive(Clone, Debug, Default)]
+pub struct LineChart {
+    /// Title.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// X on a log10 scale (all x must be positive).
+    pub log_x: bool,
+    /// Fixed y range.
+    pub y_range: Option<(f64, f64)>,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// Labelled points.
+#[derive(Clone, Debug, Default)]
+pub struct Scatter {
+    /// Title.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// `(label, x, y)`; each point in its own colour, listed in the legend.
+    pub points: Vec<(String, f64, f64)>,
+}
+
+/// Horizontal bars, one per label.
+#[derive(Clone, Debug, Default)]
+pub struct Bars {
+    /// Title.
+    pub title: String,
+    /// Value axis label.
+    pub x_label: String,
+    /// `(label, value, error)`.
+    pub bars: Vec<(String, f64, Option<f64>)>,
+}
+
+type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// Something that can draw itself on any backend.
+pub trait Plot {
+    /// Draws on `area`.
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB>;
+}
+
+fn range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if hi - lo < 1e-12 {
+        return (lo - 1.0, hi + 1.0);
+    }
+    let p = (hi - lo) * pad;
+    (lo - p, hi + p)
+}
+
+impl Plot for LineChart {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let tx = |x: f64| if self.log_x { x.log10() } else { x };
+        let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+        let (x0, x1) = range(xs, 0.05);
+        let (y0, y1) = self.y_range.unwrap_or_else(|| {
+            range(self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| [p.1 - p.2.unwrap_or(0.0), p.1 + p.2.unwrap_or(0.0)])), 0.08)
+        });
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, (FONT, 24))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y0..y1)?;
+        let log_x = self.log_x;
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 18))
+            .x_label_formatter(&|v| if log_x { format!("{}", (10f64.powf(*v) * 100.0).round() / 100.0) } else { format!("{v}") })
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        let mut k = 0;
+        for s in &self.series {
+            let c = if s.reference { BLACK } else { color(k) };
+            k += usize::from(!s.reference);
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (tx(p.0), p.1)).filter(|p| p.1.is_finite()).collect();
+            let style = ShapeStyle::from(&c).stroke_width(2);
+            if s.reference {
+                chart
+                    .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))?
+                    .label(&s.label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ShapeStyle::from(&BLACK).stroke_width(2)));
+            } else {
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), style))?
+                    .label(&s.label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ShapeStyle::from(&c).stroke_width(3)));
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+            }
+            for p in &s.points {
+                if let Some(e) = p.2.filter(|e| *e > 0.0 && p.1.is_finite()) {
+                    let x = tx(p.0);
+                    chart.draw_series(std::iter::once(PathElement::new(vec![(x, p.1 - e), (x, p.1 + e)], ShapeStyle::from(&c).stroke_width(1))))?;
+                }
+            }
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+        area.present()
+    }
+}
+
+impl Plot for Scatter {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let (x0, x1) = range(self.points.iter().map(|p| p.1).chain([0.0]), 0.12);
+        let (y0, y1) = range(self.points.iter().map(|p| p.2).chain([0.0]), 0.12);
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, (FONT, 24))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y0..y1)?;
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 18))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        for (i, (label, x, y)) in self.points.iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(std::iter::once(Circle::new((*x, *y), 7, c.filled())))?
+                .label(label)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+        area.present()
+    }
+}
+
+impl Plot for Bars {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let n = self.bars.len().max(1);
+        let (_, x1) = range(self.bars.iter().map(|b| b.1 + b.2.unwrap_or(0.0)).chain([0.0]), 0.05);
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, (FONT, 24))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(10)
+            .build_cartesian_2d(0f64..x1.max(1e-9), -0.6f64..(n as f64 - 0.4))?;
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 18))
+            .disable_y_mesh()
+            .y_labels(0)
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        let text = TextStyle::from((FONT, 15).into_font()).color(&BLACK);
+        for (i, (label, v, e)) in self.bars.iter().enumerate() {
+            // The first bar at the top.
+            let y = (n - 1 - i) as f64;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.38), (*v, y + 0.38)], color(0).mix(0.45).filled())))?;
+            if let Some(e) = e.filter(|e| *e > 0.0) {
+                chart.draw_series(std::iter::once(PathElement::new(vec![(v - e, y), (v + e, y)], ShapeStyle::from(&BLACK).stroke_width(1))))?;
+            }
+            chart.draw_series(std::iter::once(Text::new(format!("{label}  ({v:.1})"), (x1 * 0.005, y + 0.2), text.clone())))?;
+        }
+        area.present()
+    }
+}
+
+/// Writes `plot` to `<stem>.png` and `<stem>.svg`; returns both paths.
+pub fn save(plot: &impl Plot, stem: &Path) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    let png = stem.with_extension("png");
+    let svg = stem.with_extension("svg");
+    let err = |p: &Path, e: String| Error::Plot(format!("{}: {e}", p.display()));
+    {
+        let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        plot.draw(&area).map_err(|e| err(&png, e.to_string()))?;
+    }
+    {
+        let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        plot.draw(&area).map_err(|e| err(&svg, e.to_string()))?;
+    }
+    Ok(vec![png, svg])
+}
