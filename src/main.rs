@@ -48,9 +48,98 @@ enum Command {
     /// Compare two HDF5 files dataset by dataset: values that differ, their share, the bits that
     /// differ, largest absolute and relative change, NaN/Inf counts.
     Diff(DiffArgs),
+    /// Run a fault-injection campaign: a grid of runs (models x fault settings x workers hit x
+    /// strategies x seeds x repetitions) in parallel worker processes. Each finished run is
+    /// appended to <out>/runs.jsonl and <out>/runs.csv; a run that crashes, hangs or meets a
+    /// corrupt file is recorded as such and the campaign goes on.
+    Campaign(CampaignArgs),
+    /// Merge campaign directories (shards of one campaign) into one: same campaign required,
+    /// rows deduplicated by run id and sorted by grid index.
+    Merge(MergeArgs),
+    /// Write a campaign's report: per grid cell the metrics (ACC, STD, CV, NaN, N-EV, RWC, AccR,
+    /// TF, accuracy loss, time overhead, lost/recomputed steps, detection latency) with margins
+    /// of error, as <out>/report.md and <out>/cells.csv, and plots (PNG and SVG) in <out>/plots.
+    Report(ReportArgs),
+    /// Internal: a campaign worker process (jobs on standard input, replies on standard output).
+    #[command(hide = true, name = "__campaign-worker")]
+    CampaignWorker(WorkerArgs),
     /// Measure performance.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args)]
+struct CampaignArgs {
+    /// The campaign file (TOML: [campaign], [base], [inject], [grid]; see configs/paper/).
+    #[arg(long, short, value_name = "FILE")]
+    config: PathBuf,
+    /// Override a campaign key (repeatable), e.g. --set campaign.repetitions=250 or
+    /// --set 'grid."inject.injection_tries"=[1, 10, 100, 1000]'.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Worker processes (default: the cores divided by --threads).
+    #[arg(long, short, value_name = "N")]
+    jobs: Option<usize>,
+    /// Compute threads per worker process.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// Allow --jobs x --threads to exceed the machine's cores.
+    #[arg(long)]
+    oversubscribe: bool,
+    /// Run only the runs whose grid index is I modulo N (0 <= I < N), e.g. one Slurm array
+    /// task each; combine the shards' directories with `resilab merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Continue the campaign in --out: runs already recorded are skipped.
+    #[arg(long)]
+    resume: bool,
+    /// The campaign directory (default: results/campaigns/<name>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print the number of runs and an estimated time from step times measured now, and stop.
+    #[arg(long)]
+    dry_run: bool,
+    /// Seconds a run may take before it is killed and recorded as `timeout` (default: the
+    /// campaign's timeout_s; base runs get ten times as long).
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+    /// Do not show a progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Compute backend: flex (default), ndarray or wgpu.
+    #[arg(long, value_name = "NAME")]
+    backend: Option<BackendKind>,
+    /// The wgpu adapter (see `resilab train --help`).
+    #[arg(long, value_name = "ADAPTER", env = "RESILAB_WGPU_DEVICE", default_value = "default")]
+    wgpu_device: String,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The campaign directory (holding campaign.toml and runs.jsonl).
+    dir: PathBuf,
+    /// Where to write the report (default: <dir>/report).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The merged campaign directory (may be one of the inputs).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Campaign directories to merge.
+    #[arg(required = true, value_name = "DIR")]
+    dirs: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// The campaign directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    #[command(flatten)]
+    compute: ComputeArgs,
 }
 
 #[derive(Args)]
@@ -182,8 +271,9 @@ struct EvalArgs {
 
 #[derive(Args)]
 struct AdviseArgs {
-    /// Seconds one checkpoint costs (write time). With --from-run, the run's measured mean.
-    #[arg(long, value_name = "S", required_unless_present = "from_run")]
+    /// Seconds one checkpoint costs (write time). With --from-run or --from-campaign, the
+    /// measured mean.
+    #[arg(long, value_name = "S", required_unless_present_any = ["from_run", "from_campaign"])]
     checkpoint_cost: Option<f64>,
     /// Mean time between failures of the whole job, in seconds.
     #[arg(long, value_name = "S")]
@@ -194,6 +284,10 @@ struct AdviseArgs {
     /// Take the checkpoint cost from a finished run's summary.json (checkpoint_s / checkpoints).
     #[arg(long, value_name = "DIR", conflicts_with = "checkpoint_cost")]
     from_run: Option<PathBuf>,
+    /// Take the checkpoint cost from a campaign directory: the mean write time of its base
+    /// checkpoints (bases/*/golden.json).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["checkpoint_cost", "from_run"])]
+    from_campaign: Option<PathBuf>,
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
@@ -595,6 +689,20 @@ fn eval(args: EvalArgs) -> Result<()> {
 
 fn advise(args: AdviseArgs) -> Result<()> {
     let checkpoint_s = match (&args.from_run, args.checkpoint_cost) {
+        _ if args.from_campaign.is_some() => {
+            let dir = args.from_campaign.as_deref().unwrap_or(Path::new("."));
+            let bases = dir.join("bases");
+            let mut costs = Vec::new();
+            for e in std::fs::read_dir(&bases).with_context(|| format!("{}: not a campaign directory with base runs", bases.display()))?.flatten() {
+                if let Ok(g) = resilab_campaign::read_json::<resilab_campaign::BaseGolden>(&e.path().join("golden.json")) {
+                    costs.push(g.checkpoint_s);
+                }
+            }
+            if costs.is_empty() {
+                bail!("{}: no base checkpoints measured (only restart and eval campaigns write them)", bases.display());
+            }
+            costs.iter().sum::<f64>() / costs.len() as f64
+        }
         (Some(dir), _) => {
             let path = dir.join("summary.json");
             let text = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
@@ -606,7 +714,7 @@ fn advise(args: AdviseArgs) -> Result<()> {
             total / n as f64
         }
         (None, Some(c)) => c,
-        (None, None) => bail!("give --checkpoint-cost or --from-run"),
+        (None, None) => bail!("give --checkpoint-cost, --from-run or --from-campaign"),
     };
     for (name, v) in [("--checkpoint-cost", checkpoint_s), ("--mtbf", args.mtbf)] {
         if !(v.is_finite() && v > 0.0) {
@@ -905,6 +1013,150 @@ fn inject(args: InjectArgs) -> Result<()> {
     Ok(())
 }
 
+fn parse_shard(s: &str) -> Result<(u64, u64)> {
+    let parsed = s.split_once('/').and_then(|(i, n)| Some((i.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => bail!("--shard {s}: expected I/N with 0 <= I < N, e.g. 0/4"),
+    }
+}
+
+fn campaign(args: CampaignArgs) -> Result<()> {
+    let c = resilab_campaign::Campaign::load(&args.config, &args.set)?;
+    let backend = args.backend.unwrap_or(BackendKind::Flex);
+    let compute = ComputeArgs { threads: Some(args.threads), backend: Some(backend), wgpu_device: args.wgpu_device.clone() };
+    let (device, device_name) = device_for(backend, &compute)?;
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = args.jobs.unwrap_or((cores / args.threads).max(1));
+    if jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    if jobs * args.threads > cores && !args.oversubscribe {
+        bail!(
+            "--jobs {jobs} x --threads {} = {} threads on {cores} cores would oversubscribe them (each slows the others); lower --jobs, or pass --oversubscribe",
+            args.threads,
+            jobs * args.threads
+        );
+    }
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("results").join("campaigns").join(c.name()));
+    let platform = format!("{} / {device_name}", backend.name());
+    if args.dry_run {
+        set_threads(Some(args.threads))?;
+        let e = resilab_campaign::estimate(&c, &out, shard, jobs, &platform, &device)?;
+        println!("campaign     {} ({}): {} runs in the grid", c.name(), c.settings.kind.name(), c.len());
+        println!("this shard   {} runs, {} to do, {} base run(s) to train first", e.runs, e.todo, e.bases);
+        for ((label, step), (_, eval)) in e.step_s.iter().zip(&e.eval_s) {
+            println!("measured     {label}: {:.1} ms per training step, {:.1} ms per evaluation ({} thread(s))", step * 1e3, eval * 1e3, args.threads);
+        }
+        println!("estimate     {} with {jobs} worker process(es) of {} thread(s)", human_duration(e.eta_s), args.threads);
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find the resilab binary to start workers with")?;
+    let worker = vec![
+        exe.into_os_string(),
+        "__campaign-worker".into(),
+        "--threads".into(),
+        args.threads.to_string().into(),
+        "--backend".into(),
+        backend.name().into(),
+        "--wgpu-device".into(),
+        args.wgpu_device.clone().into(),
+    ];
+    eprintln!(
+        "resilab: campaign {} ({} runs{}) into {} with {jobs} worker process(es) of {} thread(s)",
+        c.name(),
+        c.len(),
+        shard.map_or(String::new(), |(i, n)| format!(", shard {i}/{n}")),
+        out.display(),
+        args.threads
+    );
+    let opts = resilab_campaign::Options {
+        out: out.clone(),
+        jobs,
+        shard,
+        resume: args.resume,
+        worker,
+        progress: !args.quiet,
+        timeout_s: args.timeout,
+        platform,
+    };
+    let o = resilab_campaign::execute(&c, &opts)?;
+    let statuses: Vec<String> = o.by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    println!(
+        "{} runs recorded now ({}), {} recorded before, {} in this shard; {:.1} s -> {}",
+        o.done,
+        if statuses.is_empty() { "none".to_string() } else { statuses.join(", ") },
+        o.skipped,
+        o.total,
+        o.wall_s,
+        out.join(resilab_campaign::RUNS_CSV).display()
+    );
+    Ok(())
+}
+
+fn human_duration(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+fn report(args: ReportArgs) -> Result<()> {
+    let out = args.out.unwrap_or_else(|| args.dir.join("report"));
+    let w = resilab_report::report(&args.dir, &out)?;
+    println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());
+    Ok(())
+}
+
+fn merge(args: MergeArgs) -> Result<()> {
+    let n = resilab_campaign::merge(&args.out, &args.dirs)?;
+    println!("{n} runs -> {}", args.out.join(resilab_campaign::RUNS_CSV).display());
+    Ok(())
+}
+
+fn campaign_worker(args: WorkerArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let (device, device_name) = device_for(backend, &args.compute)?;
+    let threads = set_threads(args.compute.threads)?;
+    let prov = provenance(backend, &device_name, threads, 0);
+    let probe = |file: &Path| probe_in_child(file);
+    let mut worker = resilab_campaign::Worker::new(&args.dir, device, prov, &probe)?;
+    let stdout = std::io::stdout();
+    writeln!(stdout.lock(), "{}", resilab_campaign::READY_LINE)?;
+    // Jobs are read on their own thread so that the end of stdin (the campaign process closed it
+    // or died, even by SIGKILL) ends this worker at once, mid-run included: an orphaned worker
+    // must not go on writing into a campaign directory that a resumed campaign now owns.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(l) = line else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+        std::process::exit(0);
+    });
+    for line in rx {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let job: resilab_campaign::Job = serde_json::from_str(&line).with_context(|| format!("bad job line: {line}"))?;
+        let reply = worker.handle(job);
+        let mut out = stdout.lock();
+        writeln!(out, "{}{}", resilab_campaign::REPLY_PREFIX, serde_json::to_string(&reply)?)?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
 fn diff(args: DiffArgs) -> Result<()> {
     let d = resilab_inject::diff(&args.a, &args.b)?;
     if args.json {
@@ -925,6 +1177,10 @@ fn main() {
         Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
         Command::Inject(a) => inject(a),
         Command::Diff(a) => diff(a),
+        Command::Campaign(a) => campaign(a),
+        Command::Merge(a) => merge(a),
+        Command::Report(a) => report(a),
+        Command::CampaignWorker(a) => campaign_worker(a),
         Command::Bench(BenchCommand::Train(a)) => bench_train(a),
         Command::Bench(BenchCommand::Checkpoint(a)) => bench_checkpoint(a),
         Command::Bench(BenchCommand::Parallel(a)) => bench_parallel(a),

@@ -1,0 +1,208 @@
+//! `resilab campaign`, `merge` and `report` on tiny grids: a campaign killed with SIGKILL and
+//! resumed loses and duplicates no run and ends with the same table as an uninterrupted one;
+//! shards merge into the same table; runs that panic, hang, abort their process or meet a
+//! structurally corrupt checkpoint are recorded as such while the campaign goes on.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{assert_clean_error, resilab, run, write};
+
+/// 2 flip counts x 10 repetitions of the published method on a tiny ResNet-8.
+const NEV: &str = r#"
+[campaign]
+kind = "restart"
+seeds = [3]
+repetitions = 10
+base_steps = 3
+steps = 2
+timeout_s = 120
+
+[base]
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { batch_size = 32 }
+optimizer = { kind = "sgd", lr = 0.05, momentum = 0.9 }
+
+[inject]
+float_precision = 32
+first_bit = 0
+last_bit = 8
+locations_to_corrupt = ["model", "optimizer"]
+
+[grid]
+"inject.injection_tries" = [1, 30]
+"#;
+
+fn campaign(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn rows(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("runs.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Each run's id with the fields that do not depend on timing.
+fn table(dir: &Path) -> BTreeMap<String, String> {
+    let mut t = BTreeMap::new();
+    for mut r in rows(dir) {
+        let o = r.as_object_mut().unwrap();
+        for k in ["wall_s", "golden_wall_s", "time_overhead"] {
+            o.remove(k);
+        }
+        let id = o["id"].as_str().unwrap().to_string();
+        assert!(t.insert(id.clone(), serde_json::to_string(o).unwrap()).is_none(), "run {id} recorded twice in {}", dir.display());
+    }
+    t
+}
+
+/// `cells.csv` without the timing column.
+fn cells(dir: &Path) -> Vec<Vec<String>> {
+    let out = dir.join("report");
+    let r = run(&["report", dir.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let mut rd = csv::Reader::from_path(out.join("cells.csv")).unwrap();
+    let h = rd.headers().unwrap().clone();
+    let skip = h.iter().position(|c| c == "time_overhead_pct").unwrap();
+    rd.records().map(|r| r.unwrap().iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, v)| v.to_string()).collect()).collect()
+}
+
+#[test]
+fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(tmp.path(), "nev.toml", NEV);
+    let full = tmp.path().join("full");
+    let o = campaign(&cfg, &full, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = table(&full);
+    assert_eq!(reference.len(), 20);
+    assert!(rows(&full).iter().all(|r| r["status"] == "ok"), "{:?}", rows(&full));
+    // The published trend on even this tiny grid: 30 flips in bits 0-8 give more N-EV than one.
+    let nev = |flips: &str| rows(&full).iter().filter(|r| r["coords"]["inject.injection_tries"] == flips && r["nev"] == true).count();
+    assert!(nev("30") > nev("1"), "N-EV with 30 flips {} vs 1 flip {}", nev("30"), nev("1"));
+
+    // Kill after a few runs are recorded, then resume.
+    let killed = tmp.path().join("killed");
+    let mut child = resilab()
+        .args(["campaign", "--config", cfg.to_str().unwrap(), "--out", killed.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let recorded = |d: &Path| std::fs::read_to_string(d.join("runs.jsonl")).map_or(0, |t| t.lines().count());
+    while recorded(&killed) < 3 {
+        assert!(start.elapsed() < Duration::from_secs(300), "the campaign recorded no runs in 300 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let at_kill = recorded(&killed);
+    assert!(at_kill < 20, "the campaign finished before it could be killed; make it longer");
+    // Without --resume the directory is refused; with it, the campaign completes.
+    let o = campaign(&cfg, &killed, &[]);
+    assert_clean_error(&o, &["already holds a campaign", "--resume"]);
+    let o = campaign(&cfg, &killed, &["--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("recorded before"), "{stdout}");
+    assert_eq!(table(&killed), reference, "resumed campaign differs from the uninterrupted one (killed after {at_kill} runs)");
+    let csv_rows = csv::Reader::from_path(killed.join("runs.csv")).unwrap().records().count();
+    assert_eq!(csv_rows, 20);
+    assert_eq!(cells(&killed), cells(&full));
+
+    // A different grid in the same directory is refused.
+    let o = campaign(&cfg, &killed, &["--resume", "--set", "campaign.repetitions=11"]);
+    assert_clean_error(&o, &["different campaign"]);
+
+    // Two shards merged give the same table.
+    let (s0, s1) = (tmp.path().join("s0"), tmp.path().join("s1"));
+    for (d, s) in [(&s0, "0/2"), (&s1, "1/2")] {
+        let o = campaign(&cfg, d, &["--shard", s]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(table(d).len(), 10);
+    }
+    let merged = tmp.path().join("merged");
+    let o = run(&["merge", "--out", merged.to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(table(&merged), reference);
+    assert_eq!(cells(&merged), cells(&full));
+    let report = std::fs::read_to_string(full.join("report/report.md")).unwrap();
+    assert!(report.contains("N-EV") && report.contains("injection_tries"), "{report}");
+    for f in ["nev_vs_flips.png", "nev_vs_flips.svg"] {
+        assert!(std::fs::metadata(full.join("report/plots").join(f)).unwrap().len() > 1000, "{f}");
+    }
+}
+
+#[test]
+fn campaign_survives_panics_hangs_aborts_and_corrupt_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = NEV.replace("repetitions = 10", "repetitions = 1").replace("[grid]\n\"inject.injection_tries\" = [1, 30]", "injection_tries = 1\n\n[grid]\nself_test = [\"none\", \"panic\", \"hang\", \"abort\"]");
+    let cfg = write(tmp.path(), "chaos.toml", &text);
+    let out = tmp.path().join("chaos");
+    let start = Instant::now();
+    let o = campaign(&cfg, &out, &["--timeout", "8"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(start.elapsed() < Duration::from_secs(120));
+    let by: BTreeMap<String, serde_json::Value> = rows(&out).into_iter().map(|r| (r["coords"]["self_test"].as_str().unwrap().to_string(), r)).collect();
+    assert_eq!(by.len(), 4);
+    assert_eq!(by["none"]["status"], "ok");
+    assert_eq!(by["panic"]["status"], "panicked");
+    assert!(by["panic"]["message"].as_str().unwrap().contains("self_test = panic"));
+    assert_eq!(by["hang"]["status"], "timeout");
+    assert_eq!(by["abort"]["status"], "crashed");
+    assert!(by["abort"]["message"].as_str().unwrap().contains("signal 6"), "{}", by["abort"]["message"]);
+
+    // Byte flips in the HDF5 metadata: the probe refuses the file, the run is recorded as
+    // corrupt_file, the campaign goes on.
+    let text = NEV
+        .replace("repetitions = 10", "repetitions = 3")
+        .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "target = \"bytes\"\nbyte_region = \"metadata\"\nuse_random_locations = true\ninjection_tries = 400")
+        .replace("\"inject.injection_tries\" = [1, 30]", "workers_hit = [1]");
+    let cfg = write(tmp.path(), "corrupt.toml", &text);
+    let out = tmp.path().join("corrupt");
+    let o = campaign(&cfg, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 3);
+    assert!(rs.iter().all(|r| r["status"] == "corrupt_file"), "{rs:?}");
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    assert!(md.contains("3 corrupt_file"), "{md}");
+}
+
+#[test]
+fn dry_run_counts_and_estimates_and_bad_input_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(tmp.path(), "nev.toml", NEV);
+    let out = tmp.path().join("dry");
+    let o = campaign(&cfg, &out, &["--dry-run", "--set", "campaign.repetitions=250"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("500 runs in the grid") && s.contains("ms per training step") && s.contains("estimate"), "{s}");
+    assert!(!out.join("runs.jsonl").exists());
+    let o = campaign(&cfg, &out, &["--dry-run", "--shard", "1/4"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("this shard   5 runs"), "{}", String::from_utf8_lossy(&o.stdout));
+
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let o = run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", &(cores + 1).to_string()]);
+    assert_clean_error(&o, &["oversubscribe"]);
+    let o = campaign(&cfg, &out, &["--shard", "2/2"]);
+    assert_clean_error(&o, &["--shard 2/2"]);
+    let bad = write(tmp.path(), "bad.toml", &NEV.replace("[1, 30]", "[1, 30]\n\"model.arch\" = [\"resnet\", \"lenet\"]"));
+    let o = campaign(&bad, &out, &[]);
+    assert_clean_error(&o, &["bad.toml", "model.arch = lenet"]);
+    let bad = write(tmp.path(), "bad2.toml", &NEV.replace("last_bit = 8", "last_bit = 40"));
+    let o = campaign(&bad, &out, &[]);
+    assert_clean_error(&o, &["[inject]", "last_bit"]);
+    let seen: HashSet<bool> = [out.join("runs.jsonl").exists()].into();
+    assert_eq!(seen, [false].into());
+}
