@@ -179,6 +179,30 @@ pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) ->
     Ok(())
 }
 
+/// Checks that every pipeline-message entry can strike: messages exist only between pipeline
+/// stages (`stages` is `None` for other runs), the first stage receives no activation message
+/// and the last no gradient message. A fault at a fixed step without `stage` hits stage 0.
+pub fn check_messages(entries: &[FaultEntry], stages: Option<usize>) -> Result<()> {
+    for e in entries {
+        let (first, last) = (0, stages.unwrap_or(1).saturating_sub(1));
+        let (never, why) = match e.target {
+            FaultTarget::Activations => (first, format!("stage {first}, the first, receives no activation message")),
+            FaultTarget::MessageGradients => (last, format!("stage {last}, the last, receives no gradient message")),
+            _ => continue,
+        };
+        let Some(n) = stages else {
+            return Err(bad(e.index, "target", format!("{:?} hits a pipeline message, but the run is not a pipeline (parallel.mode = \"pipeline\")", e.target.name())));
+        };
+        if n < 2 {
+            return Err(bad(e.index, "target", format!("{:?} needs at least 2 pipeline stages", e.target.name())));
+        }
+        if e.at_step.is_some() && e.worker.unwrap_or(0) == never {
+            return Err(bad(e.index, "stage", format!("{why}: choose another stage")));
+        }
+    }
+    Ok(())
+}
+
 /// One fault striking one worker at one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FaultEvent {
@@ -278,5 +302,24 @@ mod tests {
         assert_ne!(s, schedule(&e, 10_000, 4, 10).unwrap());
         assert!(schedule(&e, 10_000, 1, 9).unwrap_err().to_string().contains("fault[0].worker"));
         assert!(s.windows(2).all(|w| (w[0].step, w[0].rank) <= (w[1].step, w[1].rank)));
+    }
+
+    #[test]
+    fn message_faults_must_be_able_to_strike() {
+        let one = |t: &str| parse(&[table(t)]).unwrap();
+        let act = |stage: usize| one(&format!("target = \"activations\"\nat_step = 3\nstage = {stage}\n"));
+        let grad = |stage: usize| one(&format!("target = \"message_gradients\"\nat_step = 3\nstage = {stage}\n"));
+        assert!(check_messages(&act(1), Some(4)).is_ok());
+        assert!(check_messages(&grad(2), Some(4)).is_ok());
+        let e = check_messages(&act(0), Some(4)).unwrap_err().to_string();
+        assert!(e.contains("fault[0].stage") && e.contains("first"), "{e}");
+        let e = check_messages(&grad(3), Some(4)).unwrap_err().to_string();
+        assert!(e.contains("fault[0].stage") && e.contains("last"), "{e}");
+        // No stage given: a fixed-step fault hits stage 0.
+        assert!(check_messages(&one("target = \"activations\"\nat_step = 3\n"), Some(4)).is_err());
+        let e = check_messages(&act(1), None).unwrap_err().to_string();
+        assert!(e.contains("fault[0].target") && e.contains("pipeline"), "{e}");
+        // Other targets are not concerned.
+        assert!(check_messages(&one("target = \"weights\"\nat_step = 3\n"), None).is_ok());
     }
 }

@@ -300,6 +300,8 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
     resilab_faults::check_neuron_locations(&entries, &block_names).map_err(|e| Error::Config(e.to_string()))?;
+    let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
+    resilab_faults::check_messages(&entries, stages).map_err(|e| Error::Config(e.to_string()))?;
     let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)
         .map_err(|e| Error::Config(e.to_string()))?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
