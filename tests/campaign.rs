@@ -206,3 +206,97 @@ fn dry_run_counts_and_estimates_and_bad_input_is_named() {
     let seen: HashSet<bool> = [out.join("runs.jsonl").exists()].into();
     assert_eq!(seen, [false].into());
 }
+
+/// An `eval` campaign (per-bit study) and a `train` campaign (recovery strategies) end to end:
+/// the metrics each kind records and the plots each report draws.
+#[test]
+fn eval_and_train_campaigns_record_their_metrics_and_plots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bits = NEV
+        .replace("kind = \"restart\"", "kind = \"eval\"")
+        .replace("repetitions = 10", "repetitions = 16")
+        .replace("steps = 2\n", "")
+        .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "injection_tries = 1\nlocations_to_corrupt = [\"model\"]")
+        .replace("\"inject.injection_tries\" = [1, 30]", "[grid.inject]\nf16 = { float_precision = 16, first_bit = 0, last_bit = 15 }\nf32 = { float_precision = 32, first_bit = 0, last_bit = 31 }");
+    let cfg = write(tmp.path(), "bits.toml", &bits);
+    let out = tmp.path().join("bits");
+    let o = campaign(&cfg, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 32);
+    for r in &rs {
+        assert_eq!(r["status"], "ok", "{r}");
+        // One value, one bit, within the precision's word; no training.
+        assert_eq!(r["values_corrupted"], 1, "{r}");
+        let bit: u64 = r["bits"].as_str().unwrap().parse().unwrap();
+        let width = if r["coords"]["inject"] == "f16" { 16 } else { 32 };
+        assert!(bit < width, "{r}");
+        assert!(r["steps"].is_null() && r["final_acc"].is_number(), "{r}");
+    }
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["bits_nev", "bits_nan", "bits_acc_loss", "layers_nev"] {
+        assert!(out.join("report/plots").join(format!("{f}.png")).exists(), "{f}");
+    }
+
+    // A fixed run length: collapsed runs train all their steps too.
+    let fixed = NEV.replace("repetitions = 10", "repetitions = 3").replace("[1, 30]", "[30]").replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");
+    let cfg = write(tmp.path(), "fixed.toml", &fixed);
+    let out = tmp.path().join("fixed");
+    let o = campaign(&cfg, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rs = rows(&out);
+    assert!(rs.iter().all(|r| r["steps"] == 2), "{rs:?}");
+    assert!(rs.iter().any(|r| r["collapsed"] == true), "{rs:?}");
+
+    let train = r#"
+[campaign]
+kind = "train"
+seeds = [3]
+repetitions = 1
+timeout_s = 120
+
+[base]
+fault_seed = 5
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { steps = 8, batch_size = 32, eval_every = 4 }
+parallel = { workers = 2 }
+checkpoint = { every_steps = 2 }
+
+[[base.fault]]
+target = "weights"
+at_step = 5
+worker = 1
+injection_tries = 4
+first_bit = 1
+last_bit = 1
+allow_sign_change = false
+locations_to_corrupt = ["model/stem/bn/weight"]
+
+[grid]
+"recovery.strategy" = ["checkpoint_restart", "rollback"]
+"#;
+    let cfg = write(tmp.path(), "train.toml", train);
+    let out = tmp.path().join("train");
+    let o = campaign(&cfg, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let by: BTreeMap<String, serde_json::Value> = rows(&out).into_iter().map(|r| (r["coords"]["recovery.strategy"].as_str().unwrap().to_string(), r)).collect();
+    assert_eq!(by.len(), 2);
+    for r in by.values() {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["faults"], 1, "{r}");
+        assert!(r["detections"].as_u64().unwrap() >= 1, "{r}");
+    }
+    // Rollback redoes the step and ends as the golden run; restart loses the steps since step 4.
+    assert_eq!(by["rollback"]["acc_loss"], 0.0, "{}", by["rollback"]);
+    assert_eq!(by["rollback"]["steps_lost"], 0, "{}", by["rollback"]);
+    assert!(by["checkpoint_restart"]["steps_lost"].as_u64().unwrap() >= 1, "{}", by["checkpoint_restart"]);
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["acc_vs_step", "loss_vs_overhead"] {
+        assert!(out.join("report/plots").join(format!("{f}.png")).exists(), "{f}");
+    }
+    let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
+    assert!(md.contains("recovery.strategy") && md.contains("rollback"), "{md}");
+}

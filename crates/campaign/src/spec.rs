@@ -84,6 +84,15 @@ pub struct Settings {
     /// RWC: final accuracy within this many points of the golden run's.
     #[serde(default = "default_tolerance")]
     pub rwc_tolerance_points: f64,
+    /// `restart`: stop a run at the first NaN/Inf loss or weight (nothing after it changes
+    /// the metrics). `false` trains every run for all its `steps`, a fixed run length (the
+    /// throughput benchmark's setting).
+    #[serde(default = "yes")]
+    pub stop_at_collapse: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A run's deliberate misbehaviour, for testing the campaign machinery and a site's timeout
@@ -380,7 +389,9 @@ impl Campaign {
                 toml::Table::try_into(inject.clone()).map_err(|e| format!("[inject]: {}", e.to_string().trim_end()))?;
             raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?;
         } else {
-            resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
+            let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
+            let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
+            resilab_faults::check_messages(&entries, stages).map_err(|e| format!("{where_}: {e}"))?;
         }
         let canonical = format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"));
         let id = hash(&canonical)[..12].to_string();

@@ -340,7 +340,8 @@ impl<'a> Worker<'a> {
         let mut collapsed = nan_now;
         let start = trainer.step;
         if self.campaign.settings.kind == Kind::Restart {
-            while !trainer.done() && !collapsed {
+            let stop = self.campaign.settings.stop_at_collapse;
+            while !trainer.done() && !(collapsed && stop) {
                 let s = trainer.step().map_err(resilab_runner::Error::from)?;
                 let within = trainer.workers.iter().all(|w| {
                     let mut ts = Vec::new();
