@@ -69,8 +69,13 @@ fn label(coords: &BTreeMap<String, String>, skip: &[&str]) -> String {
 }
 
 /// An axis key without its `inject.` prefix, for legends and headers.
+/// An axis key as a plot label shows it: its last component (`recovery.strategy` ->
+/// `strategy`), or the whole key where that is a number (`fault.0`).
 fn short(key: &str) -> &str {
-    key.strip_prefix("inject.").unwrap_or(key)
+    match key.rsplit_once('.') {
+        Some((_, tail)) if tail.parse::<u64>().is_err() => tail,
+        _ => key,
+    }
 }
 
 fn share_csv(s: &Share) -> [String; 3] {
@@ -150,7 +155,7 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     ];
     // Columns empty in every cell are left out.
     let cols: Vec<_> = cols.into_iter().filter(|(_, g)| cells.iter().any(|c| !g(c).is_empty())).collect();
-    let mut header: Vec<String> = axes.iter().map(|a| short(a).to_string()).collect();
+    let mut header: Vec<String> = axes.iter().map(|a| a.strip_prefix("inject.").unwrap_or(a).to_string()).collect();
     header.extend(cols.iter().map(|(h, _)| h.to_string()));
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}|", vec!["---"; header.len()].join("|"));
@@ -163,6 +168,17 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
 }
 
 /// Parses a cell value as a number for an x axis.
+/// The layer (module path) a corrupted dataset belongs to: `model/layer1/0/bn1` and
+/// `optimizer/layer1/0/bn1/weight/momentum_buffer` are both `layer1/0/bn1`.
+fn layer_of(dataset: &str) -> String {
+    let parts: Vec<&str> = dataset.trim_start_matches('/').split('/').collect();
+    match parts.first() {
+        Some(&"optimizer") if parts.len() > 3 => parts[1..parts.len() - 2].join("/"),
+        Some(&"model" | &"optimizer") if parts.len() > 1 => parts[1..].join("/"),
+        _ => parts.join("/"),
+    }
+}
+
 fn num(s: &str) -> Option<f64> {
     s.parse().ok()
 }
@@ -268,6 +284,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let single: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)).collect();
     let mut by_layer: BTreeMap<String, (u64, u64, f64, u64)> = BTreeMap::new();
     let mut by_bit: BTreeMap<(String, u64), (u64, u64, f64, u64)> = BTreeMap::new();
+    let mut nan_by_bit: BTreeMap<(String, u64), u64> = BTreeMap::new();
     for r in &single {
         let nev = r.metrics.nev.unwrap_or(false);
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !r.metrics.collapsed.unwrap_or(false));
@@ -280,10 +297,12 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             }
         };
         if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
-            add(by_layer.entry(l.to_string()).or_default());
+            let model = r.coords.get("model").map_or(String::new(), |m| format!("{m}: "));
+            add(by_layer.entry(format!("{model}{}", layer_of(l))).or_default());
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
             let p = precision_of.get(&r.index).cloned().unwrap_or_else(|| "32".into());
+            *nan_by_bit.entry((p.clone(), b)).or_default() += u64::from(r.metrics.collapsed.unwrap_or(false));
             add(by_bit.entry((p, b)).or_default());
         }
     }
@@ -307,9 +326,12 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     if bits.len() >= 4 {
         let mut nev: BTreeMap<String, Series> = BTreeMap::new();
         let mut loss: BTreeMap<String, Series> = BTreeMap::new();
+        let mut nan: BTreeMap<String, Series> = BTreeMap::new();
         for ((p, b), e) in &by_bit {
             let share = e.1 as f64 / e.0 as f64;
             let l = format!("{p}-bit");
+            let nan_share = nan_by_bit.get(&(p.clone(), *b)).copied().unwrap_or(0) as f64 / e.0 as f64;
+            nan.entry(l.clone()).or_insert_with(|| Series { label: l.clone(), ..Series::default() }).points.push((*b as f64, 100.0 * nan_share, Some(100.0 * margin(nan_share, e.0))));
             nev.entry(l.clone()).or_insert_with(|| Series { label: l.clone(), ..Series::default() }).points.push((*b as f64, 100.0 * share, Some(100.0 * margin(share, e.0))));
             if e.3 > 0 {
                 loss.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() }).points.push((*b as f64, e.2 / e.3 as f64, None));
@@ -324,6 +346,15 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             series: nev.into_values().collect(),
         };
         figures.push(("Per-bit sensitivity: N-EV share per bit position (95% margin)", save(&chart, &plots.join("bits_nev"))?));
+        let chart = LineChart {
+            title: format!("Per-bit sensitivity: NaN/Inf ({})", campaign.name()),
+            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
+            y_label: "runs with NaN/Inf values (%)".into(),
+            log_x: false,
+            y_range: Some((-2.0, 102.0)),
+            series: nan.into_values().collect(),
+        };
+        figures.push(("Per-bit sensitivity: NaN/Inf share per bit position (95% margin)", save(&chart, &plots.join("bits_nan"))?));
         let chart = LineChart {
             title: format!("Per-bit sensitivity: accuracy loss ({})", campaign.name()),
             x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
@@ -345,4 +376,17 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     }
     written.files.push(write(&out.join("report.md"), &md)?);
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_pool_a_modules_parameters_and_optimizer_state() {
+        assert_eq!(layer_of("model/layer1/0/bn1"), "layer1/0/bn1");
+        assert_eq!(layer_of("/optimizer/layer1/0/bn1/weight/momentum_buffer"), "layer1/0/bn1");
+        assert_eq!(layer_of("optimizer/classifier/fc/bias/exp_avg"), "classifier/fc");
+        assert_eq!(layer_of("train_state/step"), "train_state/step");
+    }
 }

@@ -100,6 +100,10 @@ type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as Drawin
 pub trait Plot {
     /// Draws on `area`.
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB>;
+    /// Width and height in pixels.
+    fn size(&self) -> (u32, u32) {
+        SIZE
+    }
 }
 
 fn range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
@@ -140,7 +144,12 @@ impl Plot for LineChart {
             .y_desc(&self.y_label)
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 18))
-            .x_label_formatter(&|v| if log_x { format!("{}", (10f64.powf(*v) * 100.0).round() / 100.0) } else { format!("{v}") })
+            // On a log axis only the powers of ten are labelled.
+            .x_label_formatter(&|v| match log_x {
+                true if (v - v.round()).abs() < 1e-6 => format!("{}", 10f64.powf(v.round())),
+                true => String::new(),
+                false => format!("{v}"),
+            })
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
         let mut k = 0;
@@ -164,7 +173,11 @@ impl Plot for LineChart {
             for p in &s.points {
                 if let Some(e) = p.2.filter(|e| *e > 0.0 && p.1.is_finite()) {
                     let x = tx(p.0);
-                    chart.draw_series(std::iter::once(PathElement::new(vec![(x, p.1 - e), (x, p.1 + e)], ShapeStyle::from(&c).stroke_width(1))))?;
+                    let cap = (x1 - x0) * 0.006;
+                    let bar = ShapeStyle::from(&c).stroke_width(2);
+                    for seg in [vec![(x, p.1 - e), (x, p.1 + e)], vec![(x - cap, p.1 - e), (x + cap, p.1 - e)], vec![(x - cap, p.1 + e), (x + cap, p.1 + e)]] {
+                        chart.draw_series(std::iter::once(PathElement::new(seg, bar)))?;
+                    }
                 }
             }
         }
@@ -173,7 +186,7 @@ impl Plot for LineChart {
             .label_font((FONT, 16))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(emptiest_corner(self.series.iter().flat_map(|s| s.points.iter().map(|p| (tx(p.0), p.1))), (x0, x1), (y0, y1)))
             .draw()?;
         area.present()
     }
@@ -217,36 +230,66 @@ impl Plot for Scatter {
 }
 
 impl Plot for Bars {
+    fn size(&self) -> (u32, u32) {
+        // One row of 24 pixels per bar, so that labels never overlap.
+        (SIZE.0, SIZE.1.max(130 + 24 * self.bars.len() as u32))
+    }
+
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
         let n = self.bars.len().max(1);
         let (_, x1) = range(self.bars.iter().map(|b| b.1 + b.2.unwrap_or(0.0)).chain([0.0]), 0.05);
+        let longest = self.bars.iter().map(|b| b.0.chars().count()).max().unwrap_or(0) as u32;
         let mut chart = ChartBuilder::on(area)
             .caption(&self.title, (FONT, 24))
             .margin(16)
             .x_label_area_size(50)
-            .y_label_area_size(10)
-            .build_cartesian_2d(0f64..x1.max(1e-9), -0.6f64..(n as f64 - 0.4))?;
+            .y_label_area_size((8 * longest + 16).clamp(60, 520))
+            .build_cartesian_2d(0f64..x1.max(1e-9), -0.5f64..(n as f64 - 0.5))?;
+        // Bar i sits at y = n - 1 - i (the first at the top); its label is the y tick there.
+        let labels: Vec<&str> = self.bars.iter().map(|b| b.0.as_str()).collect();
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
-            .label_style((FONT, 16))
+            .label_style((FONT, 14))
             .axis_desc_style((FONT, 18))
             .disable_y_mesh()
-            .y_labels(0)
+            .y_labels(n * 2 + 1)
+            .y_label_formatter(&|v| {
+                let i = n as f64 - 1.0 - v;
+                match (i - i.round()).abs() < 1e-6 && i >= -0.5 {
+                    true => labels.get(i.round() as usize).map_or(String::new(), |l| (*l).to_string()),
+                    false => String::new(),
+                }
+            })
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        let text = TextStyle::from((FONT, 15).into_font()).color(&BLACK);
-        for (i, (label, v, e)) in self.bars.iter().enumerate() {
-            // The first bar at the top.
+        let text = TextStyle::from((FONT, 13).into_font()).color(&BLACK);
+        for (i, (_, v, e)) in self.bars.iter().enumerate() {
             let y = (n - 1 - i) as f64;
-            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.38), (*v, y + 0.38)], color(0).mix(0.45).filled())))?;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.38), (*v, y + 0.38)], color(0).mix(0.6).filled())))?;
             if let Some(e) = e.filter(|e| *e > 0.0) {
                 chart.draw_series(std::iter::once(PathElement::new(vec![(v - e, y), (v + e, y)], ShapeStyle::from(&BLACK).stroke_width(1))))?;
             }
-            chart.draw_series(std::iter::once(Text::new(format!("{label}  ({v:.1})"), (x1 * 0.005, y + 0.2), text.clone())))?;
+            let at = (v + e.unwrap_or(0.0)).max(0.0) + x1 * 0.01;
+            chart.draw_series(std::iter::once(Text::new(format!("{v:.1}"), (at, y + 0.3), text.clone())))?;
         }
         area.present()
+    }
+}
+
+/// The corner of the plot whose quarter holds the fewest points: where the legend hides least.
+fn emptiest_corner(points: impl Iterator<Item = (f64, f64)>, (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> SeriesLabelPosition {
+    let (xm, ym) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0);
+    let mut n = [0usize; 4]; // upper left, upper right, lower left, lower right
+    for (x, y) in points.filter(|p| p.0.is_finite() && p.1.is_finite()) {
+        n[usize::from(x > xm) + 2 * usize::from(y < ym)] += 1;
+    }
+    match (0..4).min_by_key(|&i| n[i]) {
+        Some(1) => SeriesLabelPosition::UpperRight,
+        Some(2) => SeriesLabelPosition::LowerLeft,
+        Some(3) => SeriesLabelPosition::LowerRight,
+        _ => SeriesLabelPosition::UpperLeft,
     }
 }
 
@@ -257,11 +300,11 @@ pub fn save(plot: &impl Plot, stem: &Path) -> Result<Vec<PathBuf>> {
     let svg = stem.with_extension("svg");
     let err = |p: &Path, e: String| Error::Plot(format!("{}: {e}", p.display()));
     {
-        let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        let area = BitMapBackend::new(&png, plot.size()).into_drawing_area();
         plot.draw(&area).map_err(|e| err(&png, e.to_string()))?;
     }
     {
-        let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        let area = SVGBackend::new(&svg, plot.size()).into_drawing_area();
         plot.draw(&area).map_err(|e| err(&svg, e.to_string()))?;
     }
     Ok(vec![png, svg])
