@@ -1,0 +1,34 @@
+#!/bin/bash
+# A resilab campaign split over a Slurm job array: each array task runs one shard of the grid
+# on its own node, into its own directory; a last job merges the shards and writes the report.
+#
+#   sbatch --array=0-7 configs/slurm/campaign-array.sh configs/paper/nev.toml
+#   # when every task has finished (or: sbatch --dependency=afterok:<array job id> ...):
+#   resilab merge --out results/campaigns/nev results/campaigns/nev-shard-*
+#   resilab report results/campaigns/nev
+#
+# A task that was killed (time limit, preemption) is resumed by submitting the same task
+# again: --resume skips the runs it already recorded. The shard of a run depends only on its
+# index in the grid, so every task must be given the same campaign file and --set options.
+#
+#SBATCH --job-name=resilab-campaign
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=16
+#SBATCH --time=02:00:00
+#SBATCH --output=resilab-%A_%a.log
+
+set -euo pipefail
+config=${1:?usage: sbatch --array=0-N campaign-array.sh CONFIG [--set key=value ...]}
+shift
+name=$(basename "$config" .toml)
+task=${SLURM_ARRAY_TASK_ID:?run this with sbatch --array}
+count=${SLURM_ARRAY_TASK_COUNT:?run this with sbatch --array}
+resilab=${RESILAB:-./target/release/resilab}
+# One worker process per core; each run uses one thread, which is the most efficient way to
+# spend cores on many small runs.
+jobs=${RESILAB_JOBS:-${SLURM_CPUS_PER_TASK:-1}}
+
+exec "$resilab" campaign --config "$config" "$@" \
+    --shard "$task/$count" --jobs "$jobs" --threads 1 --resume \
+    --out "results/campaigns/$name-shard-$task"
