@@ -9,7 +9,7 @@ Per run, as the studies did it:
      checkpoint through h5py, trains ``--steps`` steps of batch ``--batch`` (SGD, momentum 0.9)
      and evaluates ``--test-images`` images; NaN/Inf/extreme values are checked after the load
      and after every step, and a run whose weights became NaN/Inf stops there (as resilab's
-     runs do).
+     runs do), unless ``--full-length`` asks for every step of every run (a fixed run length).
 ``--jobs`` runs go at once (each process with ``--threads`` threads), like resilab's worker
 processes. Prints one JSON line: runs, seconds, runs per hour.
 
@@ -100,7 +100,7 @@ def one_run(a):
     g = torch.Generator().manual_seed(a.seed)
     model.train()
     for _ in range(a.steps):
-        if collapsed:
+        if collapsed and not a.full_length:
             break
         x = torch.randn(a.batch, 3, a.image_size, a.image_size, generator=g)
         y = torch.randint(0, 10, (a.batch,), generator=g)
@@ -138,7 +138,7 @@ def campaign(a):
                         "--log", ckpt + ".jsonl"], check=True, stdout=subprocess.DEVNULL)
         out = subprocess.run([sys.executable, __file__, "--one-run", "--checkpoint", ckpt, "--seed", str(i),
                               "--steps", str(a.steps), "--batch", str(a.batch), "--test-images", str(a.test_images)]
-                             + model_args(a), check=True, capture_output=True, text=True)
+                             + (["--full-length"] if a.full_length else []) + model_args(a), check=True, capture_output=True, text=True)
         os.remove(ckpt)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -150,7 +150,7 @@ def campaign(a):
     print(json.dumps({
         "impl": "pytorch+h5py, one process per run", "arch": a.arch, "depth": a.depth, "width": a.width,
         "image_size": a.image_size, "flips": a.flips, "runs": a.runs, "jobs": a.jobs, "threads": a.threads,
-        "steps": a.steps, "batch": a.batch, "test_images": a.test_images, "seconds": seconds, "base_s": base_s,
+        "steps": a.steps, "full_length": a.full_length, "batch": a.batch, "test_images": a.test_images, "seconds": seconds, "base_s": base_s,
         "runs_per_hour": 3600.0 * a.runs / seconds, "nev": sum(r["nev"] for r in results),
     }))
 
@@ -170,6 +170,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--test-images", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--full-length", action="store_true", help="train every step of every run, even after NaN")
     p.add_argument("--make-base", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--base", help=argparse.SUPPRESS)
