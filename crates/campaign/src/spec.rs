@@ -228,7 +228,7 @@ impl Campaign {
         if s.repetitions == 0 {
             return Err(bad("campaign.repetitions: must be at least 1".into()));
         }
-        if !(s.timeout_s > 0.0) {
+        if s.timeout_s.is_nan() || s.timeout_s <= 0.0 {
             return Err(bad("campaign.timeout_s: must be positive".into()));
         }
         match s.kind {

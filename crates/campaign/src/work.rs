@@ -341,7 +341,7 @@ impl<'a> Worker<'a> {
         let start = trainer.step;
         if self.campaign.settings.kind == Kind::Restart {
             let stop = self.campaign.settings.stop_at_collapse;
-            while !trainer.done() && !(collapsed && stop) {
+            while !(trainer.done() || (collapsed && stop)) {
                 let s = trainer.step().map_err(resilab_runner::Error::from)?;
                 let within = trainer.workers.iter().all(|w| {
                     let mut ts = Vec::new();

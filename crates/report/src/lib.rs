@@ -122,6 +122,12 @@ fn share_md(s: &Share) -> String {
     format!("{} ({:.1} ± {:.1})", s.count, s.pct, s.margin_pct)
 }
 
+/// A table column: its header and how a cell fills it.
+type Column = (&'static str, Box<dyn Fn(&Cell) -> String>);
+
+/// Runs, N-EV runs, sum and count of accuracy losses (points) of one layer or bit.
+type Tally = (u64, u64, f64, u64);
+
 fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_status: &BTreeMap<String, u64>) -> String {
     let s = &c.settings;
     let mut md = String::new();
@@ -133,7 +139,7 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
         "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC. **NaN**: runs whose loss or weights became NaN/Inf. **N-EV**: runs in which the loss or a parameter was NaN/Inf, or a parameter exceeded {:e} in magnitude, right after the injection or after any training step. Of the rest: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's. Shares read `count (% ± margin)`; the margin is the 95% margin of error of the proportion, 1.96·sqrt(p(1-p)/n) (Leveugle et al. 2009, population of possible faults taken as infinite); the worst case (p = 0.5) is given per cell.\n",
         s.extreme_threshold, s.rwc_tolerance_points
     );
-    let cols: Vec<(&str, Box<dyn Fn(&Cell) -> String>)> = vec![
+    let cols: Vec<Column> = vec![
         ("runs (ok)", Box::new(|c: &Cell| format!("{} ({})", c.runs, c.ok))),
         ("ACC %", Box::new(|c: &Cell| f(c.acc, 2))),
         ("STD", Box::new(|c: &Cell| f(c.std, 3))),
@@ -282,13 +288,13 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
 
     // Per-layer and per-bit views of single-value runs.
     let single: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)).collect();
-    let mut by_layer: BTreeMap<String, (u64, u64, f64, u64)> = BTreeMap::new();
-    let mut by_bit: BTreeMap<(String, u64), (u64, u64, f64, u64)> = BTreeMap::new();
+    let mut by_layer: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut by_bit: BTreeMap<(String, u64), Tally> = BTreeMap::new();
     let mut nan_by_bit: BTreeMap<(String, u64), u64> = BTreeMap::new();
     for r in &single {
         let nev = r.metrics.nev.unwrap_or(false);
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !r.metrics.collapsed.unwrap_or(false));
-        let add = |e: &mut (u64, u64, f64, u64)| {
+        let add = |e: &mut Tally| {
             e.0 += 1;
             e.1 += u64::from(nev);
             if let Some(l) = loss {
@@ -307,7 +313,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
         }
     }
     if by_layer.len() >= 2 {
-        let bars = |title: &str, x: &str, v: &dyn Fn(&(u64, u64, f64, u64)) -> (f64, Option<f64>)| Bars {
+        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Option<f64>)| Bars {
             title: title.into(),
             x_label: x.into(),
             bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.0), v(e).0, v(e).1)).collect(),
@@ -337,33 +343,22 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
                 loss.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() }).points.push((*b as f64, e.2 / e.3 as f64, None));
             }
         }
-        let chart = LineChart {
-            title: format!("Per-bit sensitivity: N-EV ({})", campaign.name()),
-            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
-            y_label: "runs with NaN/Inf/extreme values (%)".into(),
-            log_x: false,
-            y_range: Some((-2.0, 102.0)),
-            series: nev.into_values().collect(),
-        };
-        figures.push(("Per-bit sensitivity: N-EV share per bit position (95% margin)", save(&chart, &plots.join("bits_nev"))?));
-        let chart = LineChart {
-            title: format!("Per-bit sensitivity: NaN/Inf ({})", campaign.name()),
-            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
-            y_label: "runs with NaN/Inf values (%)".into(),
-            log_x: false,
-            y_range: Some((-2.0, 102.0)),
-            series: nan.into_values().collect(),
-        };
-        figures.push(("Per-bit sensitivity: NaN/Inf share per bit position (95% margin)", save(&chart, &plots.join("bits_nan"))?));
-        let chart = LineChart {
-            title: format!("Per-bit sensitivity: accuracy loss ({})", campaign.name()),
-            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
-            y_label: "mean accuracy loss, runs without NaN (points)".into(),
-            log_x: false,
-            y_range: None,
-            series: loss.into_values().collect(),
-        };
-        figures.push(("Per-bit sensitivity: mean accuracy loss per bit position", save(&chart, &plots.join("bits_acc_loss"))?));
+        let charts = [
+            ("N-EV", "runs with NaN/Inf/extreme values (%)", Some((-2.0, 102.0)), nev, "bits_nev", "Per-bit sensitivity: N-EV share per bit position (95% margin)"),
+            ("NaN/Inf", "runs with NaN/Inf values (%)", Some((-2.0, 102.0)), nan, "bits_nan", "Per-bit sensitivity: NaN/Inf share per bit position (95% margin)"),
+            ("accuracy loss", "mean accuracy loss, runs without NaN (points)", None, loss, "bits_acc_loss", "Per-bit sensitivity: mean accuracy loss per bit position"),
+        ];
+        for (what, y_label, y_range, series, stem, caption) in charts {
+            let chart = LineChart {
+                title: format!("Per-bit sensitivity: {what} ({})", campaign.name()),
+                x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
+                y_label: y_label.into(),
+                log_x: false,
+                y_range,
+                series: series.into_values().collect(),
+            };
+            figures.push((caption, save(&chart, &plots.join(stem))?));
+        }
     }
     if !figures.is_empty() {
         let _ = writeln!(md, "\n## Plots\n");

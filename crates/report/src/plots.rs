@@ -95,6 +95,17 @@ pub struct Bars {
 }
 
 type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// A titled chart with room for axis labels on the left and below.
+fn frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> std::result::Result<Chart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    ChartBuilder::on(area).caption(title, (FONT, 24)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x, y)
+}
 
 /// Something that can draw itself on any backend.
 pub trait Plot {
@@ -131,12 +142,7 @@ impl Plot for LineChart {
         let (y0, y1) = self.y_range.unwrap_or_else(|| {
             range(self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| [p.1 - p.2.unwrap_or(0.0), p.1 + p.2.unwrap_or(0.0)])), 0.08)
         });
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, (FONT, 24))
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, y0..y1)?;
+        let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
         let log_x = self.log_x;
         chart
             .configure_mesh()
@@ -197,12 +203,7 @@ impl Plot for Scatter {
         area.fill(&WHITE)?;
         let (x0, x1) = range(self.points.iter().map(|p| p.1).chain([0.0]), 0.12);
         let (y0, y1) = range(self.points.iter().map(|p| p.2).chain([0.0]), 0.12);
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, (FONT, 24))
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, y0..y1)?;
+        let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
