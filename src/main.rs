@@ -689,20 +689,7 @@ fn eval(args: EvalArgs) -> Result<()> {
 
 fn advise(args: AdviseArgs) -> Result<()> {
     let checkpoint_s = match (&args.from_run, args.checkpoint_cost) {
-        _ if args.from_campaign.is_some() => {
-            let dir = args.from_campaign.as_deref().unwrap_or(Path::new("."));
-            let bases = dir.join("bases");
-            let mut costs = Vec::new();
-            for e in std::fs::read_dir(&bases).with_context(|| format!("{}: not a campaign directory with base runs", bases.display()))?.flatten() {
-                if let Ok(g) = resilab_campaign::read_json::<resilab_campaign::BaseGolden>(&e.path().join("golden.json")) {
-                    costs.push(g.checkpoint_s);
-                }
-            }
-            if costs.is_empty() {
-                bail!("{}: no base checkpoints measured (only restart and eval campaigns write them)", bases.display());
-            }
-            costs.iter().sum::<f64>() / costs.len() as f64
-        }
+        _ if let Some(dir) = &args.from_campaign => resilab_campaign::mean_checkpoint_s(dir)?,
         (Some(dir), _) => {
             let path = dir.join("summary.json");
             let text = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{Campaign, Kind};
-use crate::store::{Appender, read_rows, write_csv};
+use crate::store::{Appender, read_rows, write_csv, write_rows};
 use crate::work::{Job, Reply, base_dir};
 use crate::{CAMPAIGN_FILE, Error, Metrics, READY_LINE, REPLY_PREFIX, RUNS_CSV, RUNS_JSONL, Result, Row, Status};
 
@@ -128,6 +128,35 @@ fn base_ready(campaign: &Campaign, out: &Path, spec: &crate::RunSpec, platform: 
         Kind::Train => out.join("golden").join(resilab_runner::golden::key(&spec.config, platform)).join("summary.json").is_file(),
         _ => base_dir(out, &spec.base_key).join("golden.json").is_file(),
     }
+}
+
+fn check_shard(shard: Option<(u64, u64)>) -> Result<()> {
+    match shard {
+        Some((i, n)) if n == 0 || i >= n => Err(Error::Config(format!("--shard {i}/{n}: expected I/N with 0 <= I < N"))),
+        _ => Ok(()),
+    }
+}
+
+/// The runs of this shard (`(i, n)`: index `i` modulo `n`) whose ids are not in `done`, and
+/// how many runs the shard has in all.
+fn pending(campaign: &Campaign, shard: Option<(u64, u64)>, done: &HashSet<String>) -> Result<(u64, Vec<crate::RunSpec>)> {
+    check_shard(shard)?;
+    let mut total = 0;
+    let mut todo = Vec::new();
+    for i in (0..campaign.len()).filter(|&i| shard.is_none_or(|(s, n)| i % n == s)) {
+        total += 1;
+        let spec = campaign.run(i)?;
+        if !done.contains(&spec.id) {
+            todo.push(spec);
+        }
+    }
+    Ok((total, todo))
+}
+
+/// The first run of each base (or golden run) among `todo` that is not ready yet.
+fn bases_to_prepare<'a>(campaign: &Campaign, out: &Path, todo: &'a [crate::RunSpec], platform: &str) -> Vec<&'a crate::RunSpec> {
+    let mut seen = HashSet::new();
+    todo.iter().filter(|s| seen.insert(s.base_key.as_str()) && !base_ready(campaign, out, s, platform)).collect()
 }
 
 struct Slot {
@@ -340,32 +369,12 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     if opts.jobs == 0 {
         return Err(Error::Config("--jobs must be at least 1".into()));
     }
-    if let Some((i, n)) = opts.shard
-        && (n == 0 || i >= n)
-    {
-        return Err(Error::Config(format!("--shard {i}/{n}: expected I/N with 0 <= I < N")));
-    }
+    check_shard(opts.shard)?;
     let recorded = prepare_dir(campaign, opts)?;
     let done: HashSet<String> = recorded.iter().map(|r| r.id.clone()).collect();
-    let in_shard = |i: u64| opts.shard.is_none_or(|(s, n)| i % n == s);
-    let mut todo = Vec::new();
-    let mut outcome = Outcome::default();
-    for i in (0..campaign.len()).filter(|&i| in_shard(i)) {
-        outcome.total += 1;
-        let spec = campaign.run(i)?;
-        if done.contains(&spec.id) {
-            outcome.skipped += 1;
-        } else {
-            todo.push(spec);
-        }
-    }
-    let mut preps: Vec<Job> = Vec::new();
-    let mut seen = HashSet::new();
-    for s in &todo {
-        if seen.insert(s.base_key.clone()) && !base_ready(campaign, &opts.out, s, &opts.platform) {
-            preps.push(Job::Prep { index: s.index });
-        }
-    }
+    let (total, todo) = pending(campaign, opts.shard, &done)?;
+    let mut outcome = Outcome { total, skipped: total - todo.len() as u64, ..Outcome::default() };
+    let preps: Vec<Job> = bases_to_prepare(campaign, &opts.out, &todo, &opts.platform).iter().map(|s| Job::Prep { index: s.index }).collect();
     let timeout = Duration::from_secs_f64(opts.timeout_s.unwrap_or(campaign.settings.timeout_s));
     let timeout_of = |j: &Job| match j {
         Job::Prep { .. } => timeout * 10,
@@ -459,17 +468,9 @@ pub struct Estimate {
 /// `device` (one warm-up step, then three timed).
 pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs: usize, platform: &str, device: &Device) -> Result<Estimate> {
     let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
-    let in_shard = |i: u64| shard.is_none_or(|(s, n)| n > 0 && i % n == s);
-    let (mut runs, mut todo) = (0u64, Vec::new());
-    for i in (0..campaign.len()).filter(|&i| in_shard(i)) {
-        runs += 1;
-        let s = campaign.run(i)?;
-        if !done.contains(&s.id) {
-            todo.push(s);
-        }
-    }
+    let (runs, todo) = pending(campaign, shard, &done)?;
+    let preps: HashSet<u64> = bases_to_prepare(campaign, out, &todo, platform).iter().map(|s| s.index).collect();
     let mut timing: HashMap<String, (String, f64, f64)> = HashMap::new();
-    let mut bases = HashSet::new();
     let (mut total, s) = (0.0f64, &campaign.settings);
     for spec in &todo {
         let c = &spec.config;
@@ -500,7 +501,7 @@ pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs
             }
         };
         total += run;
-        if bases.insert(spec.base_key.clone()) && !base_ready(campaign, out, spec, platform) {
+        if preps.contains(&spec.index) {
             total += match s.kind {
                 Kind::Train => run,
                 _ => (s.base_steps.unwrap_or(0) + s.steps.unwrap_or(0)) as f64 * step + eval,
@@ -509,13 +510,10 @@ pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs
     }
     let mut v: Vec<(String, f64, f64)> = timing.into_values().collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
-    let preps = todo.iter().map(|s| s.base_key.clone()).collect::<HashSet<_>>().into_iter().filter(|k| {
-        todo.iter().find(|s| &s.base_key == k).is_some_and(|s| !base_ready(campaign, out, s, platform))
-    });
     Ok(Estimate {
         runs,
         todo: todo.len() as u64,
-        bases: preps.count() as u64,
+        bases: preps.len() as u64,
         step_s: v.iter().map(|(l, s, _)| (l.clone(), *s)).collect(),
         eval_s: v.iter().map(|(l, _, e)| (l.clone(), *e)).collect(),
         eta_s: total / jobs.max(1) as f64,
@@ -553,12 +551,6 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
         resilab_runner::write_atomic(&out.join("campaign.json"), &m)?;
     }
     let rows: Vec<Row> = rows.into_values().collect();
-    let mut jsonl = Vec::new();
-    for r in &rows {
-        jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
-        jsonl.push(b'\n');
-    }
-    resilab_runner::write_atomic(&out.join(RUNS_JSONL), &jsonl)?;
-    write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), &rows)?;
+    write_rows(out, &campaign.axis_keys(), &rows)?;
     Ok(rows.len())
 }

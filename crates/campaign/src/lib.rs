@@ -17,7 +17,7 @@ mod work;
 pub use exec::{Estimate, Options, Outcome, estimate, execute, merge};
 pub use spec::{Axis, Campaign, Kind, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
-pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, read_json};
+pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
 
 use std::path::PathBuf;
 

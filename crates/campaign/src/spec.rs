@@ -155,6 +155,8 @@ pub struct RunSpec {
     pub config: RunConfig,
     /// The injection keys (`restart`, `eval`).
     pub inject: toml::Table,
+    /// The same keys, validated (`restart`, `eval`; `None` for `train`).
+    pub injector: Option<resilab_inject::Spec>,
     /// Workers (data-parallel replicas or stages) whose checkpoint files are altered.
     pub workers_hit: usize,
     /// Deliberate misbehaviour (tests).
@@ -249,8 +251,7 @@ impl Campaign {
                 }
             }
         }
-        let c = Campaign { settings: file.campaign, base: file.base, inject: file.inject, axes, text: String::new() };
-        let mut c = Campaign { text: toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?, ..c };
+        let mut c = Campaign { settings: file.campaign, base: file.base, inject: file.inject, axes, text: String::new() };
         c.check(origin)?;
         c.text = toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?;
         Ok(c)
@@ -381,13 +382,14 @@ impl Campaign {
             .validate(resilab_models::InputShape { channels, size }, classes)
             .map_err(|e| format!("{where_}: {e}"))?;
         let world = config.parallel.workers.max(config.parallel.stages).max(1);
+        let mut injector = None;
         if s.kind != Kind::Train {
             if workers_hit > world {
                 return Err(format!("{where_}: workers_hit = {workers_hit} but the run has {world} worker(s)"));
             }
             let raw: resilab_inject::RawConfig =
                 toml::Table::try_into(inject.clone()).map_err(|e| format!("[inject]: {}", e.to_string().trim_end()))?;
-            raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?;
+            injector = Some(raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?);
         } else {
             let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
             let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
@@ -401,7 +403,7 @@ impl Campaign {
             Kind::Train => hash(&resilab_runner::golden::golden_config(&config).to_toml()),
             _ => hash(&format!("{}\n# base_steps = {:?}\n", config.to_toml(), s.base_steps)),
         };
-        Ok(RunSpec { index: 0, id, coords, seed, rep, fault_seed, config, inject, workers_hit, self_test, base_key })
+        Ok(RunSpec { index: 0, id, coords, seed, rep, fault_seed, config, inject, injector, workers_hit, self_test, base_key })
     }
 }
 

@@ -101,6 +101,17 @@ pub fn write_csv(path: &Path, axes: &[String], rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
+/// Writes `rows` as the whole record of `dir`: `runs.jsonl` and `runs.csv` (each atomically).
+pub fn write_rows(dir: &Path, axes: &[String], rows: &[Row]) -> Result<()> {
+    let mut jsonl = Vec::new();
+    for r in rows {
+        jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
+        jsonl.push(b'\n');
+    }
+    resilab_runner::write_atomic(&dir.join(crate::RUNS_JSONL), &jsonl)?;
+    write_csv(&dir.join(crate::RUNS_CSV), axes, rows)
+}
+
 /// Appends rows to an open `runs.jsonl` and `runs.csv`, flushing each.
 pub(crate) struct Appender {
     jsonl: std::fs::File,

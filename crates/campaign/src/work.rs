@@ -75,6 +75,19 @@ pub fn base_dir(dir: &Path, key: &str) -> PathBuf {
     dir.join("bases").join(key)
 }
 
+/// Mean seconds to write one base checkpoint over the bases of the campaign in `dir` (what
+/// `restart` and `eval` campaigns measure in `bases/*/golden.json`).
+pub fn mean_checkpoint_s(dir: &Path) -> Result<f64> {
+    let bases = dir.join("bases");
+    let entries = std::fs::read_dir(&bases)
+        .map_err(|e| Error::Config(format!("{}: not a campaign directory with base runs ({e})", dir.display())))?;
+    let costs: Vec<f64> = entries.flatten().filter_map(|e| read_json::<BaseGolden>(&e.path().join("golden.json")).ok()).map(|g| g.checkpoint_s).collect();
+    if costs.is_empty() {
+        return Err(Error::Config(format!("{}: no base checkpoints measured (only restart and eval campaigns write them)", bases.display())));
+    }
+    Ok(costs.iter().sum::<f64>() / costs.len() as f64)
+}
+
 /// A worker process's state: the campaign, its directory and the data sets loaded so far.
 pub struct Worker<'a> {
     campaign: Campaign,
@@ -300,8 +313,7 @@ impl<'a> Worker<'a> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.fault_seed);
         let mut hit: Vec<usize> = sample(&mut rng, world, spec.workers_hit.min(world)).into_vec();
         hit.sort_unstable();
-        let raw: resilab_inject::RawConfig = toml::Table::try_into(spec.inject.clone()).map_err(|e| Error::Config(format!("[inject]: {e}")))?;
-        let inj = raw.validate().map_err(|e| Error::Config(format!("[inject]: {e}")))?;
+        let inj = spec.injector.as_ref().ok_or_else(|| Error::Config("[inject]: a train run alters no checkpoint".into()))?;
         let mut m = Metrics { workers_hit: Some(hit.iter().map(usize::to_string).collect::<Vec<_>>().join(";")), ..Metrics::default() };
         let (mut corrupted, mut bad_values) = (0u64, 0u64);
         let mut layers = std::collections::BTreeSet::new();
@@ -309,7 +321,7 @@ impl<'a> Worker<'a> {
         for &r in &hit {
             let file = step_dir.join(resilab_checkpoint::file_name(r));
             let seed = spec.fault_seed.wrapping_add(r as u64);
-            let report = resilab_inject::inject_file(&inj, &file, &resilab_inject::Output::InPlace, seed)
+            let report = resilab_inject::inject_file(inj, &file, &resilab_inject::Output::InPlace, seed)
                 .map_err(|e| Error::CorruptFile(format!("injecting into {}: {e}", file.display())))?;
             corrupted += report.summary.corrupted + report.byte_records.len() as u64;
             bad_values += report.summary.nan + report.summary.inf + report.summary.extreme;

@@ -68,7 +68,6 @@ fn label(coords: &BTreeMap<String, String>, skip: &[&str]) -> String {
     if parts.is_empty() { "all".into() } else { parts.join(", ") }
 }
 
-/// An axis key without its `inject.` prefix, for legends and headers.
 /// An axis key as a plot label shows it: its last component (`recovery.strategy` ->
 /// `strategy`), or the whole key where that is a number (`fault.0`).
 fn short(key: &str) -> &str {
