@@ -1074,12 +1074,14 @@ fn campaign(args: CampaignArgs) -> Result<()> {
     let o = resilab_campaign::execute(&c, &opts)?;
     let statuses: Vec<String> = o.by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
     println!(
-        "{} runs recorded now ({}), {} recorded before, {} in this shard; {:.1} s -> {}",
+        "{} runs recorded now ({}), {} recorded before, {} in this shard; {:.1} s ({} base run(s) first: {:.1} s) -> {}",
         o.done,
         if statuses.is_empty() { "none".to_string() } else { statuses.join(", ") },
         o.skipped,
         o.total,
         o.wall_s,
+        o.bases,
+        o.bases_s,
         out.join(resilab_campaign::RUNS_CSV).display()
     );
     Ok(())

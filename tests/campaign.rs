@@ -81,6 +81,8 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     let full = tmp.path().join("full");
     let o = campaign(&cfg, &full, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("(1 base run(s) first: "), "the summary times the base run: {stdout}");
     let reference = table(&full);
     assert_eq!(reference.len(), 20);
     assert!(rows(&full).iter().all(|r| r["status"] == "ok"), "{:?}", rows(&full));
@@ -112,7 +114,7 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     let o = campaign(&cfg, &killed, &["--resume"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("recorded before"), "{stdout}");
+    assert!(stdout.contains("recorded before") && stdout.contains("(0 base run(s) first: "), "the base is reused: {stdout}");
     assert_eq!(table(&killed), reference, "resumed campaign differs from the uninterrupted one (killed after {at_kill} runs)");
     let csv_rows = csv::Reader::from_path(killed.join("runs.csv")).unwrap().records().count();
     assert_eq!(csv_rows, 20);

@@ -52,6 +52,11 @@ pub struct Outcome {
     pub failed: u64,
     /// Count per status of the runs recorded now.
     pub by_status: BTreeMap<String, u64>,
+    /// Base (or golden) runs trained in this invocation before the runs.
+    pub bases: u64,
+    /// Seconds from the start until the first run was handed out: opening the directory and
+    /// training those base runs (wall clock, part of `wall_s`).
+    pub bases_s: f64,
     /// Seconds.
     pub wall_s: f64,
 }
@@ -388,6 +393,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     );
     let specs: HashMap<u64, crate::RunSpec> = todo.iter().map(|s| (s.index, s.clone())).collect();
     let mut base_failures: HashMap<String, String> = HashMap::new();
+    outcome.bases = preps.len() as u64;
     if !preps.is_empty() {
         bar.set_message(format!("training {} base run(s)", preps.len()));
         let result = drive(&mut pool, preps, timeout_of, |reply| {
@@ -405,6 +411,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
             return Err(e);
         }
     }
+    outcome.bases_s = start.elapsed().as_secs_f64();
     bar.set_message("");
     let mut appender = Appender::open(&opts.out, campaign.axis_keys())?;
     let mut record = |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {

@@ -497,7 +497,7 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
             let path = e.unwrap().path();
             if path.extension().is_some_and(|x| x == "toml") {
                 let c = Campaign::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
-                assert!(c.len() > 0);
+                assert!(!c.is_empty());
                 for i in [0, c.len() - 1] {
                     c.run(i).unwrap_or_else(|e| panic!("{}: run {i}: {e}", path.display()));
                 }
