@@ -124,8 +124,47 @@ fn share_md(s: &Share) -> String {
 /// A table column: its header and how a cell fills it.
 type Column = (&'static str, Box<dyn Fn(&Cell) -> String>);
 
-/// Runs, N-EV runs, sum and count of accuracy losses (points) of one layer or bit.
-type Tally = (u64, u64, f64, u64);
+/// What the single-flip runs of one layer or one bit position gave.
+#[derive(Default)]
+struct Tally {
+    /// Runs.
+    runs: u64,
+    /// Of those, with N-EV.
+    nev: u64,
+    /// Of those, whose loss or weights became NaN/Inf.
+    nan: u64,
+    /// Sum (points) and count of the accuracy losses of the runs that did not collapse.
+    loss_sum: f64,
+    losses: u64,
+}
+
+impl Tally {
+    fn add(&mut self, nev: bool, nan: bool, loss: Option<f64>) {
+        self.runs += 1;
+        self.nev += u64::from(nev);
+        self.nan += u64::from(nan);
+        if let Some(l) = loss {
+            self.loss_sum += 100.0 * l;
+            self.losses += 1;
+        }
+    }
+
+    /// `count` as a share of the runs, in %, with its 95% margin.
+    fn pct(&self, count: u64) -> (f64, Option<f64>) {
+        let p = count as f64 / self.runs as f64;
+        (100.0 * p, Some(100.0 * margin(p, self.runs)))
+    }
+
+    /// Mean accuracy loss (points) of the runs that did not collapse.
+    fn mean_loss(&self) -> Option<f64> {
+        (self.losses > 0).then(|| self.loss_sum / self.losses as f64)
+    }
+}
+
+/// Appends `point` to the series `label` of `map`, creating it.
+fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64, Option<f64>)) {
+    map.entry(label.to_string()).or_insert_with(|| Series { label: label.to_string(), ..Series::default() }).points.push(point);
+}
 
 fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_status: &BTreeMap<String, u64>) -> String {
     let s = &c.settings;
@@ -172,7 +211,6 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     md
 }
 
-/// Parses a cell value as a number for an x axis.
 /// The layer (module path) a corrupted dataset belongs to: `model/layer1/0/bn1` and
 /// `optimizer/layer1/0/bn1/weight/momentum_buffer` are both `layer1/0/bn1`.
 fn layer_of(dataset: &str) -> String {
@@ -184,6 +222,7 @@ fn layer_of(dataset: &str) -> String {
     }
 }
 
+/// Parses a cell value as a number for an x axis.
 fn num(s: &str) -> Option<f64> {
     s.parse().ok()
 }
@@ -289,42 +328,28 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let single: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)).collect();
     let mut by_layer: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_bit: BTreeMap<(String, u64), Tally> = BTreeMap::new();
-    let mut nan_by_bit: BTreeMap<(String, u64), u64> = BTreeMap::new();
     for r in &single {
         let nev = r.metrics.nev.unwrap_or(false);
-        let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !r.metrics.collapsed.unwrap_or(false));
-        let add = |e: &mut Tally| {
-            e.0 += 1;
-            e.1 += u64::from(nev);
-            if let Some(l) = loss {
-                e.2 += 100.0 * l;
-                e.3 += 1;
-            }
-        };
+        let nan = r.metrics.collapsed.unwrap_or(false);
+        let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !nan);
         if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
             let model = r.coords.get("model").map_or(String::new(), |m| format!("{m}: "));
-            add(by_layer.entry(format!("{model}{}", layer_of(l))).or_default());
+            by_layer.entry(format!("{model}{}", layer_of(l))).or_default().add(nev, nan, loss);
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
             let p = precision_of.get(&r.index).cloned().unwrap_or_else(|| "32".into());
-            *nan_by_bit.entry((p.clone(), b)).or_default() += u64::from(r.metrics.collapsed.unwrap_or(false));
-            add(by_bit.entry((p, b)).or_default());
+            by_bit.entry((p, b)).or_default().add(nev, nan, loss);
         }
     }
     if by_layer.len() >= 2 {
         let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Option<f64>)| Bars {
             title: title.into(),
             x_label: x.into(),
-            bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.0), v(e).0, v(e).1)).collect(),
+            bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),
         };
-        let nev = bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| {
-            let p = e.1 as f64 / e.0 as f64;
-            (100.0 * p, Some(100.0 * margin(p, e.0)))
-        });
+        let nev = bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| e.pct(e.nev));
         figures.push(("Per-layer vulnerability: N-EV share of single-flip runs per layer (95% margin)", save(&nev, &plots.join("layers_nev"))?));
-        let loss = bars(&format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()), "mean accuracy loss after one flip in the layer (points)", &|e| {
-            (if e.3 == 0 { 0.0 } else { e.2 / e.3 as f64 }, None)
-        });
+        let loss = bars(&format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()), "mean accuracy loss after one flip in the layer (points)", &|e| (e.mean_loss().unwrap_or(0.0), None));
         figures.push(("Per-layer vulnerability: mean accuracy loss of single-flip runs per layer", save(&loss, &plots.join("layers_acc_loss"))?));
     }
     let bits: std::collections::BTreeSet<u64> = by_bit.keys().map(|k| k.1).collect();
@@ -333,13 +358,12 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
         let mut loss: BTreeMap<String, Series> = BTreeMap::new();
         let mut nan: BTreeMap<String, Series> = BTreeMap::new();
         for ((p, b), e) in &by_bit {
-            let share = e.1 as f64 / e.0 as f64;
-            let l = format!("{p}-bit");
-            let nan_share = nan_by_bit.get(&(p.clone(), *b)).copied().unwrap_or(0) as f64 / e.0 as f64;
-            nan.entry(l.clone()).or_insert_with(|| Series { label: l.clone(), ..Series::default() }).points.push((*b as f64, 100.0 * nan_share, Some(100.0 * margin(nan_share, e.0))));
-            nev.entry(l.clone()).or_insert_with(|| Series { label: l.clone(), ..Series::default() }).points.push((*b as f64, 100.0 * share, Some(100.0 * margin(share, e.0))));
-            if e.3 > 0 {
-                loss.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() }).points.push((*b as f64, e.2 / e.3 as f64, None));
+            let (l, x) = (format!("{p}-bit"), *b as f64);
+            let ((v, m), (w, n)) = (e.pct(e.nev), e.pct(e.nan));
+            push_point(&mut nev, &l, (x, v, m));
+            push_point(&mut nan, &l, (x, w, n));
+            if let Some(mean) = e.mean_loss() {
+                push_point(&mut loss, &l, (x, mean, None));
             }
         }
         let charts = [
