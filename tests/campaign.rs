@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{assert_clean_error, resilab, run, write};
@@ -43,6 +43,22 @@ fn campaign(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
     args.extend_from_slice(extra);
     run(&args)
+}
+
+/// Writes `text` as `<name>.toml` in `dir`, runs it into `dir/<name>` and checks it succeeded;
+/// returns the campaign directory.
+fn finished(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let cfg = write(dir, &format!("{name}.toml"), text);
+    let out = dir.join(name);
+    let o = campaign(&cfg, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Runs `resilab report` on a campaign directory and checks it succeeded.
+fn report(out: &Path) {
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn rows(dir: &Path) -> Vec<serde_json::Value> {
@@ -168,15 +184,11 @@ fn campaign_survives_panics_hangs_aborts_and_corrupt_files() {
         .replace("repetitions = 10", "repetitions = 3")
         .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "target = \"bytes\"\nbyte_region = \"metadata\"\nuse_random_locations = true\ninjection_tries = 400")
         .replace("\"inject.injection_tries\" = [1, 30]", "workers_hit = [1]");
-    let cfg = write(tmp.path(), "corrupt.toml", &text);
-    let out = tmp.path().join("corrupt");
-    let o = campaign(&cfg, &out, &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = finished(tmp.path(), "corrupt", &text);
     let rs = rows(&out);
     assert_eq!(rs.len(), 3);
     assert!(rs.iter().all(|r| r["status"] == "corrupt_file"), "{rs:?}");
-    let o = run(&["report", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    report(&out);
     let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(md.contains("3 corrupt_file"), "{md}");
 }
@@ -220,10 +232,7 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
         .replace("steps = 2\n", "")
         .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "injection_tries = 1\nlocations_to_corrupt = [\"model\"]")
         .replace("\"inject.injection_tries\" = [1, 30]", "[grid.inject]\nf16 = { float_precision = 16, first_bit = 0, last_bit = 15 }\nf32 = { float_precision = 32, first_bit = 0, last_bit = 31 }");
-    let cfg = write(tmp.path(), "bits.toml", &bits);
-    let out = tmp.path().join("bits");
-    let o = campaign(&cfg, &out, &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = finished(tmp.path(), "bits", &bits);
     let rs = rows(&out);
     assert_eq!(rs.len(), 32);
     for r in &rs {
@@ -235,18 +244,14 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
         assert!(bit < width, "{r}");
         assert!(r["steps"].is_null() && r["final_acc"].is_number(), "{r}");
     }
-    let o = run(&["report", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    report(&out);
     for f in ["bits_nev", "bits_nan", "bits_acc_loss", "layers_nev"] {
         assert!(out.join("report/plots").join(format!("{f}.png")).exists(), "{f}");
     }
 
     // A fixed run length: collapsed runs train all their steps too.
     let fixed = NEV.replace("repetitions = 10", "repetitions = 3").replace("[1, 30]", "[30]").replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");
-    let cfg = write(tmp.path(), "fixed.toml", &fixed);
-    let out = tmp.path().join("fixed");
-    let o = campaign(&cfg, &out, &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = finished(tmp.path(), "fixed", &fixed);
     let rs = rows(&out);
     assert!(rs.iter().all(|r| r["steps"] == 2), "{rs:?}");
     assert!(rs.iter().any(|r| r["collapsed"] == true), "{rs:?}");
@@ -279,10 +284,7 @@ locations_to_corrupt = ["model/stem/bn/weight"]
 [grid]
 "recovery.strategy" = ["checkpoint_restart", "rollback"]
 "#;
-    let cfg = write(tmp.path(), "train.toml", train);
-    let out = tmp.path().join("train");
-    let o = campaign(&cfg, &out, &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = finished(tmp.path(), "train", train);
     let by: BTreeMap<String, serde_json::Value> = rows(&out).into_iter().map(|r| (r["coords"]["recovery.strategy"].as_str().unwrap().to_string(), r)).collect();
     assert_eq!(by.len(), 2);
     for r in by.values() {
@@ -295,8 +297,7 @@ locations_to_corrupt = ["model/stem/bn/weight"]
     assert_eq!(by["rollback"]["acc_loss"], 0.0, "{}", by["rollback"]);
     assert_eq!(by["rollback"]["steps_lost"], 0, "{}", by["rollback"]);
     assert!(by["checkpoint_restart"]["steps_lost"].as_u64().unwrap() >= 1, "{}", by["checkpoint_restart"]);
-    let o = run(&["report", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    report(&out);
     for f in ["acc_vs_step", "loss_vs_overhead"] {
         assert!(out.join("report/plots").join(format!("{f}.png")).exists(), "{f}");
     }
