@@ -63,23 +63,30 @@ def main():
     for r in rows:
         if r["status"] == "ok":
             by_model[r["coords"]["model"]].append(r["wall_s"])
-    t_by_model = defaultdict(lambda: [0, 0.0])
+    t_by_model = defaultdict(lambda: [0, 0.0, 0.0])
     for t in torch:
         t_by_model[t["arch"]][0] += t["runs"]
         t_by_model[t["arch"]][1] += t["seconds"]
+        t_by_model[t["arch"]][2] += t["train_s"] + t["eval_s"]
     models_csv = os.path.join(os.path.dirname(out), "campaign_models.csv")
     with open(models_csv, "w", newline="") as f:
         w = csv.writer(f)
+        # published_way_compute_s: PyTorch's own 20 steps and evaluation inside the run process;
+        # resilab_s_per_run_for_3x: what one resilab run may take for 3x the published way.
         w.writerow(["model", "resilab_runs", "resilab_s_per_run", "published_way_runs",
-                     "published_way_s_per_run", "ratio"])
+                    "published_way_s_per_run", "published_way_compute_s", "resilab_s_per_run_for_3x",
+                    "ratio"])
         for model in sorted(by_model):
             ws = by_model[model]
             ours_s = sum(ws) / len(ws)
-            n, s = t_by_model.get(model, [0, 0.0])
+            n, s, compute = t_by_model.get(model, [0, 0.0, 0.0])
             theirs_s = s * jobs / n if n else float("nan")
-            w.writerow([model, len(ws), round(ours_s, 2), n, round(theirs_s, 2), round(theirs_s / ours_s, 2)])
+            compute_s = compute / n if n else float("nan")
+            w.writerow([model, len(ws), round(ours_s, 2), n, round(theirs_s, 2), round(compute_s, 2),
+                        round(theirs_s / 3, 2), round(theirs_s / ours_s, 2)])
             print(f"{model:8}        one run: resilab {ours_s:.2f} s, published way {theirs_s:.2f} s "
-                  f"({theirs_s / ours_s:.2f}x)")
+                  f"({theirs_s / ours_s:.2f}x), of which PyTorch's steps and evaluation {compute_s:.2f} s; "
+                  f"3x needs resilab <= {theirs_s / 3:.2f} s")
 
     print(f"resilab         {runs} runs in {runs_s:.1f} s after {bases_s:.1f} s of {bases} base and golden "
           f"runs: {ours:.0f} runs/hour ({ours_incl:.0f} counting the bases)")

@@ -11,7 +11,8 @@ Per run, as the studies did it:
      and after every step, and a run whose weights became NaN/Inf stops there (as resilab's
      runs do), unless ``--full-length`` asks for every step of every run (a fixed run length).
 ``--jobs`` runs go at once (each process with ``--threads`` threads), like resilab's worker
-processes. Prints one JSON line: runs, seconds, runs per hour.
+processes. Prints one JSON line: runs, seconds, runs per hour, and the seconds the run processes
+spent in training steps and in evaluation (the rest is process start, imports and h5py).
 
     python bench/campaign_torch.py --arch resnet --depth 8 --width 0.5 --runs 24 --jobs 2
 """
@@ -99,6 +100,7 @@ def one_run(a):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(a.seed)
     model.train()
+    t0 = time.perf_counter()
     for _ in range(a.steps):
         if collapsed and not a.full_length:
             break
@@ -112,6 +114,8 @@ def one_run(a):
             nev = True
             collapsed = not torch.isfinite(loss) or any(
                 not torch.isfinite(p).all() for p in model.state_dict().values() if p.dtype.is_floating_point)
+    train_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -120,7 +124,8 @@ def one_run(a):
             x = torch.randn(n, 3, a.image_size, a.image_size, generator=g)
             y = torch.randint(0, 10, (n,), generator=g)
             correct += (model(x).argmax(1) == y).sum().item()
-    print(json.dumps({"nev": nev, "acc": correct / a.test_images}))
+    eval_s = time.perf_counter() - t0
+    print(json.dumps({"nev": nev, "acc": correct / a.test_images, "train_s": train_s, "eval_s": eval_s}))
 
 
 def campaign(a):
@@ -152,6 +157,9 @@ def campaign(a):
         "image_size": a.image_size, "flips": a.flips, "runs": a.runs, "jobs": a.jobs, "threads": a.threads,
         "steps": a.steps, "full_length": a.full_length, "batch": a.batch, "test_images": a.test_images, "seconds": seconds, "base_s": base_s,
         "runs_per_hour": 3600.0 * a.runs / seconds, "nev": sum(r["nev"] for r in results),
+        # Inside the run processes, summed over runs: the training steps and the evaluation
+        # (the rest of a run's share is process start, imports, h5py load and injection).
+        "train_s": sum(r["train_s"] for r in results), "eval_s": sum(r["eval_s"] for r in results),
     }))
 
 
