@@ -118,7 +118,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         csv.push_str(&format!("{shape},{forward:.2},{weight_grad:.2},{input_grad:.2},{gemm:.2}\n"));
     }
     if let Some(path) = out {
-        std::fs::write(&path, csv)?;
+        std::fs::write(&path, csv).map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("-> {path}");
     }
     Ok(())
