@@ -1,4 +1,6 @@
-//! Records the git revision the binary is built from (shown in `summary.json`).
+//! Records the git revision the binary is built from (shown in `summary.json`) and, with the
+//! `tch` feature, writes libtorch's directory into the binaries' run path, so that they start
+//! without LD_LIBRARY_PATH.
 
 fn main() {
     let rev = std::process::Command::new("git")
@@ -11,4 +13,8 @@ fn main() {
     println!("cargo:rustc-env=RESILAB_GIT_REVISION={rev}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // torch-sys (`links = "tch"`) passes its libtorch directory to direct dependents.
+    if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    }
 }

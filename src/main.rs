@@ -106,7 +106,8 @@ struct CampaignArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Compute backend: flex (default), ndarray or wgpu.
+    /// Compute backend: flex (default), ndarray, wgpu or tch (LibTorch on the CPU; needs a
+    /// build with `--features tch`, see `resilab train --help`).
     #[arg(long, value_name = "NAME")]
     backend: Option<BackendKind>,
     /// The wgpu adapter (see `resilab train --help`).
@@ -193,9 +194,10 @@ struct ComputeArgs {
     /// CPU threads for the compute backend (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Compute backend: flex (fastest CPU backend, the default), ndarray (Burn's older CPU
-    /// backend) or wgpu (GPU; needs a build with `--features wgpu`). Overrides the config's
-    /// `backend` key.
+    /// Compute backend: flex (Burn's pure-Rust CPU backend, the default), ndarray (Burn's older
+    /// CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
+    /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
+    /// Overrides the config's `backend` key.
     #[arg(long, value_name = "NAME")]
     backend: Option<BackendKind>,
     /// The wgpu adapter: default (wgpu's choice, a high-performance GPU first), discrete[:N],
@@ -437,7 +439,24 @@ fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Device, Strin
         #[allow(deprecated)]
         BackendKind::Ndarray => Ok((Device::ndarray(), "cpu (ndarray)".to_string())),
         BackendKind::Wgpu => wgpu_device(&compute.wgpu_device),
+        BackendKind::Tch => tch_device(),
     }
+}
+
+/// LibTorch's CPU device (burn-tch is deprecated by Burn 0.22, like ndarray).
+#[cfg(feature = "tch")]
+#[allow(deprecated)]
+fn tch_device() -> Result<(Device, String)> {
+    Ok((Device::libtorch(), "cpu (libtorch)".to_string()))
+}
+
+#[cfg(not(feature = "tch"))]
+fn tch_device() -> Result<(Device, String)> {
+    bail!(
+        "this resilab binary was built without the tch (LibTorch) backend; rebuild it with \
+         `bash scripts/with-tch.sh cargo build --release --features tch` (installs PyTorch 2.9.0's \
+         libtorch into a virtual environment first; the README's \"LibTorch backend\" section)"
+    )
 }
 
 /// Brings up the wgpu adapter `selector` names, failing with an error (not a panic) when
@@ -486,7 +505,11 @@ fn set_threads(threads: Option<usize>) -> Result<usize> {
             .build_global()
             .context("could not configure the CPU thread pool")?;
     }
-    Ok(rayon::current_num_threads())
+    let n = rayon::current_num_threads();
+    // libtorch keeps its own (OpenMP) thread pool: give it the same count.
+    #[cfg(feature = "tch")]
+    tch::set_num_threads(i32::try_from(n).context("--threads is too large")?);
+    Ok(n)
 }
 
 fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> Provenance {

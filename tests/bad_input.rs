@@ -87,3 +87,11 @@ fn wgpu_without_the_feature_says_how_to_enable_it() {
     }
     assert_clean_error(&train_with(TINY, &["--backend", "wgpu"]), &["--features wgpu"]);
 }
+
+#[test]
+fn tch_without_the_feature_says_how_to_enable_it() {
+    if cfg!(feature = "tch") {
+        return;
+    }
+    assert_clean_error(&train_with(TINY, &["--backend", "tch"]), &["--features tch", "scripts/with-tch.sh"]);
+}

@@ -22,6 +22,8 @@ pub enum BackendKind {
     Ndarray,
     /// Burn's wgpu GPU backend (needs the `wgpu` cargo feature).
     Wgpu,
+    /// Burn's LibTorch backend on the CPU (needs the `tch` cargo feature and PyTorch's libtorch).
+    Tch,
 }
 
 impl BackendKind {
@@ -31,6 +33,7 @@ impl BackendKind {
             BackendKind::Flex => "flex",
             BackendKind::Ndarray => "ndarray",
             BackendKind::Wgpu => "wgpu",
+            BackendKind::Tch => "tch",
         }
     }
 }
@@ -42,7 +45,8 @@ impl std::str::FromStr for BackendKind {
             "flex" => Ok(Self::Flex),
             "ndarray" => Ok(Self::Ndarray),
             "wgpu" => Ok(Self::Wgpu),
-            other => Err(format!("unknown backend \"{other}\" (allowed: flex, ndarray, wgpu)")),
+            "tch" => Ok(Self::Tch),
+            other => Err(format!("unknown backend \"{other}\" (allowed: flex, ndarray, wgpu, tch)")),
         }
     }
 }
