@@ -10,11 +10,15 @@
 # counts. Runs per hour are timed on both sides once the base checkpoints exist (the Python
 # side trains its base model before its clock starts; resilab's campaign reports how long its
 # three base checkpoints and golden continuations took, and that time is also given). Writes
-# results/bench/campaign.csv with the ratio and the projected time of the paper-sized grid
+# results/bench/campaign.csv (one row per backend) with the ratio and the projected time of the paper-sized grid
 # (3,000 runs: the bases once, then the runs at the measured rate) at this fixed length (the
 # preset itself stops runs at NaN, so it is faster).
-# Knobs: REPS (resilab runs per cell, default 10), TORCH_RUNS (Python runs per model and flip
-# count, default 4), JOBS (default 2), THREADS (per process, default 1).
+# resilab runs once per backend in BACKENDS: flex (Burn's pure-Rust CPU backend, the default
+# build) and tch (Burn's LibTorch backend, built with `--features tch` into target/tch against
+# the PyTorch 2.9.0 that scripts/with-tch.sh installs; about 15 minutes the first time).
+# Knobs: BACKENDS (default "flex tch"), REPS (resilab runs per cell, default 10), TORCH_RUNS
+# (Python runs per model and flip count, default 4), JOBS (default 2), THREADS (per process,
+# default 1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +27,7 @@ REPS="${REPS:-10}"
 TORCH_RUNS="${TORCH_RUNS:-4}"
 JOBS="${JOBS:-2}"
 THREADS="${THREADS:-1}"
+BACKENDS="${BACKENDS:-flex tch}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/campaign.csv}"
 WORK="$ROOT/target/bench-campaign"
 BIN="$ROOT/target/release/resilab"
@@ -33,14 +38,24 @@ if ! "$VENV/bin/python" -c "import torch, h5py, numpy" 2>/dev/null; then
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q torch h5py numpy
 fi
-(cd "$ROOT" && bash scripts/setup.sh && cargo build --release)
 rm -rf "$WORK"
 mkdir -p "$WORK" "$(dirname "$OUT_CSV")"
+for backend in $BACKENDS; do
+    case "$backend" in
+        flex) (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
+        tch) (cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/tch" bash scripts/with-tch.sh cargo build --release --features tch) ;;
+        *) echo "bench/campaign.sh: unknown backend $backend in BACKENDS (flex, tch)" >&2; exit 2 ;;
+    esac
+done
 
-echo "==> resilab: N-EV preset, $REPS runs per cell, $JOBS processes x $THREADS thread(s)" >&2
-"$BIN" campaign --config "$PRESET" --out "$WORK/resilab" --set "campaign.repetitions=$REPS" \
-    --set campaign.stop_at_collapse=false \
-    --jobs "$JOBS" --threads "$THREADS" --quiet | tee "$WORK/resilab.out" >&2
+for backend in $BACKENDS; do
+    bin="$BIN"
+    [ "$backend" = tch ] && bin="$ROOT/target/tch/release/resilab"
+    echo "==> resilab on $backend: N-EV preset, $REPS runs per cell, $JOBS processes x $THREADS thread(s)" >&2
+    "$bin" campaign --config "$PRESET" --out "$WORK/resilab-$backend" --set "campaign.repetitions=$REPS" \
+        --set campaign.stop_at_collapse=false --backend "$backend" \
+        --jobs "$JOBS" --threads "$THREADS" --quiet | tee "$WORK/resilab-$backend.out" >&2
+done
 
 # The same models and run length, the published way.
 torch_json="$WORK/torch.jsonl"
@@ -55,4 +70,4 @@ for spec in "alexnet 0 0.25" "resnet 8 0.25" "vgg 11 0.25"; do
     done
 done
 
-python3 "$ROOT/bench/campaign_summary.py" "$WORK" "$OUT_CSV" "$JOBS" "$THREADS"
+python3 "$ROOT/bench/campaign_summary.py" "$WORK" "$OUT_CSV" "$JOBS" "$THREADS" $BACKENDS
