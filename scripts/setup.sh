@@ -7,7 +7,7 @@
 #                                  Mesa's software Vulkan (lavapipe), for the wgpu backend
 #   bash scripts/setup.sh --tch    also PyTorch 2.9.0 (the libtorch that the tch crate 0.22 builds
 #                                  against) in a virtual environment, $RESILAB_TCH_VENV or
-#                                  ~/.cache/resilab/tch-venv (about 4 GB with its CUDA libraries),
+#                                  ~/.cache/resilab/tch-venv (about 7 GB with its CUDA libraries),
 #                                  for the tch backend; scripts/with-tch.sh builds with it
 set -euo pipefail
 

@@ -455,7 +455,7 @@ fn tch_device() -> Result<(Device, String)> {
     bail!(
         "this resilab binary was built without the tch (LibTorch) backend; rebuild it with \
          `bash scripts/with-tch.sh cargo build --release --features tch` (installs PyTorch 2.9.0's \
-         libtorch into a virtual environment first; the README's \"LibTorch backend\" section)"
+         libtorch into a virtual environment first; see the README's Backends section)"
     )
 }
 

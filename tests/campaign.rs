@@ -11,33 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{assert_clean_error, resilab, run, write};
+use common::{NEV, assert_clean_error, resilab, rows, run, table, write};
 
-/// 2 flip counts x 10 repetitions of the published method on a tiny ResNet-8.
-const NEV: &str = r#"
-[campaign]
-kind = "restart"
-seeds = [3]
-repetitions = 10
-base_steps = 3
-steps = 2
-timeout_s = 120
-
-[base]
-data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
-model = { arch = "resnet", depth = 8, width = 0.25 }
-train = { batch_size = 32 }
-optimizer = { kind = "sgd", lr = 0.05, momentum = 0.9 }
-
-[inject]
-float_precision = 32
-first_bit = 0
-last_bit = 8
-locations_to_corrupt = ["model", "optimizer"]
-
-[grid]
-"inject.injection_tries" = [1, 30]
-"#;
 
 fn campaign(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
@@ -59,24 +34,6 @@ fn finished(dir: &Path, name: &str, text: &str) -> PathBuf {
 fn report(out: &Path) {
     let o = run(&["report", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn rows(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("runs.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-/// Each run's id with the fields that do not depend on timing.
-fn table(dir: &Path) -> BTreeMap<String, String> {
-    let mut t = BTreeMap::new();
-    for mut r in rows(dir) {
-        let o = r.as_object_mut().unwrap();
-        for k in ["wall_s", "golden_wall_s", "time_overhead"] {
-            o.remove(k);
-        }
-        let id = o["id"].as_str().unwrap().to_string();
-        assert!(t.insert(id.clone(), serde_json::to_string(o).unwrap()).is_none(), "run {id} recorded twice in {}", dir.display());
-    }
-    t
 }
 
 /// `cells.csv` without the timing column.

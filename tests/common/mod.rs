@@ -4,8 +4,11 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+pub mod backends;
 
 /// A tiny run: ResNet-8 at quarter width on 16x16 synthetic images, 8 steps.
 pub const TINY: &str = r#"
@@ -33,6 +36,51 @@ eval_every = 4
 kind = "sgd"
 lr = 0.05
 "#;
+
+/// 2 flip counts x 10 repetitions of the published method on a tiny ResNet-8.
+pub const NEV: &str = r#"
+[campaign]
+kind = "restart"
+seeds = [3]
+repetitions = 10
+base_steps = 3
+steps = 2
+timeout_s = 120
+
+[base]
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { batch_size = 32 }
+optimizer = { kind = "sgd", lr = 0.05, momentum = 0.9 }
+
+[inject]
+float_precision = 32
+first_bit = 0
+last_bit = 8
+locations_to_corrupt = ["model", "optimizer"]
+
+[grid]
+"inject.injection_tries" = [1, 30]
+"#;
+
+/// A campaign's recorded runs (runs.jsonl).
+pub fn rows(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("runs.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Each run's id with the fields that do not depend on timing.
+pub fn table(dir: &Path) -> BTreeMap<String, String> {
+    let mut t = BTreeMap::new();
+    for mut r in rows(dir) {
+        let o = r.as_object_mut().unwrap();
+        for k in ["wall_s", "golden_wall_s", "time_overhead"] {
+            o.remove(k);
+        }
+        let id = o["id"].as_str().unwrap().to_string();
+        assert!(t.insert(id.clone(), serde_json::to_string(o).unwrap()).is_none(), "run {id} recorded twice in {}", dir.display());
+    }
+    t
+}
 
 /// The binary under test.
 pub fn resilab() -> Command {
