@@ -31,6 +31,7 @@ BACKENDS="${BACKENDS:-flex tch}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/campaign.csv}"
 WORK="$ROOT/target/bench-campaign"
 BIN="$ROOT/target/release/resilab"
+TCH_TARGET="$ROOT/target/tch"
 PRESET="$ROOT/configs/paper/nev.toml"
 
 if ! "$VENV/bin/python" -c "import torch, h5py, numpy" 2>/dev/null; then
@@ -43,14 +44,14 @@ mkdir -p "$WORK" "$(dirname "$OUT_CSV")"
 for backend in $BACKENDS; do
     case "$backend" in
         flex) (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
-        tch) (cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/tch" bash scripts/with-tch.sh cargo build --release --features tch) ;;
+        tch) (cd "$ROOT" && CARGO_TARGET_DIR="$TCH_TARGET" bash scripts/with-tch.sh cargo build --release --features tch) ;;
         *) echo "bench/campaign.sh: unknown backend $backend in BACKENDS (flex, tch)" >&2; exit 2 ;;
     esac
 done
 
 for backend in $BACKENDS; do
     bin="$BIN"
-    [ "$backend" = tch ] && bin="$ROOT/target/tch/release/resilab"
+    [ "$backend" = tch ] && bin="$TCH_TARGET/release/resilab"
     echo "==> resilab on $backend: N-EV preset, $REPS runs per cell, $JOBS processes x $THREADS thread(s)" >&2
     "$bin" campaign --config "$PRESET" --out "$WORK/resilab-$backend" --set "campaign.repetitions=$REPS" \
         --set campaign.stop_at_collapse=false --backend "$backend" \
