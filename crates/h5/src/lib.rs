@@ -2,20 +2,40 @@
 //!
 //! Datasets are addressed by absolute paths such as `/model/layer1/0/conv1/weight`; writing one
 //! creates its parent groups and stores an XXH3-64 digest of its little-endian bytes as the
-//! attribute [`HASH_ATTR`], which [`Reader::verify`] recomputes. Every HDF5 failure comes back as
-//! an [`Error`] naming the file and the object; the C library's own error printing is silenced
-//! by `hdf5-metno`. Sizes are checked against expectations before anything is read, so a corrupt
-//! header cannot make the reader allocate what it claims.
+//! attribute [`HASH_ATTR`], which [`Reader::verify`] recomputes (f32 tensors and the integer
+//! datasets alike). The attributes of a group are sealed when the file is closed: the digest of
+//! all of them is stored as [`ATTRS_HASH_ATTR`], which [`Reader::verify_attrs`] recomputes.
+//! Every HDF5 failure comes back as an [`Error`] naming the file and the object; the C library's
+//! own error printing is silenced by `hdf5-metno`.
+//!
+//! A corrupt file must not make the reader crash, loop or allocate what a damaged header claims:
+//! the tree walk stops at cycles and at [`MAX_DEPTH`], does not follow external links, and every
+//! dataset's claimed size is checked against what the file's bytes can hold before anything is
+//! read (see [`Reader::datasets`]).
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hdf5::types::{VarLenUnicode, TypeDescriptor, FloatSize, IntSize};
 
 mod values;
 pub use values::{Editor, Extent};
+mod links;
+pub use links::{add_hard_link, add_unallocated_f32};
 
 /// Name of the attribute holding a dataset's XXH3-64 digest.
 pub const HASH_ATTR: &str = "xxh3";
+
+/// Name of the attribute holding the XXH3-64 digest of a group's other attributes.
+pub const ATTRS_HASH_ATTR: &str = "attrs_xxh3";
+
+/// Deepest group nesting the tree walk follows (resilab's checkpoints nest six deep).
+pub const MAX_DEPTH: usize = 64;
+
+/// How many times larger than its share of the file a filtered (compressed) dataset may claim to
+/// be: deflate's best ratio is about 1032:1.
+const MAX_COMPRESSION: u64 = 1100;
 
 /// Errors of the HDF5 layer.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +64,16 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// XXH3-64 of bytes, the digest of integer datasets (their little-endian bytes).
+pub fn digest_bytes(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// XXH3-64 of a u64 value's little-endian bytes (the digest of a scalar u64 dataset).
+pub fn digest_u64(value: u64) -> u64 {
+    digest_bytes(&value.to_le_bytes())
+}
 
 /// XXH3-64 of values' little-endian bytes.
 pub fn digest_f32(values: &[f32]) -> u64 {
@@ -91,6 +121,10 @@ impl Dtype {
     pub fn is_numeric(self) -> bool {
         self != Dtype::Other
     }
+    /// Bytes of one element (0 for [`Dtype::Other`]).
+    pub fn bytes(self) -> usize {
+        self.bits() as usize / 8
+    }
 }
 
 impl serde::Serialize for Dtype {
@@ -126,9 +160,9 @@ pub struct DatasetInfo {
 }
 
 impl DatasetInfo {
-    /// Number of elements.
+    /// Number of elements (saturating: the walk refuses datasets whose count overflows).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        element_count(&self.shape).unwrap_or(usize::MAX)
     }
     /// Whether the dataset has no elements.
     pub fn is_empty(&self) -> bool {
@@ -156,6 +190,57 @@ fn int_size(s: IntSize) -> usize {
     }
 }
 
+/// The number of elements of `shape`, or `None` when it overflows.
+fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// A root or group attribute's value, as resilab writes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttrValue {
+    /// An unsigned 64-bit integer.
+    U64(u64),
+    /// A UTF-8 string.
+    Str(String),
+}
+
+impl std::fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttrValue::U64(v) => write!(f, "{v}"),
+            AttrValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The digest of a set of attributes: names and values, length-prefixed, in name order.
+pub fn digest_attrs(attrs: &BTreeMap<String, AttrValue>) -> u64 {
+    let mut buf = Vec::new();
+    let mut field = |tag: u8, bytes: &[u8]| {
+        buf.push(tag);
+        buf.extend((bytes.len() as u64).to_le_bytes());
+        buf.extend(bytes);
+    };
+    for (name, value) in attrs {
+        field(b'n', name.as_bytes());
+        match value {
+            AttrValue::U64(v) => field(b'u', &v.to_le_bytes()),
+            AttrValue::Str(s) => field(b's', s.as_bytes()),
+        }
+    }
+    digest_bytes(&buf)
+}
+
+/// Refuses anything but an existing regular file (symbolic links are followed).
+pub(crate) fn require_regular_file(path: &Path) -> Result<()> {
+    let invalid = |message: String| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(invalid("is not a regular file".into())),
+        Err(e) => Err(invalid(e.to_string())),
+    }
+}
+
 /// Splits `/a/b/c` into the parent group path and the leaf name.
 fn split(path: &str) -> (&str, &str) {
     let p = path.trim_start_matches('/');
@@ -169,6 +254,8 @@ fn split(path: &str) -> (&str, &str) {
 pub struct Writer {
     file: hdf5::File,
     path: PathBuf,
+    /// Attributes written so far, by group: sealed with [`ATTRS_HASH_ATTR`] on close.
+    attrs: RefCell<BTreeMap<String, BTreeMap<String, AttrValue>>>,
 }
 
 impl Writer {
@@ -178,11 +265,16 @@ impl Writer {
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong))
             .create(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
-        Ok(Self { file, path: path.to_path_buf() })
+        Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default() })
     }
 
     fn err(&self, object: &str, e: hdf5::Error) -> Error {
         Error::Hdf5 { file: self.path.clone(), object: object.to_string(), message: e.to_string() }
+    }
+
+    fn remember(&self, group: &str, name: &str, value: AttrValue) {
+        let key = format!("/{}", group.trim_matches('/'));
+        self.attrs.borrow_mut().entry(key).or_default().insert(name.to_string(), value);
     }
 
     /// The group at `path` (`""` or `/` is the root), created with its parents if missing.
@@ -210,26 +302,30 @@ impl Writer {
         ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digest_f32(values))).map_err(|e| self.err(path, e))
     }
 
-    /// Writes a scalar u64 dataset.
+    /// Writes a scalar u64 dataset with its digest attribute.
     pub fn write_u64(&self, path: &str, value: u64) -> Result<()> {
         let (parent, name) = split(path);
         let g = self.group(parent)?;
         let ds = g.new_dataset::<u64>().create(name).map_err(|e| self.err(path, e))?;
-        ds.write_scalar(&value).map_err(|e| self.err(path, e))
+        ds.write_scalar(&value).map_err(|e| self.err(path, e))?;
+        ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digest_u64(value))).map_err(|e| self.err(path, e))
     }
 
-    /// Writes a 1-D u8 dataset.
+    /// Writes a 1-D u8 dataset with its digest attribute.
     pub fn write_bytes(&self, path: &str, bytes: &[u8]) -> Result<()> {
         let (parent, name) = split(path);
         let g = self.group(parent)?;
         let ds = g.new_dataset::<u8>().shape([bytes.len()]).create(name).map_err(|e| self.err(path, e))?;
-        ds.write_raw(bytes).map_err(|e| self.err(path, e))
+        ds.write_raw(bytes).map_err(|e| self.err(path, e))?;
+        ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digest_bytes(bytes))).map_err(|e| self.err(path, e))
     }
 
     /// Sets a u64 attribute on the group at `group` (created if missing).
     pub fn attr_u64(&self, group: &str, name: &str, value: u64) -> Result<()> {
         let g = self.group(group)?;
-        g.new_attr::<u64>().create(name).and_then(|a| a.write_scalar(&value)).map_err(|e| self.err(&format!("{group}@{name}"), e))
+        g.new_attr::<u64>().create(name).and_then(|a| a.write_scalar(&value)).map_err(|e| self.err(&format!("{group}@{name}"), e))?;
+        self.remember(group, name, AttrValue::U64(value));
+        Ok(())
     }
 
     /// Sets a UTF-8 string attribute on the group at `group`.
@@ -240,14 +336,30 @@ impl Writer {
             object: format!("{group}@{name}"),
             message: e.to_string(),
         })?;
-        g.new_attr::<VarLenUnicode>().create(name).and_then(|a| a.write_scalar(&v)).map_err(|e| self.err(&format!("{group}@{name}"), e))
+        g.new_attr::<VarLenUnicode>().create(name).and_then(|a| a.write_scalar(&v)).map_err(|e| self.err(&format!("{group}@{name}"), e))?;
+        self.remember(group, name, AttrValue::Str(value.to_string()));
+        Ok(())
     }
 
-    /// Flushes and closes the file (all handles are dropped first).
+    /// Seals every group's attributes with their digest, then flushes and closes the file (all
+    /// handles are dropped first).
     pub fn close(self) -> Result<()> {
+        for (group, attrs) in self.attrs.take() {
+            let g = self.group(&group)?;
+            let object = format!("{group}@{ATTRS_HASH_ATTR}");
+            g.new_attr::<u64>().create(ATTRS_HASH_ATTR).and_then(|a| a.write_scalar(&digest_attrs(&attrs))).map_err(|e| self.err(&object, e))?;
+        }
         self.file.flush().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })?;
         self.file.close().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })
     }
+}
+
+/// State of one tree walk: the file's length, the groups above the current one and every group
+/// listed so far, by identity.
+struct Walk {
+    file_len: u64,
+    ancestors: Vec<(u64, String)>,
+    seen: Vec<(u64, String)>,
 }
 
 /// A file opened for reading.
@@ -257,8 +369,9 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Opens `path` read-only.
+    /// Opens `path` read-only. Anything but a regular file (a FIFO would block) is refused.
     pub fn open(path: &Path) -> Result<Self> {
+        require_regular_file(path)?;
         let file = hdf5::File::with_options()
             .with_fapl(|p| p.sieve_buf_size(values::SIEVE_BYTES))
             .open(path)
@@ -280,32 +393,96 @@ impl Reader {
     }
 
     /// Every dataset in the file, depth first in name order.
+    ///
+    /// The walk follows hard and soft links, not external ones (their data is not in this
+    /// file). It fails, naming the group, on a link back to a group it is inside (a cycle,
+    /// which one flipped bit can make) and below [`MAX_DEPTH`] levels; a group reached twice
+    /// without a cycle is listed once. Each dataset's claimed size is checked against the
+    /// file's length (times [`MAX_COMPRESSION`] for filtered datasets), so a corrupt dataspace
+    /// is an error here, before anything would allocate it.
     pub fn datasets(&self) -> Result<Vec<DatasetInfo>> {
         let mut out = Vec::new();
         let root = self.file.as_group().map_err(|e| self.err("/", e))?;
-        self.walk(&root, "", &mut out)?;
+        let file_len = std::fs::metadata(&self.path).map_err(|e| self.invalid("/", e.to_string()))?.len();
+        let mut walk = Walk { file_len, ancestors: Vec::new(), seen: Vec::new() };
+        self.walk(&root, "", &mut walk, &mut out)?;
         Ok(out)
     }
 
-    fn walk(&self, g: &hdf5::Group, prefix: &str, out: &mut Vec<DatasetInfo>) -> Result<()> {
-        let mut names = g.member_names().map_err(|e| self.err(if prefix.is_empty() { "/" } else { prefix }, e))?;
-        names.sort();
-        for name in names {
+    /// A location's identity in the file: file number and object token.
+    fn identity(&self, loc: &hdf5::Location, path: &str) -> Result<(u64, String)> {
+        let info = loc.loc_info().map_err(|e| self.err(path, e))?;
+        Ok((info.fileno, format!("{:?}", info.token)))
+    }
+
+    fn walk(&self, g: &hdf5::Group, prefix: &str, walk: &mut Walk, out: &mut Vec<DatasetInfo>) -> Result<()> {
+        let here = if prefix.is_empty() { "/" } else { prefix };
+        if walk.ancestors.len() >= MAX_DEPTH {
+            return Err(self.invalid(here, format!("groups nest deeper than {MAX_DEPTH} levels")));
+        }
+        let id = self.identity(g, here)?;
+        if walk.ancestors.contains(&id) {
+            return Err(self.invalid(here, "links back to a group that contains it (a cycle: the file is corrupt)".into()));
+        }
+        if walk.seen.contains(&id) {
+            return Ok(());
+        }
+        walk.seen.push(id.clone());
+        walk.ancestors.push(id);
+        let mut links = Vec::new();
+        g.iter_visit_default(|name, info| {
+            links.push((name.to_string(), info.link_type));
+            Ok(())
+        })
+        .map_err(|e| self.err(here, e))?;
+        links.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, link) in links {
             let path = format!("{prefix}/{name}");
+            if link == hdf5::LinkType::External {
+                continue;
+            }
             if let Ok(ds) = g.dataset(&name) {
-                let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
-                let stored_hash = ds.attr(HASH_ATTR).ok().and_then(|a| a.read_scalar::<u64>().ok());
-                out.push(DatasetInfo { path, shape: ds.shape(), dtype, stored_hash });
+                out.push(self.describe(&ds, path, walk.file_len)?);
             } else {
                 let sub = g.group(&name).map_err(|e| self.err(&path, e))?;
-                self.walk(&sub, &path, out)?;
+                self.walk(&sub, &path, walk, out)?;
             }
         }
+        walk.ancestors.pop();
         Ok(())
+    }
+
+    /// A dataset's path, shape, type and stored digest, after checking that the elements it
+    /// claims fit in a file of `file_len` bytes.
+    fn describe(&self, ds: &hdf5::Dataset, path: String, file_len: u64) -> Result<DatasetInfo> {
+        let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
+        let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
+        let shape = ds.space().map_err(|e| self.err(&path, e))?.shape();
+        let limit = if ds.filters().is_empty() { file_len } else { file_len.saturating_mul(MAX_COMPRESSION) };
+        let bytes = element_count(&shape).and_then(|n| (n as u64).checked_mul(elem));
+        match bytes {
+            Some(b) if b <= limit => {}
+            _ => {
+                return Err(self.invalid(
+                    &path,
+                    format!("claims shape {shape:?} of {elem}-byte elements, more than the file's {file_len} bytes can hold (a corrupt dataspace)"),
+                ));
+            }
+        }
+        let stored_hash = ds.attr(HASH_ATTR).ok().and_then(|a| a.read_scalar::<u64>().ok());
+        Ok(DatasetInfo { path, shape, dtype, stored_hash })
     }
 
     fn dataset(&self, path: &str) -> Result<hdf5::Dataset> {
         self.file.dataset(path).map_err(|e| self.err(path, e))
+    }
+
+    /// Opens a dataset whose claimed size has been checked against the file's length.
+    pub(crate) fn checked_dataset(&self, path: &str) -> Result<hdf5::Dataset> {
+        let ds = self.dataset(path)?;
+        let file_len = std::fs::metadata(&self.path).map_err(|e| self.invalid(path, e.to_string()))?.len();
+        self.describe(&ds, path.to_string(), file_len)?;
+        Ok(ds)
     }
 
     /// Reads an f32 dataset that must have exactly `shape` (checked before reading).
@@ -379,13 +556,54 @@ impl Reader {
         Ok((values, ok))
     }
 
-    /// Recomputes the digest of an f32 dataset and compares it with the stored one:
-    /// `Some(true)` matches, `Some(false)` differs, `None` when there is no stored digest.
+    /// Recomputes the digest of a dataset (f32, or an integer type: its little-endian bytes)
+    /// and compares it with the stored one: `Some(true)` matches, `Some(false)` differs, `None`
+    /// when there is no stored digest or the type carries none.
     pub fn verify(&self, info: &DatasetInfo) -> Result<Option<bool>> {
-        if info.stored_hash.is_none() || info.dtype != Dtype::F32 {
+        let Some(stored) = info.stored_hash else { return Ok(None) };
+        match info.dtype {
+            Dtype::F32 => Ok(self.read_f32_verified(info, &info.shape)?.1),
+            Dtype::Int(w) | Dtype::Uint(w) => {
+                let bits = self.read_all_bits(&info.path, info.dtype)?;
+                let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes().into_iter().take(w)).collect();
+                Ok(Some(digest_bytes(&bytes) == stored))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A u64 or string attribute's value.
+    pub fn attr_value(&self, object: &str, name: &str) -> Result<AttrValue> {
+        let loc = self.location(object)?;
+        let what = format!("{object}@{name}");
+        let attr = loc.attr(name).map_err(|e| self.err(&what, e))?;
+        let td = attr.dtype().and_then(|t| t.to_descriptor()).map_err(|e| self.err(&what, e))?;
+        match td {
+            TypeDescriptor::Unsigned(IntSize::U8) => attr.read_scalar::<u64>().map(AttrValue::U64).map_err(|e| self.err(&what, e)),
+            TypeDescriptor::VarLenUnicode => self.attr_str(object, name).map(AttrValue::Str),
+            other => Err(self.invalid(&what, format!("attribute of type {other:?}, expected u64 or a string"))),
+        }
+    }
+
+    /// Recomputes the digest of a group's attributes and compares it with the stored
+    /// [`ATTRS_HASH_ATTR`]: `Some(true)` matches, `Some(false)` differs (an attribute was
+    /// altered, added or removed), `None` when the group carries no such digest.
+    pub fn verify_attrs(&self, object: &str) -> Result<Option<bool>> {
+        let names = self.attr_names(object)?;
+        if !names.iter().any(|n| n == ATTRS_HASH_ATTR) {
             return Ok(None);
         }
-        Ok(self.read_f32_verified(info, &info.shape)?.1)
+        let stored = self.attr_u64(object, ATTRS_HASH_ATTR)?;
+        let mut attrs = BTreeMap::new();
+        for name in names.into_iter().filter(|n| n != ATTRS_HASH_ATTR) {
+            match self.attr_value(object, &name) {
+                Ok(v) => {
+                    attrs.insert(name, v);
+                }
+                Err(_) => return Ok(Some(false)),
+            }
+        }
+        Ok(Some(digest_attrs(&attrs) == stored))
     }
 }
 
@@ -422,6 +640,93 @@ mod tests {
         assert!(err.contains("t.h5") && err.contains("/model/fc/bias") && err.contains("expected [3]"), "{err}");
         let err = r.read_f32("/model/nope", &[3]).unwrap_err().to_string();
         assert!(err.contains("/model/nope"), "{err}");
+    }
+
+    #[test]
+    fn integer_datasets_and_attributes_carry_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.h5");
+        let w = Writer::create(&p).unwrap();
+        w.write_u64("/train_state/step", 17).unwrap();
+        w.write_bytes("/train_state/rng_seed", &[7u8; 32]).unwrap();
+        w.attr_u64("/", "step", 17).unwrap();
+        w.attr_str("/", "config", "seed = 1\n").unwrap();
+        w.attr_u64("/optimizer/fc/weight", "step", 3).unwrap();
+        w.close().unwrap();
+
+        let r = Reader::open(&p).unwrap();
+        for d in r.datasets().unwrap() {
+            assert_eq!(r.verify(&d).unwrap(), Some(true), "{}", d.path);
+        }
+        assert_eq!(r.verify_attrs("/").unwrap(), Some(true));
+        assert_eq!(r.verify_attrs("/optimizer/fc/weight").unwrap(), Some(true));
+        assert_eq!(r.verify_attrs("/train_state").unwrap(), None);
+        drop(r);
+
+        // Change a value and an attribute behind the writer's back.
+        let f = hdf5::File::open_rw(&p).unwrap();
+        f.dataset("/train_state/step").unwrap().write_scalar(&(17u64 | 1 << 62)).unwrap();
+        f.attr("step").unwrap().write_scalar(&18u64).unwrap();
+        let cfg: VarLenUnicode = "seed = 2\n".parse().unwrap();
+        f.group("/optimizer/fc/weight").unwrap().new_attr::<VarLenUnicode>().create("note").unwrap().write_scalar(&cfg).unwrap();
+        f.close().unwrap();
+        let r = Reader::open(&p).unwrap();
+        let step = r.datasets().unwrap().into_iter().find(|d| d.path == "/train_state/step").unwrap();
+        assert_eq!(r.verify(&step).unwrap(), Some(false));
+        assert_eq!(r.verify_attrs("/").unwrap(), Some(false));
+        assert_eq!(r.verify_attrs("/optimizer/fc/weight").unwrap(), Some(false), "an added attribute breaks the seal");
+    }
+
+    #[test]
+    fn a_cycle_of_groups_is_an_error_not_a_stack_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("loop.h5");
+        let w = Writer::create(&p).unwrap();
+        w.write_f32("/model/layer1/w", &[2], &[1.0, 2.0]).unwrap();
+        w.close().unwrap();
+        let f = hdf5::File::open_rw(&p).unwrap();
+        f.group("/model/layer1").unwrap().link_hard("/model", "loop").unwrap();
+        f.close().unwrap();
+        let err = Reader::open(&p).unwrap().datasets().unwrap_err().to_string();
+        assert!(err.contains("loop.h5") && err.contains("/model/layer1/loop") && err.contains("cycle"), "{err}");
+
+        let p2 = dir.path().join("shared.h5");
+        let w = Writer::create(&p2).unwrap();
+        w.write_f32("/model/layer1/w", &[2], &[1.0, 2.0]).unwrap();
+        w.close().unwrap();
+        let f = hdf5::File::open_rw(&p2).unwrap();
+        f.link_hard("/model/layer1", "again").unwrap();
+        f.close().unwrap();
+        let paths: Vec<String> = Reader::open(&p2).unwrap().datasets().unwrap().into_iter().map(|d| d.path).collect();
+        // A group reached twice without a cycle is listed once, under the first name in order.
+        assert_eq!(paths, ["/again/w"]);
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("deep.h5");
+        let path: String = (0..MAX_DEPTH + 2).map(|i| format!("/g{i}")).collect();
+        let w = Writer::create(&p).unwrap();
+        w.write_f32(&format!("{path}/w"), &[1], &[1.0]).unwrap();
+        w.close().unwrap();
+        let err = Reader::open(&p).unwrap().datasets().unwrap_err().to_string();
+        assert!(err.contains("deeper than 64"), "{err}");
+    }
+
+    #[test]
+    fn a_dataset_claiming_more_than_the_file_holds_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("huge.h5");
+        let f = hdf5::File::create(&p).unwrap();
+        // Chunked and never written: it claims 2^40 f32 values and stores none.
+        f.new_dataset::<f32>().chunk([1024]).shape([1usize << 40]).create("big").unwrap();
+        f.close().unwrap();
+        let r = Reader::open(&p).unwrap();
+        let err = r.datasets().unwrap_err().to_string();
+        assert!(err.contains("huge.h5") && err.contains("/big") && err.contains("more than the file"), "{err}");
+        let err = r.read_all_bits("/big", Dtype::F32).unwrap_err().to_string();
+        assert!(err.contains("more than the file"), "{err}");
     }
 
     #[test]

@@ -156,10 +156,11 @@ impl Reader {
         read_points(&self.file, &self.path, path, dtype, indices)
     }
 
-    /// Every element of a number dataset as raw bit patterns, in row-major order.
+    /// Every element of a number dataset as raw bit patterns, in row-major order. The size the
+    /// dataset claims is checked against the file first.
     pub fn read_all_bits(&self, path: &str, dtype: Dtype) -> Result<Vec<u64>> {
         let err = |e: hdf5::Error| Error::Hdf5 { file: self.path.clone(), object: path.into(), message: e.to_string() };
-        let ds = self.file.dataset(path).map_err(err)?;
+        let ds = self.checked_dataset(path)?;
         with_type!(dtype, T => ds.read_raw::<T>().map(|v| v.into_iter().map(Bits::to_bits).collect()).map_err(err), unreachable_numeric(&self.path, path))
     }
 
@@ -190,6 +191,7 @@ pub struct Editor {
 impl Editor {
     /// Opens an existing file read-write.
     pub fn open(path: &Path) -> Result<Self> {
+        crate::require_regular_file(path)?;
         let file = hdf5::File::with_options()
             // Point access: a small sieve buffer, so a scattered element costs a page, not 64 KiB.
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).sieve_buf_size(SIEVE_BYTES))
