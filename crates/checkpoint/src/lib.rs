@@ -12,14 +12,25 @@
 //! root attributes: format_version, resilab_version, step, epoch, seed, rank, world_size, arch, config
 //! ```
 //!
-//! Every f32 dataset carries an XXH3-64 digest attribute (`xxh3`). Writes are atomic: the files
-//! are written into a hidden temporary directory, closed and fsynced, the directory is renamed
-//! into place and its parent fsynced, so the newest `step-*` directory is always complete.
+//! Every dataset (tensors and the training state alike) carries an XXH3-64 digest attribute
+//! (`xxh3`), and the root's and each optimizer group's attributes (the stored configuration
+//! included) are sealed by the digest `attrs_xxh3`, so every byte that drives training is
+//! verified on load. Writes are atomic: the files are written into a hidden temporary directory,
+//! closed and fsynced, the directory is renamed into place and its parent fsynced, so the newest
+//! `step-*` directory is always complete.
+//!
+//! resilab touches only what it made: a checkpoint directory holds the marker file
+//! [`STEP_MARKER`], written before the rename so it is there exactly when the checkpoint is,
+//! and the checkpoint root is claimed with [`ROOT_MARKER`] (see [`claim`]). Listing, pruning and
+//! replacing consider marked directories only.
 
 pub mod advise;
 mod policy;
+pub mod probe;
+mod store;
 
 pub use policy::{CheckpointConfig, OnMismatch};
+pub use store::{ROOT_MARKER, STEP_MARKER, claim, is_checkpoint_dir, list, prune};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,8 +38,9 @@ use std::path::{Path, PathBuf};
 use resilab_h5::{Dtype, Reader, Writer};
 use resilab_train::{Cursor, HostParamState, HostTensor, RngState, TrainState, WorkerState};
 
-/// Version of the file layout written by this crate.
-pub const FORMAT_VERSION: u64 = 1;
+/// Version of the file layout written by this crate (2: digests on the training state and on the
+/// attributes).
+pub const FORMAT_VERSION: u64 = 2;
 
 /// Errors of checkpointing.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +74,7 @@ pub enum Error {
         message: String,
     },
     /// Stored digests do not match the data (policy `error`).
-    #[error("{path}: {} dataset(s) fail their xxh3 digest: {}", .datasets.len(), .datasets.join(", "))]
+    #[error("{path}: {} dataset(s) or attribute set(s) fail their xxh3 digest: {}", .datasets.len(), .datasets.join(", "))]
     Mismatch {
         /// The file.
         path: PathBuf,
@@ -148,64 +160,34 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
     std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io(path))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io(dir))
 }
 
-/// Writes `state` as checkpoint `root/step-<step>/` atomically and returns its directory.
+/// Writes `state` as checkpoint `root/step-<step>/` atomically and returns its directory. The
+/// root is claimed first ([`claim`], without adopting: a run that adopts a directory claims it
+/// itself before its first save). An existing checkpoint of the same step is replaced only if
+/// it is a resilab checkpoint; anything else under that name is an error.
 pub fn save(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
-    std::fs::create_dir_all(root).map_err(io(root))?;
+    claim(root, false)?;
     let name = dir_name(state.step);
-    let tmp = root.join(format!(".{name}.tmp"));
     let dest = root.join(&name);
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    if dest.symlink_metadata().is_ok() && !is_checkpoint_dir(&dest) {
+        return Err(invalid(&dest, format!("exists and is not a resilab checkpoint (no {STEP_MARKER}); resilab will not replace it")));
     }
-    std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+    let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempdir_in(root).map_err(io(root))?;
+    store::write_step_marker(tmp.path(), state.step)?;
     for w in &state.workers {
-        write_worker(&tmp.join(file_name(w.rank)), w, state.step, state.workers.len(), meta)?;
+        write_worker(&tmp.path().join(file_name(w.rank)), w, state.step, state.workers.len(), meta)?;
     }
-    sync_dir(&tmp)?;
+    sync_dir(tmp.path())?;
     if dest.exists() {
         std::fs::remove_dir_all(&dest).map_err(io(&dest))?;
     }
+    let tmp = tmp.keep();
     std::fs::rename(&tmp, &dest).map_err(io(&dest))?;
     sync_dir(root)?;
     Ok(dest)
-}
-
-/// Complete checkpoints under `root`, oldest first (temporary directories are ignored).
-pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
-    if !root.exists() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(root).map_err(io(root))? {
-        let e = e.map_err(io(root))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(step) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok())
-            && e.path().is_dir()
-        {
-            out.push((step, e.path()));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Deletes all but the newest `keep` checkpoints under `root` (and stale temporary directories).
-pub fn prune(root: &Path, keep: usize) -> Result<()> {
-    let all = list(root)?;
-    for (_, p) in all.iter().take(all.len().saturating_sub(keep)) {
-        std::fs::remove_dir_all(p).map_err(io(p))?;
-    }
-    for e in std::fs::read_dir(root).map_err(io(root))? {
-        let p = e.map_err(io(root))?.path();
-        if p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".tmp")) && p.is_dir() {
-            std::fs::remove_dir_all(&p).map_err(io(&p))?;
-        }
-    }
-    Ok(())
 }
 
 /// What loading found.
@@ -224,8 +206,10 @@ fn invalid(path: &Path, message: impl Into<String>) -> Error {
 }
 
 /// Reads one worker file, validating every name and shape against `template` (a state of the
-/// same model, e.g. a fresh trainer's snapshot) before reading values. Returns the state and the
-/// global step it holds and the datasets whose digest differs.
+/// same model, e.g. a fresh trainer's snapshot) before reading values. Returns the state, the
+/// global step it holds, and what fails its digest: datasets by path, attribute sets as
+/// `<group>@attributes`. Values that fail their digest are still range-checked by the caller
+/// before use ([`resilab_train::Trainer::restore`]).
 pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, u64, Vec<String>)> {
     let r = Reader::open(path)?;
     let version = r.attr_u64("/", "format_version")?;
@@ -235,18 +219,48 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     let datasets = r.datasets()?;
     let infos: BTreeMap<&str, &resilab_h5::DatasetInfo> = datasets.iter().map(|d| (d.path.as_str(), d)).collect();
     let mut mismatched = Vec::new();
-    // Reads a dataset once, checking its shape first and its digest after.
-    let mut read = |path: &str, shape: &[usize]| -> Result<Vec<f32>> {
-        let info = infos.get(path).ok_or_else(|| invalid(r.path(), format!("{path}: missing")))?;
+    if r.verify_attrs("/")? != Some(true) {
+        mismatched.push("/@attributes".to_string());
+    }
+    let (params, optim) = read_tensors(&r, &datasets, &infos, template, &mut mismatched)?;
+    let stray: Vec<&str> = datasets
+        .iter()
+        .filter(|d| d.dtype == Dtype::F32 && !d.path.starts_with("/model/") && !d.path.starts_with("/optimizer/"))
+        .map(|d| d.path.as_str())
+        .collect();
+    if !stray.is_empty() {
+        return Err(invalid(path, format!("unexpected datasets: {}", stray.join(", "))));
+    }
+    let (rank, rng, cursor, step) = read_train_state(&r, &infos, &mut mismatched)?;
+    if rank != template.rank {
+        return Err(invalid(path, format!("holds rank {rank}, expected {}", template.rank)));
+    }
+    Ok((WorkerState { rank, params, optim, rng, cursor }, step, mismatched))
+}
+
+type Tensors = (BTreeMap<String, HostTensor>, BTreeMap<String, HostParamState>);
+
+/// The model's parameters and the optimizer's buffers and step counts, each read once with its
+/// shape checked first and its digest after.
+fn read_tensors(
+    r: &Reader,
+    datasets: &[resilab_h5::DatasetInfo],
+    infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>,
+    template: &WorkerState,
+    mismatched: &mut Vec<String>,
+) -> Result<Tensors> {
+    let path = r.path();
+    let read = |p: &str, shape: &[usize], mismatched: &mut Vec<String>| -> Result<Vec<f32>> {
+        let info = infos.get(p).ok_or_else(|| invalid(path, format!("{p}: missing")))?;
         let (values, ok) = r.read_f32_verified(info, shape)?;
-        if ok == Some(false) {
-            mismatched.push(path.to_string());
+        if ok != Some(true) {
+            mismatched.push(p.to_string());
         }
         Ok(values)
     };
     let mut params = BTreeMap::new();
     for (name, t) in &template.params {
-        let values = read(&format!("/model/{}", name_to_path(name)), &t.shape)?;
+        let values = read(&format!("/model/{}", name_to_path(name)), &t.shape, mismatched)?;
         params.insert(name.clone(), HostTensor { shape: t.shape.clone(), values });
     }
     let by_path: BTreeMap<String, &String> = template.params.keys().map(|n| (name_to_path(n), n)).collect();
@@ -259,39 +273,45 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
         }
         let name = *by_path.get(param_path).ok_or_else(|| invalid(path, format!("{}: no such parameter in the model", d.path)))?;
         let shape = &template.params[name].shape;
-        let values = read(&d.path, shape)?;
+        let values = read(&d.path, shape, mismatched)?;
         let entry = optim.entry(name.clone()).or_default();
         if entry.buffers.is_empty() {
-            entry.step = r.attr_u64(&format!("/optimizer/{param_path}"), "step")?;
+            let group = format!("/optimizer/{param_path}");
+            entry.step = r.attr_u64(&group, "step")?;
+            if r.verify_attrs(&group)? != Some(true) {
+                mismatched.push(format!("{group}@attributes"));
+            }
         }
         entry.buffers.insert(buffer.to_string(), HostTensor { shape: shape.clone(), values });
     }
-    let stray: Vec<&str> = datasets
-        .iter()
-        .filter(|d| d.dtype == Dtype::F32 && !d.path.starts_with("/model/") && !d.path.starts_with("/optimizer/"))
-        .map(|d| d.path.as_str())
-        .collect();
-    if !stray.is_empty() {
-        return Err(invalid(path, format!("unexpected datasets: {}", stray.join(", "))));
-    }
-    let u = |k: &str| r.read_u64(&format!("/train_state/{k}"));
-    let seed: [u8; 32] = r
-        .read_bytes("/train_state/rng_seed", 32)?
-        .try_into()
-        .map_err(|_| invalid(path, "/train_state/rng_seed: expected 32 bytes"))?;
-    let to_usize = |k: &str| -> Result<usize> { usize::try_from(u(k)?).map_err(|_| invalid(path, format!("/train_state/{k} out of range"))) };
-    let state = WorkerState {
-        rank: to_usize("rank")?,
-        params,
-        optim,
-        rng: RngState { seed, stream: u("rng_stream")?, word_pos: u128::from(u("rng_word_pos")?) },
-        cursor: Cursor { epoch: to_usize("epoch")?, batch: to_usize("batch")? },
+    Ok((params, optim))
+}
+
+/// `/train_state/*`: rank, random stream, data cursor and global step, each checked against its
+/// digest and converted without overflow.
+fn read_train_state(r: &Reader, infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>, mismatched: &mut Vec<String>) -> Result<(usize, RngState, Cursor, u64)> {
+    let path = r.path();
+    let mut u = |k: &str| -> Result<u64> {
+        let p = format!("/train_state/{k}");
+        let info = infos.get(p.as_str()).ok_or_else(|| invalid(path, format!("{p}: missing")))?;
+        let v = r.read_u64(&p)?;
+        if info.stored_hash != Some(resilab_h5::digest_u64(v)) {
+            mismatched.push(p);
+        }
+        Ok(v)
     };
-    if state.rank != template.rank {
-        return Err(invalid(path, format!("holds rank {}, expected {}", state.rank, template.rank)));
-    }
+    let to_usize = |k: &str, v: u64| -> Result<usize> { usize::try_from(v).map_err(|_| invalid(path, format!("/train_state/{k} = {v} is out of range"))) };
+    let rank = to_usize("rank", u("rank")?)?;
+    let (stream, word_pos) = (u("rng_stream")?, u("rng_word_pos")?);
+    let cursor = Cursor { epoch: to_usize("epoch", u("epoch")?)?, batch: to_usize("batch", u("batch")?)? };
     let step = u("step")?;
-    Ok((state, step, mismatched))
+    let seed_path = "/train_state/rng_seed";
+    let bytes = r.read_bytes(seed_path, 32)?;
+    if infos.get(seed_path).and_then(|i| i.stored_hash) != Some(resilab_h5::digest_bytes(&bytes)) {
+        mismatched.push(seed_path.to_string());
+    }
+    let seed: [u8; 32] = bytes.try_into().map_err(|_| invalid(path, "/train_state/rng_seed: expected 32 bytes"))?;
+    Ok((rank, RngState { seed, stream, word_pos: u128::from(word_pos) }, cursor, step))
 }
 
 /// A check run on each file before it is opened in this process. The HDF5 C library can crash
@@ -387,8 +407,14 @@ pub fn primary_file(target: &Path) -> Result<PathBuf> {
 
 /// Reads a checkpoint file's run-level facts: seed, model label and the resolved configuration
 /// the run was started with.
+///
+/// These facts decide what a checkpoint is evaluated or continued with, so they must pass the
+/// root attributes' digest: an altered configuration is an error, never silently used.
 pub fn read_meta(file: &Path) -> Result<Meta> {
     let r = Reader::open(file)?;
+    if r.verify_attrs("/")? != Some(true) {
+        return Err(Error::Mismatch { path: file.to_path_buf(), datasets: vec!["/@attributes (the stored configuration, seed and model)".into()] });
+    }
     Ok(Meta { seed: r.attr_u64("/", "seed")?, arch: r.attr_str("/", "arch")?, config: r.attr_str("/", "config")? })
 }
 
@@ -409,6 +435,8 @@ pub struct Inspection {
     pub file: PathBuf,
     /// Root attributes, as text.
     pub attributes: BTreeMap<String, String>,
+    /// Digest status of the root attributes (`ok`, `MISMATCH`, `no-hash`).
+    pub attributes_status: String,
     /// Every dataset.
     pub datasets: Vec<InspectedDataset>,
 }
@@ -417,16 +445,19 @@ pub struct Inspection {
 /// `target` may be a worker file or a checkpoint directory (its `worker-0.h5`).
 pub fn inspect(target: &Path) -> Result<Inspection> {
     let file = if target.is_dir() { target.join(file_name(0)) } else { target.to_path_buf() };
+    probe::require_regular_file(&file)?;
     let r = Reader::open(&file)?;
     let mut attributes = BTreeMap::new();
     for name in r.attr_names("/")? {
-        let value = r
-            .attr_u64("/", &name)
-            .map(|v| v.to_string())
-            .or_else(|_| r.attr_str("/", &name))
-            .unwrap_or_else(|e| format!("<unreadable: {e}>"));
+        let value = r.attr_value("/", &name).map_or_else(|e| format!("<unreadable: {e}>"), |v| v.to_string());
         attributes.insert(name, value);
     }
+    let attributes_status = match r.verify_attrs("/") {
+        Ok(Some(true)) => "ok".to_string(),
+        Ok(Some(false)) => "MISMATCH".to_string(),
+        Ok(None) => "no-hash".to_string(),
+        Err(e) => format!("unreadable: {e}"),
+    };
     let datasets = r
         .datasets()?
         .into_iter()
@@ -440,5 +471,5 @@ pub fn inspect(target: &Path) -> Result<Inspection> {
             InspectedDataset { info, hash_status }
         })
         .collect();
-    Ok(Inspection { file, attributes, datasets })
+    Ok(Inspection { file, attributes, attributes_status, datasets })
 }
