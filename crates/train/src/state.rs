@@ -190,8 +190,32 @@ impl Trainer {
         TrainState { step: self.step, workers: self.workers.iter().map(WorkerState::capture).collect() }
     }
 
+    /// Checks a state's counters against this run before they are used (a checkpoint's counters
+    /// pass their digests or were loaded anyway, so they are range-checked here): the step within
+    /// the schedule, every data cursor inside an epoch and no further on than the step allows, and
+    /// data-parallel replicas at one cursor.
+    fn check_in_range(&self, state: &TrainState) -> Result<()> {
+        let (total, per_epoch) = (self.total_steps(), self.steps_per_epoch().max(1));
+        if state.step > total {
+            return Err(Error::State(format!("the state is at step {}, beyond this run's last step {total} (train.steps / train.epochs)", state.step)));
+        }
+        for w in &state.workers {
+            let c = w.cursor;
+            if c.batch as u64 >= per_epoch {
+                return Err(Error::State(format!("worker {}'s data cursor is at batch {} of an epoch of {per_epoch} batches", w.rank, c.batch)));
+            }
+            if c.epoch as u64 > state.step {
+                return Err(Error::State(format!("worker {}'s data cursor is in epoch {}, after only {} steps", w.rank, c.epoch, state.step)));
+            }
+        }
+        if self.stage_ranges().is_none() && state.workers.windows(2).any(|p| p[0].cursor != p[1].cursor) {
+            return Err(Error::State("data-parallel replicas hold different data cursors".into()));
+        }
+        Ok(())
+    }
+
     /// Restores a state taken from a trainer built from the same configuration. Nothing is
-    /// changed if any worker's state does not fit.
+    /// changed if any worker's state does not fit or a counter is out of range.
     pub fn restore(&mut self, state: &TrainState) -> Result<()> {
         if state.workers.len() != self.workers.len() {
             return Err(Error::State(format!(
@@ -203,6 +227,7 @@ impl Trainer {
         for (s, w) in state.workers.iter().zip(&self.workers) {
             s.check_fits(w)?;
         }
+        self.check_in_range(state)?;
         let device = self.device().clone();
         for (s, w) in state.workers.iter().zip(&mut self.workers) {
             s.restore_into(w, &device)?;
