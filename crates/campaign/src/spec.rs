@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use resilab_inject::config::{toml_from_str, toml_from_table, toml_table};
 use resilab_runner::RunConfig;
 use serde::{Deserialize, Serialize};
 
@@ -206,11 +207,16 @@ impl Campaign {
     /// Parses campaign text; `origin` names it in errors.
     pub fn parse(text: &str, overrides: &[String], origin: &str) -> Result<Self> {
         let bad = |m: String| Error::Config(format!("{origin}: {m}"));
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+        let mut table = toml_table(text).map_err(|e| bad(e.to_string()))?;
         for o in overrides {
             resilab_runner::apply_override(&mut table, o).map_err(|e| bad(e.to_string()))?;
         }
-        let file: File = toml::Table::try_into(table).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+        let file: File = toml_from_table(table).map_err(|e| match toml_from_str::<File>(text) {
+            // The same error in the file alone: it has a line there.
+            Err(f) if f.key == e.key && f.message == e.message => bad(f.to_string()),
+            _ if overrides.is_empty() => bad(e.to_string()),
+            _ => Error::Config(format!("{origin} (with --set overrides): {e}")),
+        })?;
         let mut axes = Vec::new();
         for (key, v) in &file.grid {
             let options: Vec<(String, toml::Value)> = match v {
@@ -367,12 +373,11 @@ impl Campaign {
             let total = s.base_steps.unwrap_or(0) + s.steps.unwrap_or(0);
             resilab_runner::set_value(&mut table, "train.steps", toml::Value::Integer(total as i64))?;
         }
-        let text = toml::to_string(&table).map_err(|e| e.to_string())?;
         let where_ = match coords.is_empty() {
             true => "[base]".to_string(),
             false => format!("[base] with {}", coords.iter().map(|(k, l)| format!("{k} = {l}")).collect::<Vec<_>>().join(", ")),
         };
-        let mut config = RunConfig::from_toml(&text, &[], &where_).map_err(|e| e.to_string())?;
+        let mut config = RunConfig::from_table(table, &where_).map_err(|e| e.to_string())?;
         config.name = Some(self.name());
         config.parallel.validate(config.train.batch_size).map_err(|e| format!("{where_}: {e}"))?;
         config.optimizer.validate().map_err(|e| format!("{where_}: {e}"))?;
@@ -387,8 +392,10 @@ impl Campaign {
             if workers_hit > world {
                 return Err(format!("{where_}: workers_hit = {workers_hit} but the run has {world} worker(s)"));
             }
-            let raw: resilab_inject::RawConfig =
-                toml::Table::try_into(inject.clone()).map_err(|e| format!("[inject]: {}", e.to_string().trim_end()))?;
+            let raw: resilab_inject::RawConfig = toml_from_table(inject.clone()).map_err(|mut e| {
+                e.key = if e.key.is_empty() { "inject".into() } else { format!("inject.{}", e.key) };
+                e.to_string()
+            })?;
             injector = Some(raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?);
         } else {
             let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
@@ -477,6 +484,25 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         assert!(e.contains("repetitons"), "{e}");
         let e = Campaign::parse(SMALL, &["grid.model.vgg.depth=12".into()], "c.toml").unwrap_err().to_string();
         assert!(e.contains("model = vgg"), "{e}");
+    }
+
+    #[test]
+    fn toml_errors_name_file_and_key_on_the_first_line() {
+        let first = |e: Error| e.to_string().lines().next().unwrap_or_default().to_string();
+        let e = first(Campaign::parse(&SMALL.replace("repetitions = 3", "repetitions = \"many\""), &[], "c.toml").unwrap_err());
+        assert_eq!(e, "c.toml: campaign.repetitions: invalid type: string \"many\", expected u64 (line 5, column 15)");
+        let e = first(Campaign::parse(&SMALL.replace("base_steps = 2", "base_steps = = 2"), &[], "c.toml").unwrap_err());
+        assert!(e.starts_with("c.toml: ") && e.ends_with("(line 6, column 14)"), "{e}");
+        let e = first(Campaign::parse(SMALL, &["campaign.repetitions=\"x\"".into()], "c.toml").unwrap_err());
+        assert_eq!(e, "c.toml (with --set overrides): campaign.repetitions: invalid type: string \"x\", expected u64");
+        let e = first(Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = \"big\" }"), &[], "c.toml").unwrap_err());
+        assert!(e.starts_with("c.toml: [base]") && e.contains(": train.batch_size: invalid type: string \"big\""), "{e}");
+        let e = first(Campaign::parse(&SMALL.replace("float_precision = 32", "float_precision = 32\nfirst_bit = \"one\""), &[], "c.toml").unwrap_err());
+        assert!(e.starts_with("c.toml: inject.first_bit: invalid type: string \"one\""), "{e}");
+        // A campaign sets its runs' steps: a base that gives epochs trains those steps instead.
+        let c = Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = 16, epochs = 3 }"), &[], "c.toml").unwrap();
+        let run = c.run(0).unwrap();
+        assert_eq!((run.config.train.steps, run.config.train.epochs), (Some(4), None));
     }
 
     #[test]

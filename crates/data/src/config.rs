@@ -19,12 +19,11 @@ pub enum DataSource {
     FashionMnist,
 }
 
-fn default_train_size() -> usize {
-    5000
-}
-fn default_test_size() -> usize {
-    1000
-}
+/// Synthetic images generated for training when `data.train_size` is not given.
+pub const DEFAULT_TRAIN_SIZE: usize = 5000;
+/// Synthetic images generated for testing when `data.test_size` is not given.
+pub const DEFAULT_TEST_SIZE: usize = 1000;
+
 fn default_difficulty() -> f64 {
     0.7
 }
@@ -94,6 +93,39 @@ impl Default for DataConfig {
 }
 
 impl DataConfig {
+    /// Checks every value before anything is read or generated: sizes of at least 1, the
+    /// synthetic generator's ranges, and, for synthetic data, that the images fit in the
+    /// machine's available memory ([`crate::limits::check_memory`]). Errors name the key.
+    pub fn validate(&self) -> Result<()> {
+        for (key, size) in [("data.train_size", self.train_size), ("data.test_size", self.test_size)] {
+            if size == Some(0) {
+                return Err(Error::Config(format!("{key} = 0 must be at least 1")));
+            }
+        }
+        if self.source != DataSource::Synthetic {
+            // Real data: the sizes only limit what the files hold; nothing is sized by them.
+            return Ok(());
+        }
+        let g = self.generator();
+        g.validate()?;
+        let (train, test) = self.sizes();
+        g.check_memory(0, train)?;
+        g.check_memory(1, test)?;
+        let both = g.bytes(train).zip(g.bytes(test)).and_then(|(a, b)| a.checked_add(b));
+        crate::limits::check_memory("data.train_size + data.test_size", &format!("{train} + {test}"), both, "their images")
+            .map_err(Error::Config)
+    }
+
+    /// The synthetic generator this configuration describes.
+    fn generator(&self) -> Synthetic {
+        Synthetic { seed: self.seed, classes: self.classes, channels: self.channels, size: self.image_size, difficulty: self.difficulty }
+    }
+
+    /// Synthetic: the images generated for training and test (the defaults where not given).
+    fn sizes(&self) -> (usize, usize) {
+        (self.train_size.unwrap_or(DEFAULT_TRAIN_SIZE), self.test_size.unwrap_or(DEFAULT_TEST_SIZE))
+    }
+
     /// `(channels, image size, classes)` of the images this configuration gives, known without
     /// reading or generating them (so a grid of configurations can be checked up front).
     pub fn shape(&self) -> (usize, usize, usize) {
@@ -107,18 +139,12 @@ impl DataConfig {
 
 /// Loads (or generates) the training and test sets described by `cfg`.
 pub fn load(cfg: &DataConfig) -> Result<Split> {
+    cfg.validate()?;
     let (mut train, mut test) = match cfg.source {
         DataSource::Synthetic => {
-            let g = Synthetic {
-                seed: cfg.seed,
-                classes: cfg.classes,
-                channels: cfg.channels,
-                size: cfg.image_size,
-                difficulty: cfg.difficulty,
-            };
-            let train = g.generate(0, cfg.train_size.unwrap_or(default_train_size()))?;
-            let test = g.generate(1, cfg.test_size.unwrap_or(default_test_size()))?;
-            (train, test)
+            let g = cfg.generator();
+            let (train_len, test_len) = cfg.sizes();
+            (g.generate(0, train_len)?, g.generate(1, test_len)?)
         }
         source => {
             let path = cfg.path.as_ref().ok_or_else(|| {
@@ -157,5 +183,34 @@ pub fn source_name(s: DataSource) -> &'static str {
         DataSource::Cifar10 => "cifar10",
         DataSource::Mnist => "mnist",
         DataSource::FashionMnist => "fashion-mnist",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(cfg: DataConfig) -> String {
+        cfg.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_generated() {
+        let ok = DataConfig::default();
+        ok.validate().unwrap();
+        let e = err(DataConfig { train_size: Some(1_000_000_000_000), ..ok.clone() });
+        assert!(e.starts_with("data.train_size = 1000000000000 needs 3073000000000000 bytes"), "{e}");
+        assert!(e.contains("available"), "{e}");
+        let e = err(DataConfig { test_size: Some(usize::MAX), ..ok.clone() });
+        assert!(e.starts_with("data.test_size = 18446744073709551615 needs more than 2^64 bytes"), "{e}");
+        assert!(err(DataConfig { train_size: Some(0), ..ok.clone() }).contains("data.train_size = 0"));
+        assert!(err(DataConfig { image_size: 100_000, ..ok.clone() }).contains("data.image_size = 100000"));
+        assert!(err(DataConfig { channels: 1 << 40, ..ok.clone() }).contains("data.channels"));
+        assert!(err(DataConfig { classes: 1 << 40, ..ok.clone() }).contains("data.classes"));
+        // load() checks first, so a huge size is an error, not an aborted allocation.
+        let e = load(&DataConfig { train_size: Some(1_000_000_000_000), ..ok.clone() }).unwrap_err().to_string();
+        assert!(e.contains("data.train_size"), "{e}");
+        // Real data: the sizes are limits, not allocations.
+        DataConfig { source: DataSource::Cifar10, train_size: Some(usize::MAX), ..ok }.validate().unwrap();
     }
 }

@@ -12,12 +12,14 @@
 pub mod cifar;
 mod config;
 mod dataset;
+pub mod limits;
 pub mod mnist;
 mod order;
 pub mod synthetic;
 
-pub use config::{DataConfig, DataSource, load, source_name};
+pub use config::{DEFAULT_TEST_SIZE, DEFAULT_TRAIN_SIZE, DataConfig, DataSource, load, source_name};
 pub use dataset::{Dataset, Normalization, Split};
+pub use limits::{available_memory, check_memory};
 pub use order::{EpochOrder, shard_range};
 
 use std::path::PathBuf;

@@ -47,7 +47,8 @@ fn unit(rng: &mut ChaCha8Rng) -> f32 {
 }
 
 impl Synthetic {
-    fn validate(&self) -> Result<()> {
+    /// Checks the parameters; errors name the `data.*` key.
+    pub(crate) fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.difficulty) {
             return Err(Error::Config(format!(
                 "data.difficulty = {} must be in [0, 1]",
@@ -64,6 +65,19 @@ impl Synthetic {
             return Err(Error::Config(format!("data.image_size = {} must be in 8..=64", self.size)));
         }
         Ok(())
+    }
+
+    /// Bytes that `len` images (and their labels) take, `None` if that overflows a `u64`.
+    pub(crate) fn bytes(&self, len: usize) -> Option<u64> {
+        let per_image = crate::limits::checked_product(&[self.channels as u64, self.size as u64, self.size as u64])?.checked_add(1)?;
+        per_image.checked_mul(len as u64)
+    }
+
+    /// Checks that `len` images of split `split` fit in the machine's available memory; the
+    /// error names `data.train_size` (split 0) or `data.test_size`.
+    pub(crate) fn check_memory(&self, split: u64, len: usize) -> Result<()> {
+        let key = if split == 0 { "data.train_size" } else { "data.test_size" };
+        crate::limits::check_memory(key, &len, self.bytes(len), "its images").map_err(Error::Config)
     }
 
     fn prototypes(&self) -> Vec<Vec<Grating>> {
@@ -91,6 +105,7 @@ impl Synthetic {
     /// classes, so every class has `len / classes` images (±1).
     pub fn generate(&self, split: u64, len: usize) -> Result<Dataset> {
         self.validate()?;
+        self.check_memory(split, len)?;
         let protos = self.prototypes();
         let (c, s) = (self.channels, self.size);
         let plane = s * s;
@@ -180,6 +195,16 @@ mod tests {
             })
             .count();
         assert!(correct > 40, "nearest mean got {correct}/200");
+    }
+
+    #[test]
+    fn refuses_more_images_than_memory_holds() {
+        // Before the check this aborted on a failed multi-terabyte allocation.
+        let g = Synthetic { seed: 0, classes: 10, channels: 3, size: 32, difficulty: 0.5 };
+        let e = g.generate(0, 1_000_000_000_000).unwrap_err().to_string();
+        assert!(e.starts_with("data.train_size = 1000000000000 needs 3073000000000000 bytes"), "{e}");
+        let e = g.generate(1, usize::MAX).unwrap_err().to_string();
+        assert!(e.contains("data.test_size") && e.contains("more than 2^64 bytes"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{FaultModel, Mode, Precision};
@@ -177,7 +178,7 @@ impl RawConfig {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
         let parsed = match ext.as_str() {
             "yaml" | "yml" => yaml_serde::from_str(&text).map_err(|e| e.to_string()),
-            "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
+            "toml" => toml_from_str(&text).map_err(|e| e.to_string()),
             _ => return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() }),
         };
         parsed.map_err(|message| Error::Parse { path: path.to_path_buf(), message: message.trim().to_string() })
@@ -261,10 +262,14 @@ impl RawConfig {
             (_, None) if self.injection_sequence_path.is_none() => return Err(bad("injection_tries", "is required (the number of attempts, or a percentage)")),
             (_, None) => Tries::Count(0),
             (InjectionType::Count, Some(n)) => {
-                if !(n >= 1.0 && n.fract() == 0.0 && n < 1e15) {
+                if !(n >= 1.0 && n.fract() == 0.0) {
                     return Err(bad("injection_tries", format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}")));
                 }
-                Tries::Count(n as u64)
+                // `as` saturates: a count past u64::MAX reads as u64::MAX, which no memory holds.
+                let n = n as u64;
+                let bytes = n.checked_mul(ATTEMPT_BYTES);
+                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt").map_err(|m| bad("injection_tries", m))?;
+                Tries::Count(n)
             }
             (InjectionType::Percentage, Some(p)) => {
                 if !(p > 0.0 && p <= 100.0) {
@@ -324,6 +329,81 @@ impl RawConfig {
             ignored,
         })
     }
+}
+
+/// Memory one attempt takes while a run is drawn and applied: its draw, its record, and a
+/// lower estimate of the record's text and bit lists (dataset name, type, hex words).
+pub const ATTEMPT_BYTES: u64 = (std::mem::size_of::<crate::run::Draw>() + std::mem::size_of::<crate::run::Record>() + 64) as u64;
+
+/// A TOML file that did not parse or deserialise: the dotted key it is about, the message, and
+/// the position in the text where that is known. Displayed on one line,
+/// `train.batch_size: invalid type: string "big", expected usize (line 3, column 14)`, so that
+/// `"{file}: {error}"` names the file, the key and the place on an error's first line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TomlError {
+    /// Dotted key path (`fault[0].at_step`); empty for a syntax error or a missing top-level key.
+    pub key: String,
+    /// What is wrong, on one line (unknown fields list the allowed ones).
+    pub message: String,
+    /// Line and column (from 1, columns in characters) where the text is known.
+    pub position: Option<(usize, usize)>,
+}
+
+impl std::fmt::Display for TomlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some((line, column)) = self.position {
+            write!(f, " (line {line}, column {column})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TomlError {}
+
+impl TomlError {
+    fn new(key: String, e: &toml::de::Error, text: Option<&str>) -> Self {
+        let message = e.message().trim().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+        let position = text.zip(e.span()).map(|(text, span)| line_column(text, span.start));
+        Self { key, message, position }
+    }
+}
+
+/// Line and column, from 1, of byte `offset` of `text` (columns count characters).
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
+fn key_path(path: &serde_path_to_error::Path) -> String {
+    if path.iter().next().is_none() { String::new() } else { path.to_string() }
+}
+
+/// Parses TOML text into a table; a syntax error names its line and column.
+pub fn toml_table(text: &str) -> std::result::Result<toml::Table, TomlError> {
+    toml_from_str(text)
+}
+
+/// Deserialises TOML text into `T`. The error names the dotted key (through
+/// `serde_path_to_error`), the message and the line and column; a syntax error names the line
+/// and column.
+pub fn toml_from_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, TomlError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| TomlError::new(String::new(), &e, Some(text)))?;
+    serde_path_to_error::deserialize(de).map_err(|e| TomlError::new(key_path(e.path()), e.inner(), Some(text)))
+}
+
+/// Deserialises an already parsed table (after `--set` overrides, say) into `T`: the error names
+/// the dotted key and the message (no position: the table has no text).
+pub fn toml_from_table<T: DeserializeOwned>(table: toml::Table) -> std::result::Result<T, TomlError> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| TomlError::new(key_path(e.path()), e.inner(), None))
 }
 
 fn key_of(mode: &Mode) -> &'static str {
@@ -390,6 +470,38 @@ mod tests {
             let err = yaml(cfg).expect_err(cfg).to_string();
             assert!(err.contains(want), "{cfg:?}: {err}");
         }
+    }
+
+    #[test]
+    fn injection_tries_beyond_memory_is_an_error() {
+        // Before the check a count of 10^14 aborted on a failed allocation of its records.
+        for n in ["100000000000000", "1e15", "1e30"] {
+            let e = yaml(&format!("injection_tries: {n}\nuse_random_locations: true\n")).unwrap_err().to_string();
+            assert!(e.starts_with("config key `injection_tries`: injection_tries = "), "{e}");
+            assert!(e.contains("bytes") && e.contains("available"), "{e}");
+        }
+        assert_eq!(yaml("injection_tries: 1000\nuse_random_locations: true\n").unwrap().tries, Tries::Count(1000));
+    }
+
+    #[test]
+    fn toml_errors_name_the_key_and_position_on_one_line() {
+        let text = "injection_tries = 3\nfirst_bit = \"one\"\n";
+        let e = toml_from_str::<RawConfig>(text).unwrap_err();
+        assert_eq!(e.to_string(), "first_bit: invalid type: string \"one\", expected u32 (line 2, column 13)");
+        let e = toml_from_str::<RawConfig>("injection_tries = 3\nfirts_bit = 1\n").unwrap_err().to_string();
+        assert!(e.starts_with("firts_bit: unknown field `firts_bit`, expected one of") && e.contains("`first_bit`"), "{e}");
+        assert!(e.ends_with("(line 2, column 1)"), "{e}");
+        let e = toml_from_str::<RawConfig>("injection_tries = = 3\n").unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.ends_with("(line 1, column 19)"), "{e}");
+        let e = toml_from_table::<RawConfig>(toml::from_str("burst = -1").unwrap()).unwrap_err().to_string();
+        assert!(e.starts_with("burst: invalid value: integer `-1`, expected u32"), "{e}");
+        assert_eq!([7, 6, 8, 99].map(|o| line_column("ab\ncdé\nx", o)), [(2, 4), (2, 3), (3, 1), (3, 2)]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "injection_tries = 3\nburst = \"two\"\n").unwrap();
+        let e = RawConfig::load(&path).unwrap_err().to_string();
+        let first = e.lines().next().unwrap();
+        assert!(first.contains("c.toml: burst: invalid type: string \"two\"") && first.ends_with("(line 2, column 9)"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use resilab_checkpoint::CheckpointConfig;
-use resilab_data::DataConfig;
+use resilab_data::{DataConfig, DataSource};
+use resilab_inject::config::{toml_from_str, toml_from_table, toml_table};
 use resilab_models::ModelConfig;
 use resilab_recovery::{DetectConfig, Strategy};
 use resilab_train::{OptimizerConfig, ParallelConfig, ScheduleConfig, TrainConfig};
@@ -119,7 +120,8 @@ pub struct RecoveryConfig {
 
 /// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`) and may
 /// index arrays of tables (`fault.0.injection_tries`). The value is read as a TOML value (`3`,
-/// `0.1`, `true`, `"text"`, `[1, 2]`) and otherwise as a string.
+/// `0.1`, `true`, `"text"`, `[1, 2]`) and otherwise as a string. As with [`set_value`], setting
+/// `train.steps` removes `train.epochs` and the other way round.
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
     let (key, value) = assignment
         .split_once('=')
@@ -148,12 +150,26 @@ fn key_parts(key: &str) -> std::result::Result<Vec<String>, String> {
     }
 }
 
+/// The run length's two keys: a `train` table holds at most one of them.
+const EXCLUSIVE: [(&str, &str); 2] = [("steps", "epochs"), ("epochs", "steps")];
+
 /// Sets the dotted `key` in `table` to `value`. A numeric component indexes an array
 /// (`fault.0.target`); missing tables are created. A table `value` set where a table already
 /// is merges key by key (so `model = {width = 0.5}` keeps the model's other keys).
+///
+/// `train.steps` and `train.epochs` exclude each other, so setting one (as a key, or in a table
+/// set at `train`) removes the other from that `train` table: `--set train.steps=20` on a
+/// configuration that gives `epochs` trains 20 steps, as do campaigns that set the steps of
+/// their runs. This holds under any prefix (`base.train.steps` in a campaign file).
 pub fn set_value(table: &mut toml::Table, key: &str, value: toml::Value) -> std::result::Result<(), String> {
     let parts = key_parts(key)?;
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    // The `train` table this assignment sets a run length in, and the length keys it sets.
+    let (train_path, set_keys): (&[&str], Vec<&str>) = match (parts.split_last(), &value) {
+        (Some((&"train", _)), toml::Value::Table(t)) => (&parts[..], EXCLUSIVE.iter().map(|e| e.0).filter(|k| t.contains_key(*k)).collect()),
+        (Some((last, rest)), _) if rest.last() == Some(&"train") && EXCLUSIVE.iter().any(|e| e.0 == *last) => (rest, vec![*last]),
+        _ => (&[], Vec::new()),
+    };
     fn descend<'a>(v: &'a mut toml::Value, part: &str, path: &str) -> std::result::Result<&'a mut toml::Value, String> {
         match v {
             toml::Value::Table(t) => Ok(t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()))),
@@ -179,6 +195,15 @@ pub fn set_value(table: &mut toml::Table, key: &str, value: toml::Value) -> std:
             }
             (slot, value) => *slot = value,
         }
+        if let [only] = set_keys[..] {
+            let mut v = &mut root;
+            for p in train_path {
+                v = descend(v, p, "")?;
+            }
+            if let (toml::Value::Table(train), Some((_, other))) = (v, EXCLUSIVE.iter().find(|e| e.0 == only)) {
+                train.remove(*other);
+            }
+        }
         Ok(())
     })();
     if let toml::Value::Table(t) = root {
@@ -187,36 +212,143 @@ pub fn set_value(table: &mut toml::Table, key: &str, value: toml::Value) -> std:
     result
 }
 
+/// Why `name` cannot name a run's directory under `results/runs` (`None`: it can): it must not
+/// be empty, start with `.` (so not `.` or `..` either) or hold `/`, `\` or NUL, which would leave
+/// that directory or cannot name a file.
+fn unsafe_name(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name.starts_with('.') {
+        return Some("it starts with '.'".into());
+    }
+    name.chars().find(|c| matches!(c, '/' | '\\' | '\0')).map(|c| format!("it contains {c:?}"))
+}
+
+/// Checks a run's name (`name = ...`, which becomes a directory under `results/runs`): not
+/// empty, not starting with `.`, no `/`, `\` or NUL.
+pub fn check_name(name: &str) -> std::result::Result<(), String> {
+    match unsafe_name(name) {
+        Some(why) => Err(format!("name = {name:?} cannot name the run's directory under results/runs: {why}")),
+        None => Ok(()),
+    }
+}
+
 impl RunConfig {
-    /// Reads `path`, applies `overrides` (`key=value`), and deserialises. Errors name the file
-    /// and the offending key.
+    /// Reads `path`, applies `overrides` (`key=value`), deserialises and validates
+    /// ([`RunConfig::validate`]). Errors name the file and the offending key. Without a `name`,
+    /// the run is named after the file's stem, which must then be a safe name too.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        Self::from_toml(&text, overrides, &path.display().to_string()).map(|mut c| {
-            if c.name.is_none() {
-                c.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        let mut c = Self::from_toml(&text, overrides, &path.display().to_string())?;
+        if c.name.is_none() {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            if let Some(why) = unsafe_name(&stem) {
+                return Err(Error::Config(format!(
+                    "{}: the run takes the file's stem {stem:?} as its name (the file gives no name), which cannot name the run's directory under results/runs: {why}; set name = \"...\" in the file",
+                    path.display()
+                )));
             }
-            c
-        })
+            c.name = Some(stem);
+        }
+        Ok(c)
     }
 
-    /// Parses configuration text; `origin` names it in errors.
+    /// Parses and validates configuration text; `origin` names it in errors. A TOML error's
+    /// first line reads `{origin}: {dotted key}: {message} (line L, column C)`; a key set by
+    /// `--set` has no line in the file, so its error reads `{origin} (with --set overrides):
+    /// {dotted key}: {message}`.
     pub fn from_toml(text: &str, overrides: &[String], origin: &str) -> Result<Self> {
-        let bad = |e: toml::de::Error| Error::Config(format!("{origin}: {}", e.to_string().trim_end()));
-        if overrides.is_empty() {
-            return toml::from_str(text).map_err(bad);
-        }
-        let mut table: toml::Table = toml::from_str(text).map_err(bad)?;
-        for o in overrides {
-            apply_override(&mut table, o)?;
-        }
-        let merged = toml::to_string(&table).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
-        toml::from_str(&merged).map_err(|e| Error::Config(format!("{origin} (with --set overrides): {}", e.to_string().trim_end())))
+        let c: Self = if overrides.is_empty() {
+            toml_from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?
+        } else {
+            let mut table = toml_table(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+            for o in overrides {
+                apply_override(&mut table, o)?;
+            }
+            toml_from_table(table).map_err(|e| match toml_from_str::<Self>(text) {
+                // The same error in the file alone: it has a line there.
+                Err(f) if f.key == e.key && f.message == e.message => Error::Config(format!("{origin}: {f}")),
+                _ => Error::Config(format!("{origin} (with --set overrides): {e}")),
+            })?
+        };
+        c.validate().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        Ok(c)
     }
 
-    /// The resolved configuration as TOML (every default written out).
+    /// Deserialises and validates an already assembled table (a campaign's base with its grid
+    /// options, say); `origin` names it in errors, which name the dotted key but no line.
+    pub fn from_table(table: toml::Table, origin: &str) -> Result<Self> {
+        let c: Self = toml_from_table(table).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        c.validate().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        Ok(c)
+    }
+
+    /// Parses a resolved configuration stored by an earlier resilab (in a checkpoint): those
+    /// wrote `train.epochs` even when `train.steps` was set, and steps won, so `epochs` is
+    /// dropped where both are given; otherwise as [`RunConfig::from_toml`].
+    pub fn from_stored_toml(text: &str, overrides: &[String], origin: &str) -> Result<Self> {
+        let mut table = toml_table(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        if let Some(toml::Value::Table(train)) = table.get_mut("train")
+            && train.contains_key("steps")
+        {
+            train.remove("epochs");
+        }
+        let text = toml::to_string(&table).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        let origin = format!("{origin} (as stored)");
+        Self::from_toml(&text, overrides, &origin)
+    }
+
+    /// Checks every value before anything is allocated or run; errors name the key:
+    /// the run's `name` ([`check_name`]), `train` ([`TrainConfig::validate`]: `epochs` and
+    /// `steps` not both), the data's sizes against the machine's available memory
+    /// ([`DataConfig::validate`]), the batch sizes ([`TrainConfig::check_sizes`]), and the
+    /// random fault arrivals that the run length draws.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(name) = &self.name {
+            check_name(name).map_err(Error::Config)?;
+        }
+        self.train.validate()?;
+        self.data.validate()?;
+        self.train.check_sizes(&self.data)?;
+        self.check_fault_schedule()
+    }
+
+    /// The fault schedule holds one event per random arrival, about `steps / mtbf_steps` per
+    /// worker hit (see `resilab_faults::schedule`): the one allocation that grows with the run's
+    /// length. Checked against the available memory where the length is known before the data
+    /// is read (`train.steps`, or `train.epochs` of synthetic data).
+    fn check_fault_schedule(&self) -> Result<()> {
+        if self.faults.is_empty() {
+            return Ok(());
+        }
+        let entries = resilab_faults::parse(&self.faults).map_err(|e| Error::Config(e.to_string()))?;
+        let (key, value, steps) = match (self.train.steps, self.data.source) {
+            (Some(s), _) => ("train.steps", s, s),
+            (None, DataSource::Synthetic) => {
+                let per_epoch = (self.data.train_size.unwrap_or(resilab_data::DEFAULT_TRAIN_SIZE) / self.train.batch_size.max(1)) as u64;
+                ("train.epochs", self.train.epochs() as u64, self.train.total_steps(per_epoch))
+            }
+            (None, _) => return Ok(()),
+        };
+        let world = self.parallel.world().max(1);
+        for e in &entries {
+            let Some(mtbf) = e.mtbf_steps.filter(|m| *m > 0.0) else { continue };
+            let ranks = if e.worker.is_some() { 1 } else { world };
+            let events = steps as f64 / mtbf * ranks as f64;
+            let bytes = events * std::mem::size_of::<resilab_faults::FaultEvent>() as f64;
+            let bytes = (bytes < u64::MAX as f64).then_some(bytes as u64);
+            let what = format!("the random arrivals of fault[{}] (mtbf_steps = {mtbf}: about {events:.3e} events)", e.index);
+            resilab_data::check_memory(key, &value, bytes, &what).map_err(Error::Config)?;
+        }
+        Ok(())
+    }
+
+    /// The resolved configuration as TOML (every default written out; `train.epochs` only
+    /// when `train.steps` is not set, so the text loads again).
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# could not serialise the configuration: {e}\n"))
+        let resolved = Self { train: self.train.resolved(), ..self.clone() };
+        toml::to_string(&resolved).unwrap_or_else(|e| format!("# could not serialise the configuration: {e}\n"))
     }
 
     /// The run's name.
@@ -261,7 +393,7 @@ mod tests {
         assert_eq!(c.seed, 42);
         assert_eq!(c.train.batch_size, 64);
         let c = RunConfig::from_toml(MIN, &["train.epochs=3".into(), "optimizer.kind=adam".into(), "seed=7".into()], "t").unwrap();
-        assert_eq!(c.train.epochs, 3);
+        assert_eq!(c.train.epochs, Some(3));
         assert_eq!(c.optimizer.kind, resilab_train::OptimizerKind::Adam);
         assert_eq!(c.seed, 7);
     }
@@ -296,7 +428,9 @@ mod tests {
     fn resolved_config_round_trips() {
         let c = RunConfig::from_toml(MIN, &[], "t").unwrap();
         let again = RunConfig::from_toml(&c.to_toml(), &[], "t").unwrap();
-        assert_eq!(c, again);
+        // The same configuration with the default epochs written out.
+        assert_eq!(RunConfig { train: c.train.resolved(), ..c.clone() }, again);
+        assert_eq!(c.to_toml(), again.to_toml());
     }
 
     #[test]
@@ -313,6 +447,96 @@ mod tests {
             }
         }
         assert!(seen >= 3, "found {seen} configurations in {}", dir.display());
+    }
+
+    fn first_line(e: Error) -> String {
+        e.to_string().lines().next().unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn toml_errors_name_file_key_and_position_on_the_first_line() {
+        let text = format!("{MIN}[train]\nbatch_size = \"big\"\n");
+        let e = first_line(RunConfig::from_toml(&text, &[], "f.toml").unwrap_err());
+        assert_eq!(e, "f.toml: train.batch_size: invalid type: string \"big\", expected usize (line 5, column 14)");
+        let e = first_line(RunConfig::from_toml(&format!("{MIN}widht = 2\n"), &[], "f.toml").unwrap_err());
+        assert!(e.starts_with("f.toml: model.widht: unknown field `widht`, expected one of") && e.contains("`width`"), "{e}");
+        assert!(e.ends_with("(line 4, column 1)"), "{e}");
+        let e = first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n[[fault]]\ntarget = 3\n", &[], "f.toml").unwrap_err());
+        assert!(e.starts_with("f.toml: fault[0].target:") || e.contains("fault"), "{e}");
+        // A syntax error names the file, line and column.
+        let e = first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = = 8\n", &[], "f.toml").unwrap_err());
+        assert!(e.starts_with("f.toml: ") && e.ends_with("(line 3, column 9)"), "{e}");
+        let e = first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = = 8\n", &["seed=1".into()], "f.toml").unwrap_err());
+        assert!(e.starts_with("f.toml: ") && e.ends_with("(line 3, column 9)"), "{e}");
+        let e = first_line(RunConfig::from_toml("seed = 1\n", &[], "f.toml").unwrap_err());
+        assert_eq!(e, "f.toml: missing field `model` (line 1, column 1)");
+        // With overrides: a key from the file keeps its line; a key set by --set has none.
+        let e = first_line(RunConfig::from_toml(&text, &["seed=3".into()], "f.toml").unwrap_err());
+        assert_eq!(e, "f.toml: train.batch_size: invalid type: string \"big\", expected usize (line 5, column 14)");
+        let e = first_line(RunConfig::from_toml(MIN, &["train.batch_size=\"big\"".into()], "f.toml").unwrap_err());
+        assert_eq!(e, "f.toml (with --set overrides): train.batch_size: invalid type: string \"big\", expected usize");
+    }
+
+    #[test]
+    fn epochs_and_steps_exclude_each_other() {
+        let both = format!("{MIN}[train]\nepochs = 4\nsteps = 100\n");
+        let e = RunConfig::from_toml(&both, &[], "f.toml").unwrap_err().to_string();
+        assert!(e.contains("train.epochs = 4 and train.steps = 100 are both set"), "{e}");
+        // An override of one replaces the other.
+        let c = RunConfig::from_toml(&format!("{MIN}[train]\nepochs = 4\n"), &["train.steps=7".into()], "t").unwrap();
+        assert_eq!((c.train.epochs, c.train.steps), (None, Some(7)));
+        let c = RunConfig::from_toml(&format!("{MIN}[train]\nsteps = 7\n"), &["train.epochs=2".into()], "t").unwrap();
+        assert_eq!((c.train.epochs, c.train.steps), (Some(2), None));
+        let c = RunConfig::from_toml(&format!("{MIN}[train]\nsteps = 7\n"), &["train={epochs = 2}".into()], "t").unwrap();
+        assert_eq!((c.train.epochs, c.train.steps), (Some(2), None));
+        let mut t: toml::Table = toml::from_str("[base.train]\nepochs = 3\n").unwrap();
+        set_value(&mut t, "base.train.steps", toml::Value::Integer(5)).unwrap();
+        assert_eq!(t["base"]["train"].as_table().map(|t| t.keys().cloned().collect::<Vec<_>>()), Some(vec!["steps".to_string()]));
+        // The resolved form writes the default epochs, never both, and loads again.
+        let train_keys = |c: &RunConfig| {
+            let t: toml::Table = toml::from_str(&c.to_toml()).unwrap();
+            ["epochs", "steps"].map(|k| t["train"].get(k).and_then(toml::Value::as_integer))
+        };
+        let c = RunConfig::from_toml(MIN, &[], "t").unwrap();
+        assert_eq!(train_keys(&c), [Some(1), None]);
+        let c = RunConfig::from_toml(&format!("{MIN}[train]\nsteps = 7\n"), &[], "t").unwrap();
+        assert_eq!(train_keys(&c), [None, Some(7)]);
+        assert_eq!(RunConfig::from_toml(&c.to_toml(), &[], "t").unwrap(), c);
+        // A configuration stored before this rule (epochs written out beside steps) loads, steps winning.
+        let old = format!("{MIN}[train]\nepochs = 1\nsteps = 7\n");
+        let c = RunConfig::from_stored_toml(&old, &[], "ckpt").unwrap();
+        assert_eq!((c.train.epochs, c.train.steps), (None, Some(7)));
+    }
+
+    #[test]
+    fn unsafe_names_are_errors() {
+        for bad in ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a\u{0}b"] {
+            let text = format!("name = {}\n{MIN}", toml::Value::String(bad.into()));
+            let e = RunConfig::from_toml(&text, &[], "f.toml").unwrap_err().to_string();
+            assert!(e.starts_with(&format!("f.toml: name = {bad:?} cannot name the run's directory under results/runs: it ")), "{bad:?}: {e}");
+        }
+        RunConfig::from_toml(&format!("name = \"ok-run_1.b\"\n{MIN}"), &[], "f.toml").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let hidden = dir.path().join(".hidden.toml");
+        std::fs::write(&hidden, MIN).unwrap();
+        let e = RunConfig::load(&hidden, &[]).unwrap_err().to_string();
+        assert!(e.contains("the file's stem \".hidden\"") && e.contains("it starts with '.'"), "{e}");
+        let plain = dir.path().join("plain.toml");
+        std::fs::write(&plain, MIN).unwrap();
+        assert_eq!(RunConfig::load(&plain, &[]).unwrap().name.as_deref(), Some("plain"));
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_allocated() {
+        let e = RunConfig::from_toml(MIN, &["data.train_size=1000000000000".into()], "t").unwrap_err().to_string();
+        assert!(e.starts_with("t: data.train_size = 1000000000000 needs 3073000000000000 bytes"), "{e}");
+        let e = RunConfig::from_toml(MIN, &["train.batch_size=100000".into()], "t").unwrap_err().to_string();
+        assert!(e.contains("train.batch_size = 100000"), "{e}");
+        // Random fault arrivals: one event each, about steps / mtbf_steps per worker.
+        let faults = format!("{MIN}[[fault]]\ntarget = \"weights\"\nmtbf_steps = 1e-9\n");
+        let e = RunConfig::from_toml(&faults, &["train.steps=100000000".into()], "t").unwrap_err().to_string();
+        assert!(e.starts_with("t: train.steps = 100000000 needs") && e.contains("fault[0]"), "{e}");
+        RunConfig::from_toml(&faults.replace("1e-9", "50.0"), &["train.steps=100".into()], "t").unwrap();
     }
 
     #[test]

@@ -17,9 +17,9 @@ use crate::{
     Worker, count_correct, evaluate, forward_watched, named_grads,
 };
 
-fn default_epochs() -> usize {
-    1
-}
+/// Epochs of a run that gives neither `train.epochs` nor `train.steps`.
+pub const DEFAULT_EPOCHS: usize = 1;
+
 fn default_batch() -> usize {
     64
 }
@@ -34,10 +34,11 @@ fn default_log_every() -> u64 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
-    /// Epochs to train (ignored when `steps` is set).
-    #[serde(default = "default_epochs")]
-    pub epochs: usize,
-    /// Total optimizer steps; overrides `epochs`.
+    /// Epochs to train ([`DEFAULT_EPOCHS`] when neither this nor `steps` is given); setting
+    /// both is an error. See [`TrainConfig::epochs`].
+    #[serde(default)]
+    pub epochs: Option<usize>,
+    /// Total optimizer steps, instead of `epochs`.
     #[serde(default)]
     pub steps: Option<u64>,
     /// Global batch size (split across data-parallel workers).
@@ -60,7 +61,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
-            epochs: default_epochs(),
+            epochs: None,
             steps: None,
             batch_size: default_batch(),
             eval_batch_size: default_eval_batch(),
@@ -68,6 +69,82 @@ impl Default for TrainConfig {
             eval_every: None,
             augment: false,
         }
+    }
+}
+
+impl TrainConfig {
+    /// The epochs to train: `epochs`, or [`DEFAULT_EPOCHS`] when it is not given (a run with
+    /// `steps` ignores this).
+    pub fn epochs(&self) -> usize {
+        self.epochs.unwrap_or(DEFAULT_EPOCHS)
+    }
+
+    /// Steps of the whole run for `steps_per_epoch` steps per epoch: `steps`, or `epochs`
+    /// epochs (saturating at `u64::MAX`).
+    pub fn total_steps(&self, steps_per_epoch: u64) -> u64 {
+        self.steps.unwrap_or_else(|| (self.epochs() as u64).saturating_mul(steps_per_epoch))
+    }
+
+    /// The form written to a resolved configuration: the default epochs written out when the
+    /// run is measured in epochs, and never both `epochs` and `steps`.
+    pub fn resolved(&self) -> Self {
+        let epochs = if self.steps.is_some() { None } else { Some(self.epochs()) };
+        Self { epochs, ..self.clone() }
+    }
+
+    /// Checks the values on their own: `epochs` and `steps` not both set, counts of at least 1.
+    /// Errors name the key.
+    pub fn validate(&self) -> Result<()> {
+        if let (Some(e), Some(s)) = (self.epochs, self.steps) {
+            return Err(Error::Config(format!(
+                "train.epochs = {e} and train.steps = {s} are both set: give one of them (epochs counts passes over the training set, steps optimizer steps)"
+            )));
+        }
+        if self.epochs == Some(0) {
+            return Err(Error::Config("train.epochs = 0 must be >= 1 (or set train.steps instead)".into()));
+        }
+        for (key, v) in [
+            ("train.batch_size", self.batch_size as u64),
+            ("train.eval_batch_size", self.eval_batch_size as u64),
+            ("train.log_every", self.log_every),
+            ("train.eval_every", self.eval_every.unwrap_or(1)),
+        ] {
+            if v == 0 {
+                return Err(Error::Config(format!("{key} = 0 must be >= 1")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks, before any data is loaded, that a training batch and an evaluation batch of
+    /// `data`'s images fit in the machine's available memory (as f32 tensors; the network's
+    /// activations come on top), and for synthetic data, whose size is known, that
+    /// `batch_size` is at most `train_size`. An evaluation batch is never larger than the test
+    /// set, so `eval_batch_size` counts up to the test set's size where that is known. Nothing
+    /// else is sized by the configuration: the epoch order holds one index per training image,
+    /// and a step allocates its batch and the network's activations and gradients.
+    pub fn check_sizes(&self, data: &resilab_data::DataConfig) -> Result<()> {
+        let (channels, size, _) = data.shape();
+        let synthetic = data.source == resilab_data::DataSource::Synthetic;
+        let train_len = if synthetic { Some(data.train_size.unwrap_or(resilab_data::DEFAULT_TRAIN_SIZE)) } else { data.train_size };
+        let test_len = if synthetic { Some(data.test_size.unwrap_or(resilab_data::DEFAULT_TEST_SIZE)) } else { data.test_size };
+        if synthetic && let Some(n) = train_len.filter(|&n| self.batch_size > n) {
+            return Err(Error::Config(format!(
+                "train.batch_size = {} must be between 1 and the training set size ({n}, data.train_size)",
+                self.batch_size
+            )));
+        }
+        // An f32 per pixel and an i64 label per image.
+        let per_image = resilab_data::limits::checked_product(&[channels as u64, size as u64, size as u64, 4]).and_then(|b| b.checked_add(8));
+        let eval = test_len.map_or(self.eval_batch_size, |n| self.eval_batch_size.min(n));
+        for (key, value, images, what) in [
+            ("train.batch_size", self.batch_size, self.batch_size, "a training batch"),
+            ("train.eval_batch_size", self.eval_batch_size, eval, "an evaluation batch"),
+        ] {
+            let bytes = per_image.and_then(|b| b.checked_mul(images as u64));
+            resilab_data::check_memory(key, &value, bytes, what).map_err(Error::Config)?;
+        }
+        Ok(())
     }
 }
 
@@ -217,6 +294,7 @@ impl Trainer {
     /// modules hold no shared state, so `clone()` copies), or its blocks cut into `stages`.
     pub fn new(net: Net, spec: TrainSpec, data: Arc<Split>, device: Device) -> Result<Self> {
         let TrainSpec { train: config, optimizer, schedule, parallel, seed } = spec;
+        config.validate()?;
         optimizer.validate()?;
         schedule.validate()?;
         parallel.validate(config.batch_size)?;
@@ -227,12 +305,6 @@ impl Trainer {
                 config.batch_size,
                 data.train.len()
             )));
-        }
-        if config.log_every == 0 || config.eval_every == Some(0) || config.eval_batch_size == 0 {
-            return Err(Error::Config("train.log_every, train.eval_every and train.eval_batch_size must be >= 1".into()));
-        }
-        if config.steps.is_none() && config.epochs == 0 {
-            return Err(Error::Config("train.epochs must be >= 1 (or set train.steps)".into()));
         }
         let (workers, topology) = match parallel.mode {
             ParallelMode::Data => {
@@ -261,7 +333,7 @@ impl Trainer {
 
     /// Steps of the whole run.
     pub fn total_steps(&self) -> u64 {
-        self.config.steps.unwrap_or(self.config.epochs as u64 * self.steps_per_epoch())
+        self.config.total_steps(self.steps_per_epoch())
     }
 
     /// Whether the run is complete.
@@ -638,5 +710,52 @@ fn broadcast_buffers(workers: &mut [Worker]) {
     for w in &mut workers[1..] {
         let net = w.net.clone();
         w.net = map_params(net, |info, _| if info.trainable { None } else { buffers.get(&info.name).cloned() });
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use resilab_data::DataConfig;
+
+    fn err(c: &TrainConfig) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn epochs_and_steps_exclude_each_other() {
+        let both = TrainConfig { epochs: Some(4), steps: Some(100), ..TrainConfig::default() };
+        assert_eq!(
+            err(&both),
+            "train.epochs = 4 and train.steps = 100 are both set: give one of them (epochs counts passes over the training set, steps optimizer steps)"
+        );
+        let steps = TrainConfig { steps: Some(100), ..TrainConfig::default() };
+        steps.validate().unwrap();
+        assert_eq!(steps.total_steps(7), 100);
+        assert_eq!(steps.resolved().epochs, None);
+        let default = TrainConfig::default();
+        assert_eq!(default.total_steps(7), DEFAULT_EPOCHS as u64 * 7);
+        assert_eq!(default.resolved().epochs, Some(DEFAULT_EPOCHS));
+        assert_eq!(TrainConfig { epochs: Some(usize::MAX), ..default.clone() }.total_steps(3), u64::MAX);
+        assert!(err(&TrainConfig { epochs: Some(0), ..default.clone() }).contains("train.epochs = 0"));
+        assert!(err(&TrainConfig { eval_every: Some(0), ..default.clone() }).contains("train.eval_every = 0"));
+        assert!(err(&TrainConfig { batch_size: 0, ..default }).contains("train.batch_size = 0"));
+    }
+
+    #[test]
+    fn batch_sizes_are_checked_against_memory_and_the_data() {
+        let data = DataConfig::default();
+        let ok = TrainConfig::default();
+        ok.check_sizes(&data).unwrap();
+        let e = TrainConfig { batch_size: 1 << 40, ..ok.clone() }.check_sizes(&DataConfig { train_size: Some(usize::MAX >> 8), ..data.clone() });
+        let e = e.unwrap_err().to_string();
+        assert!(e.starts_with("train.batch_size = 1099511627776 needs 13519594975133696 bytes"), "{e}");
+        let e = TrainConfig { batch_size: 6000, ..ok.clone() }.check_sizes(&data).unwrap_err().to_string();
+        assert!(e.contains("train.batch_size = 6000") && e.contains("5000"), "{e}");
+        // An evaluation batch larger than the test set is the test set.
+        TrainConfig { eval_batch_size: usize::MAX, ..ok.clone() }.check_sizes(&data).unwrap();
+        let real = DataConfig { source: resilab_data::DataSource::Cifar10, ..data };
+        let e = TrainConfig { eval_batch_size: usize::MAX, ..ok }.check_sizes(&real).unwrap_err().to_string();
+        assert!(e.starts_with("train.eval_batch_size = 18446744073709551615 needs more than 2^64 bytes"), "{e}");
     }
 }
