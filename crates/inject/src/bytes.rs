@@ -34,8 +34,9 @@ pub struct ByteRecord {
     pub element_bit_ieee: Option<u32>,
 }
 
-/// Sorted, disjoint byte intervals `[start, end)`.
-pub(crate) fn region_intervals(region: Region, file_len: u64, extents: &[Extent]) -> Vec<(u64, u64)> {
+/// The byte intervals of a file of `file_len` bytes that `region` covers: sorted, disjoint
+/// `[start, end)`, from `extents` sorted by offset (as [`resilab_h5::Reader::extents`] gives them).
+pub fn region_intervals(region: Region, file_len: u64, extents: &[Extent]) -> Vec<(u64, u64)> {
     let mut data: Vec<(u64, u64)> = Vec::new();
     for e in extents {
         let (s, t) = (e.offset.min(file_len), (e.offset + e.size).min(file_len));

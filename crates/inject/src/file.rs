@@ -143,19 +143,47 @@ pub fn targets(reader: &Reader, spec: &Spec) -> Result<(Vec<Target>, u64)> {
     Ok((targets, total))
 }
 
-/// Copies `input` to a hidden file beside `output`, lets `edit` change it and renames it over
-/// `output`, so a killed run leaves either the old output or the complete new one, never a
-/// partial file. The staged copy is removed if anything fails.
-///
-/// When the output is the input (`--in-place`) the copy is fsync'd before the rename, so the
-/// original is never lost. A separate copy is not: it can be remade from the log, and syncing
-/// 90 MB would triple the cost of a small injection. The copy goes through the staged file's
-/// own descriptor (no truncation), which keeps ext4 from flushing it on close.
-fn staged(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let dir = match output.parent() {
+/// A changed copy written beside its output and not yet renamed over it. Dropping it removes
+/// the copy and leaves the output as it was.
+pub struct Staged {
+    tmp: tempfile::NamedTempFile,
+    output: PathBuf,
+    durable: bool,
+}
+
+impl Staged {
+    /// Renames the copy over the output (fsyncing the copy and the directory first when the
+    /// output is the input, so the original is never lost).
+    pub fn commit(self) -> Result<()> {
+        let Staged { tmp, output, durable } = self;
+        if durable {
+            tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+        }
+        tmp.persist(&output).map_err(|e| Error::Io { path: output.clone(), message: e.error.to_string() })?;
+        if durable && let Ok(d) = std::fs::File::open(parent_dir(&output)) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
+    }
+}
+
+/// Copies `input` to a hidden file beside `output` and lets `edit` change it; [`Staged::commit`]
+/// then renames it over `output`, so a killed run leaves either the old output or the complete
+/// new one, never a partial file, and a failure before the commit leaves nothing behind.
+///
+/// When the output is the input (`--in-place`) the commit fsyncs the copy before the rename. A
+/// separate copy is not synced: it can be remade from the log, and syncing 90 MB would triple
+/// the cost of a small injection. The copy goes through the staged file's own descriptor (no
+/// truncation), which keeps ext4 from flushing it on close.
+fn stage(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -> Result<()>) -> Result<Staged> {
+    let dir = parent_dir(output);
     let mut tmp = tempfile::Builder::new().prefix(".resilab-inject-").suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
     let mut src = std::fs::File::open(input).map_err(io(input))?;
     std::io::copy(&mut src, tmp.as_file_mut()).map_err(io(tmp.path()))?;
@@ -163,14 +191,23 @@ fn staged(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -
     let permissions = std::fs::metadata(input).map_err(io(input))?.permissions();
     tmp.as_file().set_permissions(permissions).map_err(io(tmp.path()))?;
     edit(tmp.path())?;
-    if durable {
-        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+    Ok(Staged { tmp, output: output.to_path_buf(), durable })
+}
+
+/// An injection done into a staged copy: its report, and the copy to commit.
+pub struct Prepared {
+    /// What the injection did (`output` names where the copy will go).
+    pub report: Report,
+    /// The corrupted copy, not yet in place.
+    pub staged: Staged,
+}
+
+impl Prepared {
+    /// Puts the corrupted copy in place and returns the report.
+    pub fn commit(self) -> Result<Report> {
+        self.staged.commit()?;
+        Ok(self.report)
     }
-    tmp.persist(output).map_err(|e| Error::Io { path: output.to_path_buf(), message: e.error.to_string() })?;
-    if durable && let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 fn out_path(input: &Path, output: &Output) -> PathBuf {
@@ -196,9 +233,25 @@ fn describe_model(spec: &Spec) -> String {
     format!("{mode}; float_precision={precision}; allow_sign_change={}; allow_NaN_values={}; max_redraws={}", m.allow_sign_change, m.allow_nan, m.max_redraws)
 }
 
+/// The number of attempts `spec` makes on a file of `total` elements (or bytes), checked against
+/// the memory their records need (a percentage of a large file can ask for more).
+fn checked_attempts(spec: &Spec, total: u64) -> Result<u64> {
+    let attempts = spec.tries.attempts(total);
+    resilab_data::check_memory("injection_tries", &attempts, attempts.checked_mul(crate::config::ATTEMPT_BYTES), "one record per attempt")
+        .map_err(|message| Error::Config { key: "injection_tries".into(), message })?;
+    Ok(attempts)
+}
+
 /// Runs a value- or byte-mode injection on `input` (which is never modified unless `output`
-/// is [`Output::InPlace`]).
+/// is [`Output::InPlace`]) and puts the result in place.
 pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Result<Report> {
+    prepare_file(spec, input, output, seed)?.commit()
+}
+
+/// Runs a value- or byte-mode injection on `input` into a staged copy, leaving the output as it
+/// is until [`Prepared::commit`]: a caller that must write more (the log) before the output
+/// counts as done commits last.
+pub fn prepare_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Result<Prepared> {
     existing(input)?;
     let output = out_path(input, output);
     if spec.target == TargetKind::Bytes {
@@ -206,14 +259,14 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
     }
     let reader = Reader::open(input)?;
     let (targets, total) = targets(&reader, spec)?;
-    let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
+    let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: checked_attempts(spec, total)?, sampling: spec.sampling };
     let draws = run::draw(&plan, &targets, seed);
     let touched = run::touched(draws.iter().map(|d| (d.target, d.index)), targets.len());
     let mut values = read_values(&reader, &targets, &touched)?;
     drop(reader);
     let originals = values.clone();
     let records = run::apply_attempts(&plan, &targets, &draws, &mut values, seed);
-    staged(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    let staged = stage(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
     let summary = Summary::of(&records, total);
     let header = Header {
         resilab_version: env!("CARGO_PKG_VERSION").into(),
@@ -229,7 +282,7 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
         total_elements: total,
         ignored: spec.ignored.clone(),
     };
-    Ok(Report { header, records, byte_records: Vec::new(), summary, output })
+    Ok(Prepared { report: Report { header, records, byte_records: Vec::new(), summary, output }, staged })
 }
 
 /// Current stored bits of the touched elements of each target.
@@ -266,21 +319,22 @@ fn write_values(path: &Path, targets: &[Target], touched: &[Vec<usize>], values:
     Ok(editor.close()?)
 }
 
-fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<Report> {
+fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<Prepared> {
     let len = std::fs::metadata(input).map_err(io(input))?.len();
-    // A file too damaged for HDF5 to open has no known dataset extents; then only
-    // region = file makes sense.
-    let extents = match Reader::open(input).and_then(|r| r.extents()) {
-        Ok(e) => e,
-        Err(_) if spec.region == crate::config::Region::File => Vec::new(),
-        Err(e) => return Err(e.into()),
+    // Region = file needs no dataset extents, so the file is not opened with HDF5 at all (it
+    // may be too damaged for the library); the other regions need them. Where a file opens,
+    // extents still tell data bytes from metadata in the log.
+    let extents = if spec.region == crate::config::Region::File {
+        Vec::new()
+    } else {
+        Reader::open(input).and_then(|r| r.extents())?
     };
     let intervals = bytes::region_intervals(spec.region, len, &extents);
     let total: u64 = intervals.iter().map(|(s, t)| t - s).sum();
     if total == 0 {
         return Err(Error::Config { key: "byte_region".into(), message: format!("{} holds no bytes of that region", input.display()) });
     }
-    let attempts = spec.tries.attempts(total);
+    let attempts = checked_attempts(spec, total)?;
     let draws = bytes::draw_bytes(&intervals, attempts, spec.probability, seed);
     let file = std::fs::File::open(input).map_err(io(input))?;
     let mut current: BTreeMap<u64, u8> = BTreeMap::new();
@@ -304,7 +358,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
         });
     }
     drop(file);
-    staged(input, output, output == input, |tmp| write_bytes(tmp, &current))?;
+    let staged = stage(input, output, output == input, |tmp| write_bytes(tmp, &current))?;
     let hits: Vec<&ByteRecord> = records.iter().filter(|r| r.outcome == Outcome::Corrupted).collect();
     let corrupted = hits.len() as u64;
     let summary = Summary {
@@ -331,7 +385,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<R
         total_elements: total,
         ignored: spec.ignored.clone(),
     };
-    Ok(Report { header, records: Vec::new(), byte_records: records, summary, output: output.to_path_buf() })
+    Ok(Prepared { report: Report { header, records: Vec::new(), byte_records: records, summary, output: output.to_path_buf() }, staged })
 }
 
 fn write_bytes(path: &Path, bytes: &BTreeMap<u64, u8>) -> Result<()> {
@@ -344,10 +398,26 @@ fn write_bytes(path: &Path, bytes: &BTreeMap<u64, u8>) -> Result<()> {
 
 /// Writes a log: header, one line per attempt, summary. Atomic (staged and renamed).
 pub fn write_log(path: &Path, report: &Report) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    stage_log(path, report)?.commit()
+}
+
+/// A log written beside its path and not yet renamed into place.
+pub struct StagedLog {
+    tmp: tempfile::NamedTempFile,
+    path: PathBuf,
+}
+
+impl StagedLog {
+    /// Renames the log into place.
+    pub fn commit(self) -> Result<()> {
+        self.tmp.persist(&self.path).map_err(|e| Error::Io { path: self.path.clone(), message: e.error.to_string() })?;
+        Ok(())
+    }
+}
+
+/// Writes a log into a hidden file beside `path`; [`StagedLog::commit`] puts it in place.
+pub fn stage_log(path: &Path, report: &Report) -> Result<StagedLog> {
+    let dir = parent_dir(path);
     let tmp = tempfile::Builder::new().prefix(".resilab-log-").tempfile_in(&dir).map_err(io(&dir))?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
@@ -365,8 +435,7 @@ pub fn write_log(path: &Path, report: &Report) -> Result<()> {
         line(&LineRef::Summary(&report.summary))?;
         w.flush().map_err(io(path))?;
     }
-    tmp.persist(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.error.to_string() })?;
-    Ok(())
+    Ok(StagedLog { tmp, path: path.to_path_buf() })
 }
 
 /// Reads a log written by [`write_log`].
@@ -417,7 +486,7 @@ pub fn replay_file(log: &Path, lines: &[LogLine], input: &Path, output: &Output)
             replay.applied += 1;
         }
         drop(file);
-        staged(input, &output, output == input, |tmp| write_bytes(tmp, &current))?;
+        stage(input, &output, output == input, |tmp| write_bytes(tmp, &current))?.commit()?;
         return Ok(replay);
     }
     let reader = Reader::open(input)?;
@@ -458,7 +527,7 @@ pub fn replay_file(log: &Path, lines: &[LogLine], input: &Path, output: &Output)
         values.insert((t, i), new);
         replay.applied += 1;
     }
-    staged(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?;
+    stage(input, &output, output == input, |tmp| write_values(tmp, &targets, &touched, &values, &originals))?.commit()?;
     Ok(replay)
 }
 
