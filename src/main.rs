@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use resilab_models::{Arch, ModelConfig};
 use resilab_inject::Spec;
 use resilab_runner::{BackendKind, Provenance, RunConfig, RunOptions, default_out_dir};
@@ -548,6 +548,9 @@ fn compare(args: CompareArgs) -> Result<()> {
     let (device, device_name) = device_for(backend, &args.train.compute)?;
     let threads = set_threads(args.train.compute.threads)?;
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
+    let mut own: Vec<&str> = args.strategies.iter().map(String::as_str).collect();
+    own.push("strategies.csv");
+    resilab_runner::check_output_dir(&root, &own, "--out")?;
     let mut rows = Vec::new();
     let mut golden = None;
     for strategy in &args.strategies {
@@ -852,63 +855,16 @@ fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
     Ok(())
 }
 
-/// Seconds a probe may take before the file is declared to hang the HDF5 library.
-const PROBE_TIMEOUT_S: u64 = 60;
-
-/// Opens and verifies `file` in a child process first: the HDF5 C library can crash (SIGSEGV,
-/// SIGABRT) or hang on some corrupt headers, which must end as an error, not take this process
-/// down. A file that a child read completely is then safe to read here.
+/// Reads `file` completely in a child process first (see `resilab_checkpoint::probe`): a crash
+/// or hang of the HDF5 library on a corrupt file becomes an error naming the file.
 fn probe_in_child(file: &Path) -> resilab_checkpoint::Result<()> {
-    let unsafe_file = |message: String| resilab_checkpoint::Error::Unsafe { path: file.to_path_buf(), message };
-    let exe = std::env::current_exe().map_err(|e| unsafe_file(format!("cannot find the resilab binary to probe with: {e}")))?;
-    let mut child = std::process::Command::new(exe)
-        .arg("__probe")
-        .arg(file)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| unsafe_file(format!("cannot start the probe process: {e}")))?;
-    let start = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed().as_secs() >= PROBE_TIMEOUT_S => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(unsafe_file(format!("reading it did not finish within {PROBE_TIMEOUT_S} s (HDF5 hangs on some corrupt files)")));
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
-            Err(e) => return Err(unsafe_file(format!("probe process: {e}"))),
-        }
-    };
-    let mut stderr = String::new();
-    if let Some(mut s) = child.stderr.take() {
-        use std::io::Read as _;
-        let _ = s.read_to_string(&mut stderr);
-    }
-    if status.success() {
-        return Ok(());
-    }
-    match status.code() {
-        // The probe reported an ordinary error: pass its message on.
-        Some(_) => Err(unsafe_file(stderr.trim().trim_start_matches("error: ").to_string())),
-        None => {
-            use std::os::unix::process::ExitStatusExt as _;
-            Err(unsafe_file(format!(
-                "reading it crashed the HDF5 library (signal {}): the file is corrupt",
-                status.signal().unwrap_or(0)
-            )))
-        }
-    }
+    resilab_checkpoint::probe::ChildProbe::current()?.check(file)
 }
 
 fn inspect(args: InspectArgs) -> Result<()> {
     use std::fmt::Write as _;
     let file = if args.checkpoint.is_dir() { args.checkpoint.join(resilab_checkpoint::file_name(0)) } else { args.checkpoint.clone() };
-    if file.exists() {
-        probe_in_child(&file)?;
-    }
+    probe_in_child(&file)?;
     let report = resilab_checkpoint::inspect(&args.checkpoint)?;
     let mut text = String::new();
     if args.json {
@@ -920,12 +876,14 @@ fn inspect(args: InspectArgs) -> Result<()> {
             let v = if v.contains('\n') { format!("<{} lines>", v.lines().count()) } else { v.clone() };
             writeln!(text, "  @{k} = {v}")?;
         }
+        writeln!(text, "  attributes digest: {}", report.attributes_status)?;
         writeln!(text, "{:<60} {:>16} {:>6} hash", "dataset", "shape", "dtype")?;
         for d in &report.datasets {
             writeln!(text, "{:<60} {:>16} {:>6} {}", d.info.path, format!("{:?}", d.info.shape), d.info.dtype.to_string(), d.hash_status)?;
         }
         let bad = report.datasets.iter().filter(|d| d.hash_status != "ok" && d.hash_status != "no-hash").count();
-        writeln!(text, "{} datasets, {} failing their digest", report.datasets.len(), bad)?;
+        let attrs = if report.attributes_status == "ok" || report.attributes_status == "no-hash" { "" } else { "; the root attributes fail theirs" };
+        writeln!(text, "{} datasets, {} failing their digest{attrs}", report.datasets.len(), bad)?;
     }
     print_all(&text)
 }
@@ -968,7 +926,7 @@ fn inject(args: InjectArgs) -> Result<()> {
     };
     let output = if args.in_place { Output::InPlace } else { Output::Copy(args.output.clone().unwrap_or_else(|| default_output(&input))) };
     if let Output::Copy(out) = &output
-        && out.canonicalize().ok().is_some_and(|o| input.canonicalize().ok() == Some(o))
+        && resilab_inject::same_file(out, &input)
     {
         bail!("--output {} is the input file; use --in-place to corrupt the input itself", out.display());
     }
@@ -977,6 +935,22 @@ fn inject(args: InjectArgs) -> Result<()> {
         Output::InPlace => input.clone(),
     };
     let log = args.log.clone().unwrap_or_else(|| default_log(&out_path));
+    let mut roles: Vec<(&str, &Path)> = vec![("the input file", &input)];
+    if let Output::Copy(out) = &output {
+        roles.push(("--output", out));
+    }
+    if let Some(r) = &replay {
+        roles.push(("--replay", r));
+    } else {
+        roles.push(("--log", &log));
+    }
+    resilab_inject::check_distinct(&roles)?;
+    // Raw byte flips over the whole file never open it with HDF5; everything else does, so a
+    // file that could crash the library is read in a child process first.
+    let raw_bytes = spec.as_ref().is_some_and(|s| s.target == resilab_inject::TargetKind::Bytes && s.region == resilab_inject::Region::File);
+    if replay.is_some() || !raw_bytes {
+        probe_in_child(&input)?;
+    }
     if let (Some(replay_log), Some(lines)) = (replay, replay_lines) {
         let r = resilab_inject::replay_file(&replay_log, &lines, &input, &output)?;
         let summary = serde_json::json!({"replayed": r.applied, "differing_from_log": r.differing, "output": r.output});
@@ -999,8 +973,12 @@ fn inject(args: InjectArgs) -> Result<()> {
     for key in &spec.ignored {
         eprintln!("resilab: note: ignoring {key}");
     }
-    let report = resilab_inject::inject_file(&spec, &input, &output, seed)?;
-    resilab_inject::write_log(&log, &report)?;
+    // The log is written before the corrupted copy is put in place, so a failure leaves
+    // neither behind.
+    let prepared = resilab_inject::prepare_file(&spec, &input, &output, seed)?;
+    let staged_log = resilab_inject::stage_log(&log, &prepared.report)?;
+    let report = prepared.commit()?;
+    staged_log.commit()?;
     let s = &report.summary;
     if args.json {
         println!("{}", serde_json::json!({"summary": s, "seed": seed, "output": report.output, "log": log}));
@@ -1170,6 +1148,8 @@ fn campaign_worker(args: WorkerArgs) -> Result<()> {
 }
 
 fn diff(args: DiffArgs) -> Result<()> {
+    probe_in_child(&args.a)?;
+    probe_in_child(&args.b)?;
     let d = resilab_inject::diff(&args.a, &args.b)?;
     if args.json {
         print_all(&format!("{}\n", serde_json::to_string_pretty(&d)?))
@@ -1179,14 +1159,16 @@ fn diff(args: DiffArgs) -> Result<()> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // `--version` names the HDF5 library too: which one is linked decides how corrupt files fail.
+    let version: &'static str = Box::leak(format!("{} (HDF5 {})", env!("CARGO_PKG_VERSION"), resilab_h5::library_version()).into_boxed_str());
+    let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Train(a) => train(a),
         Command::Compare(a) => compare(a),
         Command::Inspect(a) => inspect(a),
         Command::Eval(a) => eval(a),
         Command::Advise(a) => advise(a),
-        Command::Probe { file } => resilab_checkpoint::inspect(&file).map(|_| ()).map_err(Into::into),
+        Command::Probe { file } => resilab_checkpoint::probe::probe_file(&file).map_err(Into::into),
         Command::Inject(a) => inject(a),
         Command::Diff(a) => diff(a),
         Command::Campaign(a) => campaign(a),

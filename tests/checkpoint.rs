@@ -59,7 +59,7 @@ fn keep_last_prunes_old_checkpoints() {
     ok(&train(&cfg, &out, &[]));
     let mut names: Vec<String> = std::fs::read_dir(out.join("checkpoints")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    assert_eq!(names, ["step-00000006", "step-00000008"]);
+    assert_eq!(names, [".resilab-checkpoints", "step-00000006", "step-00000008"]);
     assert_eq!(summary(&out)["checkpoints"], 4);
 }
 
@@ -82,8 +82,11 @@ fn inspect_lists_layout_shapes_types_and_digests() {
     assert_eq!(find("/optimizer/layer1/0/conv1/weight/momentum_buffer")["shape"], serde_json::json!([4, 4, 3, 3]));
     assert!(ds.iter().all(|d| !d["path"].as_str().unwrap().contains("running_mean/") ));
     assert_eq!(find("/train_state/step")["dtype"], "u64");
+    assert_eq!(find("/train_state/step")["hash_status"], "ok");
+    assert_eq!(find("/train_state/rng_seed")["hash_status"], "ok");
+    assert_eq!(v["attributes_status"], "ok");
     let attrs = &v["attributes"];
-    assert_eq!(attrs["format_version"], "1");
+    assert_eq!(attrs["format_version"], "2");
     assert_eq!(attrs["step"], "8");
     assert_eq!(attrs["arch"], "resnet8-w0.25");
     assert!(attrs["config"].as_str().unwrap().contains("[model]"));

@@ -54,8 +54,12 @@ fn sigkill_during_checkpointing_leaves_a_loadable_newest_checkpoint() {
             assert!(d["hash_status"] == "ok" || d["hash_status"] == "no-hash", "kill {kills}: {d}");
         }
     }
-    // ...and the run resumes from it (the next loop iteration did so each time; once more to end).
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--resume", ckpts.to_str().unwrap(), "--set", "train.steps=1"]);
-    // steps = 1 is below the checkpoint's step: the run ends at once after loading.
+    // ...and the run resumes from it (the next loop iteration did so each time; once more, two
+    // steps past the newest checkpoint, to end).
+    let newest = std::fs::read_dir(&ckpts).unwrap().filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_prefix("step-")?.parse::<u64>().ok()).max().unwrap();
+    let steps = format!("train.steps={}", newest + 2);
+    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--resume", ckpts.to_str().unwrap(), "--set", &steps]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"], newest + 2);
 }

@@ -101,6 +101,17 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
             )));
         }
     } else {
+        // A new campaign starts only in a new or empty directory: its clean-up (tmp/, stale
+        // bases) must never reach files that are not the campaign's.
+        if let Ok(mut entries) = std::fs::read_dir(out)
+            && let Some(e) = entries.next()
+        {
+            let first = e.map_or_else(|_| String::from("?"), |e| e.path().display().to_string());
+            return Err(Error::Config(format!(
+                "{} is not empty (it holds {first}, ...) and holds no campaign: a new campaign needs a new or empty --out",
+                out.display()
+            )));
+        }
         std::fs::create_dir_all(out).map_err(io(out))?;
         resilab_runner::write_atomic(&file, campaign.text.as_bytes())?;
         let meta = Meta { platform: opts.platform.clone(), started: resilab_runner::utc_stamp() };
@@ -503,8 +514,8 @@ pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs
             Kind::Restart => s.steps.unwrap_or(0) as f64 * step + eval,
             Kind::Eval => eval,
             Kind::Train => {
-                let steps = c.train.steps.map_or(c.train.epochs as f64 * steps_per_epoch, |n| n as f64);
-                steps * step + eval * (c.train.epochs.max(1) as f64)
+                let steps = c.train.steps.map_or(c.train.epochs() as f64 * steps_per_epoch, |n| n as f64);
+                steps * step + eval * (c.train.epochs().max(1) as f64)
             }
         };
         total += run;
@@ -551,6 +562,10 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
         for r in read_rows(&d.join(RUNS_JSONL), false)? {
             rows.entry(r.index).or_insert(r);
         }
+    }
+    resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
+    if out.join(CAMPAIGN_FILE).exists() && text_of(out)? != text {
+        return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
     }
     std::fs::create_dir_all(out).map_err(io(out))?;
     resilab_runner::write_atomic(&out.join(CAMPAIGN_FILE), text.as_bytes())?;

@@ -300,14 +300,19 @@ impl<'a> Worker<'a> {
     fn alter_and_measure(&mut self, spec: &RunSpec, src: &Path, work: &Path) -> Result<Metrics> {
         let step_dir = work.join(src.file_name().unwrap_or_default());
         std::fs::create_dir_all(&step_dir).map_err(|source| Error::Io { path: step_dir.clone(), source })?;
-        let mut files = Vec::new();
+        // The worker files by rank (numerically: worker-10.h5 after worker-9.h5); the checkpoint's
+        // marker file is copied too but is no worker.
+        let mut by_rank = std::collections::BTreeMap::new();
         for e in std::fs::read_dir(src).map_err(|source| Error::Io { path: src.to_path_buf(), source })? {
             let e = e.map_err(|source| Error::Io { path: src.to_path_buf(), source })?;
             let to = step_dir.join(e.file_name());
             std::fs::copy(e.path(), &to).map_err(|source| Error::Io { path: to.clone(), source })?;
-            files.push(to);
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(rank) = name.strip_prefix("worker-").and_then(|n| n.strip_suffix(".h5")).and_then(|n| n.parse::<usize>().ok()) {
+                by_rank.insert(rank, to);
+            }
         }
-        files.sort();
+        let files: Vec<PathBuf> = by_rank.into_values().collect();
         let world = files.len();
         // Which workers' files to alter: `workers_hit` distinct ranks drawn from the fault seed.
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.fault_seed);

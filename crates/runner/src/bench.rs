@@ -10,7 +10,7 @@ use resilab_models::ModelConfig;
 use resilab_train::{ParallelConfig, ParallelMode, Trainer};
 use serde::Serialize;
 
-use crate::{Result, RunConfig};
+use crate::{Error, Result, RunConfig};
 
 /// One throughput measurement.
 #[derive(Debug, Serialize)]
@@ -122,6 +122,28 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Measures checkpoint write and read of `model`'s full training state (SGD momentum, after
+/// The checkpoint root and the raw file of the checkpoint benchmark in `dir`, which must be new,
+/// empty, or hold only what an earlier benchmark left there (nothing else is ever overwritten).
+fn bench_dir(dir: &std::path::Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    const OWN: [&str; 3] = ["ckpt", "resilab-bench-raw.bin", "resilab-bench-raw.tmp"];
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    for e in std::fs::read_dir(dir).map_err(io(dir))? {
+        let name = e.map_err(io(dir))?.file_name();
+        if !OWN.iter().any(|o| name == *o) {
+            return Err(Error::Config(format!(
+                "--dir {}: holds {} and other files this benchmark did not write; give a new or empty directory",
+                dir.display(),
+                name.to_string_lossy()
+            )));
+        }
+    }
+    Ok((dir.join("ckpt"), dir.join("resilab-bench-raw.bin")))
+}
+
 /// `steps` training steps at batch `batch`) in `dir`, `reps` times each, against raw writes.
 pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, dir: &std::path::Path, device: &Device) -> Result<CheckpointBench> {
     use std::io::{Read, Write};
@@ -134,9 +156,7 @@ pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, 
         let path = path.to_path_buf();
         move |source| crate::Error::Io { path, source }
     };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let ckpt_root = dir.join("ckpt");
-    let raw_path = dir.join("raw.bin");
+    let (ckpt_root, raw_path) = bench_dir(dir)?;
     let mut payload = Vec::new();
     for w in &state.workers {
         for t in w.params.values() {

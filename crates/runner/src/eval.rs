@@ -58,7 +58,7 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
         Some(path) => RunConfig::load(path, overrides)?,
         None => {
             let meta = resilab_checkpoint::read_meta(&file)?;
-            RunConfig::from_toml(&meta.config, overrides, &format!("the configuration stored in {}", file.display()))?
+            RunConfig::from_stored_toml(&meta.config, overrides, &format!("the configuration stored in {}", file.display()))?
         }
     };
     let split = Arc::new(resilab_data::load(&cfg.data)?);

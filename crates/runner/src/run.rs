@@ -4,17 +4,17 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use burn::prelude::*;
-use indicatif::{ProgressBar, ProgressStyle};
+use resilab_checkpoint::LoadReport;
 use resilab_data::Split;
 use resilab_models::{InputShape, Net, init_parameters};
 use resilab_faults::{FaultInjector, FaultTarget};
-use resilab_recovery::{Decision, DetectionRecord, Guard};
-use resilab_train::{Evaluation, ParallelMode, StepOutcome, TrainSpec, Trainer};
+use resilab_recovery::{DetectionRecord, Guard};
+use resilab_train::{ParallelMode, TrainSpec, Trainer};
 use serde::Serialize;
 
+use crate::session::Session;
 use crate::{Error, Provenance, Result, RunConfig};
 
 /// One row of `metrics.csv`. Training loss and accuracy are means over the steps since the
@@ -214,6 +214,38 @@ pub fn stage_blocks(trainer: &Trainer) -> Vec<Vec<String>> {
     trainer.workers.iter().filter(|_| trainer.stage_ranges().is_some()).map(|w| w.net.block_names.clone()).collect()
 }
 
+/// Checks that resilab may write its files into `dir`: it does not exist yet, is empty, or holds
+/// one of the files named in `own` (an earlier output of the same kind, which resilab wrote).
+/// Anything else is an error naming `what` and one of the entries, so no flag can make a
+/// command overwrite files it did not write.
+pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(Error::Config(format!("{what} {} exists and is not a directory", dir.display())));
+        }
+        Err(source) => return Err(Error::Io { path: dir.to_path_buf(), source }),
+    };
+    let mut first = None;
+    for e in entries {
+        let name = e.map_err(|source| Error::Io { path: dir.to_path_buf(), source })?.file_name();
+        if own.iter().any(|o| name == *o) {
+            return Ok(());
+        }
+        first.get_or_insert(name);
+    }
+    match first {
+        None => Ok(()),
+        Some(name) => Err(Error::Config(format!(
+            "{what} {} holds {} and other files resilab did not write (no {}): give a new or empty directory",
+            dir.display(),
+            name.to_string_lossy(),
+            own.join(" or ")
+        ))),
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
@@ -227,7 +259,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Opens `metrics.csv` for writing. When resuming at step `resume_step` into a directory that
 /// already has one, the rows up to that step are kept and later rows (from the interrupted run,
 /// about to be recomputed) are dropped, so the file reads as one uninterrupted run.
-fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std::fs::File>> {
+pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std::fs::File>> {
     let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
     let Some(step) = resume_step.filter(|_| path.exists()) else {
         return csv::Writer::from_path(path).map_err(csv_err);
@@ -253,7 +285,7 @@ fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std
 
 /// Appends the fault log's entries from `from` on to `file` (JSON lines, flushed); returns the
 /// number of entries written in all.
-fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::FaultLog], from: usize) -> Result<usize> {
+pub(crate) fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::FaultLog], from: usize) -> Result<usize> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     for entry in &log[from..] {
         let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
@@ -264,32 +296,54 @@ fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::F
 }
 
 /// Trains as configured and writes the run's files. Returns the summary.
+///
+/// The phases: prepare the output directory, build data and trainer, resume from a checkpoint
+/// if asked, claim the checkpoint directory, set up the faults and their guard, make sure the
+/// golden run exists, train ([`Session`]), and write `summary.json`.
 pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
+    cfg.checkpoint.validate().map_err(Error::Config)?;
     let out = &opts.out;
+    check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
     std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.clone(), source })?;
     write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
-
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
-    let params = trainer.model().num_trainable();
-    let mut resumed_from = None;
-    let mut mismatches = Vec::new();
-    if let Some(target) = &opts.resume {
-        let template = trainer.snapshot();
-        let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
-        trainer.restore(&state)?;
-        for s in &report.skipped {
-            eprintln!("resilab: skipped checkpoint {s}");
-        }
-        if !report.mismatched.is_empty() {
-            eprintln!("resilab: loaded {} dataset(s) whose digest differs: {}", report.mismatched.len(), report.mismatched.join(", "));
-        }
-        eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step);
-        resumed_from = Some(report.dir);
-        mismatches = report.mismatched;
+    let resumed = resume(&mut trainer, cfg, opts)?;
+    let mut guard = make_guard(cfg, &trainer)?;
+    let ckpt_root = cfg.checkpoint.root(out);
+    if cfg.checkpoint.enabled() {
+        resilab_checkpoint::claim(&ckpt_root, cfg.checkpoint.adopt_dir)?;
     }
-    let ckpt_root = cfg.checkpoint.dir.clone().unwrap_or_else(|| out.join("checkpoints"));
-    let entries = resilab_faults::parse(&cfg.faults).map_err(|e| Error::Config(e.to_string()))?;
+    let golden = golden_run(cfg, opts)?;
+    let mut session = Session::open(cfg, opts, &trainer, ckpt_root, golden, resumed.is_some())?;
+    session.run(&mut trainer, &mut guard)?;
+    let summary = session.finish(&mut trainer, &mut guard, &split, resumed)?;
+    let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;
+    write_atomic(&out.join("summary.json"), &json)?;
+    Ok(summary)
+}
+
+/// Loads `opts.resume` into the trainer, if given; returns what loading found.
+fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<Option<LoadReport>> {
+    let Some(target) = &opts.resume else { return Ok(None) };
+    let template = trainer.snapshot();
+    let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
+    trainer.restore(&state)?;
+    for s in &report.skipped {
+        eprintln!("resilab: skipped checkpoint {s}");
+    }
+    if !report.mismatched.is_empty() {
+        eprintln!("resilab: loaded {} dataset(s) whose digest differs: {}", report.mismatched.len(), report.mismatched.join(", "));
+    }
+    eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step);
+    Ok(Some(report))
+}
+
+/// The `[[fault]]` entries checked against the trainer and scheduled, in the guard that injects
+/// them and detects and recovers.
+fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
+    let config = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
+    let entries = resilab_faults::parse(&cfg.faults).map_err(|e| config(&e))?;
     if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint)
         && !cfg.checkpoint.enabled()
     {
@@ -299,250 +353,33 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         )));
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
-    resilab_faults::check_neuron_locations(&entries, &block_names).map_err(|e| Error::Config(e.to_string()))?;
+    resilab_faults::check_neuron_locations(&entries, &block_names).map_err(|e| config(&e))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
-    resilab_faults::check_messages(&entries, stages).map_err(|e| Error::Config(e.to_string()))?;
-    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)
-        .map_err(|e| Error::Config(e.to_string()))?;
+    resilab_faults::check_messages(&entries, stages).map_err(|e| config(&e))?;
+    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
-    let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
-    let golden = match &opts.golden {
-        Some(root) if !cfg.faults.is_empty() => Some(crate::golden::ensure(cfg, &format!("{} / {}", opts.provenance.backend, opts.provenance.device), root, |gcfg, dir| {
-            if opts.progress {
-                eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
-            }
-            let o = RunOptions {
-                out: dir.to_path_buf(),
-                device: opts.device.clone(),
-                provenance: opts.provenance.clone(),
-                progress: opts.progress,
-                resume: None,
-                probe: Box::new(|_: &Path| Ok(())),
-                golden: None,
-                record_states: true,
-            };
-            train(gcfg, &o).map(|_| ())
-        })?),
-        _ => None,
-    };
-    let compare_path = out.join("compare.csv");
-    let mut compare = match &golden {
-        Some(_) => Some(csv::Writer::from_path(&compare_path).map_err(|e| Error::Csv { path: compare_path.clone(), source: e })?),
-        None => None,
-    };
-    let mut final_distance = None;
-    let initial = trainer.snapshot();
-    let faults_path = out.join("faults.jsonl");
-    let mut faults_file = std::io::BufWriter::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(resumed_from.is_some())
-            .write(true)
-            .truncate(resumed_from.is_none())
-            .open(&faults_path)
-            .map_err(|source| Error::Io { path: faults_path.clone(), source })?,
-    );
-    let (mut logged_faults, mut restarts, mut steps_lost, mut redos) = (0usize, Vec::new(), 0u64, 0u64);
-    let mut status = "completed";
-    let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
-    let (mut checkpoints, mut checkpoint_s) = (0usize, 0.0f64);
-    let first_step = trainer.step;
+    Ok(Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas))
+}
 
-    let metrics_path = out.join("metrics.csv");
-    let mut metrics = open_metrics(&metrics_path, resumed_from.is_some().then_some(trainer.step))?;
-    let total = trainer.total_steps();
-    let bar = if opts.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-
-    let start = Instant::now();
-    let mut train_s = 0.0;
-    let (mut win_loss, mut win_acc, mut win_n) = (0.0, 0.0, 0u64);
-    let mut last_eval: Option<Evaluation> = None;
-    let mut final_train_loss = f64::NAN;
-    let (mut sim_s, mut comm_s, mut comm_bytes) = (0.0f64, 0.0f64, 0u64);
-    while !trainer.done() {
-        let t = Instant::now();
-        let outcome = trainer.step_with(&mut guard)?;
-        train_s += t.elapsed().as_secs_f64();
-        logged_faults = append_fault_log(&mut faults_file, &faults_path, &guard.faults.log, logged_faults)?;
-        let s = match outcome {
-            StepOutcome::Done(s) => {
-                redos += u64::from(s.redos);
-                s
-            }
-            StepOutcome::Restored { .. } => continue,
-            StepOutcome::Stopped { .. } => match guard.pending.take() {
-                Some(Decision::RestartFromCheckpoint) => {
-                    let at_step = trainer.step + 1;
-                    let t = Instant::now();
-                    let template = trainer.snapshot();
-                    let loaded = if resilab_checkpoint::list(&ckpt_root).is_ok_and(|l| !l.is_empty()) {
-                        let (state, report) = resilab_checkpoint::load(&ckpt_root, &template, resilab_checkpoint::OnMismatch::Fallback, opts.probe.as_ref())?;
-                        (state, Some(report.dir))
-                    } else {
-                        (initial.clone(), None)
-                    };
-                    trainer.restore(&loaded.0)?;
-                    for r in guard.faults.crashed().clone() {
-                        guard.faults.respawn(r);
-                    }
-                    steps_lost += at_step - 1 - trainer.step;
-                    restarts.push(Restart { at_step, from: loaded.1, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
-                    bar.set_position(trainer.step);
-                    continue;
-                }
-                _ => {
-                    status = "failed";
-                    break;
-                }
-            },
+/// The golden (fault-free) run of a configuration with faults, computed into the cache once.
+fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden::Golden>> {
+    let Some(root) = opts.golden.as_ref().filter(|_| !cfg.faults.is_empty()) else { return Ok(None) };
+    let platform = format!("{} / {}", opts.provenance.backend, opts.provenance.device);
+    let golden = crate::golden::ensure(cfg, &platform, root, |gcfg, dir| {
+        if opts.progress {
+            eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
+        }
+        let o = RunOptions {
+            out: dir.to_path_buf(),
+            device: opts.device.clone(),
+            provenance: opts.provenance.clone(),
+            progress: opts.progress,
+            resume: None,
+            probe: Box::new(|_: &Path| Ok(())),
+            golden: None,
+            record_states: true,
         };
-        sim_s += s.sim_s;
-        comm_s += s.comm_s;
-        comm_bytes += s.comm_bytes;
-        win_loss += s.loss;
-        win_acc += s.train_acc;
-        win_n += 1;
-        bar.inc(1);
-        if cfg.checkpoint.due(s.step, s.epoch_end) {
-            let t = Instant::now();
-            resilab_checkpoint::save(&ckpt_root, &trainer.snapshot(), &meta)?;
-            if cfg.checkpoint.keep_last > 0 {
-                resilab_checkpoint::prune(&ckpt_root, cfg.checkpoint.keep_last)?;
-            }
-            checkpoint_s += t.elapsed().as_secs_f64();
-            checkpoints += 1;
-        }
-        let mut restarted = false;
-        for event in guard.faults.due_checkpoint(s.step) {
-            let Some((_, dir)) = resilab_checkpoint::list(&ckpt_root)?.last().cloned() else {
-                eprintln!("resilab: checkpoint fault {} at step {}: no checkpoint written yet, skipped", event.entry, s.step);
-                continue;
-            };
-            let file = dir.join(resilab_checkpoint::file_name(event.rank));
-            let Some(spec) = guard.faults.spec(&event).cloned() else { continue };
-            let seed = guard.faults.event_seed(&event);
-            let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
-                .map_err(|e| Error::Config(format!("fault[{}] on {}: {e}", event.entry, file.display())))?;
-            guard.faults.record(event, report.records);
-            // The published method: restart training from the altered checkpoint.
-            let t = Instant::now();
-            let template = trainer.snapshot();
-            let probe = opts.probe.as_ref();
-            let (state, from) = match resilab_checkpoint::load(&dir, &template, resilab_checkpoint::OnMismatch::Error, probe) {
-                Ok((state, r)) => (state, Some(r.dir)),
-                Err(resilab_checkpoint::Error::Mismatch { .. }) => match guard.checkpoint_mismatch(s.step, event.rank) {
-                    Decision::Continue => {
-                        let (state, r) = resilab_checkpoint::load(&dir, &template, resilab_checkpoint::OnMismatch::Load, probe)?;
-                        (state, Some(r.dir))
-                    }
-                    _ => match resilab_checkpoint::load(&ckpt_root, &template, resilab_checkpoint::OnMismatch::Fallback, probe) {
-                        Ok((state, r)) => (state, Some(r.dir)),
-                        Err(_) => (initial.clone(), None),
-                    },
-                },
-                Err(e) => return Err(e.into()),
-            };
-            trainer.restore(&state)?;
-            steps_lost += s.step - trainer.step;
-            restarts.push(Restart { at_step: s.step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
-            restarted = true;
-        }
-        if restarted {
-            logged_faults = append_fault_log(&mut faults_file, &faults_path, &guard.faults.log, logged_faults)?;
-            bar.set_position(trainer.step);
-            continue;
-        }
-        let eval_now = match trainer.config.eval_every {
-            Some(k) => s.step % k == 0,
-            None => s.epoch_end,
-        } || trainer.done();
-        if s.step % trainer.config.log_every == 0 || eval_now {
-            let eval = eval_now.then(|| trainer.evaluate());
-            if let Some(e) = eval {
-                last_eval = Some(e);
-                if opts.record_states || golden.is_some() {
-                    let whole = resilab_train::WorkerState::capture(&resilab_train::Worker::new(0, trainer.model(), 0));
-                    if let (Some(g), Some(w)) = (&golden, compare.as_mut()) {
-                        let distance = g.state_at(s.step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
-                        final_distance = distance;
-                        let golden_acc = g.curve.get(&s.step).copied();
-                        let row = CompareRow { step: s.step, test_acc: e.accuracy, golden_test_acc: golden_acc, acc_loss: golden_acc.map(|a| a - e.accuracy), param_distance: distance };
-                        w.serialize(&row).map_err(|e| Error::Csv { path: compare_path.clone(), source: e })?;
-                        w.flush().map_err(|source| Error::Io { path: compare_path.clone(), source })?;
-                    }
-                    if opts.record_states {
-                        crate::golden::save_state(&out.join("states"), s.step, whole, cfg)?;
-                    }
-                }
-            }
-            final_train_loss = win_loss / win_n as f64;
-            let row = MetricsRow {
-                step: s.step,
-                epoch: s.epoch,
-                loss: final_train_loss,
-                train_acc: win_acc / win_n as f64,
-                test_acc: eval.map(|e| e.accuracy),
-                test_loss: eval.map(|e| e.loss),
-                lr: s.lr,
-                wall_s: start.elapsed().as_secs_f64(),
-                sim_s,
-            };
-            metrics.serialize(&row).map_err(|e| Error::Csv { path: metrics_path.clone(), source: e })?;
-            metrics.flush().map_err(|source| Error::Io { path: metrics_path.clone(), source })?;
-            let test = last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
-            bar.set_message(format!("loss {:.3} acc {:.3}{test}", row.loss, row.train_acc));
-            (win_loss, win_acc, win_n) = (0.0, 0.0, 0);
-        }
-    }
-    bar.finish();
-    let eval = last_eval.unwrap_or_else(|| trainer.evaluate());
-    let steps = trainer.step;
-    let wall_s = start.elapsed().as_secs_f64();
-    let summary = Summary {
-        name: cfg.run_name(),
-        model: cfg.model.label(),
-        params,
-        final_test_acc: eval.accuracy,
-        final_test_loss: eval.loss,
-        final_train_loss,
-        steps,
-        epochs: steps as f64 / trainer.steps_per_epoch().max(1) as f64,
-        wall_s,
-        train_s,
-        images_per_s: ((steps - first_step) as f64 * trainer.config.batch_size as f64) / train_s.max(1e-9),
-        parallel: cfg.parallel.describe(),
-        stages: stage_blocks(&trainer),
-        simulated_s: sim_s,
-        simulated_comm_s: comm_s,
-        comm_bytes,
-        train_images: split.train.len(),
-        test_images: split.test.len(),
-        resumed_from,
-        checkpoint_mismatches: mismatches,
-        checkpoints,
-        checkpoint_s,
-        final_params_digest: params_digest(&trainer.model()),
-        status: status.to_string(),
-        strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-        faults_injected: guard.faults.log.len(),
-        values_corrupted: guard.faults.log.iter().map(|l| l.corrupted).sum(),
-        values_non_finite_or_extreme: guard.faults.log.iter().map(|l| l.nan + l.inf + l.extreme).sum(),
-        detections: std::mem::take(&mut guard.detections),
-        restarts,
-        steps_lost,
-        steps_recomputed: steps_lost + redos,
-        collapsed: !resilab_faults::detect::weights_finite(&trainer.model()) || !final_train_loss.is_finite(),
-        acc_loss_vs_golden: golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
-        time_overhead_vs_golden: golden.as_ref().map(|g| (wall_s - g.wall_s) / g.wall_s),
-        final_param_distance: final_distance,
-        golden,
-        provenance: opts.provenance.clone(),
-    };
-    let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;
-    write_atomic(&out.join("summary.json"), &json)?;
-    Ok(summary)
+        train(gcfg, &o).map(|_| ())
+    })?;
+    Ok(Some(golden))
 }

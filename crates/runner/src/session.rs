@@ -1,0 +1,362 @@
+//! The training loop of one run and the files it writes as it goes: each step through the
+//! guard, restarts from checkpoints, checkpoint writes and checkpoint faults, evaluations,
+//! `metrics.csv`, `compare.csv` and `faults.jsonl`, and at the end the [`Summary`].
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use resilab_checkpoint::{LoadReport, Meta, OnMismatch};
+use resilab_data::Split;
+use resilab_faults::FaultEvent;
+use resilab_recovery::{Decision, Guard};
+use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
+
+use crate::golden::Golden;
+use crate::run::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
+use crate::{Error, Result, RunConfig};
+
+/// Counters of the loop that end up in the summary.
+#[derive(Default)]
+struct Tally {
+    restarts: Vec<Restart>,
+    steps_lost: u64,
+    redos: u64,
+    failed: bool,
+    checkpoints: usize,
+    checkpoint_s: f64,
+    train_s: f64,
+    sim_s: f64,
+    comm_s: f64,
+    comm_bytes: u64,
+}
+
+/// Training loss and accuracy summed since the last `metrics.csv` row.
+#[derive(Default)]
+struct Window {
+    loss: f64,
+    acc: f64,
+    steps: u64,
+}
+
+/// One run's loop and its open files.
+pub(crate) struct Session<'a> {
+    cfg: &'a RunConfig,
+    opts: &'a RunOptions,
+    ckpt_root: PathBuf,
+    meta: Meta,
+    /// The state before the first step, reloaded by a restart when no checkpoint exists yet.
+    initial: TrainState,
+    golden: Option<Golden>,
+    metrics: csv::Writer<File>,
+    compare: Option<csv::Writer<File>>,
+    faults_file: BufWriter<File>,
+    logged_faults: usize,
+    tally: Tally,
+    window: Window,
+    last_eval: Option<Evaluation>,
+    final_train_loss: f64,
+    final_distance: Option<f64>,
+    first_step: u64,
+    bar: ProgressBar,
+    start: Instant,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+fn csv_err(path: &Path) -> impl FnOnce(csv::Error) -> Error + '_ {
+    move |source| Error::Csv { path: path.to_path_buf(), source }
+}
+
+impl<'a> Session<'a> {
+    /// Opens the run's files in `opts.out` (appending to `metrics.csv` and `faults.jsonl` when
+    /// `resumed`) and takes the trainer's initial state.
+    pub(crate) fn open(cfg: &'a RunConfig, opts: &'a RunOptions, trainer: &Trainer, ckpt_root: PathBuf, golden: Option<Golden>, resumed: bool) -> Result<Self> {
+        let out = &opts.out;
+        let compare = match &golden {
+            Some(_) => Some(csv::Writer::from_path(out.join("compare.csv")).map_err(csv_err(&out.join("compare.csv")))?),
+            None => None,
+        };
+        let faults_path = out.join("faults.jsonl");
+        let faults_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(resumed)
+            .write(true)
+            .truncate(!resumed)
+            .open(&faults_path)
+            .map_err(io(&faults_path))?;
+        let metrics = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
+        let bar = if opts.progress { ProgressBar::new(trainer.total_steps()) } else { ProgressBar::hidden() };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_position(trainer.step);
+        Ok(Self {
+            cfg,
+            opts,
+            ckpt_root,
+            meta: Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() },
+            initial: trainer.snapshot(),
+            golden,
+            metrics,
+            compare,
+            faults_file: BufWriter::new(faults_file),
+            logged_faults: 0,
+            tally: Tally::default(),
+            window: Window::default(),
+            last_eval: None,
+            final_train_loss: f64::NAN,
+            final_distance: None,
+            first_step: trainer.step,
+            bar,
+            start: Instant::now(),
+        })
+    }
+
+    /// Trains until the schedule ends or the guard gives up.
+    pub(crate) fn run(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<()> {
+        while !trainer.done() {
+            let t = Instant::now();
+            let outcome = trainer.step_with(guard)?;
+            self.tally.train_s += t.elapsed().as_secs_f64();
+            self.log_faults(guard)?;
+            let s = match outcome {
+                StepOutcome::Done(s) => s,
+                StepOutcome::Restored { .. } => continue,
+                StepOutcome::Stopped { .. } => match guard.pending.take() {
+                    Some(Decision::RestartFromCheckpoint) => {
+                        self.restart(trainer, guard)?;
+                        continue;
+                    }
+                    _ => {
+                        self.tally.failed = true;
+                        break;
+                    }
+                },
+            };
+            self.account(&s);
+            self.checkpoint_if_due(trainer, &s)?;
+            if self.strike_checkpoints(trainer, guard, &s)? {
+                self.log_faults(guard)?;
+                self.bar.set_position(trainer.step);
+                continue;
+            }
+            self.log_step(trainer, &s)?;
+        }
+        self.bar.finish();
+        Ok(())
+    }
+
+    /// Appends the fault log's new entries to `faults.jsonl`.
+    fn log_faults(&mut self, guard: &Guard) -> Result<()> {
+        let path = self.opts.out.join("faults.jsonl");
+        self.logged_faults = append_fault_log(&mut self.faults_file, &path, &guard.faults.log, self.logged_faults)?;
+        Ok(())
+    }
+
+    fn account(&mut self, s: &StepStats) {
+        let t = &mut self.tally;
+        t.redos += u64::from(s.redos);
+        t.sim_s += s.sim_s;
+        t.comm_s += s.comm_s;
+        t.comm_bytes += s.comm_bytes;
+        self.window.loss += s.loss;
+        self.window.acc += s.train_acc;
+        self.window.steps += 1;
+        self.bar.inc(1);
+    }
+
+    /// Carries out the guard's decision to restart: the newest checkpoint that loads (or the
+    /// initial state when there is none), and crashed workers come back.
+    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<()> {
+        let at_step = trainer.step + 1;
+        let t = Instant::now();
+        let (state, from) = if resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty()) {
+            let (state, report) = resilab_checkpoint::load(&self.ckpt_root, &trainer.snapshot(), OnMismatch::Fallback, self.opts.probe.as_ref())?;
+            (state, Some(report.dir))
+        } else {
+            (self.initial.clone(), None)
+        };
+        trainer.restore(&state)?;
+        for r in guard.faults.crashed().clone() {
+            guard.faults.respawn(r);
+        }
+        self.tally.steps_lost += at_step - 1 - trainer.step;
+        self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
+        self.bar.set_position(trainer.step);
+        Ok(())
+    }
+
+    fn checkpoint_if_due(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
+        if !self.cfg.checkpoint.due(s.step, s.epoch_end) {
+            return Ok(());
+        }
+        let t = Instant::now();
+        resilab_checkpoint::save(&self.ckpt_root, &trainer.snapshot(), &self.meta)?;
+        if self.cfg.checkpoint.keep_last > 0 {
+            resilab_checkpoint::prune(&self.ckpt_root, self.cfg.checkpoint.keep_last)?;
+        }
+        self.tally.checkpoint_s += t.elapsed().as_secs_f64();
+        self.tally.checkpoints += 1;
+        Ok(())
+    }
+
+    /// Checkpoint faults due after step `s`: each corrupts the newest checkpoint's file of its
+    /// worker, and training restarts from it as the published method does. Returns whether any
+    /// restart happened.
+    fn strike_checkpoints(&mut self, trainer: &mut Trainer, guard: &mut Guard, s: &StepStats) -> Result<bool> {
+        let mut restarted = false;
+        for event in guard.faults.due_checkpoint(s.step) {
+            let Some((_, dir)) = resilab_checkpoint::list(&self.ckpt_root)?.last().cloned() else {
+                eprintln!("resilab: checkpoint fault {} at step {}: no checkpoint written yet, skipped", event.entry, s.step);
+                continue;
+            };
+            let file = dir.join(resilab_checkpoint::file_name(event.rank));
+            let Some(spec) = guard.faults.spec(&event).cloned() else { continue };
+            let seed = guard.faults.event_seed(&event);
+            let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
+                .map_err(|e| Error::Config(format!("fault[{}] on {}: {e}", event.entry, file.display())))?;
+            guard.faults.record(event, report.records);
+            let t = Instant::now();
+            let (state, from) = self.reload_struck(trainer, guard, &dir, &event, s.step)?;
+            trainer.restore(&state)?;
+            self.tally.steps_lost += s.step - trainer.step;
+            self.tally.restarts.push(Restart { at_step: s.step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
+            restarted = true;
+        }
+        Ok(restarted)
+    }
+
+    /// The state to continue from after a fault altered checkpoint `dir`: the altered
+    /// checkpoint if it verifies, or as the guard decides when its digests no longer match
+    /// (load it anyway, or fall back to an older checkpoint or the initial state).
+    fn reload_struck(&self, trainer: &Trainer, guard: &mut Guard, dir: &Path, event: &FaultEvent, step: u64) -> Result<(TrainState, Option<PathBuf>)> {
+        let template = trainer.snapshot();
+        let probe = self.opts.probe.as_ref();
+        match resilab_checkpoint::load(dir, &template, OnMismatch::Error, probe) {
+            Ok((state, r)) => Ok((state, Some(r.dir))),
+            Err(resilab_checkpoint::Error::Mismatch { .. }) => match guard.checkpoint_mismatch(step, event.rank) {
+                Decision::Continue => {
+                    let (state, r) = resilab_checkpoint::load(dir, &template, OnMismatch::Load, probe)?;
+                    Ok((state, Some(r.dir)))
+                }
+                _ => match resilab_checkpoint::load(&self.ckpt_root, &template, OnMismatch::Fallback, probe) {
+                    Ok((state, r)) => Ok((state, Some(r.dir))),
+                    Err(_) => Ok((self.initial.clone(), None)),
+                },
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Evaluates when due, compares with the golden run, and writes a `metrics.csv` row every
+    /// `log_every` steps and at each evaluation.
+    fn log_step(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
+        let eval_now = match trainer.config.eval_every {
+            Some(k) => s.step.is_multiple_of(k),
+            None => s.epoch_end,
+        } || trainer.done();
+        if !(s.step.is_multiple_of(trainer.config.log_every) || eval_now) {
+            return Ok(());
+        }
+        let eval = if eval_now { Some(self.evaluate(trainer, s.step)?) } else { None };
+        self.final_train_loss = self.window.loss / self.window.steps as f64;
+        let row = MetricsRow {
+            step: s.step,
+            epoch: s.epoch,
+            loss: self.final_train_loss,
+            train_acc: self.window.acc / self.window.steps as f64,
+            test_acc: eval.map(|e| e.accuracy),
+            test_loss: eval.map(|e| e.loss),
+            lr: s.lr,
+            wall_s: self.start.elapsed().as_secs_f64(),
+            sim_s: self.tally.sim_s,
+        };
+        let path = self.opts.out.join("metrics.csv");
+        self.metrics.serialize(&row).map_err(csv_err(&path))?;
+        self.metrics.flush().map_err(io(&path))?;
+        let test = self.last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
+        self.bar.set_message(format!("loss {:.3} acc {:.3}{test}", row.loss, row.train_acc));
+        self.window = Window::default();
+        Ok(())
+    }
+
+    /// Evaluates the model; with a golden run, writes a `compare.csv` row; with
+    /// `record_states`, saves the model under `<out>/states`.
+    fn evaluate(&mut self, trainer: &Trainer, step: u64) -> Result<Evaluation> {
+        let e = trainer.evaluate();
+        self.last_eval = Some(e);
+        if !(self.opts.record_states || self.golden.is_some()) {
+            return Ok(e);
+        }
+        let whole = resilab_train::WorkerState::capture(&resilab_train::Worker::new(0, trainer.model(), 0));
+        if let (Some(g), Some(w)) = (&self.golden, self.compare.as_mut()) {
+            let distance = g.state_at(step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
+            self.final_distance = distance;
+            let golden_acc = g.curve.get(&step).copied();
+            let row = CompareRow { step, test_acc: e.accuracy, golden_test_acc: golden_acc, acc_loss: golden_acc.map(|a| a - e.accuracy), param_distance: distance };
+            let path = self.opts.out.join("compare.csv");
+            w.serialize(&row).map_err(csv_err(&path))?;
+            w.flush().map_err(io(&path))?;
+        }
+        if self.opts.record_states {
+            crate::golden::save_state(&self.opts.out.join("states"), step, whole, self.cfg)?;
+        }
+        Ok(e)
+    }
+
+    /// The run's summary.
+    pub(crate) fn finish(self, trainer: &mut Trainer, guard: &mut Guard, split: &Split, resumed: Option<LoadReport>) -> Result<Summary> {
+        let cfg = self.cfg;
+        let eval = self.last_eval.unwrap_or_else(|| trainer.evaluate());
+        let steps = trainer.step;
+        let wall_s = self.start.elapsed().as_secs_f64();
+        let t = self.tally;
+        let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.dir), r.mismatched));
+        Ok(Summary {
+            name: cfg.run_name(),
+            model: cfg.model.label(),
+            params: trainer.model().num_trainable(),
+            final_test_acc: eval.accuracy,
+            final_test_loss: eval.loss,
+            final_train_loss: self.final_train_loss,
+            steps,
+            epochs: steps as f64 / trainer.steps_per_epoch().max(1) as f64,
+            wall_s,
+            train_s: t.train_s,
+            images_per_s: ((steps - self.first_step) as f64 * trainer.config.batch_size as f64) / t.train_s.max(1e-9),
+            parallel: cfg.parallel.describe(),
+            stages: stage_blocks(trainer),
+            simulated_s: t.sim_s,
+            simulated_comm_s: t.comm_s,
+            comm_bytes: t.comm_bytes,
+            train_images: split.train.len(),
+            test_images: split.test.len(),
+            resumed_from,
+            checkpoint_mismatches,
+            checkpoints: t.checkpoints,
+            checkpoint_s: t.checkpoint_s,
+            final_params_digest: params_digest(&trainer.model()),
+            status: if t.failed { "failed" } else { "completed" }.to_string(),
+            strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            faults_injected: guard.faults.log.len(),
+            values_corrupted: guard.faults.log.iter().map(|l| l.corrupted).sum(),
+            values_non_finite_or_extreme: guard.faults.log.iter().map(|l| l.nan + l.inf + l.extreme).sum(),
+            detections: std::mem::take(&mut guard.detections),
+            restarts: t.restarts,
+            steps_lost: t.steps_lost,
+            steps_recomputed: t.steps_lost + t.redos,
+            collapsed: !resilab_faults::detect::weights_finite(&trainer.model()) || !self.final_train_loss.is_finite(),
+            acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
+            time_overhead_vs_golden: self.golden.as_ref().map(|g| (wall_s - g.wall_s) / g.wall_s),
+            final_param_distance: self.final_distance,
+            golden: self.golden,
+            provenance: self.opts.provenance.clone(),
+        })
+    }
+}
