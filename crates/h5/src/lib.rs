@@ -65,6 +65,12 @@ pub enum Error {
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The version of the HDF5 C library linked in, e.g. `1.10.8`.
+pub fn library_version() -> String {
+    let (major, minor, release) = hdf5::library_version();
+    format!("{major}.{minor}.{release}")
+}
+
 /// XXH3-64 of bytes, the digest of integer datasets (their little-endian bytes).
 pub fn digest_bytes(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)

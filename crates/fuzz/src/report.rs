@@ -1,0 +1,118 @@
+//! The summary table and the CSV rows (one per command) of a fuzzing run.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use crate::classify::Class;
+use crate::driver::Report;
+
+/// Where and on what a fuzzing run ran.
+#[derive(Clone, Debug)]
+pub struct Provenance {
+    /// UTC date and time, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub date: String,
+    /// The resilab git revision under test.
+    pub revision: String,
+    /// The HDF5 library the binary under test links (from `resilab --version`), or `unknown`.
+    pub hdf5: String,
+}
+
+/// The first line a program prints, if it runs.
+fn first_line(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(text.lines().next()?.trim().to_string()).filter(|l| !l.is_empty())
+}
+
+impl Provenance {
+    /// Now, with the revision `revision` and the HDF5 version the binary `resilab` reports
+    /// (`resilab 0.1.0 (HDF5 1.10.8)`).
+    pub fn now(revision: &str, resilab: &Path) -> Self {
+        let date = first_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_else(|| "unknown".into());
+        let program = resilab.to_string_lossy();
+        let hdf5 = first_line(&program, &["--version"])
+            .and_then(|l| Some(l.split("(HDF5 ").nth(1)?.trim_end_matches(')').to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        Self { date, revision: revision.to_string(), hdf5 }
+    }
+}
+
+/// The table: one row per command, one column per class, then seconds.
+pub fn table(report: &Report) -> String {
+    let mut out = format!("{:<8} {:>6}", "command", "cases");
+    for c in Class::ALL {
+        out += &format!(" {:>w$}", c.name(), w = c.name().len().max(4));
+    }
+    out += &format!(" {:>9}\n", "seconds");
+    for t in &report.tallies {
+        out += &format!("{:<8} {:>6}", t.target.name(), t.cases());
+        for c in Class::ALL {
+            out += &format!(" {:>w$}", t.count(c), w = c.name().len().max(4));
+        }
+        out += &format!(" {:>9.1}\n", t.seconds);
+    }
+    out
+}
+
+/// The first failing case of each command and class, a few lines each.
+pub fn examples(report: &Report) -> String {
+    let mut out = String::new();
+    for e in &report.examples {
+        let stderr: Vec<&str> = e.stderr.lines().filter(|l| !l.trim().is_empty()).take(4).collect();
+        out += &format!("{} #{} {}: {}\n  $ {}\n", e.target, e.index, e.class, e.mutation, e.command_line);
+        for l in stderr {
+            out += &format!("  | {}\n", l.chars().take(300).collect::<String>());
+        }
+    }
+    out
+}
+
+/// One CSV row.
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    date: &'a str,
+    revision: &'a str,
+    hdf5: &'a str,
+    command: &'a str,
+    cases: usize,
+    ok: usize,
+    clean_error: usize,
+    messy_error: usize,
+    panic: usize,
+    signal: usize,
+    hang: usize,
+    input_modified: usize,
+    seconds: f64,
+}
+
+/// Appends one row per command to the CSV at `path` (header written when the file is new;
+/// parent directories created). `seconds` is the summed wall time of the command's cases.
+pub fn append_csv(path: &Path, prov: &Provenance, report: &Report) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("{}", parent.display()))?;
+    }
+    let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("{}", path.display()))?;
+    let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+    for t in &report.tallies {
+        w.serialize(Row {
+            date: &prov.date,
+            revision: &prov.revision,
+            hdf5: &prov.hdf5,
+            command: t.target.name(),
+            cases: t.cases(),
+            ok: t.count(Class::Ok),
+            clean_error: t.count(Class::CleanError),
+            messy_error: t.count(Class::MessyError),
+            panic: t.count(Class::Panic),
+            signal: t.count(Class::Signal),
+            hang: t.count(Class::Hang),
+            input_modified: t.count(Class::InputModified),
+            seconds: (t.seconds * 10.0).round() / 10.0,
+        })
+        .with_context(|| format!("{}", path.display()))?;
+    }
+    w.flush().with_context(|| format!("{}", path.display()))
+}
