@@ -93,7 +93,8 @@ struct CampaignArgs {
     /// Continue the campaign in --out: runs already recorded are skipped.
     #[arg(long)]
     resume: bool,
-    /// The campaign directory (default: results/campaigns/<name>).
+    /// The campaign directory (default: results/campaigns/<name>); a new campaign needs a new or
+    /// empty one.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print the number of runs and an estimated time from step times measured now, and stop.
@@ -119,14 +120,15 @@ struct CampaignArgs {
 struct ReportArgs {
     /// The campaign directory (holding campaign.toml and runs.jsonl).
     dir: PathBuf,
-    /// Where to write the report (default: <dir>/report).
+    /// Where to write the report (default: <dir>/report): a new or empty directory, or an
+    /// earlier report's.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
 
 #[derive(Args)]
 struct MergeArgs {
-    /// The merged campaign directory (may be one of the inputs).
+    /// The merged campaign directory (may be one of the inputs; otherwise new or empty).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Campaign directories to merge.
@@ -157,12 +159,14 @@ struct InjectArgs {
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
     /// Where to write the corrupted copy (default: <input stem>.injected.h5 beside the input).
+    /// May not name the input or the log, under any spelling (links, `..`).
     #[arg(long, short, value_name = "OUT.h5", conflicts_with = "in_place")]
     output: Option<PathBuf>,
     /// Corrupt the input file itself (replaced atomically once every flip is written).
     #[arg(long)]
     in_place: bool,
-    /// Where to write the log (default: the output path with .log.jsonl instead of .h5).
+    /// Where to write the log (default: the output path with .log.jsonl instead of .h5). May not
+    /// name the input or the output, under any spelling (links, `..`).
     #[arg(long, value_name = "LOG.jsonl")]
     log: Option<PathBuf>,
     /// Redo exactly the corruption recorded in a log (same datasets, elements, bits, order)
@@ -216,7 +220,8 @@ struct TrainArgs {
     /// address sections; values are TOML: numbers, booleans, "strings", [lists]).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Output directory (default: results/runs/<name>-<UTC time>).
+    /// Output directory (default: results/runs/<name>-<UTC time>): new, empty, or an earlier
+    /// run's (resilab writes nowhere else). A relative checkpoint.dir lies under it.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Do not show a progress bar.
@@ -396,7 +401,7 @@ struct BenchCheckpointArgs {
     /// Repetitions of each write and read (median).
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Directory for the files (default: a temporary directory under target/).
+    /// Directory for the files: new, empty, or an earlier benchmark's.
     #[arg(long, value_name = "DIR", default_value = "target/bench-checkpoint")]
     dir: PathBuf,
     #[command(flatten)]

@@ -32,6 +32,10 @@ pub enum Target {
     Resume,
     /// `resilab train --config MUTATED_CONFIG`.
     Config,
+    /// `resilab __probe FILE`: the HDF5 library reading the same files as `inspect`, with no
+    /// child-process guard, so its own crashes and hangs count. For comparing HDF5 builds; not
+    /// in [`Target::ALL`].
+    Probe,
 }
 
 impl Target {
@@ -47,7 +51,14 @@ impl Target {
             Target::Inject => "inject",
             Target::Resume => "resume",
             Target::Config => "config",
+            Target::Probe => "probe",
         }
+    }
+
+    /// The target whose random stream draws this target's mutations: `probe` mutates exactly
+    /// the files `inspect` gets.
+    fn stream(self) -> Target {
+        if self == Target::Probe { Target::Inspect } else { self }
     }
 }
 
@@ -60,8 +71,9 @@ impl std::fmt::Display for Target {
 impl std::str::FromStr for Target {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let names: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
-        Target::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown command `{s}` (known: {})", names.join(", ")))
+        let known: Vec<Target> = Target::ALL.into_iter().chain([Target::Probe]).collect();
+        let names: Vec<&str> = known.iter().map(|t| t.name()).collect();
+        known.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown command `{s}` (known: {})", names.join(", ")))
     }
 }
 
@@ -198,7 +210,7 @@ fn revision_of(summary: &Path) -> Option<String> {
 /// The random stream of case `index` of `target`.
 pub fn case_rng(seed: u64, target: Target, index: usize) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(((target as u64) << 40) | index as u64);
+    rng.set_stream(((target.stream() as u64) << 40) | index as u64);
     rng
 }
 
@@ -239,6 +251,7 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
     let rel = format!("{}/worker-0.h5", step_dir_name());
     let (args, inputs) = match target {
         Target::Inspect => (strs(&["inspect", rel.as_str()]), vec![file]),
+        Target::Probe => (strs(&["__probe", rel.as_str()]), vec![file]),
         Target::Eval => (strs(&["eval", rel.as_str(), "--threads", "1"]), vec![file]),
         Target::Diff => {
             std::fs::copy(&base.file, dir.join("original.h5")).with_context(|| format!("{}", dir.display()))?;
@@ -444,4 +457,22 @@ pub fn run(opts: &Options, base: &Base, on_case: &(dyn Fn(&CaseResult) + Sync)) 
     let tallies = opts.targets.iter().filter_map(|t| s.tallies.get(t).cloned()).collect();
     let examples = s.examples.into_values().collect();
     Ok(Report { tallies, examples, failures_dir: opts.scratch.join("failures"), seconds: start.elapsed().as_secs_f64() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng as _;
+
+    #[test]
+    fn probe_mutates_exactly_the_files_inspect_gets_and_names_parse() {
+        for i in [0, 7, 9999] {
+            let (mut a, mut b) = (case_rng(3, Target::Probe, i), case_rng(3, Target::Inspect, i));
+            assert_eq!(a.random::<u64>(), b.random::<u64>());
+        }
+        assert_ne!(case_rng(3, Target::Eval, 1).random::<u64>(), case_rng(3, Target::Inspect, 1).random::<u64>());
+        assert_eq!("probe".parse::<Target>(), Ok(Target::Probe));
+        assert!(!Target::ALL.contains(&Target::Probe));
+        assert!("nope".parse::<Target>().unwrap_err().contains("probe"));
+    }
 }
