@@ -1165,7 +1165,7 @@ fn diff(args: DiffArgs) -> Result<()> {
 
 fn main() {
     // `--version` names the HDF5 library too: which one is linked decides how corrupt files fail.
-    let version: &'static str = Box::leak(format!("{} (HDF5 {})", env!("CARGO_PKG_VERSION"), resilab_h5::library_version()).into_boxed_str());
+    let version: &'static str = Box::leak(format!("{} ({}, HDF5 {})", env!("CARGO_PKG_VERSION"), env!("RESILAB_GIT_REVISION"), resilab_h5::library_version()).into_boxed_str());
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Train(a) => train(a),

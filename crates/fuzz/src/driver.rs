@@ -140,6 +140,9 @@ pub struct Options {
     pub limits: Limits,
     /// Failing inputs kept per command and class.
     pub keep: usize,
+    /// An intact worker file to mutate instead of training one, so that two binaries (two HDF5
+    /// builds) can be fuzzed on the same files.
+    pub base: Option<PathBuf>,
 }
 
 impl Options {
@@ -155,6 +158,7 @@ impl Options {
             jobs: 2,
             limits: Limits { time: Duration::from_secs(90), memory_mb: Some(4096) },
             keep: 3,
+            base: None,
         }
     }
 }
@@ -183,6 +187,12 @@ pub fn prepare(opts: &Options) -> anyhow::Result<Base> {
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
     std::fs::write(dir.join("base.toml"), BASE_CONFIG).with_context(|| format!("{}", dir.display()))?;
+    if let Some(given) = &opts.base {
+        let file = dir.join("worker-0.h5");
+        std::fs::copy(given, &file).with_context(|| format!("copying {}", given.display()))?;
+        let layout = Layout::of(&file).with_context(|| format!("reading the base checkpoint {}", file.display()))?;
+        return Ok(Base { file, layout, revision: format!("given base {}", given.display()) });
+    }
     let args = ["train", "--config", "base.toml", "--out", "run", "--quiet", "--threads", "1", "--golden-dir", "golden"];
     let inv = Invocation { program: opts.resilab.clone(), args: args.iter().map(OsString::from).collect(), dir: dir.clone() };
     let limits = Limits { time: Duration::from_secs(600), ..opts.limits.clone() };

@@ -30,7 +30,8 @@ struct Args {
     /// Cases per command.
     #[arg(long, value_name = "N", default_value_t = 100)]
     cases: usize,
-    /// Commands to fuzz, comma-separated: inspect, eval, diff, inject, resume, config.
+    /// Commands to fuzz, comma-separated: inspect, eval, diff, inject, resume, config, and
+    /// probe (the HDF5 library reading inspect's files with no child-process guard).
     #[arg(long, value_delimiter = ',', default_value = "inspect,eval,diff,inject,resume,config")]
     commands: Vec<Target>,
     /// Seed of every mutation (case i of a command draws from its own ChaCha8 stream).
@@ -58,6 +59,10 @@ struct Args {
     /// stderr) to this file.
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Mutate this intact worker file instead of training a checkpoint first (fuzz two builds,
+    /// e.g. two HDF5 libraries, on the same files).
+    #[arg(long, value_name = "FILE")]
+    base: Option<PathBuf>,
 }
 
 /// One JSON line of `--log`.
@@ -90,6 +95,7 @@ fn options(args: &Args) -> Options {
         jobs: args.jobs.max(1),
         limits: Limits { time: Duration::from_secs(args.timeout.max(1)), memory_mb: (args.mem_limit > 0).then_some(args.mem_limit) },
         keep: args.keep,
+        base: args.base.as_ref().map(|b| std::path::absolute(b).unwrap_or_else(|_| b.clone())),
     }
 }
 

@@ -27,15 +27,18 @@ fn first_line(program: &str, args: &[&str]) -> Option<String> {
 }
 
 impl Provenance {
-    /// Now, with the revision `revision` and the HDF5 version the binary `resilab` reports
-    /// (`resilab 0.1.0 (HDF5 1.10.8)`).
-    pub fn now(revision: &str, resilab: &Path) -> Self {
+    /// Now, with the git revision and the HDF5 version the binary `resilab` reports
+    /// (`resilab 0.1.0 (f30b14de6e1c, HDF5 1.10.8)`); `fallback` is the revision where it
+    /// reports none.
+    pub fn now(fallback: &str, resilab: &Path) -> Self {
         let date = first_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_else(|| "unknown".into());
-        let program = resilab.to_string_lossy();
-        let hdf5 = first_line(&program, &["--version"])
-            .and_then(|l| Some(l.split("(HDF5 ").nth(1)?.trim_end_matches(')').to_string()))
-            .unwrap_or_else(|| "unknown".into());
-        Self { date, revision: revision.to_string(), hdf5 }
+        let version = first_line(&resilab.to_string_lossy(), &["--version"]).unwrap_or_default();
+        let inside = version.split_once('(').map_or("", |(_, r)| r.trim_end_matches(')'));
+        let (revision, hdf5) = match inside.split_once(", HDF5 ") {
+            Some((rev, h)) => (rev.to_string(), h.to_string()),
+            None => (fallback.to_string(), "unknown".to_string()),
+        };
+        Self { date, revision, hdf5 }
     }
 }
 
