@@ -4,16 +4,8 @@
 
 mod common;
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{TINY, assert_clean_error, run, train_with, write};
 
-fn train_with(cfg_text: &str, extra: &[&str]) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "bad.toml", cfg_text);
-    let out = dir.path().join("out");
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    run(&args)
-}
 
 #[test]
 fn unknown_key() {

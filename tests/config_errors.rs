@@ -8,16 +8,8 @@ mod common;
 
 use std::process::Output;
 
-use common::{TINY, assert_clean_error, resilab, run, write};
+use common::{TINY, assert_clean_error, resilab, run, train_with, write};
 
-fn train_with(cfg_text: &str, extra: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(dir.path(), "bad.toml", cfg_text);
-    let out = dir.path().join("out");
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    run(&args)
-}
 
 fn first_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string()

@@ -101,6 +101,17 @@ pub fn run(args: &[&str]) -> Output {
     resilab().args(args).output().expect("run resilab")
 }
 
+/// Runs `resilab train` on `cfg_text` (written to `bad.toml` in a fresh directory) with the
+/// extra arguments.
+pub fn train_with(cfg_text: &str, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "bad.toml", cfg_text);
+    let out = dir.path().join("out");
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// Asserts that a command failed cleanly: non-zero exit, one `error:` line on stderr that
 /// contains every string in `needles`, and no panic.
 pub fn assert_clean_error(out: &Output, needles: &[&str]) {

@@ -31,11 +31,14 @@ pub fn require_regular_file(file: &Path) -> Result<()> {
     }
 }
 
-/// What the child does: reads `file` completely, as [`crate::inspect`] does (a dataset that
-/// cannot be read is reported there, not here: the probe is about crashes and hangs).
+/// What the child does: reads `file` completely, as [`crate::inspect`] does, and every group's
+/// attributes as loading reads them (a dataset that cannot be read is reported by `inspect`, not
+/// here: the probe is about crashes and hangs).
 pub fn probe_file(file: &Path) -> Result<()> {
     require_regular_file(file)?;
-    crate::inspect(file).map(|_| ())
+    crate::inspect(file)?;
+    resilab_h5::Reader::open(file)?.read_all_attrs()?;
+    Ok(())
 }
 
 /// Runs [`probe_file`] in a child process of a given binary.

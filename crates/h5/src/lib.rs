@@ -361,11 +361,12 @@ impl Writer {
 }
 
 /// State of one tree walk: the file's length, the groups above the current one and every group
-/// listed so far, by identity.
+/// listed so far, by identity and by path.
 struct Walk {
     file_len: u64,
     ancestors: Vec<(u64, String)>,
     seen: Vec<(u64, String)>,
+    groups: Vec<String>,
 }
 
 /// A file opened for reading.
@@ -407,12 +408,31 @@ impl Reader {
     /// file's length (times [`MAX_COMPRESSION`] for filtered datasets), so a corrupt dataspace
     /// is an error here, before anything would allocate it.
     pub fn datasets(&self) -> Result<Vec<DatasetInfo>> {
+        Ok(self.tree()?.0)
+    }
+
+    /// Every group in the file (`/` first, then depth first in name order), by the same bounded
+    /// walk as [`Reader::datasets`].
+    pub fn groups(&self) -> Result<Vec<String>> {
+        Ok(self.tree()?.1)
+    }
+
+    /// Reads every group's attributes and their seal (see [`Reader::verify_attrs`]): what a
+    /// loader may read of them, read once, so that a probe of the file covers it.
+    pub fn read_all_attrs(&self) -> Result<()> {
+        for g in self.groups()? {
+            self.verify_attrs(&g)?;
+        }
+        Ok(())
+    }
+
+    fn tree(&self) -> Result<(Vec<DatasetInfo>, Vec<String>)> {
         let mut out = Vec::new();
         let root = self.file.as_group().map_err(|e| self.err("/", e))?;
         let file_len = std::fs::metadata(&self.path).map_err(|e| self.invalid("/", e.to_string()))?.len();
-        let mut walk = Walk { file_len, ancestors: Vec::new(), seen: Vec::new() };
+        let mut walk = Walk { file_len, ancestors: Vec::new(), seen: Vec::new(), groups: Vec::new() };
         self.walk(&root, "", &mut walk, &mut out)?;
-        Ok(out)
+        Ok((out, walk.groups))
     }
 
     /// A location's identity in the file: file number and object token.
@@ -435,6 +455,7 @@ impl Reader {
         }
         walk.seen.push(id.clone());
         walk.ancestors.push(id);
+        walk.groups.push(here.to_string());
         let mut links = Vec::new();
         g.iter_visit_default(|name, info| {
             links.push((name.to_string(), info.link_type));
@@ -706,6 +727,19 @@ mod tests {
         let paths: Vec<String> = Reader::open(&p2).unwrap().datasets().unwrap().into_iter().map(|d| d.path).collect();
         // A group reached twice without a cycle is listed once, under the first name in order.
         assert_eq!(paths, ["/again/w"]);
+    }
+
+    #[test]
+    fn groups_are_listed_and_their_attributes_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("g.h5");
+        let w = Writer::create(&p).unwrap();
+        w.write_f32("/model/fc/w", &[1], &[1.0]).unwrap();
+        w.attr_u64("/optimizer/fc/w", "step", 3).unwrap();
+        w.close().unwrap();
+        let r = Reader::open(&p).unwrap();
+        assert_eq!(r.groups().unwrap(), ["/", "/model", "/model/fc", "/optimizer", "/optimizer/fc", "/optimizer/fc/w"]);
+        r.read_all_attrs().unwrap();
     }
 
     #[test]
