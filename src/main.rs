@@ -1163,10 +1163,55 @@ fn diff(args: DiffArgs) -> Result<()> {
     }
 }
 
+/// The files a one-shot command reads with HDF5, for the commands that run guarded (see
+/// [`run_guarded`]); `None` for the others.
+fn hdf5_inputs(command: &Command) -> Option<Vec<PathBuf>> {
+    match command {
+        Command::Inspect(a) => Some(vec![a.checkpoint.clone()]),
+        Command::Eval(a) => Some(vec![a.checkpoint.clone()]),
+        Command::Diff(a) => Some(vec![a.a.clone(), a.b.clone()]),
+        Command::Inject(a) => Some(a.file.iter().chain(&a.replay).cloned().collect()),
+        _ => None,
+    }
+}
+
+/// Runs the command in a child process of this binary and returns the exit code to end with:
+/// the child's own, or 1 with one error line when a corrupt file crashed it (after removing the
+/// files an injection had staged).
+fn run_guarded(command: &Command, inputs: &[PathBuf]) -> i32 {
+    use resilab_checkpoint::probe::{Guarded, rerun_guarded};
+    match rerun_guarded() {
+        Ok(Guarded::Exited(code)) => code,
+        Ok(Guarded::Crashed { signal, pid, last_line }) => {
+            if let Command::Inject(a) = command {
+                let dirs = a.output.iter().chain(&a.log).chain(&a.file).map(|p| p.parent().map(Path::to_path_buf).unwrap_or_default());
+                for dir in dirs.chain([PathBuf::new()]) {
+                    let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+                    resilab_inject::remove_staged(&dir, pid);
+                }
+            }
+            let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+            let detail = if last_line.is_empty() { String::new() } else { format!("; it last said: {last_line}") };
+            let what = if names.is_empty() { "the input".to_string() } else { names.join(", ") };
+            eprintln!("error: {what}: a corrupt file crashed the HDF5 library while it was read (signal {signal}){detail}");
+            1
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
 fn main() {
     // `--version` names the HDF5 library too: which one is linked decides how corrupt files fail.
     let version: &'static str = Box::leak(format!("{} ({}, HDF5 {})", env!("CARGO_PKG_VERSION"), env!("RESILAB_GIT_REVISION"), resilab_h5::library_version()).into_boxed_str());
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
+    if let Some(inputs) = hdf5_inputs(&cli.command)
+        && !resilab_checkpoint::probe::is_guarded_child()
+    {
+        std::process::exit(run_guarded(&cli.command, &inputs));
+    }
     let result = match cli.command {
         Command::Train(a) => train(a),
         Command::Compare(a) => compare(a),

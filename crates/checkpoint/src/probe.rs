@@ -118,3 +118,59 @@ impl ChildProbe {
         }
     }
 }
+
+/// Set in the environment of a command re-run by [`rerun_guarded`].
+pub const GUARD_ENV: &str = "RESILAB_GUARDED_CHILD";
+
+/// Whether this process is a command re-run by [`rerun_guarded`].
+pub fn is_guarded_child() -> bool {
+    std::env::var_os(GUARD_ENV).is_some()
+}
+
+/// How a guarded command ended.
+#[derive(Debug)]
+pub enum Guarded {
+    /// It exited with this code; its standard error has been relayed.
+    Exited(i32),
+    /// It was killed by this signal (a crash inside the HDF5 library on a corrupt file, or an
+    /// allocation a corrupt header asked for); `pid` was its process id.
+    Crashed {
+        /// The signal.
+        signal: i32,
+        /// The child's process id (it names the files it staged).
+        pid: u32,
+        /// The last line it wrote to standard error, if any.
+        last_line: String,
+    },
+}
+
+/// Runs this binary again with the same arguments, with [`GUARD_ENV`] set, and waits for it.
+///
+/// A command that reads a user's HDF5 file runs this way: probing a file in a child first does
+/// not make reading it in this process safe, since the HDF5 library's behaviour on a corrupt file
+/// depends on what was read before (the fuzzer found files that pass a probe and then crash a
+/// second reader). The child does the whole command; its standard output is inherited, its
+/// standard error relayed once it ends, and a crash becomes [`Guarded::Crashed`], which the
+/// caller reports as one error line.
+pub fn rerun_guarded() -> Result<Guarded> {
+    let exe = std::env::current_exe().map_err(|e| Error::Unsafe { path: PathBuf::new(), message: format!("cannot find the resilab binary: {e}") })?;
+    let child = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(GUARD_ENV, "1")
+        .stdin(std::process::Stdio::inherit())
+        .stdout(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Unsafe { path: exe.clone(), message: format!("cannot start the command's process: {e}") })?;
+    let pid = child.id();
+    let out = child.wait_with_output().map_err(|e| Error::Unsafe { path: exe.clone(), message: format!("waiting for the command's process: {e}") })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(code) = out.status.code() {
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_all(stderr.as_bytes());
+        return Ok(Guarded::Exited(code));
+    }
+    use std::os::unix::process::ExitStatusExt as _;
+    let last_line = stderr.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with("note: ")).unwrap_or("").trim().to_string();
+    Ok(Guarded::Crashed { signal: out.status.signal().unwrap_or(0), pid, last_line })
+}

@@ -143,6 +143,29 @@ pub fn targets(reader: &Reader, spec: &Spec) -> Result<(Vec<Target>, u64)> {
     Ok((targets, total))
 }
 
+const STAGED_COPY: &str = "inject";
+const STAGED_LOG: &str = "log";
+
+/// The name prefix of what process `pid` stages: `.resilab-<kind>-<pid>-`.
+fn staged_prefix(kind: &str, pid: u32) -> String {
+    format!(".resilab-{kind}-{pid}-")
+}
+
+/// Removes from `dir` the staged copies and logs that process `pid` left behind (a process that
+/// crashed cannot remove its own); returns how many were removed.
+pub fn remove_staged(dir: &Path, pid: u32) -> usize {
+    let prefixes = [staged_prefix(STAGED_COPY, pid), staged_prefix(STAGED_LOG, pid)];
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if prefixes.iter().any(|p| name.starts_with(p.as_str())) && e.file_type().is_ok_and(|t| t.is_file()) && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A changed copy written beside its output and not yet renamed over it. Dropping it removes
 /// the copy and leaves the output as it was.
 pub struct Staged {
@@ -184,7 +207,7 @@ fn parent_dir(path: &Path) -> PathBuf {
 /// truncation), which keeps ext4 from flushing it on close.
 fn stage(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -> Result<()>) -> Result<Staged> {
     let dir = parent_dir(output);
-    let mut tmp = tempfile::Builder::new().prefix(".resilab-inject-").suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
+    let mut tmp = tempfile::Builder::new().prefix(&staged_prefix(STAGED_COPY, std::process::id())).suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
     let mut src = std::fs::File::open(input).map_err(io(input))?;
     std::io::copy(&mut src, tmp.as_file_mut()).map_err(io(tmp.path()))?;
     drop(src);
@@ -418,7 +441,7 @@ impl StagedLog {
 /// Writes a log into a hidden file beside `path`; [`StagedLog::commit`] puts it in place.
 pub fn stage_log(path: &Path, report: &Report) -> Result<StagedLog> {
     let dir = parent_dir(path);
-    let tmp = tempfile::Builder::new().prefix(".resilab-log-").tempfile_in(&dir).map_err(io(&dir))?;
+    let tmp = tempfile::Builder::new().prefix(&staged_prefix(STAGED_LOG, std::process::id())).tempfile_in(&dir).map_err(io(&dir))?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         let mut line = |l: &LineRef<'_>| -> Result<()> {
