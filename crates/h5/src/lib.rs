@@ -237,6 +237,21 @@ pub fn digest_attrs(attrs: &BTreeMap<String, AttrValue>) -> u64 {
     digest_bytes(&buf)
 }
 
+/// Runs `f`, turning a panic inside it into an error message. `hdf5-metno` builds Rust values
+/// (names, encodings, error texts) from what a corrupt file holds and can panic doing so, for
+/// example with "capacity overflow" on a damaged attribute table; a panic on any file content is
+/// an error here, not a crash. The panic hook is silenced meanwhile, so nothing is printed.
+fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+        format!("the HDF5 crate failed on corrupt metadata ({what}): the file is corrupt")
+    })
+}
+
 /// Refuses anything but an existing regular file (symbolic links are followed).
 pub(crate) fn require_regular_file(path: &Path) -> Result<()> {
     let invalid = |message: String| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message };
@@ -457,10 +472,13 @@ impl Reader {
         walk.ancestors.push(id);
         walk.groups.push(here.to_string());
         let mut links = Vec::new();
-        g.iter_visit_default(|name, info| {
-            links.push((name.to_string(), info.link_type));
-            Ok(())
+        caught(|| {
+            g.iter_visit_default(|name, info| {
+                links.push((name.to_string(), info.link_type));
+                Ok(())
+            })
         })
+        .map_err(|m| self.invalid(here, m))?
         .map_err(|e| self.err(here, e))?;
         links.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, link) in links {
@@ -564,7 +582,8 @@ impl Reader {
 
     /// Names of the attributes of a group or dataset.
     pub fn attr_names(&self, object: &str) -> Result<Vec<String>> {
-        self.location(object)?.attr_names().map_err(|e| self.err(object, e))
+        let loc = self.location(object)?;
+        caught(|| loc.attr_names()).map_err(|m| self.invalid(object, m))?.map_err(|e| self.err(object, e))
     }
 
     fn location(&self, object: &str) -> Result<hdf5::Location> {
