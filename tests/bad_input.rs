@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TINY, assert_clean_error, run, train_with, write};
+use common::{TINY, assert_clean_error, run, train_with};
 
 
 #[test]
