@@ -303,13 +303,15 @@ impl RunConfig {
     /// the run's `name` ([`check_name`]), `train` ([`TrainConfig::validate`]: `epochs` and
     /// `steps` not both), the data's sizes against the machine's available memory
     /// ([`DataConfig::validate`]), the batch sizes ([`TrainConfig::check_sizes`]), and the
-    /// random fault arrivals that the run length draws.
+    /// random fault arrivals that the run length draws, and `[checkpoint]`
+    /// ([`CheckpointConfig::validate`]).
     pub fn validate(&self) -> Result<()> {
         if let Some(name) = &self.name {
             check_name(name).map_err(Error::Config)?;
         }
         self.train.validate()?;
         self.data.validate()?;
+        self.checkpoint.validate().map_err(Error::Config)?;
         self.train.check_sizes(&self.data)?;
         self.check_fault_schedule()
     }
