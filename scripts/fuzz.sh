@@ -22,8 +22,32 @@
 # panicked, was killed by a signal, hung, failed messily or modified its input, 2 on a harness
 # error. A case takes about 1 s on one core (train cases about 2 s, HDF5 hangs up to 60 s), so
 # the default run takes many hours on 2 cores: use CASES to size it.
+#
+# HDF5_COMPARE=1 bash scripts/fuzz.sh runs, instead, the HDF5 comparison: `resilab __probe` (the
+# library reading each file completely, with no child-process guard, so its own crashes and hangs
+# count) on the same CASES mutated files, once built against the system's HDF5
+# (--no-default-features) and once against the bundled one (the default), appending one row each
+# to results/bench/fuzz_hdf5.csv (or $CSV). Both read files mutated from one base checkpoint,
+# written by the system-HDF5 build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${HDF5_COMPARE:-0}" = 1 ]; then
+    scratch="${SCRATCH:-target/fuzz-hdf5}"
+    csv="${CSV:-results/bench/fuzz_hdf5.csv}"
+    cargo build --release -p resilab --no-default-features
+    cp target/release/resilab target/resilab-system-hdf5
+    cargo build --release -p resilab -p resilab-fuzz
+    cp target/release/resilab target/resilab-bundled-hdf5
+    run() {
+        target/release/resilab-fuzz --cases "${CASES:-10000}" --commands probe --seed "${SEED:-1}" \
+            --jobs "${JOBS:-2}" --timeout "${TIMEOUT:-90}" --scratch "$scratch" --csv "$csv" "$@" || true
+    }
+    run --resilab target/resilab-system-hdf5
+    cp "$scratch/base/run/checkpoints/step-00000004/worker-0.h5" target/fuzz-hdf5-base.h5
+    run --resilab target/resilab-bundled-hdf5 --base target/fuzz-hdf5-base.h5
+    exit 0
+fi
 
 cargo build --release -p resilab -p resilab-fuzz
 exec target/release/resilab-fuzz \
