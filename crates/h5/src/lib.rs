@@ -777,10 +777,9 @@ mod tests {
     fn a_dataset_claiming_more_than_the_file_holds_is_refused_before_reading() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("huge.h5");
-        let f = hdf5::File::create(&p).unwrap();
+        Writer::create(&p).unwrap().close().unwrap();
         // Chunked and never written: it claims 2^40 f32 values and stores none.
-        f.new_dataset::<f32>().chunk([1024]).shape([1usize << 40]).create("big").unwrap();
-        f.close().unwrap();
+        add_unallocated_f32(&p, "/big", &[1usize << 40]).unwrap();
         let r = Reader::open(&p).unwrap();
         let err = r.datasets().unwrap_err().to_string();
         assert!(err.contains("huge.h5") && err.contains("/big") && err.contains("more than the file"), "{err}");
