@@ -71,15 +71,25 @@ fn each_strategy_does_what_it_says() {
 }
 
 #[test]
-fn a_crash_fails_an_unprotected_run_and_lossy_forward_respawns_the_worker() {
+fn a_crash_fails_an_unprotected_run_and_each_strategy_recovers_its_own_way() {
     let dir = tempfile::tempdir().unwrap();
-    let crash = "[[fault]]\ntarget = \"crash\"\nat_step = 3\nworker = 1\n";
+    let crash = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n";
     let none = train(dir.path(), "none", crash);
     assert_eq!(none["status"], "failed");
-    let lossy = train(dir.path(), "lossy", &format!("{crash}\n[recovery]\nstrategy = \"lossy_forward\"\n"));
+    let with = |s: &str| train(dir.path(), s, &format!("{crash}\n[recovery]\nstrategy = \"{s}\"\n"));
+    let lossy = with("lossy_forward");
     assert_eq!(lossy["status"], "completed");
     assert_eq!(lossy["steps"], 8);
     assert_eq!(lossy["detections"][0]["kind"], "crash");
+    let golden = train(dir.path(), "golden", "");
+    let restart = with("checkpoint_restart");
+    assert_eq!((restart["steps_lost"].as_u64(), restart["restarts"][0]["to_step"].as_u64()), (Some(1), Some(3)));
+    assert_eq!(restart["final_params_digest"], golden["final_params_digest"], "a restart recomputes every shard");
+    let rollback = with("rollback");
+    assert_eq!(rollback["status"], "completed");
+    assert_eq!(rollback["steps_recomputed"], 1);
+    assert_ne!(rollback["final_params_digest"], restart["final_params_digest"], "the redo averages the survivor only");
+    assert_ne!(rollback["final_params_digest"], golden["final_params_digest"]);
 }
 
 #[test]

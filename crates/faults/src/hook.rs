@@ -69,8 +69,11 @@ pub struct FaultInjector {
     stuck: Vec<(usize, u64, String, usize, f32)>,
     /// Neuron faults drawn for the coming forward pass: `(event, rank, block name)`.
     neurons: Vec<(FaultEvent, usize, String)>,
-    /// Everything injected so far, in order.
+    /// Everything injected so far, in order: for measurement (counts, detection latency) and
+    /// the run's `faults.jsonl`. No recovery decision reads it.
     pub log: Vec<FaultLog>,
+    /// Where entries go instead of `log` once [`FaultInjector::withhold_log`] was called.
+    withheld: Option<Vec<FaultLog>>,
 }
 
 fn path(name: &str) -> String {
@@ -84,12 +87,32 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new() }
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new(), withheld: None }
     }
 
-    /// Workers currently crashed.
+    /// Workers currently crashed: the simulated system's state, for the runner to bring them
+    /// back. A guard learns of a crash from [`Hooks::before_step`] returning [`Control::Skip`].
     pub fn crashed(&self) -> &BTreeSet<usize> {
         &self.crashed
+    }
+
+    /// From now on, entries go to a private record instead of [`FaultInjector::log`], which
+    /// stays empty: whoever holds the injector can no longer see what was injected. Tests use it
+    /// to show that recovery decisions do not depend on the log.
+    pub fn withhold_log(&mut self) {
+        self.withheld.get_or_insert_with(Vec::new);
+    }
+
+    /// Every entry so far, withheld or not.
+    pub fn logged(&self) -> &[FaultLog] {
+        self.withheld.as_deref().unwrap_or(&self.log)
+    }
+
+    fn push_log(&mut self, entry: FaultLog) {
+        match &mut self.withheld {
+            Some(w) => w.push(entry),
+            None => self.log.push(entry),
+        }
     }
 
     /// Brings a crashed worker back (recovery has restored its state).
@@ -130,7 +153,7 @@ impl FaultInjector {
 
     /// Logs a fault applied outside the hooks (a checkpoint file altered by the runner).
     pub fn record(&mut self, event: FaultEvent, records: Vec<Record>) {
-        self.log.push(FaultLog::new(event, 0, None, records));
+        self.push_log(FaultLog::new(event, 0, None, records));
     }
 
     /// The injector settings of an event's entry.
@@ -161,7 +184,7 @@ impl FaultInjector {
             .filter(|((n, _), _)| hit.contains(n.as_str()))
             .map(|((n, v), d)| (n.clone(), Tensor::from_data(TensorData::new(v.clone(), [v.len()]), d)))
             .collect();
-        self.log.push(FaultLog::new(event, ctx.attempt, ctx.micro_batch, records));
+        self.push_log(FaultLog::new(event, ctx.attempt, ctx.micro_batch, records));
         changed
     }
 
@@ -180,7 +203,7 @@ impl Hooks for FaultInjector {
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
         for event in self.due(ctx, &[FaultTarget::Crash]) {
             self.crashed.insert(ctx.rank);
-            self.log.push(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+            self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
         }
         if self.crashed.contains(&ctx.rank) {
             return Control::Skip;
@@ -194,7 +217,7 @@ impl Hooks for FaultInjector {
                 worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
             }
             let hold = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.stuck_steps);
-            if let (Some(k), Some(log)) = (hold, self.log.last()) {
+            if let (Some(k), Some(log)) = (hold, self.logged().last().cloned()) {
                 for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
                     if let Some(t) = changed.get(&r.dataset) {
                         let v = host(t.clone())[r.index];
@@ -236,7 +259,7 @@ impl Hooks for FaultInjector {
                 .collect();
             if blocks.is_empty() {
                 // A pipeline stage without the named blocks: logged with no flips.
-                self.log.push(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+                self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
                 continue;
             }
             let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "block"));

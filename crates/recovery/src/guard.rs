@@ -3,8 +3,14 @@
 //! (drop a contribution, redo the step, re-sync or respawn a replica). Restarting from a
 //! checkpoint and failing the run end the step with [`Control::Stop`] and leave the decision in
 //! [`Guard::pending`] for the runner.
+//!
+//! No oracle: detection and every decision use only what a real job observes (losses,
+//! gradients, weights and optimizer state, digests, a worker that stops answering), step
+//! numbers and attempt counts. The fault injector's log is read for measurement only (each
+//! detection's latency); `FaultInjector::withhold_log` empties it and the decisions stay the
+//! same (tested in the runner).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use resilab_faults::FaultInjector;
 use resilab_faults::detect::{LossSpike, all_within, digest, weights_within};
@@ -95,8 +101,11 @@ pub struct Guard {
     replicas: usize,
     spikes: BTreeMap<usize, LossSpike>,
     digests: BTreeMap<usize, u64>,
-    /// `(rank, donor)` to re-sync before the rank's next forward pass.
-    resync_next: Vec<(usize, usize)>,
+    /// Workers seen to stop answering and not yet brought back.
+    down: BTreeSet<usize>,
+    /// `(rank, donor, step)` to re-sync before the rank's first forward pass of a step after
+    /// `step` (a crashed worker rejoins at the next step, not in a redo of its crash step).
+    resync_next: Vec<(usize, usize, u64)>,
     /// `(rank, donor)` to re-sync once the donor has taken this step's update.
     resync_now: Vec<(usize, usize)>,
     donors: BTreeMap<usize, Worker>,
@@ -114,12 +123,27 @@ impl Guard {
             replicas,
             spikes: BTreeMap::new(),
             digests: BTreeMap::new(),
+            down: BTreeSet::new(),
             resync_next: Vec::new(),
             resync_now: Vec::new(),
             donors: BTreeMap::new(),
         }
     }
 
+    /// Workers seen to crash and not yet brought back.
+    pub fn down(&self) -> &BTreeSet<usize> {
+        &self.down
+    }
+
+    /// Brings every crashed worker back (the runner restored the state of all workers).
+    pub fn respawn_all(&mut self) {
+        for r in std::mem::take(&mut self.down) {
+            self.faults.respawn(r);
+        }
+        self.resync_next.clear();
+    }
+
+    /// Measurement only: steps since the most recent fault at or before `step`.
     fn latency(&self, step: u64) -> Option<u64> {
         self.faults.log.iter().map(|l| l.event.step).filter(|&s| s <= step).max().map(|s| step - s)
     }
@@ -127,11 +151,10 @@ impl Guard {
     /// Records a detection, asks the strategy and turns the decision into a control value.
     fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize]) -> Control {
         let mut unhealthy: Vec<usize> = ranks.to_vec();
-        unhealthy.extend(self.faults.crashed().iter().copied());
-        // Damage is new in this attempt when a fault struck during it; only old damage that survived
-        // a redo counts against rollback.
-        let fresh = self.faults.log.iter().any(|l| l.event.step == ctx.step && l.attempt == ctx.attempt);
-        let situation = Situation { replicas: self.replicas, unhealthy, redos: if fresh { 0 } else { ctx.attempt } };
+        unhealthy.extend(self.down.iter().copied().filter(|r| !ranks.contains(r)));
+        // Damage seen again in a redone step counts against rollback, whatever caused it: the
+        // guard cannot tell a second transient fault from damage the redo did not remove.
+        let situation = Situation { replicas: self.replicas, unhealthy, redos: ctx.attempt };
         let decision = decide(self.strategy, kind, ranks, &situation);
         self.detections.push(DetectionRecord {
             step: ctx.step,
@@ -141,7 +164,7 @@ impl Guard {
             latency_steps: self.latency(ctx.step),
             decision: decision.clone(),
         });
-        self.carry_out(decision)
+        self.carry_out(decision, ctx.step)
     }
 
     /// A checkpoint whose stored digests do not match its data was met while restarting at
@@ -161,21 +184,21 @@ impl Guard {
         decision
     }
 
-    fn carry_out(&mut self, decision: Decision) -> Control {
+    fn carry_out(&mut self, decision: Decision, step: u64) -> Control {
         match decision {
             Decision::Continue => Control::Continue,
             Decision::DropContribution { .. } => Control::Skip,
             Decision::RedoStep { .. } => Control::Redo,
             Decision::Resync { ranks, from, next_step } => {
                 for r in ranks {
-                    if next_step { self.resync_next.push((r, from)) } else { self.resync_now.push((r, from)) }
+                    if next_step { self.resync_next.push((r, from, step)) } else { self.resync_now.push((r, from)) }
                 }
                 Control::Continue
             }
             Decision::Both { steps: all } => {
                 let mut out = Control::Continue;
                 for d in all {
-                    let c = self.carry_out(d);
+                    let c = self.carry_out(d, step);
                     if matches!(out, Control::Continue) {
                         out = c;
                     }
@@ -205,16 +228,17 @@ impl Hooks for Guard {
     }
 
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
-        if let Some(i) = self.resync_next.iter().position(|(r, _)| *r == ctx.rank) {
-            let (_, from) = self.resync_next.remove(i);
+        if let Some(i) = self.resync_next.iter().position(|&(r, _, s)| r == ctx.rank && ctx.step > s) {
+            let (_, from, _) = self.resync_next.remove(i);
             if self.resync(worker, from) {
                 self.faults.respawn(ctx.rank);
+                self.down.remove(&ctx.rank);
             }
         }
-        let was_down = self.faults.crashed().contains(&ctx.rank);
         let c = self.faults.before_step(ctx, worker);
-        if !was_down && self.faults.crashed().contains(&ctx.rank) {
-            // Fail-stop: noticed at once (a real job times out on the collective).
+        // A worker that does not start its step has stopped (fail-stop): a real job sees it at
+        // once, as a timeout on the collective.
+        if matches!(c, Control::Skip) && self.down.insert(ctx.rank) {
             return match self.fire(ctx, Detection::Crash, &[ctx.rank]) {
                 Control::Continue => c,
                 other => other,
@@ -269,7 +293,7 @@ impl Hooks for Guard {
             if !matches!(c, Control::Continue) {
                 return c;
             }
-        } else if matches!(self.strategy, Strategy::Rollback | Strategy::LossyForward) && !self.faults.crashed().contains(&ctx.rank) {
+        } else if matches!(self.strategy, Strategy::Rollback | Strategy::LossyForward) && !self.down.contains(&ctx.rank) {
             // Only these strategies re-sync replicas; keeping a donor holds its tensors alive.
             self.donors.insert(ctx.rank, worker.clone());
         }
@@ -298,7 +322,7 @@ impl Hooks for Guard {
                         if r == ctx.rank {
                             self.resync(worker, from);
                         } else {
-                            self.resync_next.push((r, from));
+                            self.resync_next.push((r, from, ctx.step));
                         }
                     }
                     return c;

@@ -94,7 +94,7 @@ fn lossy_forward_ends_with_identical_replicas_after_a_crash_and_a_replica_flip()
     assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
     let kinds: Vec<Detection> = g.detections.iter().map(|d| d.kind).collect();
     assert_eq!(kinds, [Detection::Crash, Detection::ReplicaDivergence]);
-    assert!(g.faults.crashed().is_empty(), "the crashed worker was respawned");
+    assert!(g.faults.crashed().is_empty() && g.down().is_empty(), "the crashed worker was respawned");
     let nets: Vec<_> = t.workers.iter().map(|w| &w.net).collect();
     assert!(replica_digests(&nets).1.is_empty(), "every replica identical at the end");
 }
@@ -133,4 +133,68 @@ fn rollback_of_a_neuron_fault_ends_bit_identical_to_the_golden_run() {
     assert_eq!((d.step, d.rank, d.latency_steps), (4, Some(0), Some(0)));
     assert_eq!(g.detections.len(), 1);
     assert!(t.snapshot() == golden.snapshot(), "a neuron fault is transient: the redone step is clean");
+}
+
+fn golden(workers: usize) -> Trainer {
+    let mut t = trainer(workers);
+    while !t.done() {
+        t.step().unwrap();
+    }
+    t
+}
+
+const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 1\n";
+
+#[test]
+fn rollback_after_a_crash_redoes_the_step_over_the_survivors() {
+    let mut t = trainer(4);
+    let mut g = guard(CRASH, Strategy::Rollback, DetectConfig::default(), 4);
+    assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
+    assert_eq!(g.detections.len(), 1, "{:?}", g.detections);
+    assert_eq!(g.detections[0].kind, Detection::Crash);
+    assert!(matches!(&g.detections[0].decision, Decision::Both { steps } if steps[0] == Decision::RedoStep { without: vec![1] }));
+    assert!(g.down().is_empty(), "the crashed worker rejoined");
+    let nets: Vec<_> = t.workers.iter().map(|w| &w.net).collect();
+    assert!(replica_digests(&nets).1.is_empty(), "it rejoined as a copy of a survivor");
+    // Redoing the step with the crashed worker's shard (as a checkpoint restart recomputes
+    // it) would end on the golden run's weights; the survivors' average does not.
+    assert!(t.snapshot() != golden(4).snapshot(), "step 2 must average the three survivors only");
+    // Lossy forward also applies the survivors' average at the crash step (nothing of the
+    // step was computed before the crash was seen); rollback pays a redo for the same update.
+    let mut lossy = trainer(4);
+    let mut gl = guard(CRASH, Strategy::LossyForward, DetectConfig::default(), 4);
+    run(&mut lossy, &mut gl);
+    assert!(t.snapshot() == lossy.snapshot());
+}
+
+/// Decisions and final states of `faults` under `strategy`, with the fault log kept or withheld.
+fn decisions(faults: &str, strategy: Strategy, withhold: bool) -> (Vec<(u64, Option<usize>, Detection, Decision)>, resilab_train::TrainState, usize) {
+    let mut t = trainer(4);
+    let detect = DetectConfig { divergence_every: Some(1), ..DetectConfig::default() };
+    let mut g = guard(faults, strategy, detect, 4);
+    if withhold {
+        g.faults.withhold_log();
+    }
+    run(&mut t, &mut g);
+    let d = g.detections.iter().map(|d| (d.step, d.rank, d.kind, d.decision.clone())).collect();
+    (d, t.snapshot(), g.faults.log.len())
+}
+
+#[test]
+fn decisions_do_not_read_the_fault_log() {
+    // A crash, a NaN-making weight flip, a silent flip found by the replica digests, and an
+    // optimizer-state flip.
+    let faults = format!(
+        "{CRASH}\n{}\n[[fault]]\ntarget = \"weights\"\nat_step = 4\nworker = 3\ninjection_tries = 3\nfirst_bit = 20\nlast_bit = 20\nlocations_to_corrupt = [\"model/layer2\"]\n\n\
+         [[fault]]\ntarget = \"optimizer\"\nat_step = 5\nworker = 2\ninjection_tries = 5\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\n",
+        NAN_WEIGHTS
+    );
+    for strategy in [Strategy::Rollback, Strategy::LossyForward, Strategy::CheckpointRestart, Strategy::None] {
+        let (seen, state, logged) = decisions(&faults, strategy, false);
+        let (blind, blind_state, withheld) = decisions(&faults, strategy, true);
+        assert!(logged > 0 && withheld == 0, "{strategy:?}: the log was withheld");
+        assert!(!seen.is_empty(), "{strategy:?}");
+        assert_eq!(seen, blind, "{strategy:?}: decisions changed without the fault log");
+        assert!(state == blind_state, "{strategy:?}");
+    }
 }

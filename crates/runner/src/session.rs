@@ -155,7 +155,7 @@ impl<'a> Session<'a> {
     /// Appends the fault log's new entries to `faults.jsonl`.
     fn log_faults(&mut self, guard: &Guard) -> Result<()> {
         let path = self.opts.out.join("faults.jsonl");
-        self.logged_faults = append_fault_log(&mut self.faults_file, &path, &guard.faults.log, self.logged_faults)?;
+        self.logged_faults = append_fault_log(&mut self.faults_file, &path, guard.faults.logged(), self.logged_faults)?;
         Ok(())
     }
 
@@ -183,9 +183,7 @@ impl<'a> Session<'a> {
             (self.initial.clone(), None)
         };
         trainer.restore(&state)?;
-        for r in guard.faults.crashed().clone() {
-            guard.faults.respawn(r);
-        }
+        guard.respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
         self.bar.set_position(trainer.step);
@@ -344,9 +342,9 @@ impl<'a> Session<'a> {
             final_params_digest: params_digest(&trainer.model()),
             status: if t.failed { "failed" } else { "completed" }.to_string(),
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            faults_injected: guard.faults.log.len(),
-            values_corrupted: guard.faults.log.iter().map(|l| l.corrupted).sum(),
-            values_non_finite_or_extreme: guard.faults.log.iter().map(|l| l.nan + l.inf + l.extreme).sum(),
+            faults_injected: guard.faults.logged().len(),
+            values_corrupted: guard.faults.logged().iter().map(|l| l.corrupted).sum(),
+            values_non_finite_or_extreme: guard.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
             detections: std::mem::take(&mut guard.detections),
             restarts: t.restarts,
             steps_lost: t.steps_lost,
