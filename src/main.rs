@@ -56,9 +56,11 @@ enum Command {
     /// Merge campaign directories (shards of one campaign) into one: same campaign required,
     /// rows deduplicated by run id and sorted by grid index.
     Merge(MergeArgs),
-    /// Write a campaign's report: per grid cell the metrics (ACC, STD, CV, NaN, N-EV, RWC, AccR,
-    /// TF, accuracy loss, time overhead, lost/recomputed steps, detection latency) with margins
-    /// of error, as <out>/report.md and <out>/cells.csv, and plots (PNG and SVG) in <out>/plots.
+    /// Write a campaign's report: per grid cell the metrics (ACC, STD, CV, NaN, N-EV by the
+    /// outcome, EV injected, RWC, AccR, TF, accuracy loss, time overhead, lost/recomputed steps,
+    /// detection latency) with Wilson 95% intervals, as <out>/report.md and <out>/cells.csv; every
+    /// pairwise difference with its test (Holm-adjusted) in <out>/comparisons.csv; plots (PNG
+    /// and SVG) in <out>/plots.
     Report(ReportArgs),
     /// Internal: a campaign worker process (jobs on standard input, replies on standard output).
     #[command(hide = true, name = "__campaign-worker")]

@@ -261,3 +261,45 @@ locations_to_corrupt = ["model/stem/bn/weight"]
     let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(md.contains("recovery.strategy") && md.contains("rollback"), "{md}");
 }
+
+#[test]
+fn n_ev_is_decided_by_the_outcome_and_the_injected_extremes_are_a_column_of_their_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One BatchNorm running variance scaled by 1e11: an extreme value in the checkpoint, which
+    // training-mode batch norm never reads and its running average decays by 0.9 per step, so
+    // 40 steps wash it out (1e11 x 0.9^40 < 1e10 for a variance below 6).
+    let washed = NEV
+        .replace("repetitions = 10", "repetitions = 3")
+        .replace("steps = 2\n", "steps = 40\n")
+        .replace("first_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "scaling_factor = 1e11\nlocations_to_corrupt = [\"model/layer1/0/bn1/running_var\"]")
+        .replace("\"inject.injection_tries\" = [1, 30]", "\"inject.injection_tries\" = [1]");
+    let out = finished(tmp.path(), "washed", &washed);
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 3);
+    for r in &rs {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["ev_injected"], true, "the altered checkpoint holds an extreme value: {r}");
+        assert_eq!(r["nev"], false, "training washed it out: {r}");
+        assert_eq!(r["collapsed"], false);
+        assert_eq!(r["steps"], 40);
+    }
+    // 30 exponent flips in the weights: the state becomes NaN/Inf, which no step removes, so a
+    // run stops at once with N-EV decided (stop_at_collapse), at the step where it happened.
+    let nan = NEV.replace("repetitions = 10", "repetitions = 3").replace("first_bit = 0\nlast_bit = 8", "first_bit = 1\nlast_bit = 1").replace("[1, 30]", "[30]");
+    let out = finished(tmp.path(), "nan", &nan);
+    let rs = rows(&out);
+    assert!(rs.iter().any(|r| r["collapse_step"].is_u64()), "30 exponent flips collapse some run: {rs:?}");
+    for r in &rs {
+        if r["collapse_step"].is_u64() {
+            assert_eq!((&r["nev"], &r["collapsed"]), (&serde_json::json!(true), &serde_json::json!(true)), "{r}");
+            assert_eq!(r["steps"], r["collapse_step"], "stopped where the state became NaN/Inf: {r}");
+        }
+    }
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let h = csv::Reader::from_path(out.join("report/cells.csv")).unwrap().headers().unwrap().clone();
+    for c in ["nev_pct", "nev_lo", "nev_hi", "ev_injected_pct", "acc_all", "seeds"] {
+        assert!(h.iter().any(|x| x == c), "cells.csv has {c}: {h:?}");
+    }
+    assert!(out.join("report/comparisons.csv").is_file());
+}

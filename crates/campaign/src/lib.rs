@@ -82,11 +82,17 @@ pub struct Metrics {
     pub golden_acc: Option<f64>,
     /// `golden_acc - final_acc`.
     pub acc_loss: Option<f64>,
-    /// N-EV: the loss or a parameter was NaN/Inf or extreme at some point after the injection.
+    /// N-EV by the outcome (METRICS.md): the run ends (or is stopped) with a NaN/Inf loss, or
+    /// with a NaN/Inf or extreme parameter, buffer or optimizer value. In `eval` campaigns,
+    /// where nothing trains after the injection, the evaluation's loss is NaN/Inf.
     pub nev: Option<bool>,
-    /// Step (after the restart) at which N-EV was first seen; 0 = right after the injection.
-    pub nev_step: Option<u64>,
-    /// The loss or the weights became NaN/Inf (training collapsed).
+    /// The injection itself left a NaN/Inf or extreme value in the state (what the altered
+    /// checkpoint holds, or what a mid-run fault wrote): reported beside N-EV, never instead.
+    pub ev_injected: Option<bool>,
+    /// Steps after the restart at which the state first held a NaN/Inf (0: the altered
+    /// checkpoint already did); a NaN/Inf in the state never goes away.
+    pub collapse_step: Option<u64>,
+    /// Training collapsed: NaN/Inf in the state or the loss at the end (the NaN column).
     pub collapsed: Option<bool>,
     /// Values (or bytes) the injection changed.
     pub values_corrupted: Option<u64>,
@@ -96,7 +102,7 @@ pub struct Metrics {
     pub workers_hit: Option<String>,
     /// Layers (parameter paths) hit, `;`-separated.
     pub layers: Option<String>,
-    /// Bits flipped (reference numbering, 0 = sign), `;`-separated, at most 64.
+    /// Bits flipped (reference numbering, 0 = sign), `;`-separated, every one.
     pub bits: Option<String>,
     /// Faults that struck (`train` runs).
     pub faults: Option<u64>,
@@ -127,7 +133,8 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "golden_acc",
     "acc_loss",
     "nev",
-    "nev_step",
+    "ev_injected",
+    "collapse_step",
     "collapsed",
     "values_corrupted",
     "non_finite_or_extreme_injected",

@@ -11,9 +11,9 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use resilab_checkpoint::{OnMismatch, Probe};
 use resilab_data::Split;
-use resilab_faults::detect::{all_within, weights_finite};
+use resilab_faults::detect::{Health, Outcome, state_health};
 use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
-use resilab_train::WorkerState;
+use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{Campaign, Kind, RunSpec, SelfTest};
@@ -242,20 +242,15 @@ impl<'a> Worker<'a> {
         let opts = self.options(out, Some(self.dir.join("golden")));
         let s = resilab_runner::train(&spec.config, &opts)?;
         let latencies: Vec<u64> = s.detections.iter().filter_map(|d| d.latency_steps).collect();
-        let nev = s.values_non_finite_or_extreme > 0
-            || s.collapsed
-            || s.detections.iter().any(|d| {
-                matches!(
-                    d.kind,
-                    resilab_recovery::Detection::NonFiniteLoss | resilab_recovery::Detection::NonFiniteGradients | resilab_recovery::Detection::NonFiniteWeights
-                )
-            });
+        // N-EV by the outcome: what the run's state and loss are at its end, after recovery.
+        let nev = s.collapsed || s.final_state_extreme;
         Ok(Metrics {
             final_acc: Some(s.final_test_acc),
             final_loss: Some(s.final_test_loss),
             golden_acc: s.golden.as_ref().map(|g| g.final_test_acc),
             acc_loss: s.acc_loss_vs_golden,
             nev: Some(nev),
+            ev_injected: Some(s.values_non_finite_or_extreme > 0),
             collapsed: Some(s.collapsed || s.status == "failed"),
             values_corrupted: Some(s.values_corrupted as u64),
             non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
@@ -332,9 +327,7 @@ impl<'a> Worker<'a> {
             bad_values += report.summary.nan + report.summary.inf + report.summary.extreme;
             for r in report.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
                 layers.insert(layer_of(&r.dataset));
-                if bits.len() < 64 {
-                    bits.extend(r.bits_reference.iter().map(u32::to_string));
-                }
+                bits.extend(r.bits_reference.iter().map(u32::to_string));
             }
             if inj.target == resilab_inject::TargetKind::Bytes {
                 (self.probe)(&file).map_err(|e| Error::CorruptFile(e.to_string()))?;
@@ -352,40 +345,30 @@ impl<'a> Worker<'a> {
             .map_err(|e| Error::CorruptFile(e.to_string()))?;
         trainer.restore(&state).map_err(|e| Error::CorruptFile(e.to_string()))?;
         let threshold = self.campaign.settings.extreme_threshold;
-        let (nev_now, nan_now) = host_check(&state.workers, threshold);
-        let mut nev_step = nev_now.then_some(0u64);
-        let mut collapsed = nan_now;
-        let start = trainer.step;
+        let health = |t: &Trainer| trainer_health(t, threshold);
+        let at_restart = health(&trainer);
+        m.ev_injected = Some(at_restart != Health::Sound);
         if self.campaign.settings.kind == Kind::Restart {
-            let stop = self.campaign.settings.stop_at_collapse;
-            while !(trainer.done() || (collapsed && stop)) {
-                let s = trainer.step().map_err(resilab_runner::Error::from)?;
-                let within = trainer.workers.iter().all(|w| {
-                    let mut ts = Vec::new();
-                    resilab_models::for_each_param(&w.net, |_, t| ts.push(t.without_autodiff()));
-                    all_within(ts, threshold)
-                });
-                if !s.loss.is_finite() || !within {
-                    nev_step.get_or_insert(trainer.step - start);
-                }
-                if !s.loss.is_finite() || (!within && trainer.workers.iter().any(|w| !weights_finite(&w.net))) {
-                    collapsed = true;
-                }
-            }
-            m.steps = Some(trainer.step - start);
+            let outcome = continue_training(&mut trainer, at_restart, self.campaign.settings.stop_at_collapse, &health)?;
+            m.steps = Some(outcome.0);
+            let o = outcome.1;
             let e = trainer.evaluate();
             m.final_acc = Some(e.accuracy);
             m.final_loss = Some(e.loss);
+            m.nev = Some(o.nev());
+            m.collapsed = Some(o.collapsed());
+            m.collapse_step = o.collapse_step;
         } else {
+            // Nothing trains after the injection: the outcome is the evaluation itself (NaN/Inf
+            // logits give a NaN/Inf loss).
             let r = hit.first().copied().unwrap_or(0).min(trainer.workers.len() - 1);
             let net = if trainer.stage_ranges().is_some() { trainer.model() } else { trainer.workers[r].net.clone() };
             let e = resilab_train::evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
             m.final_acc = Some(e.accuracy);
             m.final_loss = Some(e.loss);
+            m.nev = Some(!e.loss.is_finite());
+            m.collapsed = Some(!e.loss.is_finite());
         }
-        m.nev = Some(nev_step.is_some());
-        m.nev_step = nev_step;
-        m.collapsed = Some(collapsed);
         m.digest = Some(resilab_runner::params_digest(&trainer.model()));
         Ok(m)
     }
@@ -401,18 +384,22 @@ fn layer_of(dataset: &str) -> String {
     }
 }
 
-/// Whether any parameter is NaN/Inf/extreme, and whether any is NaN/Inf, on the host.
-fn host_check(workers: &[WorkerState], threshold: f64) -> (bool, bool) {
-    let (mut nev, mut nan) = (false, false);
-    for v in workers.iter().flat_map(|w| w.params.values()).flat_map(|t| &t.values) {
-        if !v.is_finite() {
-            nan = true;
-            nev = true;
-        } else if f64::from(v.abs()) > threshold {
-            nev = true;
-        }
+/// The worst value of every worker's parameters, buffers and optimizer state.
+fn trainer_health(t: &Trainer, threshold: f64) -> Health {
+    t.workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound)
+}
+
+/// Trains to the end of the run from a restart whose state has `at_restart`'s health; with
+/// `stop`, stops as soon as the outcome is decided (a NaN/Inf in the state, which is
+/// absorbing). Returns the steps run and the outcome.
+fn continue_training(trainer: &mut Trainer, at_restart: Health, stop: bool, health: &dyn Fn(&Trainer) -> Health) -> Result<(u64, Outcome)> {
+    let start = trainer.step;
+    let mut o = Outcome::start(at_restart);
+    while !(trainer.done() || (stop && o.decided())) {
+        let s = trainer.step().map_err(resilab_runner::Error::from)?;
+        o.step(trainer.step - start, s.loss, health(trainer));
     }
-    (nev, nan)
+    Ok((trainer.step - start, o))
 }
 
 /// Reads a JSON file.

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 
 use burn::prelude::*;
 use resilab_models::{Net, for_each_param};
+use resilab_train::Worker;
 
 /// Whether every value of `tensors` is finite: the sum of all values, computed on the device
 /// and read back as one number, is finite. (A sum can also overflow when values are merely
@@ -54,6 +55,95 @@ pub fn weights_within(net: &Net, threshold: f64) -> bool {
     let mut tensors = Vec::new();
     for_each_param(net, |_, t| tensors.push(t.without_autodiff()));
     all_within(tensors, threshold)
+}
+
+/// The worst value among some tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    /// Every value finite and within the threshold.
+    Sound,
+    /// Every value finite, at least one above the threshold in magnitude.
+    Extreme,
+    /// At least one NaN or ±Inf.
+    NonFinite,
+}
+
+/// The worst value of `tensors` against `threshold`: two reductions per tensor on the device
+/// (sum, which NaN reaches, and max magnitude) and one read-back.
+pub fn health(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> Health {
+    let mut acc: Option<(Tensor<1>, Tensor<1>)> = None;
+    for t in tensors {
+        let (s, m) = (t.clone().sum(), t.abs().max());
+        acc = Some(match acc {
+            Some((a, b)) => (a + s, b.max_pair(m)),
+            None => (s, m),
+        });
+    }
+    let Some((s, m)) = acc else { return Health::Sound };
+    let v = Tensor::cat(vec![s, m], 0).into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default();
+    match v.as_slice() {
+        [s, m] if m.is_finite() && !s.is_nan() => {
+            if f64::from(*m) > threshold { Health::Extreme } else { Health::Sound }
+        }
+        _ => Health::NonFinite,
+    }
+}
+
+/// The worst value of a worker's whole trained state: parameters, buffers (batch-norm running
+/// statistics) and optimizer state.
+pub fn state_health(worker: &Worker, threshold: f64) -> Health {
+    let mut tensors = Vec::new();
+    for_each_param(&worker.net, |_, t| tensors.push(t.without_autodiff()));
+    tensors.extend(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned()));
+    health(tensors, threshold)
+}
+
+/// N-EV decided by the outcome of continued training (METRICS.md), never by the injected
+/// values: the run is N-EV when its last step's loss is NaN/Inf, or when a parameter, buffer
+/// or optimizer value at its end is NaN/Inf or above the extreme threshold. A NaN/Inf loss that
+/// training recovers from, or an extreme value it washes out (a running statistic, a
+/// momentum entry), does not count. A NaN/Inf anywhere in the trained state is absorbing
+/// (every later update and running average carries it), so a run may stop there with its
+/// outcome already decided.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outcome {
+    /// Loss of the last step run (none before the first).
+    pub last_loss: Option<f64>,
+    /// Steps run since the start at which the state first held a NaN/Inf (0: it did at the start).
+    pub collapse_step: Option<u64>,
+    /// Health of the state now.
+    pub state: Health,
+}
+
+impl Outcome {
+    /// The outcome before any step, from the state's health at the start.
+    pub fn start(state: Health) -> Self {
+        Self { last_loss: None, collapse_step: (state == Health::NonFinite).then_some(0), state }
+    }
+
+    /// Records step `n` (counted from the start): its loss and the state's health after it.
+    pub fn step(&mut self, n: u64, loss: f64, state: Health) {
+        self.last_loss = Some(loss);
+        self.state = state;
+        if state == Health::NonFinite {
+            self.collapse_step.get_or_insert(n);
+        }
+    }
+
+    /// The outcome is decided: the state holds a NaN/Inf, which no later step removes.
+    pub fn decided(&self) -> bool {
+        self.state == Health::NonFinite
+    }
+
+    /// Training collapsed: NaN/Inf in the state, or a NaN/Inf loss, at the end.
+    pub fn collapsed(&self) -> bool {
+        self.state == Health::NonFinite || self.last_loss.is_some_and(|l| !l.is_finite())
+    }
+
+    /// N-EV: collapsed, or an extreme value in the state, at the end.
+    pub fn nev(&self) -> bool {
+        self.collapsed() || self.state == Health::Extreme
+    }
 }
 
 /// A loss far above its recent average.
@@ -137,6 +227,48 @@ mod tests {
         assert!(!all_within([t(&[1.0, -2e11])], 1e10), "extreme");
         assert!(!all_within([t(&[1.0]), t(&[f32::NAN])], 1e10));
         assert!(!all_within([t(&[f32::NEG_INFINITY])], 1e10));
+    }
+
+    #[test]
+    fn health_tells_extreme_from_non_finite() {
+        assert_eq!(health([t(&[1.0, -2.0]), t(&[3.0])], 1e10), Health::Sound);
+        assert_eq!(health([t(&[1.0, -2e11])], 1e10), Health::Extreme);
+        assert_eq!(health([t(&[3e38, 3e38])], 1e10), Health::Extreme, "an overflowing sum of finite values is not NaN");
+        assert_eq!(health([t(&[1.0]), t(&[f32::NAN])], 1e10), Health::NonFinite);
+        assert_eq!(health([t(&[2e11]), t(&[f32::NEG_INFINITY])], 1e10), Health::NonFinite);
+        assert_eq!(health(Vec::new(), 1e10), Health::Sound);
+        assert!(Health::NonFinite > Health::Extreme && Health::Extreme > Health::Sound);
+    }
+
+    #[test]
+    fn n_ev_is_decided_at_the_end_of_training() {
+        use Health::*;
+        // An Inf loss that training recovers from is not N-EV.
+        let mut o = Outcome::start(Sound);
+        for (n, l) in [(1, 1.0), (2, f64::INFINITY), (3, 2.0), (4, 1.5)] {
+            o.step(n, l, Sound);
+        }
+        assert!(!o.nev() && !o.collapsed() && o.collapse_step.is_none());
+        // An injected extreme value washed out by training is not N-EV either.
+        let mut o = Outcome::start(Extreme);
+        assert!(o.nev() && !o.decided(), "judged now it would count");
+        o.step(1, 1.0, Extreme);
+        o.step(2, 1.0, Sound);
+        assert!(!o.nev());
+        // A NaN loss at the end is, and so is an extreme value left at the end.
+        let mut o = Outcome::start(Sound);
+        o.step(1, f64::NAN, Sound);
+        assert!(o.nev() && o.collapsed());
+        let mut o = Outcome::start(Sound);
+        o.step(1, 1.0, Extreme);
+        assert!(o.nev() && !o.collapsed());
+        // NaN/Inf in the state decides the outcome, at the step where it appeared.
+        let mut o = Outcome::start(Sound);
+        o.step(1, 1.0, Sound);
+        o.step(2, f64::NAN, NonFinite);
+        assert!(o.decided() && o.nev() && o.collapsed());
+        assert_eq!(o.collapse_step, Some(2));
+        assert_eq!(Outcome::start(NonFinite).collapse_step, Some(0));
     }
 
     #[test]

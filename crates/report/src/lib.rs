@@ -1,10 +1,13 @@
 //! Reports of campaigns: per grid cell, the metrics of the soft-error studies (ACC, STD, CV,
 //! NaN, N-EV, RWC, AccR, TF, accuracy loss, time overhead, lost and recomputed steps,
-//! detection latency) with the margin of error of each share, as `cells.csv` and
-//! `report.md`, and plots in PNG and SVG under `plots/`.
+//! detection latency) with the Wilson 95% interval of each share, as `cells.csv` and
+//! `report.md`; every pairwise difference with its own test in `comparisons.csv`; and plots in
+//! PNG and SVG under `plots/`.
 
+pub mod compare;
 pub mod metrics;
 pub mod plots;
+pub mod stats;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use resilab_campaign::{Campaign, Kind, Row, Status};
 
-pub use metrics::{Cell, Class, Share, cells, classify, margin};
+pub use compare::{Comparison, MIN_SEEDS, comparisons};
+pub use metrics::{ACC_EPS, Cell, Class, Share, cells, classify, margin};
 pub use plots::{Bars, LineChart, Plot, Scatter, Series, save};
 
 /// Errors of reports.
@@ -77,8 +81,13 @@ fn short(key: &str) -> &str {
     }
 }
 
-fn share_csv(s: &Share) -> [String; 3] {
-    [s.count.to_string(), f(Some(s.pct), 2), f(Some(s.margin_pct), 2)]
+fn share_csv(s: &Share) -> [String; 4] {
+    [s.count.to_string(), f(Some(s.pct), 2), f(Some(s.lo_pct), 2), f(Some(s.hi_pct), 2)]
+}
+
+/// A share's point and interval for a plot: `(y, Some((low, high)))`, percent.
+fn share_point(s: &Share) -> (f64, Option<(f64, f64)>) {
+    (s.pct, Some((s.lo_pct, s.hi_pct)))
 }
 
 fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
@@ -86,9 +95,9 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     let mut h: Vec<String> = axes.to_vec();
     h.extend(
         [
-            "runs", "ok", "not_ok", "acc", "std", "cv", "golden_acc", "nan", "nan_pct", "nan_margin", "nev", "nev_pct", "nev_margin", "rwc", "rwc_pct", "rwc_margin", "accr",
-            "accr_pct", "accr_margin", "tf", "tf_pct", "tf_margin", "worst_margin", "acc_loss", "time_overhead_pct", "steps_lost", "steps_recomputed", "detection_latency",
-            "nev_step",
+            "runs", "ok", "not_ok", "seeds", "acc", "std", "cv", "acc_all", "golden_acc", "nan", "nan_pct", "nan_lo", "nan_hi", "nev", "nev_pct", "nev_lo", "nev_hi",
+            "ev_injected", "ev_injected_pct", "ev_injected_lo", "ev_injected_hi", "rwc", "rwc_pct", "rwc_lo", "rwc_hi", "accr", "accr_pct", "accr_lo", "accr_hi", "tf", "tf_pct",
+            "tf_lo", "tf_hi", "worst_margin", "acc_loss", "time_overhead_pct", "steps_lost", "steps_recomputed", "detection_latency", "collapse_step",
         ]
         .map(String::from),
     );
@@ -96,8 +105,8 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     for c in cells {
         let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
         r.extend([c.runs.to_string(), c.ok.to_string(), c.not_ok.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";")]);
-        r.extend([f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.golden_acc, 3)]);
-        for s in [&c.nan, &c.nev, &c.rwc, &c.accr, &c.tf] {
+        r.extend([c.seeds.to_string(), f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.acc_all, 3), f(c.golden_acc, 3)]);
+        for s in [&c.nan, &c.nev, &c.ev_injected, &c.rwc, &c.accr, &c.tf] {
             r.extend(share_csv(s));
         }
         r.extend([
@@ -107,7 +116,7 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
             f(c.steps_lost, 2),
             f(c.steps_recomputed, 2),
             f(c.detection_latency, 2),
-            f(c.nev_step, 2),
+            f(c.collapse_step, 2),
         ]);
         let _ = w.write_record(&r);
     }
@@ -118,7 +127,43 @@ fn share_md(s: &Share) -> String {
     if !s.pct.is_finite() {
         return String::new();
     }
-    format!("{} ({:.1} ± {:.1})", s.count, s.pct, s.margin_pct)
+    format!("{} ({:.1} [{:.1}, {:.1}])", s.count, s.pct, s.lo_pct, s.hi_pct)
+}
+
+fn comparisons_csv(cs: &[Comparison]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for c in cs {
+        let _ = w.serialize(c);
+    }
+    if cs.is_empty() {
+        let _ = w.write_record(["axis", "fixed", "a", "b", "metric", "test", "value_a", "value_b", "n_a", "n_b", "seeds", "diff", "ci_lo", "ci_hi", "p", "p_holm", "verdict"]);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+fn comparisons_md(md: &mut String, cs: &[Comparison]) {
+    let shown: Vec<&Comparison> = cs.iter().filter(|c| c.verdict == "shown").collect();
+    let _ = writeln!(
+        md,
+        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV by the two-proportion z test, mean accuracies by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
+        cs.len(),
+        cs.len(),
+        shown.len(),
+        stats::ALPHA,
+        MIN_SEEDS
+    );
+    if shown.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "| axis | fixed | a | b | metric | a | b | b - a [95% CI] | p (Holm) |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    for c in shown {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.2} (n={}) | {:.2} (n={}) | {:+.2} [{:+.2}, {:+.2}] | {:.2e} |",
+            c.axis, c.fixed, c.a, c.b, c.metric, c.value_a, c.n_a, c.value_b, c.n_b, c.diff, c.ci_lo, c.ci_hi, c.p_holm
+        );
+    }
 }
 
 /// A table column: its header and how a cell fills it.
@@ -149,10 +194,9 @@ impl Tally {
         }
     }
 
-    /// `count` as a share of the runs, in %, with its 95% margin.
-    fn pct(&self, count: u64) -> (f64, Option<f64>) {
-        let p = count as f64 / self.runs as f64;
-        (100.0 * p, Some(100.0 * margin(p, self.runs)))
+    /// `count` as a share of the runs, in %, with its Wilson 95% interval.
+    fn pct(&self, count: u64) -> (f64, Option<(f64, f64)>) {
+        share_point(&Share::of(count, self.runs))
     }
 
     /// Mean accuracy loss (points) of the runs that did not collapse.
@@ -162,7 +206,7 @@ impl Tally {
 }
 
 /// Appends `point` to the series `label` of `map`, creating it.
-fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64, Option<f64>)) {
+fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64, Option<(f64, f64)>)) {
     map.entry(label.to_string()).or_insert_with(|| Series { label: label.to_string(), ..Series::default() }).points.push(point);
 }
 
@@ -174,27 +218,33 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     let _ = writeln!(md, "{runs} runs recorded of {} in the grid ({}); seeds {:?}, {} repetition(s) per cell and seed.\n", c.len(), statuses.join(", "), s.seeds, s.repetitions);
     let _ = writeln!(
         md,
-        "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC. **NaN**: runs whose loss or weights became NaN/Inf. **N-EV**: runs in which the loss or a parameter was NaN/Inf, or a parameter exceeded {:e} in magnitude, right after the injection or after any training step. Of the rest: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's. Shares read `count (% ± margin)`; the margin is the 95% margin of error of the proportion, 1.96·sqrt(p(1-p)/n) (Leveugle et al. 2009, population of possible faults taken as infinite); the worst case (p = 0.5) is given per cell.\n",
-        s.extreme_threshold, s.rwc_tolerance_points
+        "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC; **ACC all** is the mean over every run, collapsed runs counted at chance. **NaN**: runs that ended with a NaN/Inf loss or a NaN/Inf in their state (collapsed). **N-EV**, decided by the outcome: {} **EV injected**: runs whose injection itself left a NaN/Inf or a value above {:e} in the state; reported beside N-EV, never instead. Of the runs without N-EV: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's (boundaries compared with a tolerance of {:e}, so 0.5 points above and below are alike). Shares read `count (% [low, high])`, with the Wilson 95% interval; the normal-approximation margin at p = 0.5 (Leveugle et al. 2009) is given per cell for planning.\n",
+        nev_rule(s.kind, s.extreme_threshold),
+        s.extreme_threshold,
+        s.rwc_tolerance_points,
+        ACC_EPS
     );
     let cols: Vec<Column> = vec![
         ("runs (ok)", Box::new(|c: &Cell| format!("{} ({})", c.runs, c.ok))),
+        ("seeds", Box::new(|c: &Cell| c.seeds.to_string())),
         ("ACC %", Box::new(|c: &Cell| f(c.acc, 2))),
         ("STD", Box::new(|c: &Cell| f(c.std, 3))),
         ("CV", Box::new(|c: &Cell| f(c.cv, 4))),
+        ("ACC all %", Box::new(|c: &Cell| f(c.acc_all, 2))),
         ("golden %", Box::new(|c: &Cell| f(c.golden_acc, 2))),
         ("NaN", Box::new(|c: &Cell| share_md(&c.nan))),
         ("N-EV", Box::new(|c: &Cell| share_md(&c.nev))),
+        ("EV injected", Box::new(|c: &Cell| share_md(&c.ev_injected))),
         ("RWC", Box::new(|c: &Cell| share_md(&c.rwc))),
         ("AccR", Box::new(|c: &Cell| share_md(&c.accr))),
         ("TF", Box::new(|c: &Cell| share_md(&c.tf))),
-        ("± worst", Box::new(|c: &Cell| f(Some(c.worst_margin_pct), 1))),
+        ("± at p=0.5", Box::new(|c: &Cell| f(Some(c.worst_margin_pct), 1))),
         ("acc loss (pts)", Box::new(|c: &Cell| f(c.acc_loss, 2))),
         ("time overhead %", Box::new(|c: &Cell| f(c.time_overhead_pct, 1))),
         ("steps lost", Box::new(|c: &Cell| f(c.steps_lost, 2))),
         ("recomputed", Box::new(|c: &Cell| f(c.steps_recomputed, 2))),
         ("detection latency", Box::new(|c: &Cell| f(c.detection_latency, 2))),
-        ("N-EV at step", Box::new(|c: &Cell| f(c.nev_step, 1))),
+        ("collapse step", Box::new(|c: &Cell| f(c.collapse_step, 1))),
         ("not ok", Box::new(|c: &Cell| c.not_ok.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", "))),
     ];
     // Columns empty in every cell are left out.
@@ -209,6 +259,16 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
         let _ = writeln!(md, "| {} |", r.join(" | "));
     }
     md
+}
+
+/// The N-EV rule of a campaign kind, in words.
+fn nev_rule(kind: Kind, threshold: f64) -> String {
+    match kind {
+        Kind::Eval => "nothing trains after the injection, so the outcome is the evaluation itself: runs whose test loss is NaN/Inf (NaN/Inf logits).".into(),
+        _ => format!(
+            "runs whose continued training ended (or was stopped, once its state held a NaN/Inf, which no later step removes) with a NaN/Inf loss, or with a NaN/Inf or a value above {threshold:e} in magnitude in a parameter, buffer or optimizer value. A NaN/Inf loss that training recovered from, or an injected extreme value it washed out, does not count."
+        ),
+    }
 }
 
 /// The layer (module path) a corrupted dataset belongs to: `model/layer1/0/bn1` and
@@ -256,6 +316,11 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
     written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, &cells))?);
     let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
+    let order: BTreeMap<String, Vec<String>> = campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
+    let chance = |r: &Row| chance_of.get(&r.index).copied().unwrap_or(0.1);
+    let diffs = comparisons(&rows, &axes, &order, &chance);
+    written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
+    comparisons_md(&mut md, &diffs);
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     let mut figures = Vec::new();
@@ -268,7 +333,8 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             let Some(x) = c.coords.get(flips_key).and_then(|v| num(v)) else { continue };
             let l = label(&c.coords, &[flips_key]);
             let s = series.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() });
-            s.points.push((x, c.nev.pct, Some(c.nev.margin_pct)));
+            let (y, e) = share_point(&c.nev);
+            s.points.push((x, y, e));
         }
         let mut series: Vec<Series> = series.into_values().collect();
         series.iter_mut().for_each(|s| s.points.sort_by(|a, b| a.0.total_cmp(&b.0)));
@@ -280,7 +346,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             y_range: Some((-2.0, 102.0)),
             series,
         };
-        figures.push(("N-EV vs number of flips (error bars: 95% margin)", save(&chart, &plots.join("nev_vs_flips"))?));
+        figures.push(("N-EV vs number of flips (error bars: Wilson 95% intervals)", save(&chart, &plots.join("nev_vs_flips"))?));
     }
 
     // Test accuracy vs step per cell with the golden run (train campaigns).
@@ -343,13 +409,13 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
         }
     }
     if by_layer.len() >= 2 {
-        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Option<f64>)| Bars {
+        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Option<(f64, f64)>)| Bars {
             title: title.into(),
             x_label: x.into(),
             bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),
         };
         let nev = bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| e.pct(e.nev));
-        figures.push(("Per-layer vulnerability: N-EV share of single-flip runs per layer (95% margin)", save(&nev, &plots.join("layers_nev"))?));
+        figures.push(("Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)", save(&nev, &plots.join("layers_nev"))?));
         let loss = bars(&format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()), "mean accuracy loss after one flip in the layer (points)", &|e| (e.mean_loss().unwrap_or(0.0), None));
         figures.push(("Per-layer vulnerability: mean accuracy loss of single-flip runs per layer", save(&loss, &plots.join("layers_acc_loss"))?));
     }
@@ -368,8 +434,8 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             }
         }
         let charts = [
-            ("N-EV", "runs with NaN/Inf/extreme values (%)", Some((-2.0, 102.0)), nev, "bits_nev", "Per-bit sensitivity: N-EV share per bit position (95% margin)"),
-            ("NaN/Inf", "runs with NaN/Inf values (%)", Some((-2.0, 102.0)), nan, "bits_nan", "Per-bit sensitivity: NaN/Inf share per bit position (95% margin)"),
+            ("N-EV", "runs with NaN/Inf/extreme values (%)", Some((-2.0, 102.0)), nev, "bits_nev", "Per-bit sensitivity: N-EV share per bit position (Wilson 95% intervals)"),
+            ("NaN/Inf", "runs with NaN/Inf values (%)", Some((-2.0, 102.0)), nan, "bits_nan", "Per-bit sensitivity: NaN/Inf share per bit position (Wilson 95% intervals)"),
             ("accuracy loss", "mean accuracy loss, runs without NaN (points)", None, loss, "bits_acc_loss", "Per-bit sensitivity: mean accuracy loss per bit position"),
         ];
         for (what, y_label, y_range, series, stem, caption) in charts {

@@ -5,13 +5,17 @@ use std::collections::BTreeMap;
 use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
-/// z for 95% confidence.
-pub const Z95: f64 = 1.96;
+pub use crate::stats::Z95;
+
+/// Accuracies closer than this (a fraction) count as equal when a class's boundary is tested,
+/// so a run exactly 0.5 points above or below the golden run is treated alike whatever the
+/// rounding of its floating-point difference.
+pub const ACC_EPS: f64 = 1e-9;
 
 /// How a finished run is classed against its golden run. The classes are disjoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
-    /// NaN/Inf or an extreme value at some point after the injection.
+    /// N-EV by the outcome (see `Metrics::nev`).
     Nev,
     /// Final accuracy at chance level (within 5 points of 1/classes), no N-EV.
     TrainingFailed,
@@ -28,20 +32,20 @@ pub enum Class {
 pub fn classify(nev: bool, acc: f64, golden: f64, chance: f64, tolerance_points: f64) -> Class {
     if nev {
         Class::Nev
-    } else if acc <= chance + 0.05 {
+    } else if acc <= chance + 0.05 + ACC_EPS {
         Class::TrainingFailed
-    } else if golden - acc > 0.05 {
+    } else if golden - acc > 0.05 + ACC_EPS {
         Class::AccuracyReduced
-    } else if (golden - acc).abs() <= tolerance_points / 100.0 {
+    } else if (golden - acc).abs() <= tolerance_points / 100.0 + ACC_EPS {
         Class::RestartWithoutChange
     } else {
         Class::Other
     }
 }
 
-/// Margin of error at 95% confidence of a proportion `p` estimated from `n` runs
-/// (Leveugle et al. 2009 with the population of possible faults taken as infinite, which
-/// it is next to: every bit of every value).
+/// Normal-approximation margin of error at 95% of a proportion `p` estimated from `n` runs
+/// (Leveugle et al. 2009, population of possible faults taken as infinite). Used for planning
+/// (the worst case, p = 0.5); reported shares use [`crate::stats::wilson`].
 pub fn margin(p: f64, n: u64) -> f64 {
     if n == 0 {
         return f64::NAN;
@@ -49,21 +53,27 @@ pub fn margin(p: f64, n: u64) -> f64 {
     Z95 * (p * (1.0 - p) / n as f64).sqrt()
 }
 
-/// A proportion with its margin.
+/// A proportion with its Wilson 95% interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Share {
     /// Runs counted.
     pub count: u64,
+    /// Runs it is a share of.
+    pub of: u64,
     /// Percent of the runs with a result.
     pub pct: f64,
-    /// Margin of error of `pct`, in percentage points (95%).
-    pub margin_pct: f64,
+    /// Lower end of the Wilson 95% interval, percent.
+    pub lo_pct: f64,
+    /// Upper end, percent.
+    pub hi_pct: f64,
 }
 
 impl Share {
-    fn of(count: u64, n: u64) -> Self {
+    /// `count` of `n`.
+    pub fn of(count: u64, n: u64) -> Self {
         let p = if n == 0 { f64::NAN } else { count as f64 / n as f64 };
-        Share { count, pct: 100.0 * p, margin_pct: 100.0 * margin(p, n) }
+        let (lo, hi) = crate::stats::wilson(count, n).unwrap_or((f64::NAN, f64::NAN));
+        Share { count, of: n, pct: 100.0 * p, lo_pct: 100.0 * lo, hi_pct: 100.0 * hi }
     }
 }
 
@@ -78,25 +88,31 @@ pub struct Cell {
     pub ok: u64,
     /// Runs without: count per status.
     pub not_ok: BTreeMap<String, u64>,
+    /// Training seeds among the `ok` runs.
+    pub seeds: u64,
     /// Mean final test accuracy (%) of the runs that did not collapse (ACC).
     pub acc: Option<f64>,
     /// Its sample standard deviation (STD, points).
     pub std: Option<f64>,
     /// STD / ACC (CV).
     pub cv: Option<f64>,
+    /// Mean final test accuracy (%) over every `ok` run, collapsed runs counted at chance.
+    pub acc_all: Option<f64>,
     /// Mean golden accuracy (%).
     pub golden_acc: Option<f64>,
-    /// Runs whose loss or weights became NaN/Inf.
+    /// Runs whose loss or state was NaN/Inf at the end (collapsed).
     pub nan: Share,
-    /// N-EV.
+    /// N-EV by the outcome.
     pub nev: Share,
+    /// Runs whose injection itself wrote a NaN/Inf or extreme value.
+    pub ev_injected: Share,
     /// Restart without change.
     pub rwc: Share,
     /// Accuracy reduced.
     pub accr: Share,
     /// Training failed.
     pub tf: Share,
-    /// Worst-case margin of any share of this cell (p = 0.5), points.
+    /// Worst-case normal margin of any share of this cell (p = 0.5), points: for planning.
     pub worst_margin_pct: f64,
     /// Mean accuracy loss vs golden (points), over runs that did not collapse.
     pub acc_loss: Option<f64>,
@@ -108,11 +124,11 @@ pub struct Cell {
     pub steps_recomputed: Option<f64>,
     /// Mean detection latency (steps).
     pub detection_latency: Option<f64>,
-    /// Mean step after the restart at which N-EV was first seen (0 = at the injection).
-    pub nev_step: Option<f64>,
+    /// Mean step after the restart at which the state first held a NaN/Inf, over the runs where it did.
+    pub collapse_step: Option<f64>,
 }
 
-fn mean(v: &[f64]) -> Option<f64> {
+pub(crate) fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
@@ -121,24 +137,38 @@ fn std(v: &[f64]) -> Option<f64> {
     (v.len() >= 2).then(|| (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt())
 }
 
-/// Groups rows by all their coordinates and computes each cell's metrics. `chance` gives
-/// 1/classes of a row's run.
-pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Cell> {
+/// The runs of each cell (all coordinates equal), in coordinate order.
+pub fn groups(rows: &[Row]) -> BTreeMap<Vec<(String, String)>, Vec<&Row>> {
     let mut groups: BTreeMap<Vec<(String, String)>, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         groups.entry(r.coords.clone().into_iter().collect()).or_default().push(r);
     }
+    groups
+}
+
+/// Whether a finished run collapsed.
+pub fn collapsed(r: &Row) -> bool {
+    r.metrics.collapsed.unwrap_or(false)
+}
+
+/// Final accuracies (%) of the `ok` runs that did not collapse.
+pub fn survivor_accs(rows: &[&Row]) -> Vec<f64> {
+    rows.iter().filter(|r| r.status == Status::Ok && !collapsed(r)).filter_map(|r| r.metrics.final_acc).map(|a| 100.0 * a).collect()
+}
+
+/// Groups rows by all their coordinates and computes each cell's metrics. `chance` gives
+/// 1/classes of a row's run.
+pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Cell> {
     let mut out = Vec::new();
-    for (coords, rows) in groups {
+    for (coords, rows) in groups(rows) {
         let ok: Vec<&Row> = rows.iter().copied().filter(|r| r.status == Status::Ok).collect();
         let mut not_ok = BTreeMap::new();
         for r in rows.iter().filter(|r| r.status != Status::Ok) {
             *not_ok.entry(r.status.name().to_string()).or_insert(0) += 1;
         }
         let n = ok.len() as u64;
-        let m = |r: &Row| r.metrics.clone();
-        let collapsed = |r: &Row| m(r).collapsed.unwrap_or(false);
-        let survivors: Vec<f64> = ok.iter().filter(|r| !collapsed(r)).filter_map(|r| r.metrics.final_acc).map(|a| 100.0 * a).collect();
+        let survivors = survivor_accs(&ok);
+        let all: Vec<f64> = ok.iter().filter_map(|r| if collapsed(r) { Some(100.0 * chance(r)) } else { r.metrics.final_acc.map(|a| 100.0 * a) }).collect();
         let (mut nev, mut rwc, mut accr, mut tf) = (0, 0, 0, 0);
         for r in &ok {
             let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
@@ -156,20 +186,24 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
         let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> { ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect() };
         let acc = mean(&survivors);
         let sd = std(&survivors);
+        let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
         out.push(Cell {
             coords: coords.into_iter().collect(),
             runs: rows.len() as u64,
             ok: n,
             not_ok,
+            seeds: ok.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>().len() as u64,
             acc,
             std: sd,
             cv: match (sd, acc) {
                 (Some(s), Some(a)) if a > 0.0 => Some(s / a),
                 _ => None,
             },
+            acc_all: mean(&all),
             golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
-            nan: Share::of(ok.iter().filter(|r| collapsed(r)).count() as u64, n),
+            nan: Share::of(count(&collapsed), n),
             nev: Share::of(nev, n),
+            ev_injected: Share::of(count(&|r| r.metrics.ev_injected.unwrap_or(false)), n),
             rwc: Share::of(rwc, n),
             accr: Share::of(accr, n),
             tf: Share::of(tf, n),
@@ -179,7 +213,7 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
             steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
             steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
             detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
-            nev_step: mean(&vals(&|r| r.metrics.nev_step.map(|s| s as f64), true)),
+            collapse_step: mean(&vals(&|r| r.metrics.collapse_step.map(|s| s as f64), true)),
         });
     }
     out
@@ -208,6 +242,11 @@ mod tests {
         assert_eq!(c(false, 0.897, 0.9), Class::RestartWithoutChange);
         assert_eq!(c(false, 0.903, 0.9), Class::RestartWithoutChange);
         assert_eq!(c(false, 0.88, 0.9), Class::Other);
+        // 0.5 points below and above are alike, whatever the float difference rounds to.
+        let (golden, below, above) = (0.7, 0.7 - 0.005, 0.7 + 0.005);
+        assert!((golden - below) > 0.005 || (above - golden) > 0.005, "the boundary case this guards against");
+        assert_eq!(c(false, below, golden), Class::RestartWithoutChange);
+        assert_eq!(c(false, above, golden), Class::RestartWithoutChange);
     }
 
     proptest! {
@@ -219,8 +258,8 @@ mod tests {
                 Class::Nev => prop_assert!(nev),
                 Class::TrainingFailed => prop_assert!(!nev && acc <= 0.15),
                 Class::AccuracyReduced => prop_assert!(!nev && acc > 0.15 && golden - acc > 0.05),
-                Class::RestartWithoutChange => prop_assert!(!nev && (golden - acc).abs() <= 0.005),
-                Class::Other => prop_assert!(!nev && acc > 0.15 && golden - acc <= 0.05 && (golden - acc).abs() > 0.005),
+                Class::RestartWithoutChange => prop_assert!(!nev && (golden - acc).abs() <= 0.005 + ACC_EPS),
+                Class::Other => prop_assert!(!nev && acc > 0.15 && golden - acc <= 0.05 + ACC_EPS && (golden - acc).abs() > 0.005),
             }
         }
     }
@@ -256,6 +295,9 @@ mod tests {
         assert!((r.std.unwrap() - 50f64.sqrt()).abs() < 1e-9);
         assert_eq!((r.nan.count, r.nev.count, r.rwc.count, r.accr.count), (1, 1, 1, 1));
         assert!((r.nev.pct - 100.0 / 3.0).abs() < 1e-9);
+        assert!(r.nev.lo_pct < r.nev.pct && r.nev.hi_pct > r.nev.pct);
+        // Over all runs, the collapsed one at chance (10%): (80 + 70 + 10) / 3.
+        assert!((r.acc_all.unwrap() - 160.0 / 3.0).abs() < 1e-9);
         assert!((r.acc_loss.unwrap() - 5.0).abs() < 1e-9);
         assert_eq!(cs[1].accr.count, 1);
     }

@@ -47,8 +47,8 @@ fn register_font() -> Result<()> {
 pub struct Series {
     /// Legend text.
     pub label: String,
-    /// `(x, y, error)`; the error is drawn as a bar of ± error.
-    pub points: Vec<(f64, f64, Option<f64>)>,
+    /// `(x, y, interval)`; the interval `(low, high)` is drawn as an error bar.
+    pub points: Vec<(f64, f64, Option<(f64, f64)>)>,
     /// Draw dashed and black (a reference line, e.g. the golden run).
     pub reference: bool,
 }
@@ -90,8 +90,8 @@ pub struct Bars {
     pub title: String,
     /// Value axis label.
     pub x_label: String,
-    /// `(label, value, error)`.
-    pub bars: Vec<(String, f64, Option<f64>)>,
+    /// `(label, value, interval (low, high))`.
+    pub bars: Vec<(String, f64, Option<(f64, f64)>)>,
 }
 
 type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
@@ -140,7 +140,7 @@ impl Plot for LineChart {
         let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
         let (x0, x1) = range(xs, 0.05);
         let (y0, y1) = self.y_range.unwrap_or_else(|| {
-            range(self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| [p.1 - p.2.unwrap_or(0.0), p.1 + p.2.unwrap_or(0.0)])), 0.08)
+            range(self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| { let (lo, hi) = p.2.unwrap_or((p.1, p.1)); [lo, hi] })), 0.08)
         });
         let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
         let log_x = self.log_x;
@@ -177,11 +177,11 @@ impl Plot for LineChart {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
             }
             for p in &s.points {
-                if let Some(e) = p.2.filter(|e| *e > 0.0 && p.1.is_finite()) {
+                if let Some((lo, hi)) = p.2.filter(|(lo, hi)| hi > lo && lo.is_finite() && hi.is_finite()) {
                     let x = tx(p.0);
                     let cap = (x1 - x0) * 0.006;
                     let bar = ShapeStyle::from(&c).stroke_width(2);
-                    for seg in [vec![(x, p.1 - e), (x, p.1 + e)], vec![(x - cap, p.1 - e), (x + cap, p.1 - e)], vec![(x - cap, p.1 + e), (x + cap, p.1 + e)]] {
+                    for seg in [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]] {
                         chart.draw_series(std::iter::once(PathElement::new(seg, bar)))?;
                     }
                 }
@@ -239,7 +239,7 @@ impl Plot for Bars {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
         let n = self.bars.len().max(1);
-        let (_, x1) = range(self.bars.iter().map(|b| b.1 + b.2.unwrap_or(0.0)).chain([0.0]), 0.05);
+        let (_, x1) = range(self.bars.iter().map(|b| b.2.map_or(b.1, |e| e.1.max(b.1))).chain([0.0]), 0.05);
         let longest = self.bars.iter().map(|b| b.0.chars().count()).max().unwrap_or(0) as u32;
         let mut chart = ChartBuilder::on(area)
             .caption(&self.title, (FONT, 24))
@@ -269,10 +269,10 @@ impl Plot for Bars {
         for (i, (_, v, e)) in self.bars.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.38), (*v, y + 0.38)], color(0).mix(0.6).filled())))?;
-            if let Some(e) = e.filter(|e| *e > 0.0) {
-                chart.draw_series(std::iter::once(PathElement::new(vec![(v - e, y), (v + e, y)], ShapeStyle::from(&BLACK).stroke_width(1))))?;
+            if let Some((lo, hi)) = e.filter(|(lo, hi)| hi > lo) {
+                chart.draw_series(std::iter::once(PathElement::new(vec![(lo, y), (hi, y)], ShapeStyle::from(&BLACK).stroke_width(1))))?;
             }
-            let at = (v + e.unwrap_or(0.0)).max(0.0) + x1 * 0.01;
+            let at = e.map_or(*v, |e| e.1.max(*v)).max(0.0) + x1 * 0.01;
             chart.draw_series(std::iter::once(Text::new(format!("{v:.1}"), (at, y + 0.3), text.clone())))?;
         }
         area.present()

@@ -110,8 +110,12 @@ pub struct Summary {
     pub steps_lost: u64,
     /// Steps computed again: redone steps plus the lost steps.
     pub steps_recomputed: u64,
-    /// Whether the final weights hold NaN/Inf or the final training loss is not finite.
+    /// Whether any worker's final state (parameters, buffers, optimizer state) holds a NaN/Inf,
+    /// or the last step's training loss is not finite.
     pub collapsed: bool,
+    /// Whether any worker's final state holds a NaN/Inf or a value above
+    /// `detect.extreme_threshold` in magnitude (N-EV's state rule).
+    pub final_state_extreme: bool,
     /// The golden run compared with (runs with faults).
     pub golden: Option<crate::golden::Golden>,
     /// Golden final test accuracy minus this run's.

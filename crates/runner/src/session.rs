@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use resilab_checkpoint::{LoadReport, Meta, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::FaultEvent;
+use resilab_faults::detect::{Health, state_health};
 use resilab_recovery::{Decision, Guard};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
@@ -58,6 +59,8 @@ pub(crate) struct Session<'a> {
     window: Window,
     last_eval: Option<Evaluation>,
     final_train_loss: f64,
+    /// Loss of the last step completed.
+    last_loss: f64,
     final_distance: Option<f64>,
     first_step: u64,
     bar: ProgressBar,
@@ -111,6 +114,7 @@ impl<'a> Session<'a> {
             window: Window::default(),
             last_eval: None,
             final_train_loss: f64::NAN,
+            last_loss: 0.0,
             final_distance: None,
             first_step: trainer.step,
             bar,
@@ -162,6 +166,7 @@ impl<'a> Session<'a> {
     fn account(&mut self, s: &StepStats) {
         let t = &mut self.tally;
         t.redos += u64::from(s.redos);
+        self.last_loss = s.loss;
         t.sim_s += s.sim_s;
         t.comm_s += s.comm_s;
         t.comm_bytes += s.comm_bytes;
@@ -316,6 +321,8 @@ impl<'a> Session<'a> {
         let wall_s = self.start.elapsed().as_secs_f64();
         let t = self.tally;
         let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.dir), r.mismatched));
+        let threshold = cfg.detect.extreme_threshold;
+        let health = trainer.workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound);
         Ok(Summary {
             name: cfg.run_name(),
             model: cfg.model.label(),
@@ -349,7 +356,8 @@ impl<'a> Session<'a> {
             restarts: t.restarts,
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,
-            collapsed: !resilab_faults::detect::weights_finite(&trainer.model()) || !self.final_train_loss.is_finite(),
+            collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
+            final_state_extreme: health != Health::Sound,
             acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
             time_overhead_vs_golden: self.golden.as_ref().map(|g| (wall_s - g.wall_s) / g.wall_s),
             final_param_distance: self.final_distance,

@@ -1,0 +1,173 @@
+//! The statistics a report's claims rest on: Wilson intervals for proportions, a two-proportion
+//! z test for a difference of rates, Welch's t test for a difference of means, and Holm's
+//! adjustment for the many comparisons of one report. Distributions come from `statrs`.
+
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// z for 95% confidence.
+pub const Z95: f64 = 1.959_963_984_540_054;
+
+/// Significance level of every test in a report.
+pub const ALPHA: f64 = 0.05;
+
+/// The Wilson score interval (95%) of a proportion of `k` successes in `n` trials, as
+/// fractions `(low, high)`; it stays inside `[0, 1]` and has width at 0 and `n`. `None` for
+/// `n = 0`.
+pub fn wilson(k: u64, n: u64) -> Option<(f64, f64)> {
+    if n == 0 || k > n {
+        return None;
+    }
+    let (n, p, z2) = (n as f64, k as f64 / n as f64, Z95 * Z95);
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = Z95 / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
+fn two_sided_normal(z: f64) -> f64 {
+    let n = Normal::standard();
+    2.0 * (1.0 - n.cdf(z.abs()))
+}
+
+/// The result of a test of a difference between two groups.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Test {
+    /// Difference, second group minus first (fractions for rates, the values' unit for means).
+    pub diff: f64,
+    /// 95% confidence interval of the difference.
+    pub ci: (f64, f64),
+    /// Two-sided p-value.
+    pub p: f64,
+}
+
+/// Two-proportion z test of `k2/n2 - k1/n1` (pooled variance for the test, unpooled for the
+/// interval). `None` when a group is empty or the pooled rate is 0 or 1 (no variation: both
+/// rates equal, nothing to test).
+pub fn two_proportions(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<Test> {
+    if n1 == 0 || n2 == 0 || k1 > n1 || k2 > n2 {
+        return None;
+    }
+    let (a, b) = (n1 as f64, n2 as f64);
+    let (p1, p2) = (k1 as f64 / a, k2 as f64 / b);
+    let pooled = (k1 + k2) as f64 / (a + b);
+    let diff = p2 - p1;
+    let se_unpooled = (p1 * (1.0 - p1) / a + p2 * (1.0 - p2) / b).sqrt();
+    if pooled <= 0.0 || pooled >= 1.0 {
+        return Some(Test { diff, ci: (diff, diff), p: 1.0 });
+    }
+    let se = (pooled * (1.0 - pooled) * (1.0 / a + 1.0 / b)).sqrt();
+    Some(Test { diff, ci: (diff - Z95 * se_unpooled, diff + Z95 * se_unpooled), p: two_sided_normal(diff / se) })
+}
+
+fn mean_var(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    (m, v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0))
+}
+
+/// Welch's t test of `mean(b) - mean(a)`, with the Welch–Satterthwaite degrees of freedom.
+/// `None` with fewer than two values in a group. Two groups without any spread give p = 0
+/// when their means differ and 1 when they do not.
+pub fn welch(a: &[f64], b: &[f64]) -> Option<Test> {
+    if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|x| !x.is_finite()) {
+        return None;
+    }
+    let ((ma, va), (mb, vb)) = (mean_var(a), mean_var(b));
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let diff = mb - ma;
+    let (sa, sb) = (va / na, vb / nb);
+    let se = (sa + sb).sqrt();
+    if se == 0.0 {
+        return Some(Test { diff, ci: (diff, diff), p: if diff == 0.0 { 1.0 } else { 0.0 } });
+    }
+    let df = (sa + sb).powi(2) / (sa * sa / (na - 1.0) + sb * sb / (nb - 1.0));
+    let t = StudentsT::new(0.0, 1.0, df).ok()?;
+    let p = 2.0 * (1.0 - t.cdf((diff / se).abs()));
+    let q = t.inverse_cdf(0.975);
+    Some(Test { diff, ci: (diff - q * se, diff + q * se), p })
+}
+
+/// Holm's step-down adjustment of `p` (family-wise error rate): adjusted p-values in the
+/// input's order.
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| p[i].total_cmp(&p[j]));
+    let mut out = vec![1.0; m];
+    let mut running: f64 = 0.0;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max(((m - rank) as f64 * p[i]).min(1.0));
+        out[i] = running;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn wilson_matches_published_values_and_is_wide_at_the_ends() {
+        // Newcombe (1998), table I: 81/263 gives 0.2553 to 0.3662.
+        let (lo, hi) = wilson(81, 263).unwrap();
+        assert!(close(lo, 0.2553, 5e-4) && close(hi, 0.3662, 5e-4), "{lo} {hi}");
+        // 0 of 10 and 10 of 10: not a zero-width interval.
+        let (lo, hi) = wilson(0, 10).unwrap();
+        assert!(close(lo, 0.0, 1e-12) && close(hi, 0.2775, 5e-4), "{hi}");
+        let (lo, hi) = wilson(10, 10).unwrap();
+        assert!(close(lo, 0.7225, 5e-4) && close(hi, 1.0, 1e-12));
+        assert_eq!(wilson(1, 0), None);
+    }
+
+    #[test]
+    fn two_proportions_match_a_hand_computed_z() {
+        // 30/100 vs 45/100: pooled 0.375, se = sqrt(0.375 * 0.625 * 0.02), z = 2.19089,
+        // p = 2 * scipy.stats.norm.sf(z) = 0.0284597.
+        let t = two_proportions(30, 100, 45, 100).unwrap();
+        assert!(close(t.diff, 0.15, 1e-12));
+        assert!(close(t.p, 0.0284597, 1e-6), "{}", t.p);
+        assert!(t.ci.0 > 0.0 && t.ci.1 > t.diff);
+        let same = two_proportions(0, 50, 0, 50).unwrap();
+        assert_eq!(same.p, 1.0, "nothing varies");
+        assert!(two_proportions(5, 0, 1, 3).is_none());
+    }
+
+    #[test]
+    fn welch_matches_a_reference_computation() {
+        // scipy 1.16 stats.ttest_ind(b, a, equal_var=False) with a = [1, 2, 3, 4, 5] and
+        // b = [2, 4, 6, 8, 10]: t = 1.89737, df = 5.88235, p = 0.107531, 95% CI of the
+        // difference -0.887742 to 6.887742.
+        let t = welch(&[1.0, 2.0, 3.0, 4.0, 5.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();
+        assert!(close(t.diff, 3.0, 1e-12));
+        assert!(close(t.p, 0.107531, 1e-5), "{}", t.p);
+        assert!(close(t.ci.0, -0.887742, 1e-5) && close(t.ci.1, 6.887742, 1e-5), "{:?}", t.ci);
+        assert!(t.ci.0 < 0.0 && t.ci.1 > 0.0, "not shown: the interval holds 0");
+        assert_eq!(welch(&[1.0], &[1.0, 2.0]), None);
+        assert_eq!(welch(&[1.0, 1.0], &[1.0, 1.0]).unwrap().p, 1.0);
+    }
+
+    #[test]
+    fn holm_adjusts_step_down() {
+        let a = holm(&[0.01, 0.04, 0.03, 0.2]);
+        // Sorted 0.01, 0.03, 0.04, 0.2 times 4, 3, 2, 1, made monotone.
+        let want = [0.04, 0.09, 0.09, 0.2];
+        for (x, y) in a.iter().zip(want) {
+            assert!(close(*x, y, 1e-12), "{a:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn wilson_holds_the_point_estimate(n in 1u64..2000, k in 0u64..2000) {
+            let k = k.min(n);
+            let (lo, hi) = wilson(k, n).unwrap();
+            let p = k as f64 / n as f64;
+            prop_assert!(0.0 <= lo && lo <= p + 1e-12 && p <= hi + 1e-12 && hi <= 1.0);
+            prop_assert!(hi - lo > 0.0);
+        }
+    }
+}
