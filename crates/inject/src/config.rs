@@ -96,7 +96,9 @@ pub struct RawConfig {
     pub bit_mask: Option<NumOrStr>,
     /// Whether the sign bit may flip (default true).
     pub allow_sign_change: Option<bool>,
-    /// Whether NaN/Inf results are allowed (default true).
+    /// Whether NaN/Inf results are allowed. Default: false in a YAML file (the reference
+    /// injector's global default, so its configs run as they did there), true in resilab's TOML
+    /// (run configs, campaigns, `[[fault]]` entries); a config that names the key keeps its value.
     #[serde(rename = "allow_NaN_values")]
     pub allow_nan_values: Option<bool>,
     /// Accepted for compatibility; resilab always logs every attempt.
@@ -172,16 +174,24 @@ fn bad(key: &str, message: impl Into<String>) -> Error {
 }
 
 impl RawConfig {
-    /// Reads a `.yaml`/`.yml` or `.toml` file.
+    /// Reads a `.yaml`/`.yml` or `.toml` file. A YAML file is in the reference injector's
+    /// format and gets its defaults: `allow_NaN_values` is false unless the file names it.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
         let parsed = match ext.as_str() {
-            "yaml" | "yml" => yaml_serde::from_str(&text).map_err(|e| e.to_string()),
+            "yaml" | "yml" => Self::from_reference_yaml(&text),
             "toml" => toml_from_str(&text).map_err(|e| e.to_string()),
             _ => return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() }),
         };
         parsed.map_err(|message| Error::Parse { path: path.to_path_buf(), message: message.trim().to_string() })
+    }
+
+    /// Parses the reference injector's YAML, with its defaults for keys the text leaves out.
+    pub fn from_reference_yaml(text: &str) -> std::result::Result<Self, String> {
+        let mut raw: Self = yaml_serde::from_str(text).map_err(|e| e.to_string())?;
+        raw.allow_nan_values.get_or_insert(false);
+        Ok(raw)
     }
 
     /// Checks every key and builds the spec.
@@ -433,7 +443,7 @@ mod tests {
     use super::*;
 
     fn yaml(s: &str) -> Result<Spec> {
-        let raw: RawConfig = yaml_serde::from_str(s).map_err(|e| Error::Parse { path: "t.yaml".into(), message: e.to_string() })?;
+        let raw = RawConfig::from_reference_yaml(s).map_err(|message| Error::Parse { path: "t.yaml".into(), message })?;
         raw.validate()
     }
 
@@ -449,6 +459,15 @@ mod tests {
         assert_eq!(s.tries, Tries::Count(5));
         assert_eq!(s.locations, None);
         assert_eq!(s.ignored.len(), 2);
+        assert!(s.model.allow_nan, "a config that names the key keeps its value");
+    }
+
+    #[test]
+    fn reference_yaml_gets_the_reference_default_and_toml_keeps_resilabs() {
+        assert!(!yaml("injection_tries: 1\nuse_random_locations: true\n").unwrap().model.allow_nan, "the reference's global default");
+        assert!(!yaml("injection_tries: 1\nuse_random_locations: true\nallow_NaN_values: False\n").unwrap().model.allow_nan);
+        let toml: RawConfig = toml_from_str("injection_tries = 1\nuse_random_locations = true\n").unwrap();
+        assert!(toml.validate().unwrap().model.allow_nan);
     }
 
     #[test]
