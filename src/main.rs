@@ -525,6 +525,8 @@ fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> 
         git_revision: env!("RESILAB_GIT_REVISION").to_string(),
         backend: backend.name().to_string(),
         device: device.to_string(),
+        cpu: resilab_runner::platform::cpu_model(),
+        isa: resilab_runner::platform::isa_level(),
         threads,
         seed,
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -1038,7 +1040,7 @@ fn campaign(args: CampaignArgs) -> Result<()> {
     }
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("results").join("campaigns").join(c.name()));
-    let platform = format!("{} / {device_name}", backend.name());
+    let platform = resilab_runner::platform::bits_key(backend.name(), &device_name);
     if args.dry_run {
         set_threads(Some(args.threads))?;
         let e = resilab_campaign::estimate(&c, &out, shard, jobs, &platform, &device)?;
@@ -1113,8 +1115,21 @@ fn report(args: ReportArgs) -> Result<()> {
 }
 
 fn merge(args: MergeArgs) -> Result<()> {
-    let n = resilab_campaign::merge(&args.out, &args.dirs)?;
-    println!("{n} runs -> {}", args.out.join(resilab_campaign::RUNS_CSV).display());
+    let m = resilab_campaign::merge(&args.out, &args.dirs)?;
+    let platforms: std::collections::BTreeSet<&String> = m.platforms.iter().collect();
+    if platforms.len() > 1 {
+        eprintln!("resilab: the parts ran on {} platforms (results differ between them without any fault):", platforms.len());
+        for (d, p) in args.dirs.iter().zip(&m.platforms) {
+            eprintln!("  {}: {p}", d.display());
+        }
+    }
+    if m.mixed_golden_rows > 0 {
+        eprintln!(
+            "resilab: {} runs share a base configuration with runs compared against a golden run of another platform key (see the golden_key column)",
+            m.mixed_golden_rows
+        );
+    }
+    println!("{} runs -> {}", m.rows, args.out.join(resilab_campaign::RUNS_CSV).display());
     Ok(())
 }
 

@@ -109,6 +109,26 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(table(&merged), reference);
     assert_eq!(cells(&merged), cells(&full));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("platforms"), "one platform");
+    // Every row names its golden key: the base and the platform's bits (CPU model, ISA level).
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(s0.join("campaign.json")).unwrap()).unwrap();
+    let platform = meta["platform"].as_str().unwrap().to_string();
+    assert!(platform.starts_with("flex / cpu") && (platform.contains("x86-64") || platform.contains("aarch64")), "{platform}");
+    assert!(rows(&s0).iter().all(|r| r["golden_key"].as_str().unwrap().contains('@')));
+    // A shard from a node with another CPU: merge says so and counts the runs at risk.
+    let other = |f: &str| std::fs::read_to_string(s1.join(f)).unwrap().replace(&platform, "flex / cpu / Other CPU / x86-64-v4");
+    std::fs::write(s1.join("campaign.json"), other("campaign.json")).unwrap();
+    let jsonl: Vec<String> = std::fs::read_to_string(s1.join("runs.jsonl")).unwrap().lines().map(|l| {
+        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let k = v["golden_key"].as_str().unwrap().split('@').next().unwrap().to_string();
+        v["golden_key"] = format!("{k}@0000000000000000").into();
+        v.to_string()
+    }).collect();
+    std::fs::write(s1.join("runs.jsonl"), jsonl.join("\n") + "\n").unwrap();
+    let o = run(&["merge", "--out", tmp.path().join("mixed").to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("2 platforms") && err.contains("Other CPU") && err.contains("20 runs share a base configuration"), "{err}");
     let report = std::fs::read_to_string(full.join("report/report.md")).unwrap();
     assert!(report.contains("N-EV") && report.contains("injection_tries"), "{report}");
     for f in ["nev_vs_flips.png", "nev_vs_flips.svg"] {

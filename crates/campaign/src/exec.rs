@@ -538,10 +538,23 @@ pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs
     })
 }
 
+/// What [`merge`] found and wrote.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Merged {
+    /// Rows written.
+    pub rows: usize,
+    /// The platform key of each part (`campaign.json`), in the order given; `?` where unknown.
+    pub platforms: Vec<String>,
+    /// Rows whose base (the same base configuration) was compared with golden runs of different
+    /// keys in different parts: their differences may come from the platform, not a fault.
+    pub mixed_golden_rows: usize,
+}
+
 /// Merges the records of campaign directories (shards) into `out`: the campaigns must be the
-/// same; rows are deduplicated by run id (the first kept) and sorted by grid index. Returns
-/// the rows written.
-pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
+/// same; rows are deduplicated by run id (the first kept) and sorted by grid index. Parts run
+/// on different platforms are merged, and the rows whose golden keys differ for one base are
+/// counted in [`Merged::mixed_golden_rows`].
+pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<Merged> {
     let Some(first) = parts.first() else { return Err(Error::Config("merge: name at least one campaign directory".into())) };
     let text_of = |d: &Path| {
         let p = d.join(CAMPAIGN_FILE);
@@ -551,13 +564,17 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
     let campaign = Campaign::parse(&text, &[], &first.join(CAMPAIGN_FILE).display().to_string())?;
     let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
     let mut platform: Option<Vec<u8>> = None;
+    let mut merged = Merged::default();
     for d in parts {
         if text_of(d)? != text {
             return Err(Error::Config(format!("{} holds a different campaign from {}", d.display(), first.display())));
         }
         let meta = d.join("campaign.json");
         if let Ok(m) = std::fs::read(&meta) {
+            merged.platforms.push(serde_json::from_slice::<Meta>(&m).map_or_else(|_| "?".to_string(), |m| m.platform));
             platform.get_or_insert(m);
+        } else {
+            merged.platforms.push("?".into());
         }
         for r in read_rows(&d.join(RUNS_JSONL), false)? {
             rows.entry(r.index).or_insert(r);
@@ -572,7 +589,24 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<usize> {
     if let Some(m) = platform {
         resilab_runner::write_atomic(&out.join("campaign.json"), &m)?;
     }
+    merged.mixed_golden_rows = mixed_golden_rows(&campaign, rows.values());
     let rows: Vec<Row> = rows.into_values().collect();
     write_rows(out, &campaign.axis_keys(), &rows)?;
-    Ok(rows.len())
+    merged.rows = rows.len();
+    Ok(merged)
+}
+
+/// Rows of bases (one base configuration: the grid point without its fault) whose runs name
+/// more than one golden key.
+fn mixed_golden_rows<'a>(campaign: &Campaign, rows: impl Iterator<Item = &'a Row>) -> usize {
+    let mut keys: BTreeMap<String, (std::collections::BTreeSet<String>, usize)> = BTreeMap::new();
+    for r in rows {
+        let (Ok(spec), Some(k)) = (campaign.run(r.index), r.metrics.golden_key.as_ref()) else { continue };
+        // The platform part of the key (after `@`, or the whole key of a train run's golden run).
+        let base = if campaign.settings.kind == Kind::Train { resilab_runner::golden::golden_config(&spec.config).to_toml() } else { spec.base_key.clone() };
+        let e = keys.entry(base).or_default();
+        e.0.insert(k.clone());
+        e.1 += 1;
+    }
+    keys.values().filter(|(k, _)| k.len() > 1).map(|(_, n)| n).sum()
 }

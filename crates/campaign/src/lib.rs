@@ -14,7 +14,7 @@ mod spec;
 mod store;
 mod work;
 
-pub use exec::{Estimate, Options, Outcome, estimate, execute, merge};
+pub use exec::{Estimate, Merged, Options, Outcome, estimate, execute, merge};
 pub use spec::{Axis, Campaign, Kind, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
 pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
@@ -122,6 +122,9 @@ pub struct Metrics {
     pub time_overhead: Option<f64>,
     /// XXH3-64 digest of the final parameters.
     pub digest: Option<String>,
+    /// The golden (or base) run compared with and the platform key of its bits (backend,
+    /// device, CPU model, instruction-set level): runs compared only where these are equal.
+    pub golden_key: Option<String>,
 }
 
 /// Metric columns of `runs.csv`, in order.
@@ -150,6 +153,7 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "golden_wall_s",
     "time_overhead",
     "digest",
+    "golden_key",
 ];
 
 /// Errors of campaigns.

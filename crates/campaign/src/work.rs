@@ -149,7 +149,7 @@ impl<'a> Worker<'a> {
     }
 
     fn platform(&self) -> String {
-        format!("{} / {}", self.provenance.backend, self.provenance.device)
+        self.provenance.platform()
     }
 
     /// Prepares run `index`'s base, unless it is there already.
@@ -263,6 +263,7 @@ impl<'a> Worker<'a> {
             golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,
             digest: Some(s.final_params_digest),
+            golden_key: Some(resilab_runner::golden::key(&spec.config, &self.platform())),
             strategy: Some(s.strategy),
             ..Metrics::default()
         })
@@ -285,6 +286,7 @@ impl<'a> Worker<'a> {
         m.wall_s = Some(t0.elapsed().as_secs_f64());
         m.golden_acc = Some(golden.test_acc);
         m.acc_loss = m.final_acc.map(|a| golden.test_acc - a);
+        m.golden_key = Some(format!("{}@{:016x}", spec.base_key, xxhash_rust::xxh3::xxh3_64(self.platform().as_bytes())));
         if self.campaign.settings.kind == Kind::Restart {
             m.golden_wall_s = Some(golden.wall_s);
             m.time_overhead = m.wall_s.map(|w| (w - golden.wall_s) / golden.wall_s);

@@ -4,6 +4,7 @@ pub mod bench;
 mod eval;
 mod config;
 pub mod golden;
+pub mod platform;
 mod run;
 mod session;
 
@@ -24,12 +25,24 @@ pub struct Provenance {
     pub backend: String,
     /// Device description.
     pub device: String,
+    /// Processor model (`/proc/cpuinfo`).
+    pub cpu: String,
+    /// Instruction-set level the CPU kernels dispatch on (see [`platform::isa_level`]).
+    pub isa: String,
     /// CPU threads.
     pub threads: usize,
     /// Run seed.
     pub seed: u64,
     /// Command line.
     pub command: String,
+}
+
+impl Provenance {
+    /// The key of the bits this run computes (golden runs are cached under it): see
+    /// [`platform::bits_key`].
+    pub fn platform(&self) -> String {
+        platform::bits_key(&self.backend, &self.device)
+    }
 }
 
 /// Errors of a run. Each names the file or key involved.

@@ -368,7 +368,7 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.
 fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden::Golden>> {
     let Some(root) = opts.golden.as_ref().filter(|_| !cfg.faults.is_empty()) else { return Ok(None) };
-    let platform = format!("{} / {}", opts.provenance.backend, opts.provenance.device);
+    let platform = opts.provenance.platform();
     let golden = crate::golden::ensure(cfg, &platform, root, |gcfg, dir| {
         if opts.progress {
             eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
