@@ -145,3 +145,29 @@ fn a_checkpoint_fault_alters_the_file_and_training_restarts_from_it() {
     assert_eq!(restart["steps_lost"], 3);
     assert_eq!(restart["final_params_digest"], golden["final_params_digest"]);
 }
+
+#[test]
+fn simulated_time_is_deterministic_with_modelled_compute_and_charges_each_strategy_its_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let modelled = "[parallel.compute]\ngflops = 20.0\n";
+    let go = |name: &str, extra: &str| train(dir.path(), name, &format!("{extra}\n{modelled}"));
+    let (a, b) = (go("golden-a", ""), go("golden-b", ""));
+    assert_eq!(a["simulated_s"], b["simulated_s"], "the same on every run: no measured time enters");
+    assert!(a["simulated_s"].as_f64().unwrap() > 0.0);
+    // Checkpoint writes cost storage time: the golden run (no checkpoints) is the baseline.
+    let none = go("none", &strategy("none"));
+    assert!(none["simulated_storage_s"].as_f64().unwrap() > 0.0 && none["simulated_snapshot_s"] == 0.0);
+    let rollback = go("rollback", &strategy("rollback"));
+    let rollback2 = go("rollback2", &strategy("rollback"));
+    assert_eq!(rollback["simulated_s"], rollback2["simulated_s"]);
+    // Rollback copies its state before every step and redoes one step.
+    let snap = rollback["simulated_snapshot_s"].as_f64().unwrap();
+    assert!(snap > 0.0, "{rollback}");
+    assert!(rollback["simulated_redo_s"].as_f64().unwrap() > 0.0);
+    let lossy = go("lossy", &strategy("lossy_forward"));
+    assert_eq!(lossy["simulated_snapshot_s"], 0.0, "lossy forward keeps no copy");
+    let over = |s: &serde_json::Value| s["simulated_overhead_vs_golden"].as_f64().unwrap();
+    assert!(over(&rollback) > over(&lossy), "rollback pays its copies and its redo: {} vs {}", over(&rollback), over(&lossy));
+    let restart = go("restart", &strategy("checkpoint_restart"));
+    assert!(over(&restart) > over(&lossy), "a restart recomputes a step and reloads");
+}

@@ -120,6 +120,9 @@ pub struct Metrics {
     pub golden_wall_s: Option<f64>,
     /// `(wall_s - golden_wall_s) / golden_wall_s`.
     pub time_overhead: Option<f64>,
+    /// Overhead in simulated time against the golden run (`train` runs): deterministic when
+    /// `parallel.compute.gflops` is set.
+    pub sim_overhead: Option<f64>,
     /// XXH3-64 digest of the final parameters.
     pub digest: Option<String>,
     /// The golden (or base) run compared with and the platform key of its bits (backend,
@@ -152,6 +155,7 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "wall_s",
     "golden_wall_s",
     "time_overhead",
+    "sim_overhead",
     "digest",
     "golden_key",
 ];

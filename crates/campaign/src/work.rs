@@ -262,6 +262,7 @@ impl<'a> Worker<'a> {
             wall_s: Some(s.wall_s),
             golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,
+            sim_overhead: s.simulated_overhead_vs_golden,
             digest: Some(s.final_params_digest),
             golden_key: Some(resilab_runner::golden::key(&spec.config, &self.platform())),
             strategy: Some(s.strategy),

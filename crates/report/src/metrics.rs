@@ -116,8 +116,10 @@ pub struct Cell {
     pub worst_margin_pct: f64,
     /// Mean accuracy loss vs golden (points), over runs that did not collapse.
     pub acc_loss: Option<f64>,
-    /// Mean time overhead vs golden (%).
+    /// Mean time overhead vs golden (%), measured wall time.
     pub time_overhead_pct: Option<f64>,
+    /// Mean overhead in simulated time vs golden (%).
+    pub sim_overhead_pct: Option<f64>,
     /// Mean steps lost.
     pub steps_lost: Option<f64>,
     /// Mean steps recomputed.
@@ -210,6 +212,7 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
             worst_margin_pct: 100.0 * margin(0.5, n),
             acc_loss: mean(&vals(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
             time_overhead_pct: mean(&vals(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
+            sim_overhead_pct: mean(&vals(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
             steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
             steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
             detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),

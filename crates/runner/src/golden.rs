@@ -44,6 +44,8 @@ pub struct Golden {
     pub final_test_acc: f64,
     /// Wall time of its training loop.
     pub wall_s: f64,
+    /// Its simulated time (absent in summaries written before it was recorded).
+    pub simulated_s: Option<f64>,
     /// Test accuracy at each evaluated step.
     #[serde(skip)]
     pub curve: BTreeMap<u64, f64>,
@@ -65,7 +67,7 @@ impl Golden {
                 curve.insert(step, acc);
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), final_test_acc: num("final_test_acc")?, wall_s: num("wall_s")?, curve })
+        Ok(Self { dir: dir.to_path_buf(), final_test_acc: num("final_test_acc")?, wall_s: num("wall_s")?, simulated_s: v["simulated_s"].as_f64(), curve })
     }
 
     /// The golden model's parameters at `step`, if it evaluated there, in the shape of `template`.

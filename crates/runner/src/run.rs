@@ -70,11 +70,24 @@ pub struct Summary {
     pub parallel: String,
     /// Blocks of each pipeline stage (empty for data parallelism).
     pub stages: Vec<Vec<String>>,
-    /// Simulated wall time of the steps on a real parallel machine: per step, the slowest
-    /// worker's measured compute plus modelled communication (or the pipeline schedule's span).
+    /// Simulated wall time on a real parallel machine: per step, the slowest worker's compute
+    /// (measured, or modelled with `parallel.compute.gflops`) plus modelled communication (or
+    /// the pipeline schedule's span), rollback's state copies and thrown-away attempts; plus
+    /// checkpoint writes and restart reloads at the storage bandwidth.
     pub simulated_s: f64,
     /// Modelled communication time within `simulated_s`.
     pub simulated_comm_s: f64,
+    /// Within `simulated_s`: rollback's copies of model and optimizer state before every step
+    /// and on every redo, at `parallel.compute.memory_gbps`.
+    pub simulated_snapshot_s: f64,
+    /// Within `simulated_s`: attempts of steps that were thrown away and redone.
+    pub simulated_redo_s: f64,
+    /// Within `simulated_s`: checkpoint writes and restart reloads at
+    /// `parallel.compute.storage_gbps`.
+    pub simulated_storage_s: f64,
+    /// `(simulated_s - golden simulated_s) / golden simulated_s`: deterministic when
+    /// `parallel.compute.gflops` is set.
+    pub simulated_overhead_vs_golden: Option<f64>,
     /// Bytes moved over the network, all links and steps together.
     pub comm_bytes: u64,
     /// Training and test set sizes.

@@ -32,6 +32,9 @@ struct Tally {
     sim_s: f64,
     comm_s: f64,
     comm_bytes: u64,
+    snapshot_s: f64,
+    redo_s: f64,
+    storage_s: f64,
 }
 
 /// Training loss and accuracy summed since the last `metrics.csv` row.
@@ -168,6 +171,8 @@ impl<'a> Session<'a> {
         t.redos += u64::from(s.redos);
         self.last_loss = s.loss;
         t.sim_s += s.sim_s;
+        t.snapshot_s += s.snapshot_s;
+        t.redo_s += s.redo_s;
         t.comm_s += s.comm_s;
         t.comm_bytes += s.comm_bytes;
         self.window.loss += s.loss;
@@ -188,6 +193,11 @@ impl<'a> Session<'a> {
             (self.initial.clone(), None)
         };
         trainer.restore(&state)?;
+        if from.is_some() {
+            let read_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
+            self.tally.storage_s += read_s;
+            self.tally.sim_s += read_s;
+        }
         guard.respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
@@ -206,6 +216,9 @@ impl<'a> Session<'a> {
         }
         self.tally.checkpoint_s += t.elapsed().as_secs_f64();
         self.tally.checkpoints += 1;
+        let write_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
+        self.tally.storage_s += write_s;
+        self.tally.sim_s += write_s;
         Ok(())
     }
 
@@ -339,6 +352,10 @@ impl<'a> Session<'a> {
             stages: stage_blocks(trainer),
             simulated_s: t.sim_s,
             simulated_comm_s: t.comm_s,
+            simulated_snapshot_s: t.snapshot_s,
+            simulated_redo_s: t.redo_s,
+            simulated_storage_s: t.storage_s,
+            simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).map(|g| (t.sim_s - g) / g),
             comm_bytes: t.comm_bytes,
             train_images: split.train.len(),
             test_images: split.test.len(),

@@ -105,6 +105,59 @@ impl NetworkConfig {
     }
 }
 
+fn default_memory() -> f64 {
+    20.0
+}
+
+/// The workers' side of the cost model (`[parallel.compute]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeConfig {
+    /// Modelled rate of one worker in GFLOP/s. When set, each forward pass costs its FLOPs
+    /// (from the layer shapes) at this rate, a backward pass twice that, and an optimizer
+    /// update the bytes of its state moved at `memory_gbps`: simulated time is then
+    /// deterministic (the same on every machine and run). Unset: passes and updates cost their
+    /// measured time.
+    #[serde(default)]
+    pub gflops: Option<f64>,
+    /// Memory bandwidth of one worker in GB/s (default 20), for what the cost model charges as
+    /// copies: rollback's copy of model and optimizer state before every step (a real framework
+    /// updates in place, so it must copy), its restore on a redo, and modelled updates.
+    #[serde(default = "default_memory")]
+    pub memory_gbps: f64,
+    /// Storage bandwidth in GB/s (default 2), for the checkpoint writes and the reloads of a
+    /// restart: the state's bytes at this rate.
+    #[serde(default = "default_storage")]
+    pub storage_gbps: f64,
+}
+
+fn default_storage() -> f64 {
+    2.0
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        Self { gflops: None, memory_gbps: default_memory(), storage_gbps: default_storage() }
+    }
+}
+
+impl ComputeConfig {
+    /// Seconds to copy `bytes` at `memory_gbps`.
+    pub fn copy_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.memory_gbps * 1e9)
+    }
+
+    /// Seconds to write or read `bytes` of checkpoint at `storage_gbps`.
+    pub fn storage_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.storage_gbps * 1e9)
+    }
+
+    /// Modelled seconds of `flops`, if a rate is set.
+    pub fn flops_s(&self, flops: f64) -> Option<f64> {
+        self.gflops.map(|g| flops / (g * 1e9))
+    }
+}
+
 /// The `[parallel]` section of a run configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,6 +197,9 @@ pub struct ParallelConfig {
     /// Interconnect of the cost model.
     #[serde(default)]
     pub network: NetworkConfig,
+    /// Workers of the cost model.
+    #[serde(default)]
+    pub compute: ComputeConfig,
 }
 
 impl Default for ParallelConfig {
@@ -160,6 +216,7 @@ impl Default for ParallelConfig {
             balance: Balance::Flops,
             split_at: None,
             network: NetworkConfig::default(),
+            compute: ComputeConfig::default(),
         }
     }
 }
@@ -224,6 +281,18 @@ impl ParallelConfig {
             && !(mb.is_finite() && mb > 0.0)
         {
             return bad(format!("parallel.bucket_mb = {mb} must be > 0"));
+        }
+        let c = &self.compute;
+        if !(c.memory_gbps.is_finite() && c.memory_gbps > 0.0) {
+            return bad(format!("parallel.compute.memory_gbps = {} must be > 0", c.memory_gbps));
+        }
+        if !(c.storage_gbps.is_finite() && c.storage_gbps > 0.0) {
+            return bad(format!("parallel.compute.storage_gbps = {} must be > 0", c.storage_gbps));
+        }
+        if let Some(g) = c.gflops
+            && !(g.is_finite() && g > 0.0)
+        {
+            return bad(format!("parallel.compute.gflops = {g} must be > 0"));
         }
         match self.mode {
             ParallelMode::Data => {

@@ -177,6 +177,35 @@ pub struct StepStats {
     pub skipped: u32,
     /// Times the step was undone and run again.
     pub redos: u32,
+    /// Simulated seconds of the attempts thrown away (each charged as a whole step: the damage
+    /// is found at the end of a step at the latest), within `sim_s`.
+    pub redo_s: f64,
+    /// Bytes of model and optimizer state copied before the step so that it can be undone
+    /// (the largest worker's; zero unless the hooks can undo).
+    pub snapshot_bytes: u64,
+    /// Simulated seconds of that copy, and of the restores of redone attempts, at
+    /// `parallel.compute.memory_gbps`, within `sim_s`.
+    pub snapshot_s: f64,
+}
+
+/// Bytes of a worker's model (parameters and buffers) and optimizer state.
+fn state_bytes(w: &Worker) -> u64 {
+    let mut n = 0usize;
+    resilab_models::for_each_param(&w.net, |_, t| n += t.dims()[0]);
+    n += w.optim.params.values().flat_map(|p| p.buffers.values()).map(|t| t.dims()[0]).sum::<usize>();
+    4 * n as u64
+}
+
+/// The modelled time of a worker's optimizer update, when compute is modelled: its state read
+/// and written once and its gradients read, at the memory bandwidth.
+fn modelled_update_s(p: &ParallelConfig, w: &Worker) -> Option<f64> {
+    let mut params = 0usize;
+    resilab_models::for_each_param(&w.net, |info, t| {
+        if info.trainable {
+            params += t.dims()[0];
+        }
+    });
+    p.compute.gflops.map(|_| p.compute.copy_s(2 * state_bytes(w) + 4 * params as u64))
 }
 
 /// How a step ended.
@@ -287,6 +316,8 @@ pub struct Trainer {
     device: Device,
     order: EpochOrder,
     topology: Topology,
+    /// Forward FLOPs per image of each worker's network (for the modelled compute time).
+    fwd_flops: Vec<u64>,
 }
 
 impl Trainer {
@@ -311,7 +342,7 @@ impl Trainer {
                 let plan = ReducePlan::new(&trainable_sizes(&net), &parallel);
                 let buffer_bytes =
                     resilab_models::named_params(&net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
-                let workers = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
+                let workers: Vec<Worker> = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
                 (workers, Topology::Data { plan, buffer_bytes })
             }
             ParallelMode::Pipeline => {
@@ -323,7 +354,14 @@ impl Trainer {
             }
         };
         let order = EpochOrder::new(seed, 0, data.train.len());
-        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology })
+        let input = InputShape { channels: data.train.channels, size: data.train.size };
+        let fwd_flops = workers.iter().map(|w| w.net.block_costs(input).iter().map(|b| b.flops).sum()).collect();
+        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology, fwd_flops })
+    }
+
+    /// Bytes of every worker's model and optimizer state together (what a checkpoint holds).
+    pub fn state_bytes(&self) -> u64 {
+        self.workers.iter().map(state_bytes).sum()
     }
 
     /// Optimizer steps per epoch (full global batches; a last partial batch is dropped).
@@ -387,6 +425,7 @@ impl Trainer {
     /// return.
     pub fn step_with(&mut self, hooks: &mut dyn Hooks) -> Result<StepOutcome> {
         let saved = hooks.undo().then(|| self.workers.clone());
+        let snapshot_bytes = if saved.is_some() { self.workers.iter().map(state_bytes).max().unwrap_or(0) } else { 0 };
         let mut attempt = 0;
         loop {
             let flow = match self.topology {
@@ -396,6 +435,10 @@ impl Trainer {
             match flow {
                 Flow::Done(mut s) => {
                     s.redos = attempt;
+                    s.redo_s = f64::from(attempt) * s.sim_s;
+                    s.snapshot_bytes = snapshot_bytes;
+                    s.snapshot_s = f64::from(1 + attempt) * self.parallel.compute.copy_s(snapshot_bytes);
+                    s.sim_s += s.redo_s + s.snapshot_s;
                     return Ok(StepOutcome::Done(s));
                 }
                 Flow::Redo => {
@@ -453,7 +496,7 @@ impl Trainer {
             let (pass, c) =
                 self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
             sync(&self.device)?;
-            compute[r] = t.elapsed().as_secs_f64();
+            compute[r] = self.parallel.compute.flops_s(3.0 * self.fwd_flops[r] as f64 * shard.len() as f64).unwrap_or_else(|| t.elapsed().as_secs_f64());
             if hook!(c, Point::Forward, r) {
                 skipped += 1;
                 continue;
@@ -491,7 +534,7 @@ impl Trainer {
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
             sync(&self.device)?;
-            opt.push(t.elapsed().as_secs_f64());
+            opt.push(modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64()));
             w.cursor = w.cursor.advance(spe);
             hook!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
         }
@@ -511,6 +554,9 @@ impl Trainer {
             update_s: opt.iter().sum(),
             skipped,
             redos: 0,
+            redo_s: 0.0,
+            snapshot_bytes: 0,
+            snapshot_s: 0.0,
         }))
     }
 
@@ -667,9 +713,18 @@ impl Trainer {
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
             sync(&self.device)?;
-            opt[s] = t.elapsed().as_secs_f64();
+            opt[s] = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
             w.cursor = w.cursor.advance(spe);
             hook!(hooks.after_optimizer_step(&ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]), Point::AfterOptimizerStep, s);
+        }
+        if let Some(per_image) = self.parallel.compute.gflops.map(|g| 1.0 / (g * 1e9)) {
+            for s in 0..ns {
+                let f = self.fwd_flops[s] as f64 * mb as f64 * per_image;
+                for m in 0..nm {
+                    times.forward[s][m] = if times.forward[s][m] > 0.0 { f } else { 0.0 };
+                    times.backward[s][m] = if times.backward[s][m] > 0.0 { 2.0 * f } else { 0.0 };
+                }
+            }
         }
         let (span, comm_s) = makespan(ops, &times, &self.parallel.network);
         let comm_bytes = times.act_bytes.iter().chain(&times.grad_bytes).flatten().sum();
@@ -689,6 +744,9 @@ impl Trainer {
             update_s: opt.iter().sum(),
             skipped,
             redos: 0,
+            redo_s: 0.0,
+            snapshot_bytes: 0,
+            snapshot_s: 0.0,
         }))
     }
 
