@@ -323,3 +323,31 @@ fn n_ev_is_decided_by_the_outcome_and_the_injected_extremes_are_a_column_of_thei
     }
     assert!(out.join("report/comparisons.csv").is_file());
 }
+
+#[test]
+fn data_parallel_runs_report_the_hit_replica_and_the_divergence_after_the_restart_broadcast() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Momentum flips in one replica of 2. A restart broadcasts rank 0's parameters (the DDP
+    // default), so the replicas keep their own momentum, one of them altered, and drift apart;
+    // broadcasting the optimizer state too (what Horovod scripts do) leaves nothing to drift.
+    let dp = NEV
+        .replace("repetitions = 10", "repetitions = 2")
+        .replace("train = { batch_size = 32 }", "train = { batch_size = 32 }\nparallel = { workers = 2 }")
+        .replace("first_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "first_bit = 2\nlast_bit = 5\nlocations_to_corrupt = [\"optimizer\"]")
+        .replace("\"inject.injection_tries\" = [1, 30]", "\"inject.injection_tries\" = [20]\nworkers_hit = [1]\n\"parallel.broadcast_on_restart\" = [\"parameters\", \"parameters_and_optimizer\"]");
+    let out = finished(tmp.path(), "dp", &dp);
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 4);
+    for r in &rs {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["hit_acc"].is_f64() && r["final_acc"].is_f64(), "rank 0's and the hit replica's accuracy: {r}");
+        let diverged = r["replicas_diverged"].as_u64().unwrap();
+        match r["coords"]["parallel.broadcast_on_restart"].as_str().unwrap() {
+            "parameters" => assert_eq!(diverged, 1, "the replicas' own momenta move them apart: {r}"),
+            _ => {
+                assert_eq!(diverged, 0, "{r}");
+                assert_eq!(r["hit_acc"], r["final_acc"]);
+            }
+        }
+    }
+}

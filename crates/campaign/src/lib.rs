@@ -82,6 +82,15 @@ pub struct Metrics {
     pub golden_acc: Option<f64>,
     /// `golden_acc - final_acc`.
     pub acc_loss: Option<f64>,
+    /// Data parallel: test accuracy of the first replica hit (`final_acc` is rank 0's).
+    pub hit_acc: Option<f64>,
+    /// Data parallel: test loss of the first replica hit.
+    pub hit_loss: Option<f64>,
+    /// Data parallel: largest Euclidean distance between a replica's trainable parameters and
+    /// rank 0's at the end (0: identical replicas).
+    pub replica_divergence: Option<f64>,
+    /// Data parallel: replicas whose parameters differ from rank 0's at the end.
+    pub replicas_diverged: Option<u64>,
     /// N-EV by the outcome (METRICS.md): the run ends (or is stopped) with a NaN/Inf loss, or
     /// with a NaN/Inf or extreme parameter, buffer or optimizer value. In `eval` campaigns,
     /// where nothing trains after the injection, the evaluation's loss is NaN/Inf.
@@ -138,6 +147,10 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "final_loss",
     "golden_acc",
     "acc_loss",
+    "hit_acc",
+    "hit_loss",
+    "replica_divergence",
+    "replicas_diverged",
     "nev",
     "ev_injected",
     "collapse_step",

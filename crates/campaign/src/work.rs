@@ -340,7 +340,13 @@ impl<'a> Worker<'a> {
         m.non_finite_or_extreme_injected = Some(bad_values);
         m.layers = Some(layers.into_iter().collect::<Vec<_>>().join(";"));
         m.bits = Some(bits.join(";"));
-        let cfg = &spec.config;
+        // An evaluation reads every replica's file as it is; a restart synchronises the
+        // replicas as `parallel.broadcast_on_restart` says.
+        let mut cfg = spec.config.clone();
+        if self.campaign.settings.kind == Kind::Eval {
+            cfg.parallel.broadcast_on_restart = Some(resilab_train::Broadcast::Nothing);
+        }
+        let cfg = &cfg;
         let split = self.split(cfg)?;
         let mut trainer = build_trainer(cfg, split.clone(), &self.device)?;
         let template = trainer.snapshot();
@@ -361,16 +367,17 @@ impl<'a> Worker<'a> {
             m.nev = Some(o.nev());
             m.collapsed = Some(o.collapsed());
             m.collapse_step = o.collapse_step;
+            replicas(&trainer, &hit, &split, cfg, &mut m);
         } else {
             // Nothing trains after the injection: the outcome is the evaluation itself (NaN/Inf
-            // logits give a NaN/Inf loss).
-            let r = hit.first().copied().unwrap_or(0).min(trainer.workers.len() - 1);
-            let net = if trainer.stage_ranges().is_some() { trainer.model() } else { trainer.workers[r].net.clone() };
-            let e = resilab_train::evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
+            // logits give a NaN/Inf loss), of the replica hit.
+            let e = trainer.evaluate();
             m.final_acc = Some(e.accuracy);
             m.final_loss = Some(e.loss);
-            m.nev = Some(!e.loss.is_finite());
-            m.collapsed = Some(!e.loss.is_finite());
+            replicas(&trainer, &hit, &split, cfg, &mut m);
+            let hit_loss = if trainer.stage_ranges().is_some() { e.loss } else { m.hit_loss.unwrap_or(e.loss) };
+            m.nev = Some(!hit_loss.is_finite());
+            m.collapsed = Some(!hit_loss.is_finite());
         }
         m.digest = Some(resilab_runner::params_digest(&trainer.model()));
         Ok(m)
@@ -385,6 +392,22 @@ fn layer_of(dataset: &str) -> String {
         Some((layer, _)) if d.starts_with("model/") => layer.to_string(),
         _ => d.to_string(),
     }
+}
+
+/// Data-parallel runs: the first hit replica's test accuracy and loss, and how far the replicas
+/// are from rank 0 (largest Euclidean distance of the trainable parameters, and how many differ).
+fn replicas(trainer: &Trainer, hit: &[usize], split: &Split, cfg: &RunConfig, m: &mut Metrics) {
+    if trainer.stage_ranges().is_some() || trainer.workers.len() < 2 {
+        return;
+    }
+    let r = hit.first().copied().unwrap_or(0).min(trainer.workers.len() - 1);
+    let e = resilab_train::evaluate(&trainer.workers[r].net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
+    m.hit_acc = Some(e.accuracy);
+    m.hit_loss = Some(e.loss);
+    let states: Vec<resilab_train::WorkerState> = trainer.workers.iter().map(resilab_train::WorkerState::capture).collect();
+    let d: Vec<f64> = states[1..].iter().map(|s| resilab_runner::golden::param_distance(&states[0], s)).collect();
+    m.replica_divergence = Some(d.iter().copied().fold(0.0, |a, b| if b.is_nan() || a.is_nan() { f64::NAN } else { a.max(b) }));
+    m.replicas_diverged = Some(d.iter().filter(|x| !(**x == 0.0)).count() as u64);
 }
 
 /// The worst value of every worker's parameters, buffers and optimizer state.

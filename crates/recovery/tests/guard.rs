@@ -167,8 +167,11 @@ fn rollback_after_a_crash_redoes_the_step_over_the_survivors() {
     assert!(t.snapshot() == lossy.snapshot());
 }
 
+/// A detection's step, rank, kind and decision (without its latency, which is measurement).
+type Seen = (u64, Option<usize>, Detection, Decision);
+
 /// Decisions and final states of `faults` under `strategy`, with the fault log kept or withheld.
-fn decisions(faults: &str, strategy: Strategy, withhold: bool) -> (Vec<(u64, Option<usize>, Detection, Decision)>, resilab_train::TrainState, usize) {
+fn decisions(faults: &str, strategy: Strategy, withhold: bool) -> (Vec<Seen>, resilab_train::TrainState, usize) {
     let mut t = trainer(4);
     let detect = DetectConfig { divergence_every: Some(1), ..DetectConfig::default() };
     let mut g = guard(faults, strategy, detect, 4);

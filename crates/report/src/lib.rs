@@ -17,7 +17,7 @@ use resilab_campaign::{Campaign, Kind, Row, Status};
 
 pub use compare::{Comparison, MIN_SEEDS, comparisons};
 pub use metrics::{ACC_EPS, Cell, Class, Share, cells, classify, margin};
-pub use plots::{Bars, LineChart, Plot, Scatter, Series, save};
+pub use plots::{Bars, Interval, LineChart, Plot, Scatter, Series, save};
 
 /// Errors of reports.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +86,7 @@ fn share_csv(s: &Share) -> [String; 4] {
 }
 
 /// A share's point and interval for a plot: `(y, Some((low, high)))`, percent.
-fn share_point(s: &Share) -> (f64, Option<(f64, f64)>) {
+fn share_point(s: &Share) -> (f64, Interval) {
     (s.pct, Some((s.lo_pct, s.hi_pct)))
 }
 
@@ -95,7 +95,7 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     let mut h: Vec<String> = axes.to_vec();
     h.extend(
         [
-            "runs", "ok", "not_ok", "seeds", "acc", "std", "cv", "acc_all", "golden_acc", "nan", "nan_pct", "nan_lo", "nan_hi", "nev", "nev_pct", "nev_lo", "nev_hi",
+            "runs", "ok", "not_ok", "seeds", "acc", "std", "cv", "acc_all", "golden_acc", "hit_acc", "replica_divergence", "diverged", "diverged_pct", "diverged_lo", "diverged_hi", "nan", "nan_pct", "nan_lo", "nan_hi", "nev", "nev_pct", "nev_lo", "nev_hi",
             "ev_injected", "ev_injected_pct", "ev_injected_lo", "ev_injected_hi", "rwc", "rwc_pct", "rwc_lo", "rwc_hi", "accr", "accr_pct", "accr_lo", "accr_hi", "tf", "tf_pct",
             "tf_lo", "tf_hi", "worst_margin", "acc_loss", "time_overhead_pct", "sim_overhead_pct", "steps_lost", "steps_recomputed", "detection_latency", "collapse_step",
         ]
@@ -105,7 +105,8 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     for c in cells {
         let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
         r.extend([c.runs.to_string(), c.ok.to_string(), c.not_ok.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";")]);
-        r.extend([c.seeds.to_string(), f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.acc_all, 3), f(c.golden_acc, 3)]);
+        r.extend([c.seeds.to_string(), f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.acc_all, 3), f(c.golden_acc, 3), f(c.hit_acc, 3), f(c.replica_divergence, 4)]);
+        if c.diverged.of > 0 { r.extend(share_csv(&c.diverged)) } else { r.extend([String::new(), String::new(), String::new(), String::new()]) }
         for s in [&c.nan, &c.nev, &c.ev_injected, &c.rwc, &c.accr, &c.tf] {
             r.extend(share_csv(s));
         }
@@ -196,7 +197,7 @@ impl Tally {
     }
 
     /// `count` as a share of the runs, in %, with its Wilson 95% interval.
-    fn pct(&self, count: u64) -> (f64, Option<(f64, f64)>) {
+    fn pct(&self, count: u64) -> (f64, Interval) {
         share_point(&Share::of(count, self.runs))
     }
 
@@ -207,7 +208,7 @@ impl Tally {
 }
 
 /// Appends `point` to the series `label` of `map`, creating it.
-fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64, Option<(f64, f64)>)) {
+fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64, Interval)) {
     map.entry(label.to_string()).or_insert_with(|| Series { label: label.to_string(), ..Series::default() }).points.push(point);
 }
 
@@ -233,6 +234,8 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
         ("CV", Box::new(|c: &Cell| f(c.cv, 4))),
         ("ACC all %", Box::new(|c: &Cell| f(c.acc_all, 2))),
         ("golden %", Box::new(|c: &Cell| f(c.golden_acc, 2))),
+        ("hit replica ACC %", Box::new(|c: &Cell| f(c.hit_acc, 2))),
+        ("replicas diverged", Box::new(|c: &Cell| if c.diverged.of > 0 { share_md(&c.diverged) } else { String::new() })),
         ("NaN", Box::new(|c: &Cell| share_md(&c.nan))),
         ("N-EV", Box::new(|c: &Cell| share_md(&c.nev))),
         ("EV injected", Box::new(|c: &Cell| share_md(&c.ev_injected))),
@@ -411,7 +414,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
         }
     }
     if by_layer.len() >= 2 {
-        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Option<(f64, f64)>)| Bars {
+        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Interval)| Bars {
             title: title.into(),
             x_label: x.into(),
             bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),

@@ -100,6 +100,12 @@ pub struct Cell {
     pub acc_all: Option<f64>,
     /// Mean golden accuracy (%).
     pub golden_acc: Option<f64>,
+    /// Data parallel: mean test accuracy (%) of the replica hit, runs that did not collapse.
+    pub hit_acc: Option<f64>,
+    /// Data parallel: runs whose replicas differ from rank 0's at the end.
+    pub diverged: Share,
+    /// Data parallel: mean of the largest replica distance from rank 0.
+    pub replica_divergence: Option<f64>,
     /// Runs whose loss or state was NaN/Inf at the end (collapsed).
     pub nan: Share,
     /// N-EV by the outcome.
@@ -203,6 +209,9 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
             },
             acc_all: mean(&all),
             golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
+            hit_acc: mean(&vals(&|r| r.metrics.hit_acc.map(|a| 100.0 * a), false)),
+            diverged: Share::of(count(&|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0)), ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64),
+            replica_divergence: mean(&vals(&|r| r.metrics.replica_divergence.filter(|d| d.is_finite()), false)),
             nan: Share::of(count(&collapsed), n),
             nev: Share::of(nev, n),
             ev_injected: Share::of(count(&|r| r.metrics.ev_injected.unwrap_or(false)), n),

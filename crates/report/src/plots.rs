@@ -42,13 +42,16 @@ fn register_font() -> Result<()> {
     result
 }
 
+/// A 95% interval `(low, high)` drawn as an error bar.
+pub type Interval = Option<(f64, f64)>;
+
 /// One line of a line chart.
 #[derive(Clone, Debug, Default)]
 pub struct Series {
     /// Legend text.
     pub label: String,
     /// `(x, y, interval)`; the interval `(low, high)` is drawn as an error bar.
-    pub points: Vec<(f64, f64, Option<(f64, f64)>)>,
+    pub points: Vec<(f64, f64, Interval)>,
     /// Draw dashed and black (a reference line, e.g. the golden run).
     pub reference: bool,
 }
@@ -91,7 +94,7 @@ pub struct Bars {
     /// Value axis label.
     pub x_label: String,
     /// `(label, value, interval (low, high))`.
-    pub bars: Vec<(String, f64, Option<(f64, f64)>)>,
+    pub bars: Vec<(String, f64, Interval)>,
 }
 
 type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;

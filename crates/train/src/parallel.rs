@@ -158,6 +158,20 @@ impl ComputeConfig {
     }
 }
 
+/// What rank 0 broadcasts to the other data-parallel replicas when training restarts from a
+/// checkpoint (each replica first loads its own file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Broadcast {
+    /// Nothing: every replica keeps what its own file held.
+    Nothing,
+    /// Rank 0's parameters and buffers (PyTorch DDP does this when it wraps the model).
+    Parameters,
+    /// Rank 0's parameters, buffers and optimizer state (what Horovod scripts usually do after
+    /// loading: `broadcast_parameters` and `broadcast_optimizer_state`).
+    ParametersAndOptimizer,
+}
+
 /// The `[parallel]` section of a run configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -200,6 +214,10 @@ pub struct ParallelConfig {
     /// Workers of the cost model.
     #[serde(default)]
     pub compute: ComputeConfig,
+    /// What is broadcast from rank 0 at a restart from a checkpoint (mode `data`); default by
+    /// `sync`: `parameters` for DDP, `parameters_and_optimizer` for Horovod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_on_restart: Option<Broadcast>,
 }
 
 impl Default for ParallelConfig {
@@ -217,11 +235,20 @@ impl Default for ParallelConfig {
             split_at: None,
             network: NetworkConfig::default(),
             compute: ComputeConfig::default(),
+            broadcast_on_restart: None,
         }
     }
 }
 
 impl ParallelConfig {
+    /// What is broadcast at a restart: `broadcast_on_restart`, or the default of `sync`.
+    pub fn broadcast(&self) -> Broadcast {
+        self.broadcast_on_restart.unwrap_or(match self.sync {
+            SyncKind::Ddp => Broadcast::Parameters,
+            SyncKind::Horovod => Broadcast::ParametersAndOptimizer,
+        })
+    }
+
     /// Number of workers (data parallel) or stages (pipeline).
     pub fn world(&self) -> usize {
         match self.mode {

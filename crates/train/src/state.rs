@@ -14,6 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use resilab_models::{for_each_param, map_params};
 
+use crate::parallel::Broadcast;
 use crate::{Cursor, Error, OptimState, ParamState, Result, Trainer, Worker};
 
 /// A tensor's values on the host, flattened, with its natural shape.
@@ -214,7 +215,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// Restores a state taken from a trainer built from the same configuration. Nothing is
+    /// Restores a state taken from a trainer built from the same configuration, then, for
+    /// data-parallel replicas, broadcasts from rank 0 what `parallel.broadcast_on_restart`
+    /// says (a restart re-creates the job, which synchronises its replicas). Nothing is
     /// changed if any worker's state does not fit or a counter is out of range.
     pub fn restore(&mut self, state: &TrainState) -> Result<()> {
         if state.workers.len() != self.workers.len() {
@@ -233,6 +236,25 @@ impl Trainer {
             s.restore_into(w, &device)?;
         }
         self.step = state.step;
+        if self.stage_ranges().is_none() && self.workers.len() > 1 {
+            self.broadcast_from_rank0(self.parallel.broadcast());
+        }
         Ok(())
+    }
+
+    /// Copies rank 0's parameters and buffers (and, with `ParametersAndOptimizer`, its
+    /// optimizer state) over the other data-parallel replicas; their random streams and cursors
+    /// stay their own.
+    pub fn broadcast_from_rank0(&mut self, what: Broadcast) {
+        if what == Broadcast::Nothing || self.workers.len() < 2 {
+            return;
+        }
+        let (first, rest) = self.workers.split_at_mut(1);
+        for w in rest {
+            w.net = first[0].net.clone();
+            if what == Broadcast::ParametersAndOptimizer {
+                w.optim = first[0].optim.clone();
+            }
+        }
     }
 }

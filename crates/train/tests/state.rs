@@ -87,3 +87,36 @@ fn a_state_that_does_not_fit_is_refused_and_nothing_changes() {
     assert!(err.contains("layer1.0.conv1.weight") && err.contains("missing classifier.fc.bias"), "{err}");
     assert!(t.snapshot() == before);
 }
+
+#[test]
+fn a_restart_broadcasts_what_the_configuration_says_from_rank_0() {
+    use resilab_train::{Broadcast, SyncKind};
+    let data = data();
+    let two = |sync, b| ParallelConfig { workers: 2, sync, broadcast_on_restart: b, ..ParallelConfig::default() };
+    assert_eq!(two(SyncKind::Ddp, None).broadcast(), Broadcast::Parameters, "DDP broadcasts rank 0's parameters");
+    assert_eq!(two(SyncKind::Horovod, None).broadcast(), Broadcast::ParametersAndOptimizer, "Horovod scripts broadcast both");
+    // A state whose replica 1 differs from replica 0 in a weight and in its momentum.
+    let mut t = trainer(OptimizerKind::Sgd, two(SyncKind::Ddp, Some(Broadcast::Nothing)), data.clone());
+    for _ in 0..2 {
+        t.step().unwrap();
+    }
+    let mut state = t.snapshot();
+    let w = &mut state.workers[1];
+    let name = w.params.keys().find(|k| k.ends_with("weight")).unwrap().clone();
+    w.params.get_mut(&name).unwrap().values[0] += 1.0;
+    let st = w.optim.values_mut().next().unwrap();
+    st.buffers.values_mut().next().unwrap().values[0] += 1.0;
+    let (p0, o0) = (state.workers[0].params.clone(), state.workers[0].optim.clone());
+    let restored = |b: Option<Broadcast>| {
+        let mut t = trainer(OptimizerKind::Sgd, two(SyncKind::Ddp, b), data.clone());
+        t.restore(&state).unwrap();
+        t.snapshot().workers[1].clone()
+    };
+    let nothing = restored(Some(Broadcast::Nothing));
+    assert!(nothing.params != p0 && nothing.optim != o0, "each replica keeps its own file");
+    let params = restored(None);
+    assert!(params.params == p0, "parameters from rank 0 (the DDP default)");
+    assert!(params.optim != o0, "the optimizer state stays replica 1's");
+    let both = restored(Some(Broadcast::ParametersAndOptimizer));
+    assert!(both.params == p0 && both.optim == o0);
+}
