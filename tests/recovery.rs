@@ -127,8 +127,13 @@ fn a_neuron_fault_is_logged_and_rolled_back() {
 fn a_checkpoint_fault_alters_the_file_and_training_restarts_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let golden = train(dir.path(), "golden", "");
-    let fault = "[[fault]]\ntarget = \"checkpoint\"\nat_step = 6\nworker = 1\ninjection_tries = 10\nscaling_factor = 1000.0\nlocations_to_corrupt = [\"model/layer1\"]\n";
-    // The published method: load the altered checkpoint and train on.
+    let fault_in = |w: usize| format!("[[fault]]\ntarget = \"checkpoint\"\nat_step = 6\nworker = {w}\ninjection_tries = 10\nscaling_factor = 1000.0\nlocations_to_corrupt = [\"model/layer1\"]\n");
+    // Rank 1's weights are overwritten by rank 0's at the restart (DDP's broadcast): no trace.
+    let erased = train(dir.path(), "erased", &fault_in(1));
+    assert_eq!(erased["restarts"][0]["to_step"], 6);
+    assert_eq!(erased["final_params_digest"], golden["final_params_digest"], "the DDP broadcast erases a flip in rank 1's weights");
+    // The published method on rank 0's file: load the altered checkpoint and train on.
+    let fault = &fault_in(0);
     let none = train(dir.path(), "none", fault);
     assert_eq!(none["faults_injected"], 1);
     assert_eq!(none["detections"][0]["kind"], "checksum_mismatch");
