@@ -225,6 +225,10 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
     for f in ["bits_nev", "bits_nan", "bits_acc_loss", "layers_nev"] {
         assert!(out.join("report/plots").join(format!("{f}.png")).exists(), "{f}");
     }
+    // Per bit, the N-EV share with its interval and a test against the other bits.
+    let mut rd = csv::Reader::from_path(out.join("report/bits.csv")).unwrap();
+    assert!(rd.headers().unwrap().iter().any(|h| h == "p_holm"));
+    assert!(rd.records().count() >= 4);
 
     // A fixed run length: collapsed runs train all their steps too.
     let fixed = NEV.replace("repetitions = 10", "repetitions = 3").replace("[1, 30]", "[30]").replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");

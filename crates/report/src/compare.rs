@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
-use crate::metrics::{collapsed, groups, survivor_accs};
+use crate::metrics::{Class, classify, collapsed, groups, survivor_accs};
 use crate::stats::{ALPHA, Test, holm, two_proportions, welch};
 
 /// Training seeds (base models) each side of a difference needs before it can be called shown.
@@ -26,8 +26,9 @@ pub struct Comparison {
     pub a: String,
     /// Second option.
     pub b: String,
-    /// `nev_pct` (N-EV share, %), `acc` (mean accuracy of the runs that did not collapse, %)
-    /// or `acc_all` (mean accuracy of every run, collapsed runs at chance, %).
+    /// `nev_pct` (N-EV share, %), `rwc_pct` (restart-without-change share, %), `acc` (mean
+    /// accuracy of the runs that did not collapse, %), `acc_all` (mean accuracy of every run,
+    /// collapsed runs at chance, %) or `sim_overhead_pct` (mean overhead in simulated time, %).
     pub metric: &'static str,
     /// Test used: `two_proportions` or `welch`.
     pub test: &'static str,
@@ -64,13 +65,25 @@ fn pct(t: Test) -> Test {
     Test { diff: 100.0 * t.diff, ci: (100.0 * t.ci.0, 100.0 * t.ci.1), p: t.p }
 }
 
-fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64) -> Vec<(&'static str, &'static str, f64, f64, usize, usize, Test)> {
+/// One test's outcome: metric, test, the two values, the two sample sizes, the test.
+type Tested = (&'static str, &'static str, f64, f64, usize, usize, Test);
+
+fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Tested> {
     let mut out = Vec::new();
-    let nev = |s: &Side| s.rows.iter().filter(|r| r.metrics.nev.unwrap_or(false)).count() as u64;
     let (na, nb) = (a.rows.len(), b.rows.len());
-    if let Some(t) = two_proportions(nev(a), na as u64, nev(b), nb as u64) {
-        let (va, vb) = (100.0 * nev(a) as f64 / na as f64, 100.0 * nev(b) as f64 / nb as f64);
-        out.push(("nev_pct", "two_proportions", va, vb, na, nb, pct(t)));
+    let rate = |name: &'static str, hit: &dyn Fn(&Row) -> bool, out: &mut Vec<Tested>| {
+        let k = |s: &Side| s.rows.iter().filter(|r| hit(r)).count() as u64;
+        if let Some(t) = two_proportions(k(a), na as u64, k(b), nb as u64) {
+            out.push((name, "two_proportions", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, na, nb, pct(t)));
+        }
+    };
+    rate("nev_pct", &|r| r.metrics.nev.unwrap_or(false), &mut out);
+    let rwc = |r: &Row| match (r.metrics.final_acc, r.metrics.golden_acc) {
+        (Some(acc), Some(golden)) => classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) == Class::RestartWithoutChange,
+        _ => false,
+    };
+    if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
+        rate("rwc_pct", &rwc, &mut out);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (sa, sb) = (survivor_accs(&a.rows), survivor_accs(&b.rows));
@@ -84,12 +97,17 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64) -> Vec<(&'static str,
     if let Some(t) = welch(&aa, &ab) {
         out.push(("acc_all", "welch", mean(&aa), mean(&ab), aa.len(), ab.len(), t));
     }
+    let sim = |s: &Side| -> Vec<f64> { s.rows.iter().filter_map(|r| r.metrics.sim_overhead.map(|x| 100.0 * x)).collect() };
+    let (sa, sb) = (sim(a), sim(b));
+    if let Some(t) = welch(&sa, &sb) {
+        out.push(("sim_overhead_pct", "welch", mean(&sa), mean(&sb), sa.len(), sb.len(), t));
+    }
     out
 }
 
 /// Every pairwise difference along each of `axes` (option order as in `order`), tested and
 /// Holm-adjusted together.
-pub fn comparisons(rows: &[Row], axes: &[String], order: &BTreeMap<String, Vec<String>>, chance: &dyn Fn(&Row) -> f64) -> Vec<Comparison> {
+pub fn comparisons(rows: &[Row], axes: &[String], order: &BTreeMap<String, Vec<String>>, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Comparison> {
     let cells: BTreeMap<BTreeMap<String, String>, Side> = groups(rows)
         .into_iter()
         .map(|(k, v)| {
@@ -119,7 +137,7 @@ pub fn comparisons(rows: &[Row], axes: &[String], order: &BTreeMap<String, Vec<S
             for (i, oa) in options.iter().enumerate() {
                 for ob in &options[i + 1..] {
                     let (Some(a), Some(b)) = (at(oa), at(ob)) else { continue };
-                    for (metric, test, va, vb, na, nb, t) in tests(a, b, chance) {
+                    for (metric, test, va, vb, na, nb, t) in tests(a, b, chance, tolerance_points) {
                         let label = f.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
                         out.push(Comparison {
                             axis: axis.clone(),
@@ -187,7 +205,7 @@ mod tests {
         }
         let order: BTreeMap<String, Vec<String>> =
             [("flips".to_string(), vec!["1".to_string(), "100".to_string()]), ("model".to_string(), vec!["r".to_string(), "v".to_string()])].into();
-        let cs = comparisons(&rows, &["flips".to_string(), "model".to_string()], &order, &|_| 0.1);
+        let cs = comparisons(&rows, &["flips".to_string(), "model".to_string()], &order, &|_| 0.1, 0.5);
         let get = |axis: &str, fixed: &str, metric: &str| cs.iter().find(|c| c.axis == axis && c.fixed == fixed && c.metric == metric).unwrap();
         let big = get("flips", "model=r", "nev_pct");
         assert_eq!((big.value_a, big.value_b), (5.0, 80.0));
@@ -201,7 +219,7 @@ mod tests {
             r.seed = 0;
             r
         }).collect();
-        let cs = comparisons(&one, &["flips".to_string()], &order, &|_| 0.1);
+        let cs = comparisons(&one, &["flips".to_string()], &order, &|_| 0.1, 0.5);
         assert!(cs.iter().all(|c| c.verdict != "shown"));
         assert!(cs.iter().any(|c| c.verdict.contains("fewer than 3 seeds")));
     }

@@ -147,7 +147,7 @@ fn comparisons_md(md: &mut String, cs: &[Comparison]) {
     let shown: Vec<&Comparison> = cs.iter().filter(|c| c.verdict == "shown").collect();
     let _ = writeln!(
         md,
-        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV by the two-proportion z test, mean accuracies by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
+        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV and RWC shares by the two-proportion z test, mean accuracies and simulated overheads by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
         cs.len(),
         cs.len(),
         shown.len(),
@@ -205,6 +205,45 @@ impl Tally {
     fn mean_loss(&self) -> Option<f64> {
         (self.losses > 0).then(|| self.loss_sum / self.losses as f64)
     }
+}
+
+/// Per precision and bit position, the single-flip runs' N-EV share with its Wilson interval,
+/// and the two-proportion test of that bit against every other bit of its precision pooled
+/// (Holm-adjusted over all bits): which bits are critical, each with its test.
+fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
+    let mut rows = Vec::new();
+    for ((p, b), t) in by_bit {
+        let (others, others_nev) = by_bit.iter().filter(|((q, c), _)| q == p && c != b).fold((0, 0), |(n, k), (_, o)| (n + o.runs, k + o.nev));
+        let test = stats::two_proportions(others_nev, others, t.nev, t.runs);
+        rows.push((p.clone(), *b, t, others, others_nev, test));
+    }
+    let adjusted = stats::holm(&rows.iter().map(|r| r.5.map_or(1.0, |t| t.p)).collect::<Vec<_>>());
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(["precision", "bit", "runs", "nev", "nev_pct", "nev_lo", "nev_hi", "nan", "others_nev_pct", "diff_vs_others", "p", "p_holm", "verdict"]);
+    for ((p, b, t, others, others_nev, test), ph) in rows.iter().zip(adjusted) {
+        let s = Share::of(t.nev, t.runs);
+        let verdict = match test {
+            Some(x) if ph < stats::ALPHA && x.diff > 0.0 => "more N-EV than the other bits (shown)",
+            Some(x) if ph < stats::ALPHA && x.diff < 0.0 => "less N-EV than the other bits (shown)",
+            _ => "not shown",
+        };
+        let _ = w.write_record([
+            p.clone(),
+            b.to_string(),
+            t.runs.to_string(),
+            t.nev.to_string(),
+            f(Some(s.pct), 2),
+            f(Some(s.lo_pct), 2),
+            f(Some(s.hi_pct), 2),
+            t.nan.to_string(),
+            f((*others > 0).then(|| 100.0 * *others_nev as f64 / *others as f64), 2),
+            f(test.map(|x| 100.0 * x.diff), 2),
+            test.map_or(String::new(), |x| format!("{:.3e}", x.p)),
+            format!("{ph:.3e}"),
+            verdict.to_string(),
+        ]);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
 /// Appends `point` to the series `label` of `map`, creating it.
@@ -323,7 +362,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
     let order: BTreeMap<String, Vec<String>> = campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
     let chance = |r: &Row| chance_of.get(&r.index).copied().unwrap_or(0.1);
-    let diffs = comparisons(&rows, &axes, &order, &chance);
+    let diffs = comparisons(&rows, &axes, &order, &chance, tol);
     written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
     comparisons_md(&mut md, &diffs);
     let plots = out.join("plots");
@@ -426,6 +465,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     }
     let bits: std::collections::BTreeSet<u64> = by_bit.keys().map(|k| k.1).collect();
     if bits.len() >= 4 {
+        written.files.push(write(&out.join("bits.csv"), &bits_csv(&by_bit))?);
         let mut nev: BTreeMap<String, Series> = BTreeMap::new();
         let mut loss: BTreeMap<String, Series> = BTreeMap::new();
         let mut nan: BTreeMap<String, Series> = BTreeMap::new();
