@@ -751,9 +751,11 @@ fn advise(args: AdviseArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&a)?);
         return Ok(());
     }
-    println!("checkpoint cost {:.3} s, restart cost {:.3} s, MTBF {:.1} s", a.checkpoint_s, a.restart_s, a.mtbf_s);
-    println!("Young: checkpoint every {:.1} s of work; expected time lost {:.2}%", a.young_s, 100.0 * a.young_waste);
-    println!("Daly:  checkpoint every {:.1} s of work; expected time lost {:.2}%", a.daly_s, 100.0 * a.daly_waste);
+    // Simulated costs are often milliseconds: small values in scientific notation.
+    let s = |x: f64| if x != 0.0 && x.abs() < 0.1 { format!("{x:.3e} s") } else { format!("{x:.1} s") };
+    println!("checkpoint cost {}, restart cost {}, MTBF {}", s(a.checkpoint_s), s(a.restart_s), s(a.mtbf_s));
+    println!("Young: checkpoint every {} of work; expected time lost {:.2}%", s(a.young_s), 100.0 * a.young_waste);
+    println!("Daly:  checkpoint every {} of work; expected time lost {:.2}%", s(a.daly_s), 100.0 * a.daly_waste);
     println!("(lost: checkpoint writes, work redone after failures and restarts; Daly's model, exponential failures)");
     Ok(())
 }

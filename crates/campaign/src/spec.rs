@@ -364,7 +364,20 @@ impl Campaign {
             } else if a.key == "seed" || a.key == "fault_seed" {
                 return Err(bad("seeds are set by campaign.seeds and campaign.fault_seed".into()));
             } else {
-                resilab_runner::set_value(&mut table, &a.key, v.clone()).map_err(bad)?;
+                // An option table may carry `with`: other run-config keys this option sets
+                // (a model's own learning rate, say), applied after the axis's own value.
+                let mut v = v.clone();
+                let with = match &mut v {
+                    toml::Value::Table(t) => t.remove("with"),
+                    _ => None,
+                };
+                resilab_runner::set_value(&mut table, &a.key, v).map_err(bad)?;
+                if let Some(with) = with {
+                    let toml::Value::Table(w) = with else { return Err(bad("`with` must be a table of run-configuration keys".into())) };
+                    for (k, x) in w {
+                        resilab_runner::set_value(&mut table, &k, x).map_err(|m| bad(format!("with.{k}: {m}")))?;
+                    }
+                }
             }
         }
         table.insert("seed".into(), toml::Value::Integer(i64::try_from(seed).map_err(|_| format!("campaign.seeds: {seed} is too large"))?));
@@ -468,6 +481,18 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         let c2 = Campaign::parse(&more, &[], "t").unwrap();
         let ids2: std::collections::HashSet<String> = (0..c2.len()).map(|i| c2.run(i).unwrap().id).collect();
         assert!(ids.iter().all(|i| ids2.contains(*i)));
+    }
+
+    #[test]
+    fn an_option_sets_other_run_keys_with_with() {
+        let c = Campaign::parse(&SMALL.replace("vgg = { arch = \"vgg\", depth = 11 }", "vgg = { arch = \"vgg\", depth = 11, with = { \"optimizer.lr\" = 0.5, \"data.difficulty\" = 0.7 } }"), &[], "t").unwrap();
+        let (resnet, vgg) = (c.run(0).unwrap(), c.run(1).unwrap());
+        assert_eq!(vgg.coords[1].1, "vgg");
+        assert!(vgg.config.model.label().starts_with("vgg"));
+        assert_eq!(vgg.config.optimizer.lr, 0.5);
+        assert_ne!(resnet.config.optimizer.lr, 0.5, "only the option's own runs");
+        let e = Campaign::parse(&SMALL.replace("depth = 11 }", "depth = 11, with = { \"optimizer.lrr\" = 0.5 } }"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("model = vgg") && e.contains("lrr"), "{e}");
     }
 
     #[test]

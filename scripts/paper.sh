@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Reruns the configs/paper/ presets and regenerates results/paper/: for each preset, the
+# campaign (into results/campaigns/<preset>, which must not exist yet), its report into
+# results/paper/<preset>/ with the campaign's campaign.toml, campaign.json and runs.csv, and
+# finally results/paper/README.md from the reports (scripts/paper_readme.py).
+#
+#   bash scripts/paper.sh                      # every preset at its default size
+#   PRESETS="nev bits" bash scripts/paper.sh   # some of them
+#   SET="campaign.repetitions=84" SUFFIX=-paper PRESETS=nev bash scripts/paper.sh
+#
+# JOBS (default 2) worker processes of THREADS (default 1) threads each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery pipeline"}
+JOBS=${JOBS:-2}
+THREADS=${THREADS:-1}
+SUFFIX=${SUFFIX:-}
+cargo build --release --quiet
+bin=target/release/resilab
+for p in $PRESETS; do
+    name="$p$SUFFIX"
+    camp="results/campaigns/$name"
+    out="results/paper/$name"
+    if [ -e "$camp" ]; then
+        echo "paper.sh: $camp exists; move it away first (this script starts every campaign afresh)" >&2
+        exit 1
+    fi
+    args=(campaign --config "configs/paper/$p.toml" --out "$camp" --jobs "$JOBS" --threads "$THREADS" --quiet)
+    if [ -n "${SET:-}" ]; then
+        for s in $SET; do args+=(--set "$s"); done
+    fi
+    start=$(date +%s)
+    "$bin" "${args[@]}"
+    echo "paper.sh: $name took $(( $(date +%s) - start )) s"
+    # The preset's folder holds only what this script writes into it.
+    rm -rf "$out"
+    "$bin" report "$camp" --out "$out"
+    cp "$camp/campaign.toml" "$camp/campaign.json" "$camp/runs.csv" "$out/"
+    echo "$(( $(date +%s) - start ))" > "$out/wall_s.txt"
+done
+python3 scripts/paper_readme.py results/paper > results/paper/README.md
+echo "paper.sh: results/paper/README.md regenerated"

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Writes results/paper/README.md from the presets' reports: every verdict comes from the
+report's own tests (comparisons.csv, bits.csv), none is written by hand.
+
+    python3 scripts/paper_readme.py results/paper > results/paper/README.md
+
+Each preset folder holds what `resilab campaign` and `resilab report --out <folder>` wrote:
+campaign.toml, campaign.json, runs.csv, cells.csv, comparisons.csv, report.md, plots/ (and
+bits.csv for the per-bit preset). A claim names the published trend, the axis and pair of
+options it compares, the metric and the expected sign of (b - a); its verdict counts the
+comparisons of the report that match it (one per combination of the other coordinates):
+"shown" when every one is shown in the expected direction, "partly (k of n)" when some are,
+"not shown" when none is, and "contradicted" when one is shown in the opposite direction.
+Only the standard library is used.
+"""
+
+import csv
+import json
+import os
+import sys
+
+# (folder, published table, description, claims). A claim: (text, axis, a, b, metric, sign).
+PRESETS = [
+    ("nev", "1: N-EV vs flips x model", "N-EV after 1-1000 flips in a checkpoint, per model", [
+        ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
+        ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
+        ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
+    ]),
+    ("nev-paper", "1, published size", "Table 1 at 250 runs per cell", [
+        ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
+        ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
+        ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
+    ]),
+    ("bits", "finding of 1: the critical bit", "one flip per evaluation, every bit position", []),
+    ("precision", "2: 16- vs 32-bit", "N-EV at 16 and 32 bits per flip count and model", [
+        ("32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", +1),
+    ]),
+    ("masks", "3: multi-bit masks", "accuracy and N-EV after multi-bit masks", [
+        ("masks with more bits set cost more accuracy (the published runs do not show it)", "inject.bit_mask", "3:10001010", "6:11101101", "acc_all", -1),
+    ]),
+    ("dp-one-flip", "4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
+        ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
+    ]),
+    ("dp-many-flips", "5: many flips in k of 8 workers", "N-EV and accuracy after 1-100 flips in 1-8 replicas", [
+        ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
+        ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
+        ("N-EV grows from 1 to 8 workers hit", "workers_hit", "1", "8", "nev_pct", +1),
+        ("model flips cost more accuracy than optimizer-state flips", "inject.locations_to_corrupt", "model", "optimizer", "acc_all", +1),
+    ]),
+    ("recovery", "6: recovery strategies", "strategies x fault rate x checkpoint interval x workers", [
+        ("rollback costs less simulated time than checkpoint-restart", "recovery.strategy", "checkpoint_restart", "rollback", "sim_overhead_pct", -1),
+        ("lossy forward costs less simulated time than rollback", "recovery.strategy", "rollback", "lossy_forward", "sim_overhead_pct", -1),
+        ("lossy forward loses accuracy against rollback", "recovery.strategy", "rollback", "lossy_forward", "acc_all", -1),
+        ("no recovery ends below rollback", "recovery.strategy", "none", "rollback", "acc_all", +1),
+    ]),
+    ("pipeline", "none (resilab's own)", "faults in each stage's weights, optimizer state, activations and gradient messages", []),
+]
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(x, digits=1):
+    try:
+        return f"{float(x):.{digits}f}"
+    except (TypeError, ValueError):
+        return ""
+
+
+def verdict(comps, claim):
+    text, axis, a, b, metric, sign = claim
+    rows = [c for c in comps if c["axis"] == axis and c["a"] == a and c["b"] == b and c["metric"] == metric]
+    if not rows:
+        return "no test", [], rows
+    shown = [c for c in rows if c["verdict"] == "shown" and float(c["diff"]) * sign > 0]
+    against = [c for c in rows if c["verdict"] == "shown" and float(c["diff"]) * sign < 0]
+    if against:
+        v = f"contradicted ({len(against)} of {len(rows)})"
+    elif len(shown) == len(rows):
+        v = "shown" if len(rows) == 1 else f"shown ({len(rows)} of {len(rows)})"
+    elif shown:
+        v = f"partly ({len(shown)} of {len(rows)})"
+    else:
+        v = f"not shown (0 of {len(rows)})"
+    return v, shown, rows
+
+
+def detail(c):
+    return (f"{c['fixed']}: {num(c['value_a'])} -> {num(c['value_b'])} ({float(c['diff']):+.1f} "
+            f"[{float(c['ci_lo']):+.1f}, {float(c['ci_hi']):+.1f}], p Holm {float(c['p_holm']):.2g}, n = {c['n_a']}/{c['n_b']}, "
+            f"{c['seeds']} seeds): {c['verdict']}")
+
+
+def cells_table(cells, axes):
+    cols = [("seeds", "seeds", 0), ("ACC %", "acc", 1), ("ACC all %", "acc_all", 1), ("golden %", "golden_acc", 1)]
+    out = []
+    has = lambda k: any(c.get(k) for c in cells)
+    header = [a.removeprefix("inject.") for a in axes] + ["runs (ok)"] + [h for h, k, _ in cols if has(k)]
+    shares = [("N-EV", "nev"), ("EV injected", "ev_injected"), ("NaN", "nan"), ("RWC", "rwc")]
+    header += [h for h, k in shares if has(k + "_pct")]
+    extra = [("hit replica ACC %", "hit_acc", 1), ("sim. overhead %", "sim_overhead_pct", 2), ("steps recomputed", "steps_recomputed", 2)]
+    header += [h for h, k, _ in extra if has(k)]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "---|" * len(header))
+    for c in cells:
+        r = [c.get(a, "") for a in axes] + [f"{c['runs']} ({c['ok']})"]
+        r += [num(c[k], d) if d else c[k] for h, k, d in cols if has(k)]
+        for h, k in shares:
+            if has(k + "_pct"):
+                r.append(f"{c[k]} ({num(c[k + '_pct'])} [{num(c[k + '_lo'])}, {num(c[k + '_hi'])}])" if c.get(k + "_pct") else "")
+        r += [num(c[k], d) for h, k, d in extra if has(k)]
+        out.append("| " + " | ".join(r) + " |")
+    return "\n".join(out)
+
+
+def axes_of(cells):
+    fixed = {"runs", "ok", "not_ok", "seeds"}
+    keys = list(cells[0].keys()) if cells else []
+    out = []
+    for k in keys:
+        if k in fixed:
+            break
+        out.append(k)
+    return out
+
+
+def preset_section(root, name, table, what, claims):
+    d = os.path.join(root, name)
+    cells = read_csv(os.path.join(d, "cells.csv"))
+    if not cells:
+        return None, None
+    comps = read_csv(os.path.join(d, "comparisons.csv"))
+    meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
+    runs = sum(int(c["runs"]) for c in cells)
+    wall = open(os.path.join(d, "wall_s.txt")).read().strip() if os.path.exists(os.path.join(d, "wall_s.txt")) else "?"
+    lines = [f"## {name}: {what}", "", f"Published table {table}. {runs} runs in {wall} s (base and golden runs included) on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}. "
+             f"Files: `{name}/report.md` (rules, all columns, plots), `cells.csv`, `comparisons.csv` (every test), `runs.csv`.", ""]
+    lines.append(cells_table(cells, axes_of(cells)))
+    lines.append("")
+    verdicts = []
+    for claim in claims:
+        v, shown, rows = verdict(comps, claim)
+        verdicts.append((claim[0], v))
+        lines.append(f"- **{claim[0]}**: {v}.")
+        for c in rows:
+            lines.append(f"  - {detail(c)}")
+    bits = read_csv(os.path.join(d, "bits.csv"))
+    if bits:
+        crit = [b for b in bits if b["verdict"].startswith("more")]
+        lines.append("- **Bits with more N-EV than the other bits of their precision** (bits.csv, two-proportion test, Holm over all bits): "
+                     + (", ".join(f"{b['precision']}-bit bit {b['bit']} ({num(b['nev_pct'])}% [{num(b['nev_lo'])}, {num(b['nev_hi'])}] vs {num(b['others_nev_pct'])}%)" for b in crit) or "none") + ".")
+        verdicts.append(("critical bits", ", ".join(f"{b['precision']}:{b['bit']}" for b in crit) or "none shown"))
+    if not claims and comps:
+        shown = [c for c in comps if c["verdict"] == "shown"]
+        lines.append(f"- {len(shown)} of {len(comps)} tested differences shown (see comparisons.csv).")
+        for c in shown[:12]:
+            lines.append(f"  - {c['axis']} {c['a']} vs {c['b']}, {c['metric']}: {detail(c)}")
+        verdicts.append(("differences shown", f"{len(shown)} of {len(comps)}"))
+    lines.append("")
+    return "\n".join(lines), (name, table, f"{runs} ({wall} s)", verdicts)
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "results/paper"
+    sections, summary = [], []
+    for name, table, what, claims in PRESETS:
+        s, row = preset_section(root, name, table, what, claims)
+        if s:
+            sections.append(s)
+            summary.append(row)
+    print("# Reproductions of the published tables\n")
+    print("Generated by `python3 scripts/paper_readme.py results/paper` from the reports in this folder; "
+          "no verdict here is written by hand. Each folder holds one `configs/paper/` preset's campaign "
+          "(`bash scripts/paper.sh` reruns them all): `report.md`, `cells.csv`, `comparisons.csv`, `runs.csv`, `plots/`.\n")
+    print("Rules: N-EV is decided by the outcome of the continued training (METRICS.md), EV injected "
+          "(what the flip wrote) is its own column; shares carry Wilson 95% intervals; a difference is "
+          "*shown* when its own test (two-proportion z for rates, Welch's t for means), Holm-adjusted over "
+          "the preset's report, gives p < 0.05 and both cells rest on at least 3 training seeds. A claim "
+          "lists every comparison it rests on (one per combination of the other grid coordinates).\n")
+    print("| preset | published table | runs (wall time) | verdicts |")
+    print("|---|---|---|---|")
+    for name, table, runs, verdicts in summary:
+        print(f"| `{name}` | {table} | {runs} | " + "; ".join(f"{t}: **{v}**" for t, v in verdicts) + " |")
+    print()
+    for s in sections:
+        print(s)
+
+
+if __name__ == "__main__":
+    main()
