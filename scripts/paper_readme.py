@@ -131,7 +131,7 @@ def axes_of(cells):
 def preset_section(root, name, table, what, claims):
     d = os.path.join(root, name)
     cells = read_csv(os.path.join(d, "cells.csv"))
-    if not cells:
+    if not cells or not os.path.exists(os.path.join(d, "comparisons.csv")):
         return None, None
     comps = read_csv(os.path.join(d, "comparisons.csv"))
     meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
@@ -188,6 +188,19 @@ def main():
     print()
     for s in sections:
         print(s)
+    # Folders written by an earlier resilab, before N-EV was decided by the outcome and before
+    # differences were tested: listed, never read for a verdict.
+    legacy = sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))
+                    and os.path.exists(os.path.join(root, n, "cells.csv"))
+                    and not os.path.exists(os.path.join(root, n, "comparisons.csv")))
+    if legacy:
+        print("## Earlier runs under the old rules\n")
+        print("These folders were written before N-EV was decided by the outcome of training and before "
+              "differences were tested; their `nev` column counted a NaN/Inf/extreme value at any point after "
+              "the injection, the injected values included (in `nev-paper/` it equals what is now `ev_injected` "
+              "in every run). They are kept for "
+              "the campaign-throughput figures in the top-level README and are not read for any verdict here: "
+              + ", ".join(f"`{n}/`" for n in legacy) + ".\n")
 
 
 if __name__ == "__main__":
