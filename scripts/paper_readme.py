@@ -31,6 +31,11 @@ PRESETS = [
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
     ]),
+    ("nev-factors", "1: which setting the published N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", [
+        ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
+        ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
+        ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
+    ]),
     ("bits", "finding of 1: the critical bit", "one flip per evaluation, every bit position", []),
     ("precision", "2: 16- vs 32-bit", "N-EV at 16 and 32 bits per flip count and model", [
         ("32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", +1),
@@ -148,6 +153,15 @@ def preset_section(root, name, table, what, claims):
         lines.append(f"- **{claim[0]}**: {v}.")
         for c in rows:
             lines.append(f"  - {detail(c)}")
+    if name.startswith("nev-factors"):
+        published = {"10": (2.8, 8.8), "100": (12.8, 66.8)}
+        lines.append("- **Cells whose N-EV (Wilson 95% interval) overlaps the published range** (10 flips: 2.8-8.8%, 100 flips: 12.8-66.8%):")
+        for flips, (lo, hi) in published.items():
+            inside = [c for c in cells if c.get("inject.injection_tries") == flips and c.get("nev_lo") and float(c["nev_lo"]) <= hi and float(c["nev_hi"]) >= lo]
+            total = [c for c in cells if c.get("inject.injection_tries") == flips]
+            lines.append(f"  - {flips} flips: {len(inside)} of {len(total)} cells" + (": " + "; ".join(
+                ", ".join(f"{k.removeprefix('inject.')}={c[k]}" for k in axes_of(cells) if k != "inject.injection_tries") + f" ({num(c['nev_pct'])}%)" for c in inside) if inside else ""))
+        verdicts.append(("cells in the published range", "see section"))
     bits = read_csv(os.path.join(d, "bits.csv"))
     if bits:
         crit = [b for b in bits if b["verdict"].startswith("more")]
