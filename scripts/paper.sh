@@ -11,7 +11,7 @@
 # JOBS (default 2) worker processes of THREADS (default 1) threads each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery pipeline"}
+PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery pipeline nev-factors"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}

@@ -533,23 +533,6 @@ fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> 
     }
 }
 
-/// One row of the strategy comparison.
-#[derive(serde::Serialize)]
-struct StrategyRow {
-    strategy: String,
-    status: String,
-    final_test_acc: f64,
-    acc_loss_vs_golden: Option<f64>,
-    faults: usize,
-    detections: usize,
-    restarts: usize,
-    steps_lost: u64,
-    steps_recomputed: u64,
-    collapsed: bool,
-    wall_s: f64,
-    time_overhead_vs_golden: Option<f64>,
-    step_overhead: f64,
-}
 
 fn compare(args: CompareArgs) -> Result<()> {
     let base = RunConfig::load(&args.train.config, &args.train.set)?;
@@ -558,7 +541,7 @@ fn compare(args: CompareArgs) -> Result<()> {
     let threads = set_threads(args.train.compute.threads)?;
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
     let mut own: Vec<&str> = args.strategies.iter().map(String::as_str).collect();
-    own.push("strategies.csv");
+    own.extend(["strategies.csv", "table.txt"]);
     resilab_runner::check_output_dir(&root, &own, "--out")?;
     let mut rows = Vec::new();
     let mut golden = None;
@@ -580,56 +563,12 @@ fn compare(args: CompareArgs) -> Result<()> {
         };
         let s = resilab_runner::train(&cfg, &opts)?;
         golden = golden.or(s.golden.clone());
-        rows.push(StrategyRow {
-            strategy: strategy.clone(),
-            status: s.status.clone(),
-            final_test_acc: s.final_test_acc,
-            acc_loss_vs_golden: s.acc_loss_vs_golden,
-            faults: s.faults_injected,
-            detections: s.detections.len(),
-            restarts: s.restarts.len(),
-            steps_lost: s.steps_lost,
-            steps_recomputed: s.steps_recomputed,
-            collapsed: s.collapsed,
-            wall_s: s.wall_s,
-            time_overhead_vs_golden: s.time_overhead_vs_golden,
-            step_overhead: s.steps_recomputed as f64 / s.steps.max(1) as f64,
-        });
+        rows.push(resilab_runner::compare::StrategyRow::of(strategy, &s));
     }
-    let opt = |v: Option<f64>, scale: f64| v.map_or("-".to_string(), |x| format!("{:+.3}", x * scale));
-    println!();
-    if let Some(g) = &golden {
-        println!("golden run: test accuracy {:.4}, wall {:.1} s ({})", g.final_test_acc, g.wall_s, g.dir.display());
-    }
-    println!(
-        "{:<20} {:<9} {:>8} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>7} {:>9} {:>10}",
-        "strategy", "status", "test acc", "acc loss", "faults", "detect", "restarts", "lost", "recomp", "collapsed", "wall s", "time ovh", "steps ovh"
-    );
-    for r in &rows {
-        println!(
-            "{:<20} {:<9} {:>8.4} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>7.1} {:>8}% {:>9.1}%",
-            r.strategy,
-            r.status,
-            r.final_test_acc,
-            opt(r.acc_loss_vs_golden, 1.0),
-            r.faults,
-            r.detections,
-            r.restarts,
-            r.steps_lost,
-            r.steps_recomputed,
-            r.collapsed,
-            r.wall_s,
-            opt(r.time_overhead_vs_golden, 100.0),
-            100.0 * r.step_overhead
-        );
-    }
-    let path = root.join("strategies.csv");
-    let mut w = csv::Writer::from_path(&path).with_context(|| format!("{}", path.display()))?;
-    for r in &rows {
-        w.serialize(r).with_context(|| format!("{}", path.display()))?;
-    }
-    w.flush().with_context(|| format!("{}", path.display()))?;
-    println!("table in {}", path.display());
+    let table = resilab_runner::compare::table(&rows, golden.as_ref());
+    println!("\n{table}");
+    resilab_runner::compare::write(&root, &rows, &table)?;
+    println!("table in {} and {}", root.join("table.txt").display(), root.join("strategies.csv").display());
     Ok(())
 }
 

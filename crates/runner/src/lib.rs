@@ -1,6 +1,7 @@
 //! Turns a run configuration into a training run and its result files.
 
 pub mod bench;
+pub mod compare;
 mod eval;
 mod config;
 pub mod golden;
