@@ -21,38 +21,38 @@ import sys
 
 # (folder, published table, description, claims). A claim: (text, axis, a, b, metric, sign).
 PRESETS = [
-    ("nev", "1: N-EV vs flips x model", "N-EV after 1-1000 flips in a checkpoint, per model", [
+    ("nev", "table 1: N-EV vs flips x model", "N-EV after 1-1000 flips in a checkpoint, per model", [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
     ]),
-    ("nev-paper", "1, published size", "Table 1 at 250 runs per cell", [
+    ("nev-paper", "table 1 at its published size", "Table 1 at 250 runs per cell", [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
     ]),
-    ("nev-factors", "1: which setting the published N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", [
+    ("nev-factors", "table 1: which setting its N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", [
         ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
         ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
         ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
     ]),
-    ("bits", "finding of 1: the critical bit", "one flip per evaluation, every bit position", []),
-    ("precision", "2: 16- vs 32-bit", "N-EV at 16 and 32 bits per flip count and model", [
+    ("bits", "table 1's finding: the critical bit", "one flip per evaluation, every bit position", []),
+    ("precision", "table 2: 16- vs 32-bit", "N-EV at 16 and 32 bits per flip count and model", [
         ("32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", +1),
     ]),
-    ("masks", "3: multi-bit masks", "accuracy and N-EV after multi-bit masks", [
+    ("masks", "table 3: multi-bit masks", "accuracy and N-EV after multi-bit masks", [
         ("masks with more bits set cost more accuracy (the published runs do not show it)", "inject.bit_mask", "3:10001010", "6:11101101", "acc_all", -1),
     ]),
-    ("dp-one-flip", "4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
+    ("dp-one-flip", "table 4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
         ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
     ]),
-    ("dp-many-flips", "5: many flips in k of 8 workers", "N-EV and accuracy after 1-100 flips in 1-8 replicas", [
+    ("dp-many-flips", "table 5: many flips in k of 8 workers", "N-EV and accuracy after 1-100 flips in 1-8 replicas", [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 1 to 8 workers hit", "workers_hit", "1", "8", "nev_pct", +1),
         ("model flips cost more accuracy than optimizer-state flips", "inject.locations_to_corrupt", "model", "optimizer", "acc_all", +1),
     ]),
-    ("recovery", "6: recovery strategies", "strategies x fault rate x checkpoint interval x workers", [
+    ("recovery", "section 6: recovery strategies (CCGrid'22)", "strategies x fault rate x checkpoint interval x workers", [
         ("rollback costs less simulated time than checkpoint-restart", "recovery.strategy", "checkpoint_restart", "rollback", "sim_overhead_pct", -1),
         ("lossy forward costs less simulated time than rollback", "recovery.strategy", "rollback", "lossy_forward", "sim_overhead_pct", -1),
         ("lossy forward loses accuracy against rollback", "recovery.strategy", "rollback", "lossy_forward", "acc_all", -1),
@@ -142,7 +142,7 @@ def preset_section(root, name, table, what, claims):
     meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
     runs = sum(int(c["runs"]) for c in cells)
     wall = open(os.path.join(d, "wall_s.txt")).read().strip() if os.path.exists(os.path.join(d, "wall_s.txt")) else "?"
-    lines = [f"## {name}: {what}", "", f"Published table {table}. {runs} runs in {wall} s (base and golden runs included) on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}. "
+    lines = [f"## {name}: {what}", "", f"Published: {table}. {runs} runs in {wall} s (base and golden runs included) on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}. "
              f"Files: `{name}/report.md` (rules, all columns, plots), `cells.csv`, `comparisons.csv` (every test), `runs.csv`.", ""]
     lines.append(cells_table(cells, axes_of(cells)))
     lines.append("")
@@ -195,7 +195,7 @@ def main():
           "*shown* when its own test (two-proportion z for rates, Welch's t for means), Holm-adjusted over "
           "the preset's report, gives p < 0.05 and both cells rest on at least 3 training seeds. A claim "
           "lists every comparison it rests on (one per combination of the other grid coordinates).\n")
-    print("| preset | published table | runs (wall time) | verdicts |")
+    print("| preset | published | runs (wall time) | verdicts |")
     print("|---|---|---|---|")
     for name, table, runs, verdicts in summary:
         print(f"| `{name}` | {table} | {runs} | " + "; ".join(f"{t}: **{v}**" for t, v in verdicts) + " |")
