@@ -45,6 +45,8 @@ PRESETS = [
     ]),
     ("dp-one-flip", "table 4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
         ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
+        ("an optimizer-state flip leaves the replicas diverged more often than a model flip", "inject.locations_to_corrupt", "model", "optimizer", "diverged_pct", +1),
+        ("Horovod's restart (parameters and optimizer state broadcast) leaves fewer diverged replicas than DDP's", "parallel.sync", "ddp", "horovod", "diverged_pct", -1),
     ]),
     ("dp-many-flips", "table 5: many flips in k of 8 workers", "N-EV and accuracy after 1-100 flips in 1-8 replicas", [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
@@ -105,7 +107,7 @@ def cells_table(cells, axes):
     out = []
     has = lambda k: any(c.get(k) for c in cells)
     header = [a.removeprefix("inject.") for a in axes] + ["runs (ok)"] + [h for h, k, _ in cols if has(k)]
-    shares = [("N-EV", "nev"), ("EV injected", "ev_injected"), ("NaN", "nan"), ("RWC", "rwc")]
+    shares = [("N-EV", "nev"), ("EV injected", "ev_injected"), ("NaN", "nan"), ("RWC", "rwc"), ("replicas diverged", "diverged")]
     header += [h for h, k in shares if has(k + "_pct")]
     extra = [("hit replica ACC %", "hit_acc", 1), ("sim. overhead %", "sim_overhead_pct", 2), ("steps recomputed", "steps_recomputed", 2)]
     header += [h for h, k, _ in extra if has(k)]
@@ -162,7 +164,7 @@ def preset_section(root, name, table, what, claims):
             lines.append(f"  - {flips} flips: {len(inside)} of {len(total)} cells" + (": " + "; ".join(
                 ", ".join(f"{k.removeprefix('inject.')}={c[k]}" for k in axes_of(cells) if k != "inject.injection_tries") + f" ({num(c['nev_pct'])}%)" for c in inside) if inside else ""))
         verdicts.append(("cells in the published range", "see section"))
-    bits = read_csv(os.path.join(d, "bits.csv"))
+    bits = read_csv(os.path.join(d, "bits.csv")) if name == "bits" else []
     if bits:
         crit = [b for b in bits if b["verdict"].startswith("more")]
         lines.append("- **Bits with more N-EV than the other bits of their precision** (bits.csv, two-proportion test, Holm over all bits): "

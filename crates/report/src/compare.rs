@@ -26,7 +26,8 @@ pub struct Comparison {
     pub a: String,
     /// Second option.
     pub b: String,
-    /// `nev_pct` (N-EV share, %), `rwc_pct` (restart-without-change share, %), `acc` (mean
+    /// `nev_pct` (N-EV share, %), `rwc_pct` (restart-without-change share, %), `diverged_pct`
+    /// (data parallel: share of runs whose replicas differ from rank 0's at the end), `acc` (mean
     /// accuracy of the runs that did not collapse, %), `acc_all` (mean accuracy of every run,
     /// collapsed runs at chance, %) or `sim_overhead_pct` (mean overhead in simulated time, %).
     pub metric: &'static str,
@@ -84,6 +85,9 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
     };
     if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
         rate("rwc_pct", &rwc, &mut out);
+    }
+    if a.rows.iter().chain(&b.rows).all(|r| r.metrics.replicas_diverged.is_some()) {
+        rate("diverged_pct", &|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0), &mut out);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (sa, sb) = (survivor_accs(&a.rows), survivor_accs(&b.rows));
