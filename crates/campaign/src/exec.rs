@@ -602,7 +602,7 @@ fn mixed_golden_rows<'a>(campaign: &Campaign, rows: impl Iterator<Item = &'a Row
     let mut keys: BTreeMap<String, (std::collections::BTreeSet<String>, usize)> = BTreeMap::new();
     for r in rows {
         let (Ok(spec), Some(k)) = (campaign.run(r.index), r.metrics.golden_key.as_ref()) else { continue };
-        // The platform part of the key (after `@`, or the whole key of a train run's golden run).
+        // The base a run was compared against: its golden configuration (train runs) or base key.
         let base = if campaign.settings.kind == Kind::Train { resilab_runner::golden::golden_config(&spec.config).to_toml() } else { spec.base_key.clone() };
         let e = keys.entry(base).or_default();
         e.0.insert(k.clone());

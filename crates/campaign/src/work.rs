@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use resilab_checkpoint::{OnMismatch, Probe};
 use resilab_data::Split;
-use resilab_faults::detect::{Health, Outcome, state_health};
+use resilab_faults::detect::{Health, Outcome, workers_health};
 use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
@@ -354,7 +354,7 @@ impl<'a> Worker<'a> {
             .map_err(|e| Error::CorruptFile(e.to_string()))?;
         trainer.restore(&state).map_err(|e| Error::CorruptFile(e.to_string()))?;
         let threshold = self.campaign.settings.extreme_threshold;
-        let health = |t: &Trainer| trainer_health(t, threshold);
+        let health = |t: &Trainer| workers_health(&t.workers, threshold);
         let at_restart = health(&trainer);
         m.ev_injected = Some(at_restart != Health::Sound);
         if self.campaign.settings.kind == Kind::Restart {
@@ -408,11 +408,6 @@ fn replicas(trainer: &Trainer, hit: &[usize], split: &Split, cfg: &RunConfig, m:
     let d: Vec<f64> = states[1..].iter().map(|s| resilab_runner::golden::param_distance(&states[0], s)).collect();
     m.replica_divergence = Some(d.iter().copied().fold(0.0, |a, b| if b.is_nan() || a.is_nan() { f64::NAN } else { a.max(b) }));
     m.replicas_diverged = Some(d.iter().filter(|x| !(**x == 0.0)).count() as u64);
-}
-
-/// The worst value of every worker's parameters, buffers and optimizer state.
-fn trainer_health(t: &Trainer, threshold: f64) -> Health {
-    t.workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound)
 }
 
 /// Trains to the end of the run from a restart whose state has `at_restart`'s health; with

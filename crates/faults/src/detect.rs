@@ -30,6 +30,12 @@ pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
 /// extreme-value threshold of METRICS.md, 1e10 by default): two reductions per tensor on the
 /// device, one read-back of two numbers in all.
 pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> bool {
+    sum_and_max(tensors).is_none_or(|(s, m)| s.is_finite() && f64::from(m) <= threshold)
+}
+
+/// The sum of all values of `tensors` and their largest magnitude, reduced on the device and read
+/// back as two numbers (`None` without tensors; NaN when the read-back fails).
+fn sum_and_max(tensors: impl IntoIterator<Item = Tensor<1>>) -> Option<(f32, f32)> {
     let mut acc: Option<(Tensor<1>, Tensor<1>)> = None;
     for t in tensors {
         let (s, m) = (t.clone().sum(), t.abs().max());
@@ -38,9 +44,12 @@ pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) 
             None => (s, m),
         });
     }
-    let Some((s, m)) = acc else { return true };
+    let (s, m) = acc?;
     let v = Tensor::cat(vec![s, m], 0).into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default();
-    matches!(v.as_slice(), [s, m] if s.is_finite() && f64::from(*m) <= threshold)
+    Some(match v.as_slice() {
+        [s, m] => (*s, *m),
+        _ => (f32::NAN, f32::NAN),
+    })
 }
 
 /// Whether every parameter and buffer of `net` is finite.
@@ -71,21 +80,12 @@ pub enum Health {
 /// The worst value of `tensors` against `threshold`: two reductions per tensor on the device
 /// (sum, which NaN reaches, and max magnitude) and one read-back.
 pub fn health(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> Health {
-    let mut acc: Option<(Tensor<1>, Tensor<1>)> = None;
-    for t in tensors {
-        let (s, m) = (t.clone().sum(), t.abs().max());
-        acc = Some(match acc {
-            Some((a, b)) => (a + s, b.max_pair(m)),
-            None => (s, m),
-        });
-    }
-    let Some((s, m)) = acc else { return Health::Sound };
-    let v = Tensor::cat(vec![s, m], 0).into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default();
-    match v.as_slice() {
-        [s, m] if m.is_finite() && !s.is_nan() => {
-            if f64::from(*m) > threshold { Health::Extreme } else { Health::Sound }
+    match sum_and_max(tensors) {
+        None => Health::Sound,
+        Some((s, m)) if m.is_finite() && !s.is_nan() => {
+            if f64::from(m) > threshold { Health::Extreme } else { Health::Sound }
         }
-        _ => Health::NonFinite,
+        Some(_) => Health::NonFinite,
     }
 }
 
@@ -144,6 +144,11 @@ impl Outcome {
     pub fn nev(&self) -> bool {
         self.collapsed() || self.state == Health::Extreme
     }
+}
+
+/// The worst value of several workers' whole trained state (see [`state_health`]).
+pub fn workers_health(workers: &[Worker], threshold: f64) -> Health {
+    workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound)
 }
 
 /// A loss far above its recent average.

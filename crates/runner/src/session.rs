@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use resilab_checkpoint::{LoadReport, Meta, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::FaultEvent;
-use resilab_faults::detect::{Health, state_health};
+use resilab_faults::detect::{Health, workers_health};
 use resilab_recovery::{Decision, Guard};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
@@ -335,7 +335,7 @@ impl<'a> Session<'a> {
         let t = self.tally;
         let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.dir), r.mismatched));
         let threshold = cfg.detect.extreme_threshold;
-        let health = trainer.workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound);
+        let health = workers_health(&trainer.workers, threshold);
         Ok(Summary {
             name: cfg.run_name(),
             model: cfg.model.label(),
