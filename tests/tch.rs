@@ -41,7 +41,8 @@ fn campaign_workers_run_on_tch_and_repeat_exactly() {
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("campaign.json")).unwrap()).unwrap();
-        assert_eq!(meta["platform"], "tch / cpu (libtorch)");
+        let platform = meta["platform"].as_str().unwrap();
+        assert!(platform.starts_with("tch / cpu (libtorch) / "), "keyed by backend, device, CPU and ISA: {platform}");
         table(&out)
     };
     let first = go("a");
