@@ -10,7 +10,12 @@ use common::{TINY, assert_clean_error, run, write};
 
 /// Two replicas, checkpoints at steps 3 and 6, and `extra` (faults, recovery).
 fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
-    let cfg = write(dir, &format!("{name}.toml"), &format!("{TINY}\n[parallel]\nworkers = 2\n\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"));
+    train_with(dir, name, "", extra)
+}
+
+/// [`train`] with `parallel` added to the `[parallel]` table.
+fn train_with(dir: &Path, name: &str, parallel: &str, extra: &str) -> serde_json::Value {
+    let cfg = write(dir, &format!("{name}.toml"), &format!("{TINY}\n[parallel]\nworkers = 2\n{parallel}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"));
     let out = dir.join(name);
     let golden = dir.join("golden-cache");
     let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()]);
@@ -175,4 +180,27 @@ fn simulated_time_is_deterministic_with_modelled_compute_and_charges_each_strate
     assert!(over(&rollback) > over(&lossy), "rollback pays its copies and its redo: {} vs {}", over(&rollback), over(&lossy));
     let restart = go("restart", &strategy("checkpoint_restart"));
     assert!(over(&restart) > over(&lossy), "a restart recomputes a step and reloads");
+}
+
+/// A silent flip (low mantissa bits of worker 1's weights at step 2, no NaN) is found only by
+/// the replica digests at step 4, after the checkpoint at step 3 stored it. Restarting from
+/// that checkpoint brings the damage back at step 4; the restart after that goes to an older
+/// state (here the initial one), and the run completes as the golden run does instead of
+/// restarting from step 3 for ever.
+#[test]
+fn damage_stored_in_a_checkpoint_before_its_detection_sends_the_next_restart_further_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = "broadcast_on_restart = \"nothing\"\n";
+    let detect = "[detect]\ndivergence_every = 4\n";
+    let golden = train_with(dir.path(), "golden", keep, detect);
+    let silent = "[[fault]]\ntarget = \"weights\"\nat_step = 2\nworker = 1\ninjection_tries = 10\nfirst_bit = 20\nlast_bit = 30\nlocations_to_corrupt = [\"model/layer1\"]\n";
+    let restart = train_with(dir.path(), "restart", keep, &format!("{silent}\n[recovery]\nstrategy = \"checkpoint_restart\"\n\n{detect}"));
+    assert_eq!(restart["status"], "completed", "{restart}");
+    let restarts = restart["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 2, "{restarts:?}");
+    assert_eq!((&restarts[0]["at_step"], &restarts[0]["to_step"]), (&4.into(), &3.into()), "first to the newest checkpoint");
+    assert_eq!((&restarts[1]["at_step"], &restarts[1]["to_step"]), (&4.into(), &0.into()), "the damage came back: further back");
+    assert!(restart["detections"].as_array().unwrap().iter().all(|d| d["step"] == 4), "{}", restart["detections"]);
+    assert_eq!(restart["steps_lost"], 3, "steps 1-3 of the first run; the first restart lost none");
+    assert_eq!(restart["final_params_digest"], golden["final_params_digest"], "the rerun from the start met no fault");
 }

@@ -372,6 +372,23 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
     if candidates.is_empty() {
         return Err(invalid(&target, "no checkpoint here (expected step-*/worker-*.h5)"));
     }
+    load_first(&target, &candidates, template, policy, probe)
+}
+
+/// Loads the newest checkpoint in the directory of checkpoints `root` taken before step
+/// `before` (older ones when it fails to verify, under `fallback`). `Ok(None)` when there is
+/// none: the caller decides whether the initial state will do.
+pub fn load_before(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<Option<(TrainState, LoadReport)>> {
+    let candidates: Vec<PathBuf> = list(root)?.into_iter().rev().filter(|(s, _)| *s < before).map(|(_, p)| p).collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    load_first(root, &candidates, template, policy, probe).map(Some)
+}
+
+/// The first of `candidates` (newest first) that loads; under `fallback`, those that fail are
+/// skipped and named in the report.
+fn load_first(target: &Path, candidates: &[PathBuf], template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
     let mut skipped = Vec::new();
     for (i, dir) in candidates.iter().enumerate() {
         match load_dir(dir, template, policy, probe) {
@@ -383,7 +400,7 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
             Err(e) => return Err(e),
         }
     }
-    Err(invalid(&target, format!("no checkpoint verifies: {}", skipped.join("; "))))
+    Err(invalid(target, format!("no checkpoint verifies: {}", skipped.join("; "))))
 }
 
 /// The worker file `target` names for run-level facts: `target` itself when it is a file,

@@ -137,8 +137,11 @@ impl<'a> Session<'a> {
                 StepOutcome::Restored { .. } => continue,
                 StepOutcome::Stopped { .. } => match guard.pending.take() {
                     Some(Decision::RestartFromCheckpoint) => {
-                        self.restart(trainer, guard)?;
-                        continue;
+                        if self.restart(trainer, guard)? {
+                            continue;
+                        }
+                        self.tally.failed = true;
+                        break;
                     }
                     _ => {
                         self.tally.failed = true;
@@ -183,14 +186,32 @@ impl<'a> Session<'a> {
 
     /// Carries out the guard's decision to restart: the newest checkpoint that loads (or the
     /// initial state when there is none), and crashed workers come back.
-    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<()> {
+    ///
+    /// Damage found again before the run got past the step that found it last time was in the
+    /// state that restart loaded (a checkpoint written between a silent fault and its late
+    /// detection): this restart goes to a checkpoint older than that one, and so on down to the
+    /// initial state. Returns `false`, and restores nothing, when the initial state itself led
+    /// back to the damage: restarting cannot clear it.
+    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<bool> {
         let at_step = trainer.step + 1;
         let t = Instant::now();
-        let (state, from) = if resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty()) {
-            let (state, report) = resilab_checkpoint::load(&self.ckpt_root, &trainer.snapshot(), OnMismatch::Fallback, self.opts.probe.as_ref())?;
-            (state, Some(report.dir))
-        } else {
-            (self.initial.clone(), None)
+        let recurred = self.tally.restarts.last().filter(|r| at_step <= r.at_step).map(|r| r.to_step);
+        let template = trainer.snapshot();
+        let probe = self.opts.probe.as_ref();
+        let loaded = match recurred {
+            Some(before) => resilab_checkpoint::load_before(&self.ckpt_root, before, &template, OnMismatch::Fallback, probe)?,
+            None if resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty()) => {
+                Some(resilab_checkpoint::load(&self.ckpt_root, &template, OnMismatch::Fallback, probe)?)
+            }
+            None => None,
+        };
+        let (state, from) = match loaded {
+            Some((state, report)) => (state, Some(report.dir)),
+            None if recurred == Some(self.initial.step) => {
+                eprintln!("resilab: the damage found at step {at_step} came back after a restart from the initial state; the run fails");
+                return Ok(false);
+            }
+            None => (self.initial.clone(), None),
         };
         trainer.restore(&state)?;
         if from.is_some() {
@@ -202,7 +223,7 @@ impl<'a> Session<'a> {
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
         self.bar.set_position(trainer.step);
-        Ok(())
+        Ok(true)
     }
 
     fn checkpoint_if_due(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
