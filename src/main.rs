@@ -109,8 +109,9 @@ struct CampaignArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Compute backend: flex (default), ndarray, wgpu or tch (LibTorch on the CPU; needs a
-    /// build with `--features tch`, see `resilab train --help`).
+    /// Compute backend: flex (default), native (flex with resilab's convolution kernels),
+    /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
+    /// `resilab train --help`).
     #[arg(long, value_name = "NAME")]
     backend: Option<BackendKind>,
     /// The wgpu adapter (see `resilab train --help`).
@@ -200,8 +201,9 @@ struct ComputeArgs {
     /// CPU threads for the compute backend (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Compute backend: flex (Burn's pure-Rust CPU backend, the default), ndarray (Burn's older
-    /// CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
+    /// Compute backend: flex (Burn's pure-Rust CPU backend, the default), native (flex with
+    /// resilab's own convolution kernels: forward and both gradients as GEMMs), ndarray (Burn's
+    /// older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
     /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
     /// Overrides the config's `backend` key.
     #[arg(long, value_name = "NAME")]
@@ -442,6 +444,10 @@ struct BenchTrainArgs {
 fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Device, String)> {
     match kind {
         BackendKind::Flex => Ok((Device::flex(), "cpu (flex)".to_string())),
+        BackendKind::Native => {
+            resilab_models::kernels::set_enabled(true);
+            Ok((Device::flex(), "cpu (flex + resilab kernels)".to_string()))
+        }
         // burn-ndarray is deprecated by Burn 0.22 in favour of flex; the product keeps it selectable.
         #[allow(deprecated)]
         BackendKind::Ndarray => Ok((Device::ndarray(), "cpu (ndarray)".to_string())),

@@ -70,6 +70,31 @@ fn same_seed_gives_identical_final_weights() {
     assert_ne!(a, c, "another seed must give other weights");
 }
 
+/// The `native` backend (flex with resilab's convolution kernels): bit-identical weights at 1
+/// and 3 threads, other bits than flex (its own kernels run), and the same learning as flex.
+#[test]
+fn the_native_backend_repeats_exactly_at_any_thread_count_and_learns_as_flex_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = digest_of(dir.path(), "a", &["--threads", "1", "--backend", "native"]);
+    let b = digest_of(dir.path(), "b", &["--threads", "3", "--backend", "native"]);
+    assert_eq!(a, b, "native at 1 and 3 threads");
+    assert_ne!(a, digest_of(dir.path(), "flex", &["--threads", "1", "--backend", "flex"]), "native runs its own kernels");
+    let learn = |backend: &str| {
+        let out = dir.path().join(format!("learn-{backend}"));
+        let cfg = dir.path().join("tiny.toml");
+        let o = run(&[
+            "train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--backend", backend,
+            "--set", "train.steps=60", "--set", "data.train_size=512", "--set", "data.difficulty=0.2",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        (s["final_test_acc"].as_f64().unwrap(), s["provenance"]["device"].as_str().unwrap_or_default().to_string())
+    };
+    let ((native, device), (flex, _)) = (learn("native"), learn("flex"));
+    assert!(native > 0.5 && (native - flex).abs() <= 0.05, "native {native} vs flex {flex}");
+    assert!(device.contains("resilab kernels"), "{device}");
+}
+
 #[test]
 fn tiny_model_learns_the_synthetic_task() {
     let dir = tempfile::tempdir().unwrap();

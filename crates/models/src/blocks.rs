@@ -8,7 +8,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
-use crate::layers::{BatchNorm2d, Linear, conv, pool2};
+use crate::layers::{BatchNorm2d, Linear, conv, conv_forward, pool2};
 
 /// Forward mode: training (batch statistics, running statistics updated) or inference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +50,7 @@ impl ConvUnit {
     }
 
     fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-        let mut x = self.conv.forward(x);
+        let mut x = conv_forward(&self.conv, x);
         if let Some(bn) = self.bn.as_mut() {
             x = bn_forward(bn, x, mode);
         }
@@ -102,11 +102,11 @@ impl BasicBlock {
 
     fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
         let shortcut = match self.downsample.as_mut() {
-            Some(ds) => bn_forward(&mut ds.bn, ds.conv.forward(x.clone()), mode),
+            Some(ds) => bn_forward(&mut ds.bn, conv_forward(&ds.conv, x.clone()), mode),
             None => x.clone(),
         };
-        let y = relu(bn_forward(&mut self.bn1, self.conv1.forward(x), mode));
-        let y = bn_forward(&mut self.bn2, self.conv2.forward(y), mode);
+        let y = relu(bn_forward(&mut self.bn1, conv_forward(&self.conv1, x), mode));
+        let y = bn_forward(&mut self.bn2, conv_forward(&self.conv2, y), mode);
         relu(y + shortcut)
     }
 }

@@ -7,7 +7,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{Initializer, PaddingConfig2d};
 use burn::prelude::*;
 use burn::tensor::module::{batch_norm, batch_norm_train, max_pool2d};
-use burn::tensor::ops::MaxPoolOptions;
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 
 /// PyTorch's default BatchNorm momentum (weight of the new batch statistic).
 pub const BN_MOMENTUM: f64 = 0.1;
@@ -114,6 +114,17 @@ pub fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, bias: bool, devi
         .with_bias(bias)
         .with_initializer(Initializer::Zeros)
         .init(device)
+}
+
+/// Applies `conv` to `x`: through resilab's kernels when [`crate::kernels::enabled`] and the
+/// tensor lives on the flex device, as Burn's `Conv2d::forward` otherwise.
+pub fn conv_forward(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
+    // The models' convolutions have explicit padding ([`conv`]); others take Burn's path.
+    let (true, PaddingConfig2d::Explicit(top, left, bottom, right)) = (crate::kernels::enabled(), &conv.padding) else {
+        return conv.forward(x);
+    };
+    let options = ConvOptions::new_with_padding(conv.stride, [(*top, *bottom), (*left, *right)], conv.dilation, conv.groups);
+    crate::kernels::conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options)
 }
 
 /// 2x2 max pooling with stride 2 (floor).

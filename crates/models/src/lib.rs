@@ -15,6 +15,7 @@
 
 mod blocks;
 mod init;
+pub mod kernels;
 mod layers;
 mod naming;
 mod net;

@@ -19,6 +19,9 @@ use crate::{Error, Result};
 pub enum BackendKind {
     /// Burn's flex CPU backend (the fastest CPU backend measured; the default).
     Flex,
+    /// Burn's flex CPU backend with resilab's own convolution kernels (forward and both
+    /// gradients as GEMMs; `resilab-kernels`).
+    Native,
     /// Burn's ndarray CPU backend (deprecated by Burn 0.22; kept selectable).
     Ndarray,
     /// Burn's wgpu GPU backend (needs the `wgpu` cargo feature).
@@ -32,6 +35,7 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Flex => "flex",
+            BackendKind::Native => "native",
             BackendKind::Ndarray => "ndarray",
             BackendKind::Wgpu => "wgpu",
             BackendKind::Tch => "tch",
@@ -44,10 +48,11 @@ impl std::str::FromStr for BackendKind {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "flex" => Ok(Self::Flex),
+            "native" => Ok(Self::Native),
             "ndarray" => Ok(Self::Ndarray),
             "wgpu" => Ok(Self::Wgpu),
             "tch" => Ok(Self::Tch),
-            other => Err(format!("unknown backend \"{other}\" (allowed: flex, ndarray, wgpu, tch)")),
+            other => Err(format!("unknown backend \"{other}\" (allowed: flex, native, ndarray, wgpu, tch)")),
         }
     }
 }

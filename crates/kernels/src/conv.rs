@@ -1,0 +1,477 @@
+//! 2-D convolution (NCHW, one group) forward, input gradient and weight gradient as GEMMs.
+//!
+//! Per image, with `K = c_in * kh * kw` and `P = out_h * out_w`:
+//! - forward: `y[n] (c_out x P) = W (c_out x K) * col(x[n]) (K x P) + b`;
+//! - input gradient: `dx[n] = col2im(W^T (K x c_out) * dy[n] (c_out x P))`;
+//! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
+//!
+//! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`.
+//! Work is split into chunks of whole images whose size depends only on the shape; chunks run
+//! on the rayon pool and the weight gradient's per-chunk sums are added in chunk order, so the
+//! result is bit-identical for every thread count. Column buffers are per thread and reused.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use crate::gemm::{MatMut, MatRef, matmul};
+
+/// The shape of one convolution: input `[batch, c_in, h, w]`, weight `[c_out, c_in, kh, kw]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    /// Images.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Stride (rows, columns).
+    pub stride: [usize; 2],
+    /// Zero padding (rows, columns), each side.
+    pub padding: [usize; 2],
+    /// Dilation (rows, columns).
+    pub dilation: [usize; 2],
+}
+
+/// A shape the kernels cannot run, or buffers that do not fit it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShapeError {
+    /// A stride or dilation of 0, an empty kernel, or a kernel larger than the padded input.
+    #[error("convolution {0:?}: {1}")]
+    Shape(Box<Conv2d>, &'static str),
+    /// A buffer whose length is not the one the shape gives.
+    #[error("convolution {shape:?}: {name} holds {got} values, the shape needs {want}")]
+    Length {
+        /// The shape.
+        shape: Box<Conv2d>,
+        /// Which buffer.
+        name: &'static str,
+        /// Its length.
+        got: usize,
+        /// The length the shape gives.
+        want: usize,
+    },
+}
+
+/// Target columns (`images * P`) of one chunk: enough work per task to amortise its GEMMs'
+/// packing, small enough that a batch of 32 still splits into several tasks.
+const CHUNK_COLUMNS: usize = 2048;
+/// A batch splits into at least this many chunks when it has that many images.
+const MIN_CHUNKS: usize = 4;
+
+thread_local! {
+    /// This thread's im2col buffer, grown on demand and reused by every later call.
+    static COLUMNS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's column buffer, at least `len` long.
+fn with_columns<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    COLUMNS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() < len {
+            c.resize(len, 0.0);
+        }
+        f(&mut c[..len])
+    })
+}
+
+impl Conv2d {
+    /// Output height and width.
+    pub fn out_hw(&self) -> [usize; 2] {
+        let out = |size: usize, i: usize| (size + 2 * self.padding[i] - self.dilation[i] * (self.kernel[i] - 1) - 1) / self.stride[i] + 1;
+        [out(self.h, 0), out(self.w, 1)]
+    }
+
+    /// Rows of the column matrix: `c_in * kh * kw`.
+    pub fn k(&self) -> usize {
+        self.c_in * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Output positions per image and channel.
+    pub fn p(&self) -> usize {
+        let [oh, ow] = self.out_hw();
+        oh * ow
+    }
+
+    /// Values of the input, weight and output.
+    pub fn lens(&self) -> (usize, usize, usize) {
+        (self.batch * self.c_in * self.h * self.w, self.c_out * self.k(), self.batch * self.c_out * self.p())
+    }
+
+    /// Checks that the shape describes a convolution these kernels run.
+    pub fn validate(&self) -> Result<(), ShapeError> {
+        let bad = |why| Err(ShapeError::Shape(Box::new(*self), why));
+        if self.stride.contains(&0) || self.dilation.contains(&0) {
+            return bad("stride and dilation must be at least 1");
+        }
+        if self.kernel.contains(&0) || self.c_in == 0 || self.c_out == 0 {
+            return bad("empty kernel");
+        }
+        for (i, size) in [self.h, self.w].into_iter().enumerate() {
+            if size + 2 * self.padding[i] < self.dilation[i] * (self.kernel[i] - 1) + 1 {
+                return bad("kernel larger than the padded input");
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), ShapeError> {
+        if got == want { Ok(()) } else { Err(ShapeError::Length { shape: Box::new(*self), name, got, want }) }
+    }
+
+    /// A 1x1 kernel at stride 1 without padding: the input is its own column matrix.
+    fn pointwise(&self) -> bool {
+        self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0, 0]
+    }
+
+    /// Images per chunk (depends on the shape only).
+    fn chunk(&self) -> usize {
+        let by_work = CHUNK_COLUMNS.div_ceil(self.p().max(1));
+        let by_split = self.batch.div_ceil(MIN_CHUNKS);
+        by_work.min(by_split).max(1)
+    }
+
+    /// Fills `col` (`K x P`, row-major) with the patches of one image `x` (`c_in x h x w`).
+    fn im2col(&self, x: &[f32], col: &mut [f32]) {
+        let [oh, ow] = self.out_hw();
+        let [kh, kw] = self.kernel;
+        let (p, hw) = (oh * ow, self.h * self.w);
+        for (row, dst) in col.chunks_exact_mut(p).enumerate() {
+            let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
+            let plane = &x[c * hw..][..hw];
+            for (oy, line) in dst.chunks_exact_mut(ow).enumerate() {
+                match self.source(oy, ky, 0, self.h) {
+                    Some(iy) => self.gather_row(&plane[iy * self.w..][..self.w], kx, line),
+                    None => line.fill(0.0),
+                }
+            }
+        }
+    }
+
+    /// Adds `col` (`K x P`) back onto one image's gradient `dx` (`c_in x h x w`), which the
+    /// caller zeroed.
+    fn col2im(&self, col: &[f32], dx: &mut [f32]) {
+        let [oh, ow] = self.out_hw();
+        let [kh, kw] = self.kernel;
+        let (p, hw) = (oh * ow, self.h * self.w);
+        for (row, src) in col.chunks_exact(p).enumerate() {
+            let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
+            let plane = &mut dx[c * hw..][..hw];
+            for (oy, line) in src.chunks_exact(ow).enumerate() {
+                if let Some(iy) = self.source(oy, ky, 0, self.h) {
+                    self.scatter_row(line, kx, &mut plane[iy * self.w..][..self.w]);
+                }
+            }
+        }
+    }
+
+    /// The input index that output index `o` reads at kernel offset `k` along axis `axis`, if
+    /// it is not padding.
+    fn source(&self, o: usize, k: usize, axis: usize, size: usize) -> Option<usize> {
+        (o * self.stride[axis] + k * self.dilation[axis]).checked_sub(self.padding[axis]).filter(|&i| i < size)
+    }
+
+    /// The output columns `[lo, hi)` whose input column at kernel offset `kx` is inside the row.
+    fn valid_columns(&self, kx: usize, ow: usize) -> (usize, usize) {
+        let (s, off) = (self.stride[1], kx * self.dilation[1]);
+        let lo = self.padding[1].saturating_sub(off).div_ceil(s).min(ow);
+        // Largest ox with ox * s + off - pad < w.
+        let limit = self.w + self.padding[1];
+        let hi = if limit > off { ((limit - off - 1) / s + 1).min(ow) } else { 0 };
+        (lo, hi.max(lo))
+    }
+
+    /// `line[ox] = row[ox * s + kx * d - pad]`, 0 where that is padding.
+    fn gather_row(&self, row: &[f32], kx: usize, line: &mut [f32]) {
+        let (lo, hi) = self.valid_columns(kx, line.len());
+        line[..lo].fill(0.0);
+        line[hi..].fill(0.0);
+        if lo == hi {
+            return;
+        }
+        let first = lo * self.stride[1] + kx * self.dilation[1] - self.padding[1];
+        if self.stride[1] == 1 {
+            line[lo..hi].copy_from_slice(&row[first..first + hi - lo]);
+        } else {
+            for (dst, src) in line[lo..hi].iter_mut().zip(row[first..].iter().step_by(self.stride[1])) {
+                *dst = *src;
+            }
+        }
+    }
+
+    /// `row[ox * s + kx * d - pad] += line[ox]` where that is not padding.
+    fn scatter_row(&self, line: &[f32], kx: usize, row: &mut [f32]) {
+        let (lo, hi) = self.valid_columns(kx, line.len());
+        if lo == hi {
+            return;
+        }
+        let first = lo * self.stride[1] + kx * self.dilation[1] - self.padding[1];
+        for (dst, src) in row[first..].iter_mut().step_by(self.stride[1]).zip(&line[lo..hi]) {
+            *dst += *src;
+        }
+    }
+}
+
+/// The forward pass: `out = conv(x, weight) + bias`.
+///
+/// # Errors
+/// When the shape is invalid or a buffer's length does not match it.
+pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), ShapeError> {
+    s.validate()?;
+    let (nx, nw, ny) = s.lens();
+    s.check("input", x.len(), nx)?;
+    s.check("weight", weight.len(), nw)?;
+    s.check("output", out.len(), ny)?;
+    if let Some(b) = bias {
+        s.check("bias", b.len(), s.c_out)?;
+    }
+    let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
+    let w = MatRef::row_major(weight, s.c_out, k);
+    out.par_chunks_mut(image_out * s.chunk()).enumerate().for_each(|(c, ys)| {
+        let first = c * s.chunk();
+        for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
+            let x = &x[(first + i) * image_in..][..image_in];
+            if s.pointwise() {
+                matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(x, k, p), false);
+            } else {
+                with_columns(k * p, |col| {
+                    s.im2col(x, col);
+                    matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(col, k, p), false);
+                });
+            }
+            if let Some(b) = bias {
+                for (plane, &b) in y.chunks_exact_mut(p).zip(b) {
+                    plane.iter_mut().for_each(|v| *v += b);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The input gradient: `dx` from the output gradient `dy`.
+///
+/// # Errors
+/// When the shape is invalid or a buffer's length does not match it.
+pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Result<(), ShapeError> {
+    s.validate()?;
+    let (nx, nw, ny) = s.lens();
+    s.check("output gradient", dy.len(), ny)?;
+    s.check("weight", weight.len(), nw)?;
+    s.check("input gradient", dx.len(), nx)?;
+    let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
+    let wt = MatRef::transposed(weight, k, s.c_out);
+    dx.par_chunks_mut(image_in * s.chunk()).enumerate().for_each(|(c, dxs)| {
+        let first = c * s.chunk();
+        for (i, dx) in dxs.chunks_exact_mut(image_in).enumerate() {
+            let dy = MatRef::row_major(&dy[(first + i) * image_out..][..image_out], s.c_out, p);
+            if s.pointwise() {
+                matmul(MatMut::row_major(dx, k, p), wt, dy, false);
+            } else {
+                with_columns(k * p, |col| {
+                    matmul(MatMut::row_major(col, k, p), wt, dy, false);
+                    dx.fill(0.0);
+                    s.col2im(col, dx);
+                });
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The weight gradient `dw` (`c_out x c_in x kh x kw`) and, when asked, the bias gradient `db`.
+///
+/// # Errors
+/// When the shape is invalid or a buffer's length does not match it.
+pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option<&mut [f32]>) -> Result<(), ShapeError> {
+    s.validate()?;
+    let (nx, nw, ny) = s.lens();
+    s.check("input", x.len(), nx)?;
+    s.check("output gradient", dy.len(), ny)?;
+    s.check("weight gradient", dw.len(), nw)?;
+    let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
+    let chunks: Vec<usize> = (0..s.batch.div_ceil(s.chunk())).collect();
+    let partial = |c: usize, acc: &mut [f32]| {
+        let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
+        for (i, n) in images.enumerate() {
+            let x = &x[n * image_in..][..image_in];
+            let dy = MatRef::row_major(&dy[n * image_out..][..image_out], s.c_out, p);
+            let dst = MatMut::row_major(acc, s.c_out, k);
+            if s.pointwise() {
+                matmul(dst, dy, MatRef::transposed(x, p, k), i > 0);
+            } else {
+                with_columns(k * p, |col| {
+                    s.im2col(x, col);
+                    matmul(dst, dy, MatRef::transposed(col, p, k), i > 0);
+                });
+            }
+        }
+    };
+    // The first chunk sums into dw, the others into their own buffers, added in chunk order.
+    let ((), rest) = rayon::join(
+        || partial(0, dw),
+        || {
+            chunks[1..]
+                .par_iter()
+                .map(|&c| {
+                    let mut acc = vec![0.0; nw];
+                    partial(c, &mut acc);
+                    acc
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    for acc in &rest {
+        dw.iter_mut().zip(acc).for_each(|(d, a)| *d += a);
+    }
+    if let Some(db) = db {
+        s.check("bias gradient", db.len(), s.c_out)?;
+        db.fill(0.0);
+        for image in dy.chunks_exact(image_out) {
+            for (d, plane) in db.iter_mut().zip(image.chunks_exact(p)) {
+                *d += plane.iter().sum::<f32>();
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A direct convolution in f64 (the definition), for forward and both gradients.
+    struct Naive<'a>(&'a Conv2d);
+
+    impl Naive<'_> {
+        /// Calls `f(n, co, ci, oy, ox, iy, ix, ky, kx)` for every term of the sum.
+        fn each(&self, mut f: impl FnMut([usize; 9])) {
+            let s = self.0;
+            let [oh, ow] = s.out_hw();
+            for n in 0..s.batch {
+                for co in 0..s.c_out {
+                    for ci in 0..s.c_in {
+                        for oy in 0..oh {
+                            for ox in 0..ow {
+                                for ky in 0..s.kernel[0] {
+                                    for kx in 0..s.kernel[1] {
+                                        if let (Some(iy), Some(ix)) = (s.source(oy, ky, 0, s.h), s.source(ox, kx, 1, s.w)) {
+                                            f([n, co, ci, oy, ox, iy, ix, ky, kx]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        fn all(&self, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+            let s = self.0;
+            let (nx, nw, ny) = s.lens();
+            let [oh, ow] = s.out_hw();
+            let (mut y, mut dx, mut dw) = (vec![0f64; ny], vec![0f64; nx], vec![0f64; nw]);
+            self.each(|[n, co, ci, oy, ox, iy, ix, ky, kx]| {
+                let xi = ((n * s.c_in + ci) * s.h + iy) * s.w + ix;
+                let wi = ((co * s.c_in + ci) * s.kernel[0] + ky) * s.kernel[1] + kx;
+                let yi = ((n * s.c_out + co) * oh + oy) * ow + ox;
+                y[yi] += f64::from(x[xi]) * f64::from(w[wi]);
+                dx[xi] += f64::from(dy[yi]) * f64::from(w[wi]);
+                dw[wi] += f64::from(dy[yi]) * f64::from(x[xi]);
+            });
+            (y, dx, dw)
+        }
+    }
+
+    fn values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32 + salt) * 0.618_034).fract() - 0.5).collect()
+    }
+
+    fn close(got: &[f32], want: &[f64], what: &str, s: &Conv2d) {
+        let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((f64::from(*g) - w).abs() <= 1e-5 * scale.max(w.abs()) * 10.0, "{what} [{i}]: {g} vs {w} ({s:?})");
+        }
+    }
+
+    /// `[batch, c_in, c_out]`, `[h, w]`, kernel, `[stride, dilation]`, padding.
+    fn shape([batch, c_in, c_out]: [usize; 3], [h, w]: [usize; 2], kernel: [usize; 2], [stride, dilation]: [usize; 2], padding: [usize; 2]) -> Conv2d {
+        Conv2d { batch, c_in, h, w, c_out, kernel, stride: [stride, stride], padding, dilation: [dilation, dilation] }
+    }
+
+    /// Odd shapes: batch 1, non-square input and kernel, stride 2, padding, dilation, 1x1,
+    /// channels that are no multiple of a SIMD width, and batches that split unevenly.
+    fn shapes() -> Vec<Conv2d> {
+        vec![
+            shape([1, 3, 5], [7, 5], [3, 3], [1, 1], [1, 1]),
+            shape([3, 5, 7], [9, 6], [3, 2], [2, 1], [1, 0]),
+            shape([5, 2, 3], [8, 8], [5, 5], [1, 1], [2, 2]),
+            shape([2, 4, 3], [6, 7], [3, 3], [1, 2], [2, 1]),
+            shape([6, 9, 11], [5, 5], [1, 1], [1, 1], [0, 0]),
+            shape([4, 6, 5], [7, 7], [1, 1], [2, 1], [0, 0]),
+            shape([7, 3, 4], [11, 11], [3, 3], [2, 1], [1, 1]),
+            shape([2, 3, 2], [13, 10], [4, 3], [3, 1], [0, 2]),
+        ]
+    }
+
+    fn run(s: &Conv2d) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (nx, nw, ny) = s.lens();
+        let (x, w, b, dy) = (values(nx, 0.1), values(nw, 0.7), values(s.c_out, 0.3), values(ny, 0.9));
+        let (mut y, mut dx, mut dw, mut db) = (vec![f32::NAN; ny], vec![f32::NAN; nx], vec![f32::NAN; nw], vec![f32::NAN; s.c_out]);
+        forward(s, &x, &w, Some(&b), &mut y).unwrap();
+        input_grad(s, &dy, &w, &mut dx).unwrap();
+        weight_grad(s, &x, &dy, &mut dw, Some(&mut db)).unwrap();
+        (y, dx, dw, db)
+    }
+
+    #[test]
+    fn forward_and_both_gradients_equal_the_definition_on_odd_shapes() {
+        for s in shapes() {
+            let (nx, nw, ny) = s.lens();
+            let (x, w, b, dy) = (values(nx, 0.1), values(nw, 0.7), values(s.c_out, 0.3), values(ny, 0.9));
+            let (mut y_ref, dx_ref, dw_ref) = Naive(&s).all(&x, &w, &dy);
+            let p = s.p();
+            for (i, v) in y_ref.iter_mut().enumerate() {
+                *v += f64::from(b[i / p % s.c_out]);
+            }
+            let mut db_ref = vec![0f64; s.c_out];
+            for (i, v) in dy.iter().enumerate() {
+                db_ref[i / p % s.c_out] += f64::from(*v);
+            }
+            let (y, dx, dw, db) = run(&s);
+            close(&y, &y_ref, "forward", &s);
+            close(&dx, &dx_ref, "input gradient", &s);
+            close(&dw, &dw_ref, "weight gradient", &s);
+            close(&db, &db_ref, "bias gradient", &s);
+        }
+    }
+
+    #[test]
+    fn results_are_bit_identical_for_every_thread_count() {
+        let s = shape([37, 5, 6], [12, 9], [3, 3], [1, 1], [1, 1]);
+        let at = |threads: usize| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run(&s));
+        let one = at(1);
+        for threads in [2, 3, 8] {
+            assert!(at(threads) == one, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn bad_shapes_and_buffers_name_what_is_wrong() {
+        let s = shape([1, 1, 1], [2, 2], [5, 5], [1, 1], [0, 0]);
+        assert_eq!(forward(&s, &[0.0; 4], &[0.0; 25], None, &mut []), Err(ShapeError::Shape(Box::new(s), "kernel larger than the padded input")));
+        let s = shape([2, 1, 1], [4, 4], [3, 3], [1, 1], [1, 1]);
+        let err = weight_grad(&s, &[0.0; 32], &[0.0; 31], &mut [0.0; 9], None).unwrap_err();
+        assert!(err.to_string().contains("output gradient holds 31 values, the shape needs 32"), "{err}");
+        let s = Conv2d { stride: [0, 1], ..s };
+        assert!(forward(&s, &[0.0; 32], &[0.0; 9], None, &mut [0.0; 32]).is_err());
+    }
+}

@@ -1,0 +1,176 @@
+//! resilab's own CPU convolution kernels (`resilab-kernels`) plugged into Burn as a backend
+//! extension: on the flex device, [`conv2d`] runs the forward pass and, under autodiff, both
+//! gradients as GEMMs; on every other device, and for shapes the kernels do not take (groups,
+//! asymmetric padding, other float types), it is Burn's own `conv2d`.
+//!
+//! Whether the models use it is one process-wide choice made at the binary's edge
+//! ([`set_enabled`]; the `native` backend), so that `flex` stays Burn's flex bit for bit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::ModuleOps;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Dispatch, DispatchDevice, Flex, backend_extension};
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, Tensor, TensorData};
+use resilab_kernels::Conv2d as Shape;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the models' convolutions on the flex device use resilab's kernels (`true`) or Burn's
+/// (`false`, the start). Set once, before training, by the binary.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`set_enabled`] turned the kernels on.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The convolution of `x` with `weight` (plus `bias`): resilab's kernels on the flex device
+/// (with or without autodiff), Burn's `conv2d` elsewhere.
+pub fn conv2d(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options: ConvOptions<2>) -> Tensor<4> {
+    let device = x.device().without_autodiff();
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || shape(&x.dims(), &weight.dims(), &options).is_none() || x.dtype() != DType::F32 {
+        return burn::tensor::module::conv2d(x, weight, bias, options);
+    }
+    let y = Tensor::<4>::from_dispatch(<Dispatch as ConvKernels>::resilab_conv2d(x.into_dispatch(), weight.into_dispatch(), options));
+    match bias {
+        Some(b) => {
+            let c = b.dims()[0];
+            y + b.reshape([1, c, 1, 1])
+        }
+        None => y,
+    }
+}
+
+/// The kernels' shape for input dims `x` and weight dims `w`, if they take it.
+fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
+    if o.groups != 1 || o.is_asymmetric() || x.len() != 4 || w.len() != 4 || x[1] != w[1] {
+        return None;
+    }
+    let s = Shape {
+        batch: x[0],
+        c_in: x[1],
+        h: x[2],
+        w: x[3],
+        c_out: w[0],
+        kernel: [w[2], w[3]],
+        stride: o.stride,
+        padding: o.padding_begin(),
+        dilation: o.dilation,
+    };
+    s.validate().ok().map(|()| s)
+}
+
+/// Convolutions through resilab's kernels.
+#[backend_extension(Flex, Autodiff)]
+pub trait ConvKernels: burn::backend::Backend {
+    /// The forward pass, without bias.
+    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self>;
+}
+
+/// The f32 values of a flex tensor, made contiguous.
+fn host(t: &FlexTensor) -> FlexTensor {
+    t.to_contiguous()
+}
+
+fn dims(t: &FlexTensor) -> Vec<usize> {
+    t.layout().shape().to_vec()
+}
+
+fn values(t: &FlexTensor) -> &[f32] {
+    t.as_slice::<f32>().unwrap_or_else(|| t.storage::<f32>())
+}
+
+fn tensor(v: Vec<f32>, dims: [usize; 4]) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(v, dims))
+}
+
+/// The forward pass on flex tensors; Burn's when the kernels do not take the shape.
+fn forward(x: FlexTensor, w: FlexTensor, o: ConvOptions<2>) -> FlexTensor {
+    let (x, w) = (host(&x), host(&w));
+    let Some(s) = shape(&dims(&x), &dims(&w), &o).filter(|_| x.dtype() == DType::F32) else {
+        return <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o);
+    };
+    let [oh, ow] = s.out_hw();
+    let mut y = vec![0.0; s.batch * s.c_out * oh * ow];
+    match resilab_kernels::conv::forward(&s, values(&x), values(&w), None, &mut y) {
+        Ok(()) => tensor(y, [s.batch, s.c_out, oh, ow]),
+        Err(_) => <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o),
+    }
+}
+
+/// Both gradients from the output gradient `g`; `None` for a gradient not asked for.
+fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, want: [bool; 2]) -> [Option<FlexTensor>; 2] {
+    let g = host(&g);
+    let (xd, wd) = (dims(x), dims(w));
+    let Some(s) = shape(&xd, &wd, o) else {
+        let dx = want[0].then(|| <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), w.clone(), g.clone(), o.clone()));
+        let dw = want[1].then(|| <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g, o.clone()));
+        return [dx, dw];
+    };
+    let (nx, nw, _) = s.lens();
+    // The shape was validated, so the kernels accept these buffers; Burn's gradient otherwise.
+    let dx = want[0].then(|| {
+        let mut dx = vec![0.0; nx];
+        match resilab_kernels::conv::input_grad(&s, values(&g), values(w), &mut dx) {
+            Ok(()) => tensor(dx, [xd[0], xd[1], xd[2], xd[3]]),
+            Err(_) => <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), w.clone(), g.clone(), o.clone()),
+        }
+    });
+    let dw = want[1].then(|| {
+        let mut dw = vec![0.0; nw];
+        match resilab_kernels::conv::weight_grad(&s, values(x), values(&g), &mut dw, None) {
+            Ok(()) => tensor(dw, [wd[0], wd[1], wd[2], wd[3]]),
+            Err(_) => <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()),
+        }
+    });
+    [dx, dw]
+}
+
+impl ConvKernels for Flex {
+    fn resilab_conv2d(x: FlexTensor, weight: FlexTensor, options: ConvOptions<2>) -> FlexTensor {
+        forward(x, weight, options)
+    }
+}
+
+impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
+    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self> {
+        /// The convolution's backward step: both gradients through the kernels.
+        #[derive(Debug)]
+        struct ConvBackward;
+
+        impl Backward<Flex, 2> for ConvBackward {
+            type State = (FlexTensor, FlexTensor, ConvOptions<2>);
+
+            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_x, node_w] = ops.parents;
+                let g = grads.consume::<Flex>(&ops.node);
+                let (x, w, o) = ops.state;
+                let [dx, dw] = backward(&x, &w, g, &o, [node_x.is_some(), node_w.is_some()]);
+                if let (Some(node), Some(dx)) = (node_x, dx) {
+                    grads.register::<Flex>(node.id, dx);
+                }
+                if let (Some(node), Some(dw)) = (node_w, dw) {
+                    grads.register::<Flex>(node.id, dw);
+                }
+            }
+        }
+
+        match ConvBackward.prepare::<C>([x.node(), weight.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (x, w) = (host(x.primitive()), host(weight.primitive()));
+                let y = forward(x.clone(), w.clone(), options.clone());
+                prep.finish((x, w, options), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), options)),
+        }
+    }
+}

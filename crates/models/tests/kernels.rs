@@ -1,0 +1,84 @@
+//! resilab's convolution kernels against Burn's flex reference: forward values and, through
+//! autodiff, the input, weight and bias gradients on odd shapes (batch 1, non-square inputs
+//! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides).
+
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Device, Tensor, TensorData};
+use resilab_models::kernels;
+
+fn values(n: usize, salt: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32 + salt) * 0.618_034).fract() - 0.5).collect()
+}
+
+fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+/// Largest difference relative to the reference's largest magnitude.
+fn rel(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / scale
+}
+
+/// `(batch, c_in, [h, w], c_out, [kh, kw], stride, padding, dilation)`.
+type Case = (usize, usize, [usize; 2], usize, [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
+
+const CASES: [Case; 7] = [
+    (1, 3, [9, 7], 5, [3, 3], [1, 1], [1, 1], [1, 1]),
+    (3, 5, [12, 10], 7, [3, 2], [2, 2], [1, 0], [1, 1]),
+    (2, 17, [8, 8], 9, [5, 5], [1, 1], [2, 2], [1, 1]),
+    (4, 6, [7, 11], 3, [3, 3], [1, 2], [2, 1], [2, 2]),
+    (5, 9, [6, 6], 11, [1, 1], [1, 1], [0, 0], [1, 1]),
+    (3, 6, [9, 9], 10, [1, 1], [2, 2], [0, 0], [1, 1]),
+    (2, 3, [32, 32], 16, [3, 3], [2, 2], [1, 1], [1, 1]),
+];
+
+/// Forward output and the three gradients of `sum(conv(x, w, b) * r)` for random `r`.
+fn run(dev: &Device, case: Case, ours: bool) -> [Vec<f32>; 4] {
+    let (n, ci, [h, w], co, k, stride, padding, dilation) = case;
+    let x = Tensor::<4>::from_data(TensorData::new(values(n * ci * h * w, 0.1), [n, ci, h, w]), dev).require_grad();
+    let wt = Tensor::<4>::from_data(TensorData::new(values(co * ci * k[0] * k[1], 0.7), [co, ci, k[0], k[1]]), dev).require_grad();
+    let b = Tensor::<1>::from_data(TensorData::new(values(co, 0.3), [co]), dev).require_grad();
+    let opts = ConvOptions::new(stride, padding, dilation, 1);
+    let y = if ours { kernels::conv2d(x.clone(), wt.clone(), Some(b.clone()), opts) } else { conv2d(x.clone(), wt.clone(), Some(b.clone()), opts) };
+    let r = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.9), y.dims()), dev);
+    let grads = (y.clone() * r).sum().backward();
+    let g = |t: Option<Tensor<4>>| host(t.unwrap());
+    [host(y), g(x.grad(&grads)), g(wt.grad(&grads)), host(b.grad(&grads).unwrap())]
+}
+
+#[test]
+fn kernels_match_burns_convolution_and_its_gradients_on_odd_shapes() {
+    let dev = Device::flex().autodiff();
+    for case in CASES {
+        let (ours, burn) = (run(&dev, case, true), run(&dev, case, false));
+        for (what, (a, b)) in ["forward", "input gradient", "weight gradient", "bias gradient"].iter().zip(ours.iter().zip(&burn)) {
+            let e = rel(a, b);
+            assert!(e < 1e-5, "{what} of {case:?}: relative difference {e}");
+        }
+    }
+}
+
+#[test]
+fn without_autodiff_the_forward_pass_matches_too() {
+    let dev = Device::flex();
+    let (n, ci, h, co) = (2, 5, 10, 4);
+    let x = Tensor::<4>::from_data(TensorData::new(values(n * ci * h * h, 0.2), [n, ci, h, h]), &dev);
+    let w = Tensor::<4>::from_data(TensorData::new(values(co * ci * 9, 0.4), [co, ci, 3, 3]), &dev);
+    let opts = ConvOptions::new([2, 2], [1, 1], [1, 1], 1);
+    let e = rel(&host(kernels::conv2d(x.clone(), w.clone(), None, opts.clone())), &host(conv2d(x, w, None, opts)));
+    assert!(e < 1e-5, "{e}");
+}
+
+#[test]
+fn grouped_convolutions_fall_back_to_burn() {
+    let dev = Device::flex();
+    let x = Tensor::<4>::from_data(TensorData::new(values(2 * 4 * 6 * 6, 0.2), [2, 4, 6, 6]), &dev);
+    let w = Tensor::<4>::from_data(TensorData::new(values(4 * 2 * 9, 0.4), [4, 2, 3, 3]), &dev);
+    let opts = ConvOptions::new([1, 1], [1, 1], [1, 1], 2);
+    assert_eq!(host(kernels::conv2d(x.clone(), w.clone(), None, opts.clone())), host(conv2d(x, w, None, opts)));
+}
