@@ -10,7 +10,7 @@ THREADS="${THREADS:-$(nproc)}"
 BATCH="${BATCH:-64}"
 STEPS="${STEPS:-20}"
 WARMUP="${WARMUP:-3}"
-BACKEND="${BACKEND:-flex}"
+BACKENDS="${BACKENDS:-${BACKEND:-flex native}}" # resilab backends timed per model, in this order
 FEATURES="${FEATURES:-}"          # cargo features of the resilab build (wgpu for BACKEND=wgpu)
 TORCH_DEVICE="${TORCH_DEVICE:-cpu}" # cpu, cuda, mps or auto
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/train_throughput.csv}"
@@ -37,12 +37,13 @@ for spec in $MODELS; do
     common=(--arch "$arch" --depth "$depth" --width "$width" --batch "$BATCH"
             --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS")
 
-    echo "==> $spec: resilab ($BACKEND), $THREADS threads" >&2
-    r_json="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$BACKEND" | tail -n 1)"
     echo "==> $spec: pytorch ($TORCH_DEVICE), $THREADS threads" >&2
     t_json="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" --device "$TORCH_DEVICE" | tail -n 1)"
-
-    "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
+    for backend in $BACKENDS; do
+        echo "==> $spec: resilab ($backend), $THREADS threads" >&2
+        r_json="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$backend" | tail -n 1)"
+        "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
+    done
 done
 
 echo

@@ -109,7 +109,7 @@ struct CampaignArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Compute backend: flex (default), native (flex with resilab's convolution kernels),
+    /// Compute backend: native (default: flex with resilab's convolution kernels), flex,
     /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
     /// `resilab train --help`).
     #[arg(long, value_name = "NAME")]
@@ -201,9 +201,9 @@ struct ComputeArgs {
     /// CPU threads for the compute backend (default: all cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Compute backend: flex (Burn's pure-Rust CPU backend, the default), native (flex with
-    /// resilab's own convolution kernels: forward and both gradients as GEMMs), ndarray (Burn's
-    /// older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
+    /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
+    /// own convolution kernels, forward and both gradients as GEMMs), flex (Burn's flex as
+    /// Burn ships it), ndarray (Burn's older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
     /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
     /// Overrides the config's `backend` key.
     #[arg(long, value_name = "NAME")]
@@ -542,7 +542,7 @@ fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> 
 
 fn compare(args: CompareArgs) -> Result<()> {
     let base = RunConfig::load(&args.train.config, &args.train.set)?;
-    let backend = args.train.compute.backend.or(base.backend).unwrap_or(BackendKind::Flex);
+    let backend = args.train.compute.backend.or(base.backend).unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.train.compute)?;
     let threads = set_threads(args.train.compute.threads)?;
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
@@ -580,7 +580,7 @@ fn compare(args: CompareArgs) -> Result<()> {
 
 fn train(args: TrainArgs) -> Result<()> {
     let cfg = RunConfig::load(&args.config, &args.set)?;
-    let backend = args.compute.backend.or(cfg.backend).unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.or(cfg.backend).unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let out = args.out.unwrap_or_else(|| default_out_dir(&cfg.run_name()));
@@ -647,7 +647,7 @@ fn train(args: TrainArgs) -> Result<()> {
 }
 
 fn eval(args: EvalArgs) -> Result<()> {
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, _) = device_for(backend, &args.compute)?;
     set_threads(args.compute.threads)?;
     let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &device, &|file: &Path| probe_in_child(file))?;
@@ -718,7 +718,7 @@ fn bench_model(arch: &str, depth: usize, width: f64, batch_norm: Option<bool>) -
 
 fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
     let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, _) = device_for(backend, &args.compute)?;
     set_threads(args.compute.threads)?;
     let r = resilab_runner::bench::checkpoint(&model, args.batch, args.steps, args.reps, &args.dir, &device)?;
@@ -728,7 +728,7 @@ fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
 
 fn bench_train(args: BenchTrainArgs) -> Result<()> {
     let (arch, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let (median_s, params) = resilab_runner::bench::train_step(&model, args.batch, args.warmup, args.steps, &device)?;
@@ -752,7 +752,7 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
 
 fn bench_detect(args: BenchDetectArgs) -> Result<()> {
     let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, _) = device_for(backend, &args.compute)?;
     set_threads(args.compute.threads)?;
     let r = resilab_runner::bench::detection(&model, args.batch, args.workers, args.warmup, args.steps, &device)?;
@@ -767,7 +767,7 @@ fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
         let parsed = p.split_once('x').and_then(|(s, m)| Some((s.trim().parse::<usize>().ok()?, m.trim().parse::<usize>().ok()?)));
         pipelines.push(parsed.ok_or_else(|| anyhow::anyhow!("--pipeline {p}: expected STAGESxMICRO_BATCHES such as 4x8"))?);
     }
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let layouts = resilab_runner::bench::layouts(&args.workers, &pipelines);
@@ -967,7 +967,7 @@ fn parse_shard(s: &str) -> Result<(u64, u64)> {
 
 fn campaign(args: CampaignArgs) -> Result<()> {
     let c = resilab_campaign::Campaign::load(&args.config, &args.set)?;
-    let backend = args.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.backend.unwrap_or_default();
     let compute = ComputeArgs { threads: Some(args.threads), backend: Some(backend), wgpu_device: args.wgpu_device.clone() };
     let (device, device_name) = device_for(backend, &compute)?;
     if args.threads == 0 {
@@ -1082,7 +1082,7 @@ fn merge(args: MergeArgs) -> Result<()> {
 
 fn campaign_worker(args: WorkerArgs) -> Result<()> {
     use std::io::{BufRead, Write};
-    let backend = args.compute.backend.unwrap_or(BackendKind::Flex);
+    let backend = args.compute.backend.unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
     let prov = provenance(backend, &device_name, threads, 0);

@@ -113,10 +113,10 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     // Every row names its golden key: the base and the platform's bits (CPU model, ISA level).
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(s0.join("campaign.json")).unwrap()).unwrap();
     let platform = meta["platform"].as_str().unwrap().to_string();
-    assert!(platform.starts_with("flex / cpu") && (platform.contains("x86-64") || platform.contains("aarch64")), "{platform}");
+    assert!(platform.starts_with("native / cpu") && (platform.contains("x86-64") || platform.contains("aarch64")), "{platform}");
     assert!(rows(&s0).iter().all(|r| r["golden_key"].as_str().unwrap().contains('@')));
     // A shard from a node with another CPU: merge says so and counts the runs at risk.
-    let other = |f: &str| std::fs::read_to_string(s1.join(f)).unwrap().replace(&platform, "flex / cpu / Other CPU / x86-64-v4");
+    let other = |f: &str| std::fs::read_to_string(s1.join(f)).unwrap().replace(&platform, "native / cpu / Other CPU / x86-64-v4");
     std::fs::write(s1.join("campaign.json"), other("campaign.json")).unwrap();
     let jsonl: Vec<String> = std::fs::read_to_string(s1.join("runs.jsonl")).unwrap().lines().map(|l| {
         let mut v: serde_json::Value = serde_json::from_str(l).unwrap();

@@ -33,7 +33,7 @@ fn train_writes_metrics_summary_and_resolved_config() {
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["steps"], 8);
     assert_eq!(s["model"], "resnet8-w0.25");
-    assert_eq!(s["provenance"]["backend"], "flex");
+    assert_eq!(s["provenance"]["backend"], "native", "the default backend");
     assert_eq!(s["provenance"]["threads"], 1);
     assert_eq!(s["provenance"]["seed"], 7);
     assert!(s["provenance"]["git_revision"].is_string());

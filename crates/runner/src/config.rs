@@ -14,13 +14,15 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// Compute backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
-    /// Burn's flex CPU backend (the fastest CPU backend measured; the default).
+    /// Burn's flex CPU backend as Burn ships it (the default before resilab's kernels).
     Flex,
     /// Burn's flex CPU backend with resilab's own convolution kernels (forward and both
-    /// gradients as GEMMs; `resilab-kernels`).
+    /// gradients as GEMMs; `resilab-kernels`): the default, 1.2-1.5x flex on every benchmark
+    /// model (`bench/train_throughput.sh`).
+    #[default]
     Native,
     /// Burn's ndarray CPU backend (deprecated by Burn 0.22; kept selectable).
     Ndarray,
@@ -71,7 +73,7 @@ pub struct RunConfig {
     /// Seed of parameter initialisation, data order and augmentation.
     #[serde(default = "default_seed")]
     pub seed: u64,
-    /// Backend (`flex` by default); `--backend` overrides it.
+    /// Backend (`native` by default); `--backend` overrides it.
     #[serde(default)]
     pub backend: Option<BackendKind>,
     /// Data source.
