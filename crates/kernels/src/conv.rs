@@ -212,8 +212,14 @@ impl Conv2d {
             return;
         }
         let first = lo * self.stride[1] + kx * self.dilation[1] - self.padding[1];
-        for (dst, src) in row[first..].iter_mut().step_by(self.stride[1]).zip(&line[lo..hi]) {
-            *dst += *src;
+        if self.stride[1] == 1 {
+            for (dst, src) in row[first..first + hi - lo].iter_mut().zip(&line[lo..hi]) {
+                *dst += *src;
+            }
+        } else {
+            for (dst, src) in row[first..].iter_mut().step_by(self.stride[1]).zip(&line[lo..hi]) {
+                *dst += *src;
+            }
         }
     }
 }
