@@ -20,7 +20,7 @@ pub enum BackendKind {
     /// Burn's flex CPU backend as Burn ships it (the default before resilab's kernels).
     Flex,
     /// Burn's flex CPU backend with resilab's own convolution kernels (forward and both
-    /// gradients as GEMMs; `resilab-kernels`): the default, 1.2-1.5x flex on every benchmark
+    /// gradients as GEMMs; `resilab-kernels`): the default, 1.3-1.6x flex on every benchmark
     /// model (`bench/train_throughput.sh`).
     #[default]
     Native,
