@@ -22,7 +22,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
+source "$ROOT/bench/venv.sh"
 REPS="${REPS:-10}"
 TORCH_RUNS="${TORCH_RUNS:-4}"
 JOBS="${JOBS:-2}"
@@ -34,11 +34,7 @@ BIN="$ROOT/target/release/resilab"
 TCH_TARGET="$ROOT/target/tch"
 PRESET="$ROOT/configs/paper/nev.toml"
 
-if ! "$VENV/bin/python" -c "import torch, h5py, numpy" 2>/dev/null; then
-    echo "==> installing PyTorch, h5py and numpy into $VENV" >&2
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q torch h5py numpy
-fi
+bench_venv torch h5py numpy
 rm -rf "$WORK"
 mkdir -p "$WORK" "$(dirname "$OUT_CSV")"
 for backend in $BACKENDS; do

@@ -6,18 +6,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
+source "$ROOT/bench/venv.sh"
 REPS="${REPS:-7}"
 THREADS="${THREADS:-$(nproc)}"
 MODEL_ARGS="${MODEL_ARGS:---arch resnet --depth 18 --width 1}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/checkpoint.csv}"
 WORK="$ROOT/target/bench-checkpoint"
 
-if ! "$VENV/bin/python" -c "import h5py, numpy" 2>/dev/null; then
-    echo "==> installing h5py into $VENV" >&2
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q h5py numpy
-fi
+bench_venv h5py numpy
 (cd "$ROOT" && bash scripts/setup.sh && cargo build --release)
 
 echo "==> resilab" >&2

@@ -5,16 +5,11 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
 THREADS="${THREADS:-$(nproc)}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/conv_layers.csv}"
 
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-    echo "==> creating PyTorch venv at $VENV" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q torch numpy
-fi
-PY="$VENV/bin/python"
+source "$ROOT/bench/venv.sh"
+bench_venv torch
 
 echo "==> building the conv_backward example (release)" >&2
 (cd "$ROOT" && cargo build --release -p resilab-models --example conv_backward)

@@ -8,18 +8,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
+source "$ROOT/bench/venv.sh"
 REPS="${REPS:-5}"
 FLIPS="${FLIPS:-1 1000 10000 100000}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/inject.csv}"
 WORK="$ROOT/target/bench-inject"
 BIN="$ROOT/target/release/resilab"
 
-if ! "$VENV/bin/python" -c "import h5py, numpy" 2>/dev/null; then
-    echo "==> installing h5py into $VENV" >&2
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q h5py numpy
-fi
+bench_venv h5py numpy
 (cd "$ROOT" && bash scripts/setup.sh && cargo build --release)
 
 mkdir -p "$WORK"

@@ -4,7 +4,6 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RESILAB_BENCH_VENV:-$HOME/.cache/resilab/bench-venv}"
 MODELS="${MODELS:-resnet:8:1:1 resnet:20:1:1 resnet:18:0.25:1 vgg:11:0.25:1 alexnet:0:0.5:0}"
 THREADS="${THREADS:-$(nproc)}"
 BATCH="${BATCH:-64}"
@@ -15,13 +14,8 @@ FEATURES="${FEATURES:-}"          # cargo features of the resilab build (wgpu fo
 TORCH_DEVICE="${TORCH_DEVICE:-cpu}" # cpu, cuda, mps or auto
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/train_throughput.csv}"
 
-# PyTorch lives in a venv outside the repo (PyPI's default wheel is several GB).
-if ! "$VENV/bin/python" -c "import torch, numpy" 2>/dev/null; then
-    echo "==> creating PyTorch venv at $VENV" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q torch numpy
-fi
-PY="$VENV/bin/python"
+source "$ROOT/bench/venv.sh"
+bench_venv torch numpy
 
 echo "==> building resilab (release)" >&2
 (cd "$ROOT" && cargo build --release ${FEATURES:+--features "$FEATURES"})
