@@ -70,6 +70,11 @@ thread_local! {
     static COLUMNS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+thread_local! {
+    /// The weight gradient's per-chunk sums of calls made on this thread, reused.
+    static PARTIALS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Runs `f` on this thread's column buffer, at least `len` long.
 fn with_columns<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     COLUMNS.with(|c| {
@@ -302,7 +307,7 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     s.check("output gradient", dy.len(), ny)?;
     s.check("weight gradient", dw.len(), nw)?;
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
-    let chunks: Vec<usize> = (0..s.batch.div_ceil(s.chunk())).collect();
+    let chunks = s.batch.div_ceil(s.chunk());
     let partial = |c: usize, acc: &mut [f32]| {
         let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
         for (i, n) in images.enumerate() {
@@ -319,23 +324,25 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
             }
         }
     };
-    // The first chunk sums into dw, the others into their own buffers, added in chunk order.
-    let ((), rest) = rayon::join(
-        || partial(0, dw),
-        || {
-            chunks[1..]
-                .par_iter()
-                .map(|&c| {
-                    let mut acc = vec![0.0; nw];
-                    partial(c, &mut acc);
-                    acc
-                })
-                .collect::<Vec<_>>()
-        },
-    );
-    for acc in &rest {
-        dw.iter_mut().zip(acc).for_each(|(d, a)| *d += a);
-    }
+    // The first chunk sums into dw, the others into this thread's reused partial buffers,
+    // added in chunk order.
+    PARTIALS.with(|buffers| {
+        let mut buffers = buffers.borrow_mut();
+        let rest = chunks - 1;
+        if buffers.len() < rest {
+            buffers.resize_with(rest, Vec::new);
+        }
+        for b in &mut buffers[..rest] {
+            if b.len() < nw {
+                b.resize(nw, 0.0);
+            }
+        }
+        let partials = &mut buffers[..rest];
+        rayon::join(|| partial(0, dw), || partials.par_iter_mut().enumerate().for_each(|(i, b)| partial(i + 1, &mut b[..nw])));
+        for b in partials.iter() {
+            dw.iter_mut().zip(&b[..nw]).for_each(|(d, a)| *d += a);
+        }
+    });
     if let Some(db) = db {
         s.check("bias gradient", db.len(), s.c_out)?;
         db.fill(0.0);
