@@ -48,6 +48,11 @@ PRESETS = [
         ("an optimizer-state flip leaves the replicas diverged more often than a model flip", "inject.locations_to_corrupt", "model", "optimizer", "diverged_pct", +1),
         ("Horovod's restart (parameters and optimizer state broadcast) leaves fewer diverged replicas than DDP's", "parallel.sync", "ddp", "horovod", "diverged_pct", -1),
     ]),
+    ("dp-one-flip-paper", "table 4 at its published size", "Table 4 at 180 runs per row (campaign.repetitions=60)", [
+        ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
+        ("an optimizer-state flip leaves the replicas diverged more often than a model flip", "inject.locations_to_corrupt", "model", "optimizer", "diverged_pct", +1),
+        ("Horovod's restart (parameters and optimizer state broadcast) leaves fewer diverged replicas than DDP's", "parallel.sync", "ddp", "horovod", "diverged_pct", -1),
+    ]),
     ("dp-many-flips", "table 5: many flips in k of 8 workers", "N-EV and accuracy after 1-100 flips in 1-8 replicas", [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
