@@ -20,8 +20,14 @@ pub enum Mode {
 }
 
 fn bn_forward(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+    bn_then(bn, x, mode, false)
+}
+
+/// BatchNorm, then a ReLU when `relu` (fused in training mode when the kernels are on).
+fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool) -> Tensor<4> {
     match mode {
-        Mode::Train => bn.forward_train(x),
+        Mode::Train => bn.forward_train_then(x, relu_after),
+        Mode::Eval if relu_after => relu(bn.forward(x)),
         Mode::Eval => bn.forward(x),
     }
 }
@@ -50,11 +56,11 @@ impl ConvUnit {
     }
 
     fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-        let mut x = conv_forward(&self.conv, x);
-        if let Some(bn) = self.bn.as_mut() {
-            x = bn_forward(bn, x, mode);
-        }
-        let x = relu(x);
+        let x = conv_forward(&self.conv, x);
+        let x = match self.bn.as_mut() {
+            Some(bn) => bn_then(bn, x, mode, true),
+            None => relu(x),
+        };
         if self.pool { pool2(x) } else { x }
     }
 }
@@ -105,7 +111,7 @@ impl BasicBlock {
             Some(ds) => bn_forward(&mut ds.bn, conv_forward(&ds.conv, x.clone()), mode),
             None => x.clone(),
         };
-        let y = relu(bn_forward(&mut self.bn1, conv_forward(&self.conv1, x), mode));
+        let y = bn_then(&mut self.bn1, conv_forward(&self.conv1, x), mode, true);
         let y = bn_forward(&mut self.bn2, conv_forward(&self.conv2, y), mode);
         relu(y + shortcut)
     }

@@ -1,7 +1,9 @@
-//! resilab's own CPU convolution kernels (`resilab-kernels`) plugged into Burn as a backend
-//! extension: on the flex device, [`conv2d`] runs the forward pass and, under autodiff, both
-//! gradients as GEMMs; on every other device, and for shapes the kernels do not take (groups,
-//! asymmetric padding, other float types), it is Burn's own `conv2d`.
+//! resilab's own CPU kernels (`resilab-kernels`) plugged into Burn as a backend extension: on
+//! the flex device, [`conv2d`] runs the forward pass and, under autodiff, both gradients as
+//! GEMMs, and [`batch_norm_train`] normalises with the batch statistics (and applies the ReLU
+//! that follows, when asked) in one op with its own backward. On every other device, and for
+//! shapes the kernels do not take (groups, asymmetric padding, other float types), both are
+//! Burn's own operations.
 //!
 //! Whether the models use it is one process-wide choice made at the binary's edge
 //! ([`set_enabled`]; the `native` backend), so that `flex` stays Burn's flex bit for bit.
@@ -15,10 +17,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::ModuleOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Dispatch, DispatchDevice, Flex, backend_extension};
+use burn::backend::{Autodiff, AutodiffBackend, Dispatch, DispatchDevice, Flex, backend_extension};
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor, TensorData};
 use resilab_kernels::Conv2d as Shape;
+use resilab_kernels::norm::{self, Norm, Stats};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -50,6 +53,21 @@ pub fn conv2d(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options:
     }
 }
 
+/// Training-mode batch normalisation of `x` (`[N, C, H, W]`) followed, when `relu`, by a ReLU:
+/// `(output, batch mean, biased batch variance)`. One fused op on the flex device, Burn's
+/// `batch_norm_train` (and `relu`) elsewhere.
+pub fn batch_norm_train(x: Tensor<4>, gamma: Tensor<1>, beta: Tensor<1>, eps: f64, relu: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+    let device = x.device().without_autodiff();
+    let c = x.dims()[1];
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 || gamma.dims() != [c] || beta.dims() != [c] {
+        let out = burn::tensor::module::batch_norm_train(x, gamma, beta, eps);
+        let y = if relu { burn::tensor::activation::relu(out.output) } else { out.output };
+        return (y, out.mean, out.variance);
+    }
+    let (y, mean, var) = <Dispatch as ConvKernels>::resilab_batch_norm_train(x.into_dispatch(), gamma.into_dispatch(), beta.into_dispatch(), eps, relu);
+    (Tensor::from_dispatch(y), Tensor::from_dispatch(mean), Tensor::from_dispatch(var))
+}
+
 /// The kernels' shape for input dims `x` and weight dims `w`, if they take it.
 fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     if o.groups != 1 || o.is_asymmetric() || x.len() != 4 || w.len() != 4 || x[1] != w[1] {
@@ -74,6 +92,15 @@ fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
 pub trait ConvKernels: burn::backend::Backend {
     /// The forward pass, without bias.
     fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self>;
+
+    /// Training-mode batch norm (and ReLU when `relu`): output, batch mean, biased variance.
+    fn resilab_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// The f32 values of a flex tensor, made contiguous.
@@ -135,7 +162,33 @@ fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, w
     [dx, dw]
 }
 
+/// The kernels' view of a `[N, C, H, W]` tensor.
+fn norm_shape(dims: &[usize]) -> Norm {
+    Norm { batch: dims[0], channels: dims[1], plane: dims[2..].iter().product() }
+}
+
+/// The fused forward pass on flex tensors: the output and the statistics.
+fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, relu: bool) -> (FlexTensor, Stats) {
+    let d = dims(x);
+    let mut y = vec![0.0; values(x).len()];
+    // The public wrapper checked the shapes (rank 4, gamma and beta of C values, f32).
+    let stats = norm::forward(&norm_shape(&d), values(x), values(gamma), values(beta), eps, relu, &mut y)
+        .unwrap_or_else(|e| panic!("resilab batch norm called with shapes its wrapper rejects: {e}"));
+    (tensor(y, [d[0], d[1], d[2], d[3]]), stats)
+}
+
+fn vector(v: Vec<f32>) -> FlexTensor {
+    let n = v.len();
+    FlexTensor::from_data(TensorData::new(v, [n]))
+}
+
 impl ConvKernels for Flex {
+    fn resilab_batch_norm_train(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, eps: f64, relu: bool) -> (FlexTensor, FlexTensor, FlexTensor) {
+        let (x, gamma, beta) = (host(&x), host(&gamma), host(&beta));
+        let (y, stats) = bn_forward(&x, &gamma, &beta, eps, relu);
+        (y, vector(stats.mean), vector(stats.var))
+    }
+
     fn resilab_conv2d(x: FlexTensor, weight: FlexTensor, options: ConvOptions<2>) -> FlexTensor {
         forward(x, weight, options)
     }
@@ -172,5 +225,50 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
             }
             OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), options)),
         }
+    }
+
+    fn resilab_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        /// The fused op's backward step: input, scale and shift gradients in two passes.
+        #[derive(Debug)]
+        struct NormBackward;
+
+        impl Backward<Flex, 3> for NormBackward {
+            type State = (FlexTensor, FlexTensor, FlexTensor, Stats, bool);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node_x, node_gamma, node_beta] = ops.parents;
+                let dy = host(&grads.consume::<Flex>(&ops.node));
+                let (x, y, gamma, stats, relu) = ops.state;
+                let d = dims(&x);
+                let c = d[1];
+                let (mut dx, mut dgamma, mut dbeta) = (vec![0.0; values(&x).len()], vec![0.0; c], vec![0.0; c]);
+                norm::backward(&norm_shape(&d), values(&x), values(&y), values(&dy), values(&gamma), &stats, relu, &mut dx, &mut dgamma, &mut dbeta)
+                    .unwrap_or_else(|e| panic!("resilab batch norm backward on shapes its forward pass took: {e}"));
+                if let Some(node) = node_x {
+                    grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
+                }
+                if let Some(node) = node_gamma {
+                    grads.register::<Flex>(node.id, vector(dgamma));
+                }
+                if let Some(node) = node_beta {
+                    grads.register::<Flex>(node.id, vector(dbeta));
+                }
+            }
+        }
+
+        let (xp, gp, bp) = (host(x.primitive()), host(gamma.primitive()), host(beta.primitive()));
+        let (y, stats) = bn_forward(&xp, &gp, &bp, eps, relu);
+        let (mean, var) = (vector(stats.mean.clone()), vector(stats.var.clone()));
+        let out = match NormBackward.prepare::<C>([x.node(), gamma.node(), beta.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((xp, y.clone(), gp, stats, relu), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        (out, <Self as AutodiffBackend>::from_inner(mean), <Self as AutodiffBackend>::from_inner(var))
     }
 }

@@ -52,17 +52,27 @@ impl BatchNorm2d {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C, H, W]`
     pub fn forward_train(&mut self, x: Tensor<4>) -> Tensor<4> {
+        self.forward_train_then(x, false)
+    }
+
+    /// [`BatchNorm2d::forward_train`] followed, when `relu`, by a ReLU: one fused op through
+    /// resilab's kernels when [`crate::kernels::enabled`], Burn's two ops otherwise.
+    pub fn forward_train_then(&mut self, x: Tensor<4>, relu: bool) -> Tensor<4> {
         let [n, _, h, w] = x.dims();
-        let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
+        let (output, batch_mean, batch_var) = if crate::kernels::enabled() {
+            crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, relu)
+        } else {
+            let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
+            (if relu { burn::tensor::activation::relu(out.output) } else { out.output }, out.mean, out.variance)
+        };
         let count = (n * h * w) as f64;
         let unbias = if count > 1.0 { count / (count - 1.0) } else { 1.0 };
         let m = BN_MOMENTUM;
-        let mean = self.running_mean.val().mul_scalar(1.0 - m) + out.mean.detach().mul_scalar(m);
-        let var = self.running_var.val().mul_scalar(1.0 - m)
-            + out.variance.detach().mul_scalar(m * unbias);
+        let mean = self.running_mean.val().mul_scalar(1.0 - m) + batch_mean.detach().mul_scalar(m);
+        let var = self.running_var.val().mul_scalar(1.0 - m) + batch_var.detach().mul_scalar(m * unbias);
         self.running_mean = Param::initialized(self.running_mean.id, mean.detach());
         self.running_var = Param::initialized(self.running_var.id, var.detach());
-        out.output
+        output
     }
 
     /// Normalises with the running statistics.

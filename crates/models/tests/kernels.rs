@@ -82,3 +82,36 @@ fn grouped_convolutions_fall_back_to_burn() {
     let opts = ConvOptions::new([1, 1], [1, 1], [1, 1], 2);
     assert_eq!(host(kernels::conv2d(x.clone(), w.clone(), None, opts.clone())), host(conv2d(x, w, None, opts)));
 }
+
+/// The fused batch norm (+ ReLU) against Burn's `batch_norm_train` followed by `relu`: output,
+/// batch mean and variance, and the input, scale and shift gradients, with and without the ReLU.
+#[test]
+fn fused_batch_norm_matches_burns_batch_norm_and_relu_with_gradients() {
+    use burn::tensor::activation::relu as burn_relu;
+    use burn::tensor::module::batch_norm_train;
+    let dev = Device::flex().autodiff();
+    for (n, c, h, w) in [(1, 3, 5, 7), (4, 17, 6, 6), (3, 8, 1, 1), (2, 5, 9, 4)] {
+        for relu in [false, true] {
+            let go = |ours: bool| {
+                let x = Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.1), [n, c, h, w]), &dev).require_grad();
+                let g = Tensor::<1>::from_data(TensorData::new(values(c, 0.4).iter().map(|v| v + 1.0).collect::<Vec<_>>(), [c]), &dev).require_grad();
+                let b = Tensor::<1>::from_data(TensorData::new(values(c, 0.8), [c]), &dev).require_grad();
+                let (y, mean, var) = if ours {
+                    kernels::batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5, relu)
+                } else {
+                    let o = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5);
+                    (if relu { burn_relu(o.output) } else { o.output }, o.mean, o.variance)
+                };
+                let r = Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.9), [n, c, h, w]), &dev);
+                let grads = (y.clone() * r).sum().backward();
+                [host(y), host(mean), host(var), host(x.grad(&grads).unwrap()), host(g.grad(&grads).unwrap()), host(b.grad(&grads).unwrap())]
+            };
+            let (ours, burn) = (go(true), go(false));
+            for (what, (a, b)) in ["output", "mean", "variance", "input gradient", "scale gradient", "shift gradient"].iter().zip(ours.iter().zip(&burn)) {
+                let e = rel(a, b);
+                // Burn sums in f32, the kernels in f64: a few ulps of the largest value apart.
+                assert!(e < 1e-5, "{what} of {:?} (relu {relu}): relative difference {e}", (n, c, h, w));
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Training-mode batch normalisation (NCHW), optionally fused with the ReLU that follows it,
+//! forward and backward in two passes over the data each.
+//!
+//! Forward, per channel `c` over its `M = N * H * W` values: `mean`, the biased variance `var`,
+//! `y = max(0, gamma * (x - mean) / sqrt(var + eps) + beta)` (without the max when `relu` is
+//! off). Backward, with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) *
+//! inv_std`: `dbeta = sum g`, `dgamma = sum g * x^`,
+//! `dx = gamma * inv_std / M * (M * g - dbeta - x^ * dgamma)`.
+//!
+//! Channels are independent and each sums its values in one fixed order (f64 accumulators),
+//! so results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+/// The shape `[batch, channels, plane]` (`plane = H * W`) and the buffers of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Norm {
+    /// Images.
+    pub batch: usize,
+    /// Channels.
+    pub channels: usize,
+    /// Values per image and channel (`H * W`).
+    pub plane: usize,
+}
+
+/// Buffers that do not fit the shape.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("batch norm {shape:?}: {name} holds {got} values, the shape needs {want}")]
+pub struct NormError {
+    /// The shape.
+    pub shape: Norm,
+    /// Which buffer.
+    pub name: &'static str,
+    /// Its length.
+    pub got: usize,
+    /// The length the shape gives.
+    pub want: usize,
+}
+
+impl Norm {
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), NormError> {
+        if got == want { Ok(()) } else { Err(NormError { shape: *self, name, got, want }) }
+    }
+
+    fn values(&self) -> usize {
+        self.batch * self.channels * self.plane
+    }
+
+    /// The planes of channel `c`, one per image.
+    fn planes<'a>(&self, t: &'a [f32], c: usize) -> impl Iterator<Item = &'a [f32]> + 'a {
+        let (step, plane) = (self.channels * self.plane, self.plane);
+        (0..self.batch).map(move |n| &t[n * step + c * plane..][..plane])
+    }
+}
+
+/// Per-channel results of the forward pass, kept for the backward pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Batch mean.
+    pub mean: Vec<f32>,
+    /// Biased batch variance.
+    pub var: Vec<f32>,
+    /// `1 / sqrt(var + eps)`.
+    pub inv_std: Vec<f32>,
+}
+
+/// The forward pass into `y`; returns the batch statistics.
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: &mut [f32]) -> Result<Stats, NormError> {
+    s.check("input", x.len(), s.values())?;
+    s.check("output", y.len(), s.values())?;
+    s.check("gamma", gamma.len(), s.channels)?;
+    s.check("beta", beta.len(), s.channels)?;
+    let m = (s.batch * s.plane).max(1) as f64;
+    let stats: Vec<(f32, f32, f32)> = (0..s.channels)
+        .into_par_iter()
+        .map(|c| {
+            let sum: f64 = s.planes(x, c).flat_map(|p| p.iter()).map(|&v| f64::from(v)).sum();
+            let mean = sum / m;
+            let sq: f64 = s.planes(x, c).flat_map(|p| p.iter()).map(|&v| (f64::from(v) - mean).powi(2)).sum();
+            let var = sq / m;
+            (mean as f32, var as f32, (1.0 / (var + eps).sqrt()) as f32)
+        })
+        .collect();
+    let step = s.channels * s.plane;
+    y.par_chunks_mut(s.plane).enumerate().for_each(|(i, out)| {
+        let c = i % s.channels;
+        let (mean, _, inv_std) = stats[c];
+        let (scale, shift) = (gamma[c] * inv_std, beta[c] - gamma[c] * inv_std * mean);
+        let src = &x[(i / s.channels) * step + c * s.plane..][..s.plane];
+        if relu {
+            out.iter_mut().zip(src).for_each(|(o, &v)| *o = (v * scale + shift).max(0.0));
+        } else {
+            out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift);
+        }
+    });
+    Ok(Stats {
+        mean: stats.iter().map(|s| s.0).collect(),
+        var: stats.iter().map(|s| s.1).collect(),
+        inv_std: stats.iter().map(|s| s.2).collect(),
+    })
+}
+
+/// The backward pass: `dx`, and `dgamma`, `dbeta` (per channel). `y` is the forward output
+/// (read for the ReLU's mask when `relu`).
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+#[allow(clippy::too_many_arguments)] // the op's inputs and outputs, each a plain slice
+pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dx: &mut [f32], dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<(), NormError> {
+    for (name, len) in [("input", x.len()), ("output", y.len()), ("output gradient", dy.len()), ("input gradient", dx.len())] {
+        s.check(name, len, s.values())?;
+    }
+    for (name, len) in [("gamma", gamma.len()), ("gamma gradient", dgamma.len()), ("beta gradient", dbeta.len()), ("mean", stats.mean.len()), ("inv_std", stats.inv_std.len())] {
+        s.check(name, len, s.channels)?;
+    }
+    let g = |yv: f32, d: f32| if relu && yv <= 0.0 { 0.0 } else { d };
+    let sums: Vec<(f32, f32)> = (0..s.channels)
+        .into_par_iter()
+        .map(|c| {
+            let (mean, inv_std) = (stats.mean[c], stats.inv_std[c]);
+            let (mut sum, mut dot) = (0f64, 0f64);
+            for ((xp, yp), dp) in s.planes(x, c).zip(s.planes(y, c)).zip(s.planes(dy, c)) {
+                for ((&xv, &yv), &d) in xp.iter().zip(yp).zip(dp) {
+                    let gv = f64::from(g(yv, d));
+                    sum += gv;
+                    dot += gv * f64::from((xv - mean) * inv_std);
+                }
+            }
+            (sum as f32, dot as f32)
+        })
+        .collect();
+    for (c, &(sum, dot)) in sums.iter().enumerate() {
+        dbeta[c] = sum;
+        dgamma[c] = dot;
+    }
+    let m = (s.batch * s.plane).max(1) as f32;
+    let step = s.channels * s.plane;
+    dx.par_chunks_mut(s.plane).enumerate().for_each(|(i, out)| {
+        let (n, c) = (i / s.channels, i % s.channels);
+        let (mean, inv_std, (sum, dot)) = (stats.mean[c], stats.inv_std[c], sums[c]);
+        let k = gamma[c] * inv_std / m;
+        let at = n * step + c * s.plane;
+        let (xp, yp, dp) = (&x[at..][..s.plane], &y[at..][..s.plane], &dy[at..][..s.plane]);
+        for (((o, &xv), &yv), &d) in out.iter_mut().zip(xp).zip(yp).zip(dp) {
+            let xhat = (xv - mean) * inv_std;
+            *o = k * (m * g(yv, d) - sum - xhat * dot);
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32 + salt) * 0.618_034).fract() * 4.0 - 1.5).collect()
+    }
+
+    /// Loss `sum(y * r)`: its gradients by central differences in f64.
+    fn numeric(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], r: &[f32], relu: bool) -> Vec<f64> {
+        let loss = |x: &[f32]| {
+            let mut y = vec![0.0; s.values()];
+            forward(s, x, gamma, beta, 1e-5, relu, &mut y).unwrap();
+            y.iter().zip(r).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
+        };
+        (0..x.len())
+            .map(|i| {
+                let h = 1e-2f32;
+                let (mut up, mut down) = (x.to_vec(), x.to_vec());
+                up[i] += h;
+                down[i] -= h;
+                (loss(&up) - loss(&down)) / (2.0 * f64::from(h))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forward_normalises_each_channel_and_backward_matches_finite_differences() {
+        for relu in [false, true] {
+            let s = Norm { batch: 3, channels: 5, plane: 7 };
+            let (x, gamma, beta, r) = (values(105, 0.1), values(5, 0.4), values(5, 0.8), values(105, 0.3));
+            let mut y = vec![0.0; 105];
+            let stats = forward(&s, &x, &gamma, &beta, 1e-5, relu, &mut y).unwrap();
+            let mean0 = s.planes(&x, 0).flatten().sum::<f32>() / 21.0;
+            assert!((stats.mean[0] - mean0).abs() < 1e-5);
+            let (mut dx, mut dg, mut db) = (vec![0.0; 105], vec![0.0; 5], vec![0.0; 5]);
+            backward(&s, &x, &y, &r, &gamma, &stats, relu, &mut dx, &mut dg, &mut db).unwrap();
+            let want = numeric(&s, &x, &gamma, &beta, &r, relu);
+            // Differences across the ReLU's kink say nothing: skip values next to it.
+            for (i, (a, b)) in dx.iter().zip(&want).enumerate().filter(|(i, _)| !relu || y[*i].abs() > 0.1) {
+                assert!((f64::from(*a) - b).abs() < 2e-2 * b.abs().max(0.5), "relu {relu}, dx[{i}]: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn results_are_bit_identical_for_every_thread_count() {
+        let s = Norm { batch: 4, channels: 9, plane: 30 };
+        let (x, gamma, beta, dy) = (values(1080, 0.2), values(9, 0.5), values(9, 0.6), values(1080, 0.7));
+        let run = || {
+            let mut y = vec![0.0; 1080];
+            let stats = forward(&s, &x, &gamma, &beta, 1e-5, true, &mut y).unwrap();
+            let (mut dx, mut dg, mut db) = (vec![0.0; 1080], vec![0.0; 9], vec![0.0; 9]);
+            backward(&s, &x, &y, &dy, &gamma, &stats, true, &mut dx, &mut dg, &mut db).unwrap();
+            (y, dx, dg, db)
+        };
+        let at = |t: usize| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap().install(run);
+        let one = at(1);
+        assert!(at(3) == one);
+    }
+
+    #[test]
+    fn a_short_buffer_is_named() {
+        let s = Norm { batch: 1, channels: 2, plane: 2 };
+        let err = forward(&s, &[0.0; 4], &[1.0; 2], &[0.0; 1], 1e-5, false, &mut [0.0; 4]).unwrap_err();
+        assert_eq!(err.name, "beta");
+    }
+}
