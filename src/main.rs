@@ -109,7 +109,7 @@ struct CampaignArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Compute backend: native (default: flex with resilab's convolution kernels), flex,
+    /// Compute backend: native (default: flex with resilab's kernels), flex,
     /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
     /// `resilab train --help`).
     #[arg(long, value_name = "NAME")]
@@ -202,7 +202,7 @@ struct ComputeArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
-    /// own convolution kernels, forward and both gradients as GEMMs), flex (Burn's flex as
+    /// own kernels: convolutions as GEMMs, BatchNorm fused with its ReLU), flex (Burn's flex as
     /// Burn ships it), ndarray (Burn's older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
     /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
     /// Overrides the config's `backend` key.

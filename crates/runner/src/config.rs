@@ -19,9 +19,9 @@ use crate::{Error, Result};
 pub enum BackendKind {
     /// Burn's flex CPU backend as Burn ships it (the default before resilab's kernels).
     Flex,
-    /// Burn's flex CPU backend with resilab's own convolution kernels (forward and both
-    /// gradients as GEMMs; `resilab-kernels`): the default, 1.3-1.6x flex on every benchmark
-    /// model (`bench/train_throughput.sh`).
+    /// Burn's flex CPU backend with resilab's own kernels (convolutions' forward and both
+    /// gradients as GEMMs, BatchNorm fused with its ReLU; `resilab-kernels`): the default,
+    /// 1.4-1.7x flex on every benchmark model (`bench/train_throughput.sh`).
     #[default]
     Native,
     /// Burn's ndarray CPU backend (deprecated by Burn 0.22; kept selectable).
