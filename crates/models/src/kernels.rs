@@ -87,7 +87,7 @@ fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     s.validate().ok().map(|()| s)
 }
 
-/// Convolutions through resilab's kernels.
+/// resilab's kernels as Burn operations (convolution, and batch norm fused with its ReLU).
 #[backend_extension(Flex, Autodiff)]
 pub trait ConvKernels: burn::backend::Backend {
     /// The forward pass, without bias.
