@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::gemm::{MatMut, MatRef, matmul};
+use crate::simd::vectorized;
 
 /// The shape of one convolution: input `[batch, c_in, h, w]`, weight `[c_out, c_in, kh, kw]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,86 +147,116 @@ impl Conv2d {
     fn im2col(&self, x: &[f32], col: &mut [f32]) {
         let [oh, ow] = self.out_hw();
         let [kh, kw] = self.kernel;
-        let (p, hw) = (oh * ow, self.h * self.w);
-        for (row, dst) in col.chunks_exact_mut(p).enumerate() {
-            let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
-            let plane = &x[c * hw..][..hw];
-            for (oy, line) in dst.chunks_exact_mut(ow).enumerate() {
-                match self.source(oy, ky, 0, self.h) {
-                    Some(iy) => self.gather_row(&plane[iy * self.w..][..self.w], kx, line),
-                    None => line.fill(0.0),
+        let (p, hw, s) = (oh * ow, self.h * self.w, self.stride[1]);
+        vectorized(#[inline(always)] || {
+            for (row, dst) in col.chunks_exact_mut(p).enumerate() {
+                let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
+                let plane = &x[c * hw..][..hw];
+                let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
+                if xlo == xhi {
+                    dst.fill(0.0);
+                    continue;
+                }
+                if let Some((lo, hi, from)) = self.shifted(ky, kx, ylo, yhi) {
+                    // One copy for all rows, then the columns that wrapped round from the
+                    // neighbouring rows are zeroed.
+                    dst[..lo].fill(0.0);
+                    dst[hi..].fill(0.0);
+                    dst[lo..hi].copy_from_slice(&plane[from..][..hi - lo]);
+                    if xlo > 0 || xhi < ow {
+                        for line in dst.chunks_exact_mut(ow).take(yhi).skip(ylo) {
+                            line[..xlo].fill(0.0);
+                            line[xhi..].fill(0.0);
+                        }
+                    }
+                    continue;
+                }
+                dst[..ylo * ow].fill(0.0);
+                dst[yhi * ow..].fill(0.0);
+                for (oy, line) in dst.chunks_exact_mut(ow).enumerate().take(yhi).skip(ylo) {
+                    line[..xlo].fill(0.0);
+                    line[xhi..].fill(0.0);
+                    let src = &plane[self.first(0, oy, ky) * self.w + self.first(1, xlo, kx)..];
+                    let line = &mut line[xlo..xhi];
+                    if s == 1 {
+                        line.copy_from_slice(&src[..line.len()]);
+                    } else {
+                        line.iter_mut().zip(src.iter().step_by(s)).for_each(|(d, v)| *d = *v);
+                    }
                 }
             }
-        }
+        });
     }
 
     /// Adds `col` (`K x P`) back onto one image's gradient `dx` (`c_in x h x w`), which the
-    /// caller zeroed.
-    fn col2im(&self, col: &[f32], dx: &mut [f32]) {
+    /// caller zeroed. `col` is scratch: the entries that fall on padding are zeroed.
+    fn col2im(&self, col: &mut [f32], dx: &mut [f32]) {
         let [oh, ow] = self.out_hw();
         let [kh, kw] = self.kernel;
-        let (p, hw) = (oh * ow, self.h * self.w);
-        for (row, src) in col.chunks_exact(p).enumerate() {
-            let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
-            let plane = &mut dx[c * hw..][..hw];
-            for (oy, line) in src.chunks_exact(ow).enumerate() {
-                if let Some(iy) = self.source(oy, ky, 0, self.h) {
-                    self.scatter_row(line, kx, &mut plane[iy * self.w..][..self.w]);
+        let (p, hw, s) = (oh * ow, self.h * self.w, self.stride[1]);
+        vectorized(#[inline(always)] || {
+            for (row, src) in col.chunks_exact_mut(p).enumerate() {
+                let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
+                let plane = &mut dx[c * hw..][..hw];
+                let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
+                if xlo == xhi {
+                    continue;
+                }
+                if let Some((lo, hi, to)) = self.shifted(ky, kx, ylo, yhi) {
+                    // Zero the entries on padding columns, then one addition for all rows.
+                    if xlo > 0 || xhi < ow {
+                        for line in src.chunks_exact_mut(ow).take(yhi).skip(ylo) {
+                            line[..xlo].fill(0.0);
+                            line[xhi..].fill(0.0);
+                        }
+                    }
+                    plane[to..][..hi - lo].iter_mut().zip(&src[lo..hi]).for_each(|(d, v)| *d += *v);
+                    continue;
+                }
+                for (oy, line) in src.chunks_exact(ow).enumerate().take(yhi).skip(ylo) {
+                    let dst = &mut plane[self.first(0, oy, ky) * self.w + self.first(1, xlo, kx)..];
+                    let line = &line[xlo..xhi];
+                    if s == 1 {
+                        dst[..line.len()].iter_mut().zip(line).for_each(|(d, v)| *d += *v);
+                    } else {
+                        dst.iter_mut().step_by(s).zip(line).for_each(|(d, v)| *d += *v);
+                    }
                 }
             }
+        });
+    }
+
+    /// At stride 1 with as many output columns as input columns, output `d = oy * ow + ox` of
+    /// kernel offset `(ky, kx)` reads input `d + off` for one constant `off`, so the rows
+    /// `[ylo, yhi)` are one shifted span. Returns that span `[lo, hi)` of output positions,
+    /// cut so that its input span stays inside the plane, and the input position of `lo`.
+    /// Entries of the span in columns outside [`Self::inside`]'s range read a neighbouring row.
+    fn shifted(&self, ky: usize, kx: usize, ylo: usize, yhi: usize) -> Option<(usize, usize, usize)> {
+        if self.stride != [1, 1] || self.out_hw()[1] != self.w {
+            return None;
         }
+        let plus = ky * self.dilation[0] * self.w + kx * self.dilation[1];
+        let minus = self.padding[0] * self.w + self.padding[1];
+        let lo = (ylo * self.w).max(minus.saturating_sub(plus));
+        let hi = (yhi * self.w).min((self.h * self.w + minus).saturating_sub(plus));
+        (lo < hi).then(|| (lo, hi, lo + plus - minus))
     }
 
-    /// The input index that output index `o` reads at kernel offset `k` along axis `axis`, if
-    /// it is not padding.
-    fn source(&self, o: usize, k: usize, axis: usize, size: usize) -> Option<usize> {
-        (o * self.stride[axis] + k * self.dilation[axis]).checked_sub(self.padding[axis]).filter(|&i| i < size)
-    }
-
-    /// The output columns `[lo, hi)` whose input column at kernel offset `kx` is inside the row.
-    fn valid_columns(&self, kx: usize, ow: usize) -> (usize, usize) {
-        let (s, off) = (self.stride[1], kx * self.dilation[1]);
-        let lo = self.padding[1].saturating_sub(off).div_ceil(s).min(ow);
-        // Largest ox with ox * s + off - pad < w.
-        let limit = self.w + self.padding[1];
-        let hi = if limit > off { ((limit - off - 1) / s + 1).min(ow) } else { 0 };
+    /// The output indices `[lo, hi)` along `axis` whose input index at kernel offset `k` is
+    /// inside the input (not padding).
+    fn inside(&self, axis: usize, k: usize, out: usize) -> (usize, usize) {
+        let (s, off, size) = (self.stride[axis], k * self.dilation[axis], [self.h, self.w][axis]);
+        let lo = self.padding[axis].saturating_sub(off).div_ceil(s).min(out);
+        // Largest o with o * s + off - pad < size.
+        let limit = size + self.padding[axis];
+        let hi = if limit > off { ((limit - off - 1) / s + 1).min(out) } else { 0 };
         (lo, hi.max(lo))
     }
 
-    /// `line[ox] = row[ox * s + kx * d - pad]`, 0 where that is padding.
-    fn gather_row(&self, row: &[f32], kx: usize, line: &mut [f32]) {
-        let (lo, hi) = self.valid_columns(kx, line.len());
-        line[..lo].fill(0.0);
-        line[hi..].fill(0.0);
-        if lo == hi {
-            return;
-        }
-        let first = lo * self.stride[1] + kx * self.dilation[1] - self.padding[1];
-        if self.stride[1] == 1 {
-            line[lo..hi].copy_from_slice(&row[first..first + hi - lo]);
-        } else {
-            for (dst, src) in line[lo..hi].iter_mut().zip(row[first..].iter().step_by(self.stride[1])) {
-                *dst = *src;
-            }
-        }
-    }
-
-    /// `row[ox * s + kx * d - pad] += line[ox]` where that is not padding.
-    fn scatter_row(&self, line: &[f32], kx: usize, row: &mut [f32]) {
-        let (lo, hi) = self.valid_columns(kx, line.len());
-        if lo == hi {
-            return;
-        }
-        let first = lo * self.stride[1] + kx * self.dilation[1] - self.padding[1];
-        if self.stride[1] == 1 {
-            for (dst, src) in row[first..first + hi - lo].iter_mut().zip(&line[lo..hi]) {
-                *dst += *src;
-            }
-        } else {
-            for (dst, src) in row[first..].iter_mut().step_by(self.stride[1]).zip(&line[lo..hi]) {
-                *dst += *src;
-            }
-        }
+    /// The input index that output index `o` reads at kernel offset `k` along `axis`; `o` must
+    /// lie in [`Self::inside`]'s range.
+    fn first(&self, axis: usize, o: usize, k: usize) -> usize {
+        o * self.stride[axis] + k * self.dilation[axis] - self.padding[axis]
     }
 }
 
@@ -368,6 +399,10 @@ mod tests {
         fn each(&self, mut f: impl FnMut([usize; 9])) {
             let s = self.0;
             let [oh, ow] = s.out_hw();
+            // The input index output `o` reads at kernel offset `k`, unless it is padding.
+            let source = |o: usize, k: usize, axis: usize, size: usize| {
+                (o * s.stride[axis] + k * s.dilation[axis]).checked_sub(s.padding[axis]).filter(|&i| i < size)
+            };
             for n in 0..s.batch {
                 for co in 0..s.c_out {
                     for ci in 0..s.c_in {
@@ -375,7 +410,7 @@ mod tests {
                             for ox in 0..ow {
                                 for ky in 0..s.kernel[0] {
                                     for kx in 0..s.kernel[1] {
-                                        if let (Some(iy), Some(ix)) = (s.source(oy, ky, 0, s.h), s.source(ox, kx, 1, s.w)) {
+                                        if let (Some(iy), Some(ix)) = (source(oy, ky, 0, s.h), source(ox, kx, 1, s.w)) {
                                             f([n, co, ci, oy, ox, iy, ix, ky, kx]);
                                         }
                                     }
@@ -421,7 +456,8 @@ mod tests {
     }
 
     /// Odd shapes: batch 1, non-square input and kernel, stride 2, padding, dilation, 1x1,
-    /// channels that are no multiple of a SIMD width, and batches that split unevenly.
+    /// channels that are no multiple of a SIMD width, batches that split unevenly, and the
+    /// shifted-span path of im2col/col2im.
     fn shapes() -> Vec<Conv2d> {
         vec![
             shape([1, 3, 5], [7, 5], [3, 3], [1, 1], [1, 1]),
@@ -432,6 +468,10 @@ mod tests {
             shape([4, 6, 5], [7, 7], [1, 1], [2, 1], [0, 0]),
             shape([7, 3, 4], [11, 11], [3, 3], [2, 1], [1, 1]),
             shape([2, 3, 2], [13, 10], [4, 3], [3, 1], [0, 2]),
+            // Stride 1 with as many output as input columns (one shifted span per kernel
+            // offset): dilated, and padded along the columns only.
+            shape([2, 3, 4], [6, 9], [3, 3], [1, 2], [2, 2]),
+            shape([3, 2, 5], [7, 4], [3, 3], [1, 1], [0, 1]),
         ]
     }
 

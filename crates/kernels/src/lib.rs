@@ -7,8 +7,22 @@
 //! tests them against Burn's own operations.
 
 mod gemm;
+mod simd;
 
 pub mod conv;
 pub mod norm;
 
 pub use conv::{Conv2d, ShapeError};
+
+/// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
+/// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.
+pub fn gemm_uses_avx512() -> bool {
+    #[cfg(all(feature = "avx512", target_arch = "x86_64"))]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(all(feature = "avx512", target_arch = "x86_64")))]
+    {
+        false
+    }
+}

@@ -7,10 +7,13 @@
 //! inv_std`: `dbeta = sum g`, `dgamma = sum g * x^`,
 //! `dx = gamma * inv_std / M * (M * g - dbeta - x^ * dgamma)`.
 //!
-//! Channels are independent and each sums its values in one fixed order (f64 accumulators),
-//! so results do not depend on the thread count.
+//! Channels are independent and each sums its values in one fixed order (eight f64 lanes,
+//! added in lane order), so results depend neither on the thread count nor on the instruction
+//! set the loops run with.
 
 use rayon::prelude::*;
+
+use crate::simd::{LANES, Sums, vectorized};
 
 /// The shape `[batch, channels, plane]` (`plane = H * W`) and the buffers of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,11 +80,19 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
     let stats: Vec<(f32, f32, f32)> = (0..s.channels)
         .into_par_iter()
         .map(|c| {
-            let sum: f64 = s.planes(x, c).flat_map(|p| p.iter()).map(|&v| f64::from(v)).sum();
-            let mean = sum / m;
-            let sq: f64 = s.planes(x, c).flat_map(|p| p.iter()).map(|&v| (f64::from(v) - mean).powi(2)).sum();
-            let var = sq / m;
-            (mean as f32, var as f32, (1.0 / (var + eps).sqrt()) as f32)
+            vectorized(#[inline(always)] || {
+                let mut sum = Sums::<1>::default();
+                for p in s.planes(x, c) {
+                    sum.add(p, |v| [v.map(f64::from)]);
+                }
+                let mean = sum.totals()[0] / m;
+                let mut sq = Sums::<1>::default();
+                for p in s.planes(x, c) {
+                    sq.add(p, |v| [v.map(|v| (f64::from(v) - mean).powi(2))]);
+                }
+                let var = sq.totals()[0] / m;
+                (mean as f32, var as f32, (1.0 / (var + eps).sqrt()) as f32)
+            })
         })
         .collect();
     let step = s.channels * s.plane;
@@ -90,11 +101,13 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
         let (mean, _, inv_std) = stats[c];
         let (scale, shift) = (gamma[c] * inv_std, beta[c] - gamma[c] * inv_std * mean);
         let src = &x[(i / s.channels) * step + c * s.plane..][..s.plane];
-        if relu {
-            out.iter_mut().zip(src).for_each(|(o, &v)| *o = (v * scale + shift).max(0.0));
-        } else {
-            out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift);
-        }
+        vectorized(#[inline(always)] || {
+            if relu {
+                out.iter_mut().zip(src).for_each(|(o, &v)| *o = (v * scale + shift).max(0.0));
+            } else {
+                out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift);
+            }
+        });
     });
     Ok(Stats {
         mean: stats.iter().map(|s| s.0).collect(),
@@ -121,15 +134,17 @@ pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats
         .into_par_iter()
         .map(|c| {
             let (mean, inv_std) = (stats.mean[c], stats.inv_std[c]);
-            let (mut sum, mut dot) = (0f64, 0f64);
-            for ((xp, yp), dp) in s.planes(x, c).zip(s.planes(y, c)).zip(s.planes(dy, c)) {
-                for ((&xv, &yv), &d) in xp.iter().zip(yp).zip(dp) {
-                    let gv = f64::from(g(yv, d));
-                    sum += gv;
-                    dot += gv * f64::from((xv - mean) * inv_std);
+            vectorized(#[inline(always)] || {
+                let mut sums = Sums::<2>::default();
+                for ((xp, yp), dp) in s.planes(x, c).zip(s.planes(y, c)).zip(s.planes(dy, c)) {
+                    sums.add3(xp, yp, dp, |xv, yv, d| {
+                        let gv: [f64; LANES] = std::array::from_fn(|l| f64::from(g(yv[l], d[l])));
+                        [gv, std::array::from_fn(|l| gv[l] * f64::from((xv[l] - mean) * inv_std))]
+                    });
                 }
-            }
-            (sum as f32, dot as f32)
+                let [sum, dot] = sums.totals();
+                (sum as f32, dot as f32)
+            })
         })
         .collect();
     for (c, &(sum, dot)) in sums.iter().enumerate() {
@@ -144,10 +159,12 @@ pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats
         let k = gamma[c] * inv_std / m;
         let at = n * step + c * s.plane;
         let (xp, yp, dp) = (&x[at..][..s.plane], &y[at..][..s.plane], &dy[at..][..s.plane]);
-        for (((o, &xv), &yv), &d) in out.iter_mut().zip(xp).zip(yp).zip(dp) {
-            let xhat = (xv - mean) * inv_std;
-            *o = k * (m * g(yv, d) - sum - xhat * dot);
-        }
+        vectorized(#[inline(always)] || {
+            for (((o, &xv), &yv), &d) in out.iter_mut().zip(xp).zip(yp).zip(dp) {
+                let xhat = (xv - mean) * inv_std;
+                *o = k * (m * g(yv, d) - sum - xhat * dot);
+            }
+        });
     });
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! Burn's own operations.
 //!
 //! Whether the models use it is one process-wide choice made at the binary's edge
-//! ([`set_enabled`]; the `native` backend), so that `flex` stays Burn's flex bit for bit.
+//! ([`set_enabled`]; the `native` backend), so that `flex` stays Burn's flex bit for bit (with
+//! the GEMM micro-kernels the build's `avx512` feature selects, see [`gemm_uses_avx512`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,6 +31,10 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
+
+/// Whether the GEMMs run AVX-512 micro-kernels (the `avx512` feature on an AVX-512 CPU); the
+/// platform key records it, as it changes the bits of `native` and `flex` alike.
+pub use resilab_kernels::gemm_uses_avx512;
 
 /// Whether [`set_enabled`] turned the kernels on.
 pub fn enabled() -> bool {
