@@ -16,7 +16,8 @@ import sys
 COLUMNS = ["arch", "depth", "width", "batch_norm", "params", "batch", "threads",
            "backend", "device", "resilab_images_per_s", "pytorch_images_per_s",
            "ratio", "resilab_step_ms", "pytorch_step_ms", "torch_version", "date",
-           "pytorch_device"]
+           "pytorch_device", "train_gflop_per_image", "resilab_gflops",
+           "pytorch_gflops", "peak_gflops"]
 
 
 def add(path, spec, resilab_line, torch_line):
@@ -40,6 +41,14 @@ def add(path, spec, resilab_line, torch_line):
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "pytorch_device": t.get("device", "cpu"),
     }
+    # Same model, same FLOPs per image: resilab counts them (3x the forward pass).
+    flop = r.get("train_gflop_per_image")
+    if flop is not None:
+        row["train_gflop_per_image"] = f"{flop:.5f}"
+        row["resilab_gflops"] = f"{flop * r['images_per_s']:.1f}"
+        row["pytorch_gflops"] = f"{flop * t['images_per_s']:.1f}"
+    if r.get("peak_gflops") is not None:
+        row["peak_gflops"] = f"{r['peak_gflops']:.1f}"
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -52,14 +61,18 @@ def show(path):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     head = ["model", "params", "threads", "backend", "device", "resilab img/s",
-            "pytorch device", "pytorch img/s", "resilab/pytorch"]
+            "pytorch device", "pytorch img/s", "resilab/pytorch",
+            "GFLOP/s resilab / pytorch / peak"]
     body = [[f"{r['arch']}{'' if r['arch'] == 'alexnet' else r['depth']}"
              f" w{r['width']}{' bn' if r['batch_norm'] == '1' else ''}",
              r["params"], r["threads"], r["backend"], r["device"],
              f"{float(r['resilab_images_per_s']):.1f}",
              r.get("pytorch_device") or "cpu",
              f"{float(r['pytorch_images_per_s']):.1f}",
-             f"{float(r['ratio']):.2f}x"] for r in rows]
+             f"{float(r['ratio']):.2f}x",
+             " / ".join(r.get(k) or "-" for k in
+                        ("resilab_gflops", "pytorch_gflops", "peak_gflops"))]
+            for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
     for line in [head, ["-" * n for n in widths], *body]:
         print("  ".join(str(c).rjust(n) if i else str(c).ljust(n)

@@ -12,7 +12,8 @@ source "$ROOT/bench/venv.sh"
 bench_venv torch
 
 echo "==> building the conv_backward example (release)" >&2
-(cd "$ROOT" && cargo build --release -p resilab-models --example conv_backward)
+# --features avx512: the GEMM micro-kernels the default resilab build uses.
+(cd "$ROOT" && cargo build --release -p resilab-models --features avx512 --example conv_backward)
 EX="$ROOT/target/release/examples/conv_backward"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -737,7 +737,10 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
     let backend = args.compute.backend.unwrap_or_default();
     let (device, device_name) = device_for(backend, &args.compute)?;
     let threads = set_threads(args.compute.threads)?;
-    let (median_s, params) = resilab_runner::bench::train_step(&model, args.batch, args.warmup, args.steps, &device)?;
+    let timing = resilab_runner::bench::train_step(&model, args.batch, args.warmup, args.steps, &device)?;
+    let (median_s, params) = (timing.median_s, timing.params);
+    let train_gflop_per_image = 3.0 * timing.forward_flops as f64 / 1e9;
+    let images_per_s = args.batch as f64 / median_s;
     let result = resilab_runner::bench::StepBench {
         implementation: "resilab",
         arch: arch.to_string(),
@@ -749,8 +752,11 @@ fn bench_train(args: BenchTrainArgs) -> Result<()> {
         threads,
         backend: backend.name().to_string(),
         device: device_name,
-        images_per_s: args.batch as f64 / median_s,
+        images_per_s,
         step_ms_median: median_s * 1e3,
+        train_gflop_per_image,
+        gflops: train_gflop_per_image * images_per_s,
+        peak_gflops: (backend != BackendKind::Wgpu).then(|| resilab_runner::platform::peak_gflops(threads)).flatten(),
     };
     println!("{}", serde_json::to_string(&result)?);
     Ok(())

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use resilab_data::{DataConfig, Split};
-use resilab_models::ModelConfig;
+use resilab_models::{InputShape, ModelConfig};
 use resilab_train::{ParallelConfig, ParallelMode, Trainer};
 use serde::Serialize;
 
@@ -40,6 +40,25 @@ pub struct StepBench {
     pub images_per_s: f64,
     /// Median step time in milliseconds.
     pub step_ms_median: f64,
+    /// Training FLOPs per image: three times the forward pass's (convolutions and linear
+    /// layers; the input and weight gradients each cost about what the forward pass does).
+    pub train_gflop_per_image: f64,
+    /// Achieved GFLOP/s: `train_gflop_per_image * images_per_s`.
+    pub gflops: f64,
+    /// The CPU's nominal f32 peak at `threads` cores ([`crate::platform::peak_gflops`]); absent
+    /// where the clock is unknown, and on a GPU.
+    pub peak_gflops: Option<f64>,
+}
+
+/// What [`train_step`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct StepTiming {
+    /// Median seconds per step.
+    pub median_s: f64,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Forward FLOPs per image (multiply-adds times two).
+    pub forward_flops: u64,
 }
 
 /// A trainer for `model` on `batch` synthetic 3x32x32 images (one batch per epoch), default SGD
@@ -59,13 +78,15 @@ fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, parallel: Para
 
 /// Measures `steps` training steps (after `warmup` untimed ones) of `model` at batch `batch` on
 /// 3x32x32 images, SGD with momentum 0.9.
-pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<(f64, usize)> {
+pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<StepTiming> {
     let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, ParallelConfig::default(), device)?;
-    let params = trainer.model().num_trainable();
+    let net = trainer.model();
+    let params = net.num_trainable();
+    let forward_flops = net.block_costs(InputShape { channels: 3, size: 32 }).iter().map(|b| b.flops).sum();
     for _ in 0..warmup {
         trainer.step()?;
     }
-    Ok((median_step(&mut trainer, steps)?, params))
+    Ok(StepTiming { median_s: median_step(&mut trainer, steps)?, params, forward_flops })
 }
 
 /// Checkpoint throughput against a raw write of the same bytes, measured in one process.

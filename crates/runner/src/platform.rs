@@ -50,6 +50,24 @@ pub fn isa_level() -> String {
     }
 }
 
+/// The CPU's nominal f32 peak in GFLOP/s on `cores` cores: the clock `/proc/cpuinfo` lists
+/// times the f32 FLOPs one core can retire per cycle with two FMA units (64 with AVX-512, 32
+/// with AVX2 and FMA, 8 otherwise). Turbo and AVX-512 frequency limits move the real figure
+/// either way. `None` where the clock is not listed.
+pub fn peak_gflops(cores: usize) -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let mhz: f64 = info.lines().find(|l| l.starts_with("cpu MHz"))?.split_once(':')?.1.trim().parse().ok()?;
+    let level = isa_level();
+    let per_cycle = if level.starts_with("x86-64-v4") {
+        64.0
+    } else if level == "x86-64-v3" {
+        32.0
+    } else {
+        8.0
+    };
+    Some(cores as f64 * mhz / 1e3 * per_cycle)
+}
+
 /// The key of the bits a run on `backend` and `device` computes: `backend / device`, and on
 /// a CPU backend (every backend but `wgpu`) also `/ cpu model / isa level`.
 pub fn bits_key(backend: &str, device: &str) -> String {
