@@ -59,6 +59,15 @@ impl<'a> MatMut<'a> {
         assert!(extent(rows, cols, cols, 1) <= data.len(), "matrix {rows}x{cols} past a slice of {}", data.len());
         Self { data, rows, cols, rs: cols, cs: 1 }
     }
+
+    /// A view with explicit strides.
+    ///
+    /// # Panics
+    /// When the view reaches past the end of `data`.
+    pub fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: usize, cs: usize) -> Self {
+        assert!(extent(rows, cols, rs, cs) <= data.len(), "matrix view {rows}x{cols} (strides {rs}, {cs}) past a slice of {}", data.len());
+        Self { data, rows, cols, rs, cs }
+    }
 }
 
 /// `dst = a * b`, or `dst += a * b` when `accumulate`, on the calling thread (callers thread
