@@ -65,6 +65,9 @@ pub enum ShapeError {
 const CHUNK_COLUMNS: usize = 2048;
 /// A batch splits into at least this many chunks when it has that many images.
 const MIN_CHUNKS: usize = 4;
+/// Below this many output positions per image, a chunk's images are one product with their
+/// columns side by side (a per-image product this thin wastes most of each GEMM tile).
+const SIDE_BY_SIDE_BELOW: usize = 64;
 
 thread_local! {
     /// This thread's im2col buffer, grown on demand and reused by every later call.
@@ -76,15 +79,30 @@ thread_local! {
     static PARTIALS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on this thread's column buffer, at least `len` long.
-fn with_columns<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    COLUMNS.with(|c| {
+thread_local! {
+    /// This thread's buffer for a chunk's outputs or output gradients side by side, reused.
+    static STAGING: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `buffer` (this thread's), grown to at least `len`.
+fn with_buffer<R>(buffer: &'static std::thread::LocalKey<RefCell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    buffer.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() < len {
             c.resize(len, 0.0);
         }
         f(&mut c[..len])
     })
+}
+
+/// Runs `f` on this thread's column buffer, at least `len` long.
+fn with_columns<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    with_buffer(&COLUMNS, len, f)
+}
+
+/// Runs `f` on this thread's column buffer (`cols`) and staging buffer (`staged`).
+fn with_wide<R>(cols: usize, staged: usize, f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
+    with_buffer(&COLUMNS, cols, |c| with_buffer(&STAGING, staged, |s| f(c, s)))
 }
 
 impl Conv2d {
@@ -136,6 +154,23 @@ impl Conv2d {
         self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0, 0]
     }
 
+    /// Whether a chunk's images form one product, columns side by side.
+    fn side_by_side(&self) -> bool {
+        self.p() < SIDE_BY_SIDE_BELOW
+    }
+
+    /// Copies the output gradients of `images` (each `c_out x P`) into `wide`
+    /// (`c_out x (images * P)`), side by side.
+    fn stage(&self, dy: &[f32], images: std::ops::Range<usize>, wide: &mut [f32]) {
+        let (p, ld) = (self.p(), images.len() * self.p());
+        for (i, n) in images.enumerate() {
+            let image = &dy[n * self.c_out * p..][..self.c_out * p];
+            for (row, plane) in wide.chunks_exact_mut(ld).zip(image.chunks_exact(p)) {
+                row[i * p..][..p].copy_from_slice(plane);
+            }
+        }
+    }
+
     /// Images per chunk (depends on the shape only).
     fn chunk(&self) -> usize {
         let by_work = CHUNK_COLUMNS.div_ceil(self.p().max(1));
@@ -143,13 +178,15 @@ impl Conv2d {
         by_work.min(by_split).max(1)
     }
 
-    /// Fills `col` (`K x P`, row-major) with the patches of one image `x` (`c_in x h x w`).
-    fn im2col(&self, x: &[f32], col: &mut [f32]) {
+    /// Fills the `K x P` matrix at the start of `col`, rows `ld` apart, with the patches of one
+    /// image `x` (`c_in x h x w`).
+    fn im2col(&self, x: &[f32], col: &mut [f32], ld: usize) {
         let [oh, ow] = self.out_hw();
         let [kh, kw] = self.kernel;
         let (p, hw, s) = (oh * ow, self.h * self.w, self.stride[1]);
         vectorized(#[inline(always)] || {
-            for (row, dst) in col.chunks_exact_mut(p).enumerate() {
+            for (row, dst) in col.chunks_mut(ld).take(self.k()).enumerate() {
+                let dst = &mut dst[..p];
                 let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
                 let plane = &x[c * hw..][..hw];
                 let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
@@ -188,14 +225,16 @@ impl Conv2d {
         });
     }
 
-    /// Adds `col` (`K x P`) back onto one image's gradient `dx` (`c_in x h x w`), which the
-    /// caller zeroed. `col` is scratch: the entries that fall on padding are zeroed.
-    fn col2im(&self, col: &mut [f32], dx: &mut [f32]) {
+    /// Adds the `K x P` matrix at the start of `col`, rows `ld` apart, back onto one image's
+    /// gradient `dx` (`c_in x h x w`), which the caller zeroed. `col` is scratch: the entries
+    /// that fall on padding are zeroed.
+    fn col2im(&self, col: &mut [f32], ld: usize, dx: &mut [f32]) {
         let [oh, ow] = self.out_hw();
         let [kh, kw] = self.kernel;
         let (p, hw, s) = (oh * ow, self.h * self.w, self.stride[1]);
         vectorized(#[inline(always)] || {
-            for (row, src) in col.chunks_exact_mut(p).enumerate() {
+            for (row, src) in col.chunks_mut(ld).take(self.k()).enumerate() {
+                let src = &mut src[..p];
                 let (c, ky, kx) = (row / (kh * kw), row / kw % kh, row % kw);
                 let plane = &mut dx[c * hw..][..hw];
                 let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
@@ -277,13 +316,30 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
     let w = MatRef::row_major(weight, s.c_out, k);
     out.par_chunks_mut(image_out * s.chunk()).enumerate().for_each(|(c, ys)| {
         let first = c * s.chunk();
+        let images = ys.len() / image_out;
+        if s.side_by_side() {
+            let ld = images * p;
+            with_wide(k * ld, s.c_out * ld, |col, wide| {
+                for i in 0..images {
+                    s.im2col(&x[(first + i) * image_in..][..image_in], &mut col[i * p..], ld);
+                }
+                matmul(MatMut::row_major(wide, s.c_out, ld), w, MatRef::row_major(col, k, ld), false);
+                for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
+                    for (plane, row) in y.chunks_exact_mut(p).zip(wide.chunks_exact(ld)) {
+                        plane.copy_from_slice(&row[i * p..][..p]);
+                    }
+                }
+            });
+        }
         for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
             let x = &x[(first + i) * image_in..][..image_in];
-            if s.pointwise() {
+            if s.side_by_side() {
+                // Computed above.
+            } else if s.pointwise() {
                 matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(x, k, p), false);
             } else {
                 with_columns(k * p, |col| {
-                    s.im2col(x, col);
+                    s.im2col(x, col, p);
                     matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(col, k, p), false);
                 });
             }
@@ -311,6 +367,19 @@ pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Res
     let wt = MatRef::transposed(weight, k, s.c_out);
     dx.par_chunks_mut(image_in * s.chunk()).enumerate().for_each(|(c, dxs)| {
         let first = c * s.chunk();
+        let images = dxs.len() / image_in;
+        if s.side_by_side() {
+            let ld = images * p;
+            with_wide(k * ld, s.c_out * ld, |col, wide| {
+                s.stage(dy, first..first + images, wide);
+                matmul(MatMut::row_major(col, k, ld), wt, MatRef::row_major(wide, s.c_out, ld), false);
+                for (i, dx) in dxs.chunks_exact_mut(image_in).enumerate() {
+                    dx.fill(0.0);
+                    s.col2im(&mut col[i * p..], ld, dx);
+                }
+            });
+            return;
+        }
         for (i, dx) in dxs.chunks_exact_mut(image_in).enumerate() {
             let dy = MatRef::row_major(&dy[(first + i) * image_out..][..image_out], s.c_out, p);
             if s.pointwise() {
@@ -319,12 +388,17 @@ pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Res
                 with_columns(k * p, |col| {
                     matmul(MatMut::row_major(col, k, p), wt, dy, false);
                     dx.fill(0.0);
-                    s.col2im(col, dx);
+                    s.col2im(col, p, dx);
                 });
             }
         }
     });
     Ok(())
+}
+
+/// A `rows x cols` view of a weight-gradient sum, row-major or column-major.
+fn weight_view(acc: &mut [f32], rows: usize, cols: usize, column_major: bool) -> MatMut<'_> {
+    if column_major { MatMut::strided(acc, rows, cols, 1, rows) } else { MatMut::row_major(acc, rows, cols) }
 }
 
 /// The weight gradient `dw` (`c_out x c_in x kh x kw`) and, when asked, the bias gradient `db`.
@@ -339,23 +413,33 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     s.check("weight gradient", dw.len(), nw)?;
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let chunks = s.batch.div_ceil(s.chunk());
-    // Each chunk sums its images' products into a reused partial buffer. When each product is
-    // deep (`P` >= 64 positions), the `gemm` crate runs it 1.2-2.5x faster into a column-major
-    // destination, so the chunk sums `dW^T` (`K x c_out`) there; shallower products stay
-    // row-major.
-    let transposed = p >= 64;
+    // Each chunk sums its images' products (or, side by side, computes their one product)
+    // into a reused partial buffer. When the products are deep (>= 64 positions), the `gemm`
+    // crate runs them 1.2-2.5x faster into a column-major destination, so the chunk sums
+    // `dW^T` (`K x c_out`) there; shallower products stay row-major.
+    let transposed = if s.side_by_side() { s.chunk() * p } else { p } >= 64;
     let partial = |c: usize, acc: &mut [f32]| {
         let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
+        if s.side_by_side() {
+            let ld = images.len() * p;
+            with_wide(k * ld, s.c_out * ld, |col, wide| {
+                for (i, n) in images.clone().enumerate() {
+                    s.im2col(&x[n * image_in..][..image_in], &mut col[i * p..], ld);
+                }
+                s.stage(dy, images, wide);
+                matmul(weight_view(acc, s.c_out, k, transposed), MatRef::row_major(wide, s.c_out, ld), MatRef::transposed(col, ld, k), false);
+            });
+            return;
+        }
         for (i, n) in images.enumerate() {
             let x = &x[n * image_in..][..image_in];
             let dy = MatRef::row_major(&dy[n * image_out..][..image_out], s.c_out, p);
-            let dst = if transposed { MatMut::strided(acc, s.c_out, k, 1, s.c_out) } else { MatMut::row_major(acc, s.c_out, k) };
             if s.pointwise() {
-                matmul(dst, dy, MatRef::transposed(x, p, k), i > 0);
+                matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(x, p, k), i > 0);
             } else {
                 with_columns(k * p, |col| {
-                    s.im2col(x, col);
-                    matmul(dst, dy, MatRef::transposed(col, p, k), i > 0);
+                    s.im2col(x, col, p);
+                    matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(col, p, k), i > 0);
                 });
             }
         }
@@ -469,8 +553,9 @@ mod tests {
 
     /// Odd shapes: batch 1, non-square input and kernel, stride 2, padding, dilation, 1x1,
     /// channels that are no multiple of a SIMD width, batches that split unevenly, the
-    /// shifted-span path of im2col/col2im, and weight gradients summed both ways (`P` = 64 at
-    /// 8x8 with 5x5 padding 2 sums column-major, the others row-major).
+    /// shifted-span path of im2col/col2im, per-image products (`P` >= 64: the 8x8 5x5 padding 2
+    /// and the 9x8 1x1 shapes) and side-by-side ones (the others), weight gradients summed
+    /// column-major and row-major.
     fn shapes() -> Vec<Conv2d> {
         vec![
             shape([1, 3, 5], [7, 5], [3, 3], [1, 1], [1, 1]),
@@ -485,6 +570,8 @@ mod tests {
             // offset): dilated, and padded along the columns only.
             shape([2, 3, 4], [6, 9], [3, 3], [1, 2], [2, 2]),
             shape([3, 2, 5], [7, 4], [3, 3], [1, 1], [0, 1]),
+            // A 1x1 convolution with enough positions for per-image products.
+            shape([2, 3, 4], [9, 8], [1, 1], [1, 1], [0, 0]),
         ]
     }
 
@@ -522,11 +609,13 @@ mod tests {
 
     #[test]
     fn results_are_bit_identical_for_every_thread_count() {
-        let s = shape([37, 5, 6], [12, 9], [3, 3], [1, 1], [1, 1]);
-        let at = |threads: usize| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run(&s));
-        let one = at(1);
-        for threads in [2, 3, 8] {
-            assert!(at(threads) == one, "{threads} threads");
+        // Per-image products (P = 108) and side-by-side ones (P = 20).
+        for s in [shape([37, 5, 6], [12, 9], [3, 3], [1, 1], [1, 1]), shape([37, 5, 6], [5, 4], [3, 3], [1, 1], [1, 1])] {
+            let at = |threads: usize| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run(&s));
+            let one = at(1);
+            for threads in [2, 3, 8] {
+                assert!(at(threads) == one, "{threads} threads");
+            }
         }
     }
 
