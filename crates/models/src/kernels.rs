@@ -1,7 +1,8 @@
 //! resilab's own CPU kernels (`resilab-kernels`) plugged into Burn as a backend extension: on
 //! the flex device, [`conv2d`] runs the forward pass and, under autodiff, both gradients as
-//! GEMMs, and [`batch_norm_train`] normalises with the batch statistics (and applies the ReLU
-//! that follows, when asked) in one op with its own backward. On every other device, and for
+//! GEMMs, [`batch_norm_train`] normalises with the batch statistics (and applies the ReLU
+//! that follows, when asked) in one op with its own backward, and [`max_pool2`] pools 2x2
+//! windows. On every other device, and for
 //! shapes the kernels do not take (groups, asymmetric padding, other float types), both are
 //! Burn's own operations.
 //!
@@ -23,6 +24,7 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Tensor, TensorData};
 use resilab_kernels::Conv2d as Shape;
 use resilab_kernels::norm::{self, Norm, Stats};
+use resilab_kernels::pool::{self, Pool2};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -73,6 +75,17 @@ pub fn batch_norm_train(x: Tensor<4>, gamma: Tensor<1>, beta: Tensor<1>, eps: f6
     (Tensor::from_dispatch(y), Tensor::from_dispatch(mean), Tensor::from_dispatch(var))
 }
 
+/// 2x2 max pooling at stride 2 (floor) of `x` (`[N, C, H, W]`): resilab's kernel on the flex
+/// device (its backward writes each input gradient once), Burn's `max_pool2d` elsewhere. Both
+/// take a NaN in a window as its maximum.
+pub fn max_pool2(x: Tensor<4>) -> Tensor<4> {
+    let device = x.device().without_autodiff();
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 {
+        return burn::tensor::module::max_pool2d(x, burn::tensor::ops::MaxPoolOptions::new([2, 2]));
+    }
+    Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_max_pool2(x.into_dispatch()))
+}
+
 /// The kernels' shape for input dims `x` and weight dims `w`, if they take it.
 fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     if o.groups != 1 || o.is_asymmetric() || x.len() != 4 || w.len() != 4 || x[1] != w[1] {
@@ -92,7 +105,8 @@ fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     s.validate().ok().map(|()| s)
 }
 
-/// resilab's kernels as Burn operations (convolution, and batch norm fused with its ReLU).
+/// resilab's kernels as Burn operations (convolution, batch norm fused with its ReLU, and 2x2
+/// max pooling).
 #[backend_extension(Flex, Autodiff)]
 pub trait ConvKernels: burn::backend::Backend {
     /// The forward pass, without bias.
@@ -106,6 +120,9 @@ pub trait ConvKernels: burn::backend::Backend {
         eps: f64,
         relu: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// 2x2 max pooling at stride 2 (floor).
+    fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// The f32 values of a flex tensor, made contiguous.
@@ -182,6 +199,22 @@ fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, r
     (tensor(y, [d[0], d[1], d[2], d[3]]), stats)
 }
 
+/// The kernel's view of a `[N, C, H, W]` tensor.
+fn pool_shape(d: &[usize]) -> Pool2 {
+    Pool2 { batch: d[0], channels: d[1], h: d[2], w: d[3] }
+}
+
+/// The pooled output and each window's position of its maximum.
+fn pool_forward(x: &FlexTensor) -> (FlexTensor, Vec<u8>) {
+    let s = pool_shape(&dims(x));
+    let [oh, ow] = s.out_hw();
+    let n = s.batch * s.channels * oh * ow;
+    let (mut y, mut arg) = (vec![0.0; n], vec![0u8; n]);
+    // The buffers are sized from the shape, which is all the kernel checks.
+    pool::forward(&s, values(x), &mut y, &mut arg).unwrap_or_else(|e| panic!("resilab max pool: {e}"));
+    (tensor(y, [s.batch, s.channels, oh, ow]), arg)
+}
+
 fn vector(v: Vec<f32>) -> FlexTensor {
     let n = v.len();
     FlexTensor::from_data(TensorData::new(v, [n]))
@@ -196,6 +229,10 @@ impl ConvKernels for Flex {
 
     fn resilab_conv2d(x: FlexTensor, weight: FlexTensor, options: ConvOptions<2>) -> FlexTensor {
         forward(x, weight, options)
+    }
+
+    fn resilab_max_pool2(x: FlexTensor) -> FlexTensor {
+        pool_forward(&host(&x)).0
     }
 }
 
@@ -275,5 +312,32 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
             OpsKind::UnTracked(prep) => prep.finish(y),
         };
         (out, <Self as AutodiffBackend>::from_inner(mean), <Self as AutodiffBackend>::from_inner(var))
+    }
+
+    fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        /// The pool's backward step: each input gradient written once.
+        #[derive(Debug)]
+        struct PoolBackward;
+
+        impl Backward<Flex, 1> for PoolBackward {
+            type State = (Vec<u8>, Vec<usize>);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let dy = host(&grads.consume::<Flex>(&ops.node));
+                let (arg, d) = ops.state;
+                let Some(node) = node else { return };
+                let mut dx = vec![0.0; d.iter().product()];
+                pool::backward(&pool_shape(&d), values(&dy), &arg, &mut dx).unwrap_or_else(|e| panic!("resilab max pool backward on the shape its forward pass took: {e}"));
+                grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
+            }
+        }
+
+        let xp = host(x.primitive());
+        let (y, arg) = pool_forward(&xp);
+        match PoolBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((arg, dims(&xp)), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
     }
 }

@@ -142,5 +142,5 @@ pub fn conv_forward(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
 /// # Shapes
 /// `[N, C, H, W] -> [N, C, H/2, W/2]`
 pub fn pool2(x: Tensor<4>) -> Tensor<4> {
-    max_pool2d(x, MaxPoolOptions::new([2, 2]))
+    if crate::kernels::enabled() { crate::kernels::max_pool2(x) } else { max_pool2d(x, MaxPoolOptions::new([2, 2])) }
 }

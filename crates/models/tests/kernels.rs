@@ -1,6 +1,7 @@
-//! resilab's convolution kernels against Burn's flex reference: forward values and, through
+//! resilab's kernels against Burn's flex reference: convolution forward values and, through
 //! autodiff, the input, weight and bias gradients on odd shapes (batch 1, non-square inputs
-//! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides).
+//! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides); the fused
+//! BatchNorm + ReLU; and 2x2 max pooling, bit for bit.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
@@ -113,5 +114,28 @@ fn fused_batch_norm_matches_burns_batch_norm_and_relu_with_gradients() {
                 assert!(e < 1e-5, "{what} of {:?} (relu {relu}): relative difference {e}", (n, c, h, w));
             }
         }
+    }
+}
+
+#[test]
+fn max_pool_matches_burns_bit_for_bit_with_nans_and_odd_sizes() {
+    let dev = Device::flex().autodiff();
+    for dims in [[2, 3, 7, 9], [1, 4, 8, 6], [3, 2, 5, 5]] {
+        let n = dims.iter().product();
+        let mut v = values(n, 0.4);
+        // A tie, a NaN, and two NaNs in one window.
+        (v[0], v[1]) = (0.25, 0.25);
+        v[n / 3] = f32::NAN;
+        let w = dims[3];
+        (v[2 * w + 2], v[3 * w + 3]) = (f32::NAN, f32::NAN);
+        let run = |ours: bool| {
+            let x = Tensor::<4>::from_data(TensorData::new(v.clone(), dims), &dev).require_grad();
+            let y = if ours { kernels::max_pool2(x.clone()) } else { burn::tensor::module::max_pool2d(x.clone(), burn::tensor::ops::MaxPoolOptions::new([2, 2])) };
+            let r = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.8), y.dims()), &dev);
+            let grads = (y.clone() * r).sum().backward();
+            let bits = |t: Vec<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            (bits(host(y)), bits(host(x.grad(&grads).unwrap())))
+        };
+        assert_eq!(run(true), run(false), "{dims:?}");
     }
 }

@@ -1,0 +1,194 @@
+//! 2x2 max pooling at stride 2 (no padding, floor: an odd last row or column is dropped),
+//! forward with the position of each window's maximum, and backward.
+//!
+//! The maximum follows Burn's flex (and PyTorch): the window is read row by row, its first
+//! value starts as the maximum, a later value replaces it when it is larger or NaN, so a NaN
+//! anywhere in the window is the output (the last NaN's position is recorded). Windows do not
+//! overlap, so the backward pass writes each input gradient once: the output gradient at the
+//! recorded position, zero elsewhere. Planes are independent; results do not depend on the
+//! thread count.
+
+use rayon::prelude::*;
+
+use crate::simd::vectorized;
+
+/// The shape `[batch, channels, h, w]` of the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2 {
+    /// Images.
+    pub batch: usize,
+    /// Channels.
+    pub channels: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+}
+
+/// Buffers that do not fit the shape.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("max pool {shape:?}: {name} holds {got} values, the shape needs {want}")]
+pub struct PoolError {
+    /// The shape.
+    pub shape: Pool2,
+    /// Which buffer.
+    pub name: &'static str,
+    /// Its length.
+    pub got: usize,
+    /// The length the shape gives.
+    pub want: usize,
+}
+
+impl Pool2 {
+    /// Output height and width.
+    pub fn out_hw(&self) -> [usize; 2] {
+        [self.h / 2, self.w / 2]
+    }
+
+    fn planes(&self) -> usize {
+        self.batch * self.channels
+    }
+
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), PoolError> {
+        if got == want { Ok(()) } else { Err(PoolError { shape: *self, name, got, want }) }
+    }
+
+    fn lens(&self) -> (usize, usize) {
+        let [oh, ow] = self.out_hw();
+        (self.planes() * self.h * self.w, self.planes() * oh * ow)
+    }
+}
+
+/// The forward pass: `y` and, in `arg`, each window's position of its maximum (`2 * dy + dx`).
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<(), PoolError> {
+    let (nx, ny) = s.lens();
+    s.check("input", x.len(), nx)?;
+    s.check("output", y.len(), ny)?;
+    s.check("positions", arg.len(), ny)?;
+    let ([oh, ow], (h, w)) = (s.out_hw(), (s.h, s.w));
+    if ny == 0 {
+        return Ok(());
+    }
+    y.par_chunks_mut(oh * ow).zip(arg.par_chunks_mut(oh * ow)).enumerate().for_each(|(i, (y, arg))| {
+        let plane = &x[i * h * w..][..h * w];
+        vectorized(#[inline(always)] || {
+            for (oy, (yr, ar)) in y.chunks_exact_mut(ow).zip(arg.chunks_exact_mut(ow)).enumerate() {
+                let (top, bottom) = (&plane[2 * oy * w..][..2 * ow], &plane[(2 * oy + 1) * w..][..2 * ow]);
+                for (ox, (o, a)) in yr.iter_mut().zip(ar.iter_mut()).enumerate() {
+                    let window = [top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]];
+                    let (mut best, mut at) = (window[0], 0u8);
+                    for (j, &v) in (1u8..).zip(&window[1..]) {
+                        if v > best || v.is_nan() {
+                            (best, at) = (v, j);
+                        }
+                    }
+                    (*o, *a) = (best, at);
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// The backward pass: `dx` from the output gradient `dy` and the forward pass's positions.
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(), PoolError> {
+    let (nx, ny) = s.lens();
+    s.check("output gradient", dy.len(), ny)?;
+    s.check("positions", arg.len(), ny)?;
+    s.check("input gradient", dx.len(), nx)?;
+    let ([oh, ow], (h, w)) = (s.out_hw(), (s.h, s.w));
+    if nx == 0 {
+        return Ok(());
+    }
+    dx.par_chunks_mut(h * w).enumerate().for_each(|(i, plane)| {
+        let (dy, arg) = (&dy[i * oh * ow..][..oh * ow], &arg[i * oh * ow..][..oh * ow]);
+        vectorized(#[inline(always)] || {
+            for (oy, rows) in plane.chunks_exact_mut(2 * w).enumerate().take(oh) {
+                let (top, bottom) = rows.split_at_mut(w);
+                let (dy, arg) = (&dy[oy * ow..][..ow], &arg[oy * ow..][..ow]);
+                for (ox, (&g, &a)) in dy.iter().zip(arg).enumerate() {
+                    let pick = |j: u8| if a == j { g } else { 0.0 };
+                    (top[2 * ox], top[2 * ox + 1]) = (pick(0), pick(1));
+                    (bottom[2 * ox], bottom[2 * ox + 1]) = (pick(2), pick(3));
+                }
+                // A dropped odd last column.
+                top[2 * ow..].fill(0.0);
+                bottom[2 * ow..].fill(0.0);
+            }
+            // A dropped odd last row.
+            plane[2 * oh * w..].fill(0.0);
+        });
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32 + salt) * 0.618_034).fract() - 0.5).collect()
+    }
+
+    /// The definition: each output is the window's maximum, NaN winning, as flex reads it.
+    fn naive(s: &Pool2, x: &[f32]) -> (Vec<f32>, Vec<usize>) {
+        let [oh, ow] = s.out_hw();
+        let (mut y, mut at) = (Vec::new(), Vec::new());
+        for p in 0..s.planes() {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let idx = |dy: usize, dx: usize| p * s.h * s.w + (2 * oy + dy) * s.w + 2 * ox + dx;
+                    let mut best = (x[idx(0, 0)], idx(0, 0));
+                    for (dy, dx) in [(0, 1), (1, 0), (1, 1)] {
+                        let v = x[idx(dy, dx)];
+                        if v > best.0 || v.is_nan() {
+                            best = (v, idx(dy, dx));
+                        }
+                    }
+                    y.push(best.0);
+                    at.push(best.1);
+                }
+            }
+        }
+        (y, at)
+    }
+
+    #[test]
+    fn forward_and_backward_follow_the_definition_on_odd_sizes_and_nans() {
+        for s in [Pool2 { batch: 2, channels: 3, h: 7, w: 9 }, Pool2 { batch: 1, channels: 5, h: 8, w: 6 }, Pool2 { batch: 3, channels: 1, h: 1, w: 4 }] {
+            let (nx, ny) = s.lens();
+            let mut x = values(nx, 0.3);
+            // Ties, and NaNs (one, and two in one window).
+            x[0] = 0.25;
+            x[1] = 0.25;
+            x[nx / 2] = f32::NAN;
+            x[nx - 1] = f32::NAN;
+            x[nx - 2] = f32::NAN;
+            let (want_y, want_at) = naive(&s, &x);
+            let (mut y, mut arg) = (vec![0.0; ny], vec![9u8; ny]);
+            forward(&s, &x, &mut y, &mut arg).unwrap();
+            assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
+            let dy = values(ny, 0.7);
+            let mut dx = vec![f32::NAN; nx];
+            backward(&s, &dy, &arg, &mut dx).unwrap();
+            let mut want_dx = vec![0.0; nx];
+            for (g, &at) in dy.iter().zip(&want_at) {
+                want_dx[at] = *g;
+            }
+            assert_eq!(dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_short_buffer_is_named() {
+        let s = Pool2 { batch: 1, channels: 1, h: 4, w: 4 };
+        assert_eq!(forward(&s, &[0.0; 16], &mut [0.0; 4], &mut [0; 3]).unwrap_err().name, "positions");
+    }
+}
