@@ -2,6 +2,7 @@
 
     collect.py add CSV SPEC RESILAB_JSON TORCH_JSON   append one row (header if new)
     collect.py show CSV                               print the ratio table
+    collect.py median < JSON_LINES                    the run with the median images/s
 
 SPEC is ``arch:depth:width:bn``; each JSON argument is the last stdout line of
 ``resilab bench train`` or ``torch_step.py`` respectively.
@@ -79,10 +80,20 @@ def show(path):
                         for i, (c, n) in enumerate(zip(line, widths))))
 
 
+def median():
+    runs = [json.loads(line) for line in sys.stdin if line.strip()]
+    if not runs:
+        sys.exit("collect.py median: no runs on standard input")
+    runs.sort(key=lambda r: r["images_per_s"])
+    print(json.dumps(runs[(len(runs) - 1) // 2]))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "add":
         add(*sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "show":
         show(sys.argv[2])
+    elif len(sys.argv) == 2 and sys.argv[1] == "median":
+        median()
     else:
         sys.exit(__doc__)

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Training-throughput benchmark: resilab vs PyTorch on CPU, same models, same
 # thread count, run back to back per model. See bench/README.md.
+# Each side runs REPEATS times per model (default 3), PyTorch and the resilab backends in
+# turn, and the CSV keeps each side's median run: PyTorch's figure on a shared machine moves
+# by up to 2x between runs, a single run would make the ratio a coin toss.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +12,7 @@ THREADS="${THREADS:-$(nproc)}"
 BATCH="${BATCH:-64}"
 STEPS="${STEPS:-20}"
 WARMUP="${WARMUP:-3}"
+REPEATS="${REPEATS:-3}"
 BACKENDS="${BACKENDS:-${BACKEND:-flex native}}" # resilab backends timed per model, in this order
 FEATURES="${FEATURES:-}"          # cargo features of the resilab build (wgpu for BACKEND=wgpu)
 TORCH_DEVICE="${TORCH_DEVICE:-cpu}" # cpu, cuda, mps or auto
@@ -31,11 +35,18 @@ for spec in $MODELS; do
     common=(--arch "$arch" --depth "$depth" --width "$width" --batch "$BATCH"
             --threads "$THREADS" --warmup "$WARMUP" --steps "$STEPS")
 
-    echo "==> $spec: pytorch ($TORCH_DEVICE), $THREADS threads" >&2
-    t_json="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" --device "$TORCH_DEVICE" | tail -n 1)"
+    declare -A runs=()
+    for ((r = 1; r <= REPEATS; r++)); do
+        echo "==> $spec: pytorch ($TORCH_DEVICE), $THREADS threads, run $r of $REPEATS" >&2
+        runs[torch]+="$("$PY" "$ROOT/bench/torch_step.py" "${common[@]}" "$bn_flag" --device "$TORCH_DEVICE" | tail -n 1)"$'\n'
+        for backend in $BACKENDS; do
+            echo "==> $spec: resilab ($backend), $THREADS threads, run $r of $REPEATS" >&2
+            runs[$backend]+="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$backend" | tail -n 1)"$'\n'
+        done
+    done
+    t_json="$(printf '%s' "${runs[torch]}" | "$PY" "$ROOT/bench/collect.py" median)"
     for backend in $BACKENDS; do
-        echo "==> $spec: resilab ($backend), $THREADS threads" >&2
-        r_json="$("$RESILAB" bench train "${common[@]}" "${rl_bn[@]}" --backend "$backend" | tail -n 1)"
+        r_json="$(printf '%s' "${runs[$backend]}" | "$PY" "$ROOT/bench/collect.py" median)"
         "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
     done
 done
