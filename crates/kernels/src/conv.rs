@@ -444,7 +444,8 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
             }
         }
     };
-    // The chunks' sums are added into dw in chunk order.
+    // The chunks' sums are added in chunk order (into the first's buffer, in its layout), then
+    // written to dw.
     PARTIALS.with(|buffers| {
         let mut buffers = buffers.borrow_mut();
         if buffers.len() < chunks {
@@ -457,17 +458,21 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
         }
         let partials = &mut buffers[..chunks];
         partials.par_iter_mut().enumerate().for_each(|(c, b)| partial(c, &mut b[..nw]));
-        dw.fill(-0.0);
-        for b in partials.iter() {
-            if transposed {
-                for (j, column) in b[..nw].chunks_exact(s.c_out).enumerate() {
-                    for (o, v) in column.iter().enumerate() {
-                        dw[o * k + j] += v;
-                    }
-                }
-            } else {
-                dw.iter_mut().zip(&b[..nw]).for_each(|(d, v)| *d += v);
+        let Some((sum, rest)) = partials.split_first_mut() else { return };
+        let sum = &mut sum[..nw];
+        vectorized(#[inline(always)] || {
+            for b in rest.iter() {
+                sum.iter_mut().zip(&b[..nw]).for_each(|(d, v)| *d += v);
             }
+        });
+        if transposed {
+            for (j, column) in sum.chunks_exact(s.c_out).enumerate() {
+                for (o, v) in column.iter().enumerate() {
+                    dw[o * k + j] = *v;
+                }
+            }
+        } else {
+            dw.copy_from_slice(sum);
         }
     });
     if let Some(db) = db {
