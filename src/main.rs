@@ -452,7 +452,7 @@ fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Device, Strin
         BackendKind::Flex => Ok((Device::flex(), "cpu (flex)".to_string())),
         BackendKind::Native => {
             resilab_models::kernels::set_enabled(true);
-            Ok((Device::flex(), "cpu (flex + resilab kernels)".to_string()))
+            Ok((Device::flex(), format!("cpu (flex + resilab kernels r{})", resilab_models::kernels::NUMERICS)))
         }
         // burn-ndarray is deprecated by Burn 0.22 in favour of flex; the product keeps it selectable.
         #[allow(deprecated)]

@@ -16,6 +16,13 @@ pub mod pool;
 
 pub use conv::{Conv2d, ShapeError};
 
+/// Revision of the kernels' arithmetic, bumped whenever a change makes them compute other bits
+/// for the same inputs (a summation order, a GEMM grouping, a fused step). It is part of the
+/// `native` backend's device name, and so of the platform key golden runs are cached under,
+/// so that no run is compared with a golden run the kernels of another revision computed.
+/// Revision 1, the kernels of 2026-11-24, had no number in the device name.
+pub const NUMERICS: u32 = 2;
+
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.
 pub fn gemm_uses_avx512() -> bool {

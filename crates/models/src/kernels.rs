@@ -36,7 +36,7 @@ pub fn set_enabled(on: bool) {
 
 /// Whether the GEMMs run AVX-512 micro-kernels (the `avx512` feature on an AVX-512 CPU); the
 /// platform key records it, as it changes the bits of `native` and `flex` alike.
-pub use resilab_kernels::gemm_uses_avx512;
+pub use resilab_kernels::{NUMERICS, gemm_uses_avx512};
 
 /// Whether [`set_enabled`] turned the kernels on.
 pub fn enabled() -> bool {

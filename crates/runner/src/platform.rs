@@ -21,10 +21,10 @@ pub fn cpu_model() -> String {
 
 /// The instruction-set level the CPU kernels can use: `x86-64-v4` (AVX-512), `x86-64-v3`
 /// (AVX2, FMA), `x86-64-v2` (SSE4.2) or `x86-64`; on other architectures the architecture and
-/// its SIMD extension (`aarch64+neon`). On an AVX-512 CPU whose build leaves the GEMMs' AVX-512
-/// micro-kernels out (no `avx512` feature) it reads `x86-64-v4, AVX2 GEMM`: those GEMMs sum
-/// in another order. (Results recorded before 2026-11-25 were made that way and say
-/// `x86-64-v4`.)
+/// its SIMD extension (`aarch64+neon`). On an AVX-512 CPU whose GEMMs run AVX-512
+/// micro-kernels (a build with the `avx512` feature, the default) it reads `x86-64-v4, AVX-512
+/// GEMM`: those GEMMs sum in another order than the AVX2 ones, which builds without the
+/// feature, and every build before 2026-11-25 (keyed `x86-64-v4`), run.
 pub fn isa_level() -> String {
     #[cfg(target_arch = "x86_64")]
     {
@@ -33,7 +33,7 @@ pub fn isa_level() -> String {
         let v3 = v2 && has!("avx2") && has!("fma") && has!("bmi1") && has!("bmi2") && has!("f16c") && has!("lzcnt") && has!("movbe");
         let v4 = v3 && has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl");
         match (v4, v3, v2) {
-            (true, _, _) if !resilab_models::kernels::gemm_uses_avx512() => "x86-64-v4, AVX2 GEMM".into(),
+            (true, _, _) if resilab_models::kernels::gemm_uses_avx512() => "x86-64-v4, AVX-512 GEMM".into(),
             (true, _, _) => "x86-64-v4".into(),
             (_, true, _) => "x86-64-v3".into(),
             (_, _, true) => "x86-64-v2".into(),
