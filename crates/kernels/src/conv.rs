@@ -5,10 +5,13 @@
 //! - input gradient: `dx[n] = col2im(W^T (K x c_out) * dy[n] (c_out x P))`;
 //! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
 //!
-//! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`.
-//! Work is split into chunks of whole images whose size depends only on the shape; chunks run
-//! on the rayon pool and the weight gradient's per-chunk sums are added in chunk order, so the
-//! result is bit-identical for every thread count. Column buffers are per thread and reused.
+//! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
+//! stride 1 with as many output as input columns, each im2col row is one shifted copy of an
+//! input plane. With fewer than 64 positions per image, a chunk's images form one product
+//! instead, their columns side by side. Work is split into chunks of whole images whose size
+//! depends only on the shape; chunks run on the rayon pool and the weight gradient's per-chunk
+//! sums (column-major when the products are deep) are added in chunk order, so the result is
+//! bit-identical for every thread count. Column and staging buffers are per thread and reused.
 
 use std::cell::RefCell;
 
