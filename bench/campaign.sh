@@ -13,10 +13,11 @@
 # results/bench/campaign.csv (one row per backend) with the ratio and the projected time of the paper-sized grid
 # (3,000 runs: the bases once, then the runs at the measured rate) at this fixed length (the
 # preset itself stops runs at NaN, so it is faster).
-# resilab runs once per backend in BACKENDS: flex (Burn's pure-Rust CPU backend, the default
-# build) and tch (Burn's LibTorch backend, built with `--features tch` into target/tch against
-# the PyTorch 2.9.0 that scripts/with-tch.sh installs; about 15 minutes the first time).
-# Knobs: BACKENDS (default "flex tch"), REPS (resilab runs per cell, default 10), TORCH_RUNS
+# resilab runs once per backend in BACKENDS: native (the default: flex with resilab's kernels),
+# flex (Burn's pure-Rust CPU backend as Burn ships it), both from the default build, and tch
+# (Burn's LibTorch backend, built with `--features tch` into target/tch against the PyTorch
+# 2.9.0 that scripts/with-tch.sh installs; about 15 minutes the first time).
+# Knobs: BACKENDS (default "native flex"), REPS (resilab runs per cell, default 10), TORCH_RUNS
 # (Python runs per model and flip count, default 4), JOBS (default 2), THREADS (per process,
 # default 1).
 set -euo pipefail
@@ -27,7 +28,7 @@ REPS="${REPS:-10}"
 TORCH_RUNS="${TORCH_RUNS:-4}"
 JOBS="${JOBS:-2}"
 THREADS="${THREADS:-1}"
-BACKENDS="${BACKENDS:-flex tch}"
+BACKENDS="${BACKENDS:-native flex}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/campaign.csv}"
 WORK="$ROOT/target/bench-campaign"
 BIN="$ROOT/target/release/resilab"
@@ -39,9 +40,9 @@ rm -rf "$WORK"
 mkdir -p "$WORK" "$(dirname "$OUT_CSV")"
 for backend in $BACKENDS; do
     case "$backend" in
-        flex) (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
+        native|flex) (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
         tch) (cd "$ROOT" && CARGO_TARGET_DIR="$TCH_TARGET" bash scripts/with-tch.sh cargo build --release --features tch) ;;
-        *) echo "bench/campaign.sh: unknown backend $backend in BACKENDS (flex, tch)" >&2; exit 2 ;;
+        *) echo "bench/campaign.sh: unknown backend $backend in BACKENDS (native, flex, tch)" >&2; exit 2 ;;
     esac
 done
 
