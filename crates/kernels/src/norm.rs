@@ -1,9 +1,11 @@
 //! Training-mode batch normalisation (NCHW), optionally fused with the ReLU that follows it,
 //! forward and backward in two passes over the data each.
 //!
-//! Forward, per channel `c` over its `M = N * H * W` values: `mean`, the biased variance `var`,
-//! `y = max(0, gamma * (x - mean) / sqrt(var + eps) + beta)` (without the max when `relu` is
-//! off). Backward, with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) *
+//! Forward, per channel `c` over its `M = N * H * W` values: `mean`, the biased variance `var`
+//! (rounded to f32), `y = max(0, gamma * (x - mean) / sqrt(var + eps) + beta)` (without the max
+//! when `relu` is off). A variance beyond f32's range (a channel holding values near 1e38, as
+//! bit flips make them) is `inf` and gives `1 / sqrt(var + eps) = 0`, as in PyTorch's CPU
+//! batch norm: the channel's output is `beta`, not NaN, and no scale is subnormal. Backward, with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) *
 //! inv_std`: `dbeta = sum g`, `dgamma = sum g * x^`,
 //! `dx = gamma * inv_std / M * (M * g - dbeta - x^ * dgamma)`.
 //!
@@ -90,8 +92,11 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
                 for p in s.planes(x, c) {
                     sq.add(p, |v| [v.map(|v| (f64::from(v) - mean).powi(2))]);
                 }
-                let var = sq.totals()[0] / m;
-                (mean as f32, var as f32, (1.0 / (var + eps).sqrt()) as f32)
+                // 1/std from the variance as stored, in f32 (as PyTorch's CPU kernel has it): a
+                // variance past f32's range gives 1/std = 0, so the channel outputs its shift,
+                // never a subnormal scale.
+                let var = (sq.totals()[0] / m) as f32;
+                (mean as f32, var, (1.0 / (f64::from(var) + eps).sqrt()) as f32)
             })
         })
         .collect();
@@ -229,6 +234,22 @@ mod tests {
         let at = |t: usize| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap().install(run);
         let one = at(1);
         assert!(at(3) == one);
+    }
+
+    #[test]
+    fn a_channel_beyond_f32s_range_outputs_its_shift_and_a_finite_gradient() {
+        let s = Norm { batch: 2, channels: 2, plane: 4 };
+        let mut x = values(16, 0.2);
+        (x[0], x[9]) = (3e38, -2e38); // both in channel 0 (image 0 and image 1)
+        let (gamma, beta) = (vec![1.5, 0.5], vec![0.25, -0.75]);
+        let mut y = vec![0.0; 16];
+        let stats = forward(&s, &x, &gamma, &beta, 1e-5, false, &mut y).unwrap();
+        assert!(stats.var[0].is_infinite() && stats.inv_std[0] == 0.0, "{stats:?}");
+        assert!(s.planes(&y, 0).flatten().all(|&v| v == 0.25), "{y:?}");
+        assert!(stats.inv_std[1].is_normal() && s.planes(&y, 1).flatten().all(|v| v.is_finite()));
+        let (mut dx, mut dg, mut db) = (vec![0.0; 16], vec![0.0; 2], vec![0.0; 2]);
+        backward(&s, &x, &y, &values(16, 0.5), &gamma, &stats, false, &mut dx, &mut dg, &mut db).unwrap();
+        assert!(s.planes(&dx, 0).flatten().all(|&v| v == 0.0) && dx.iter().all(|v| v.is_finite()), "{dx:?}");
     }
 
     #[test]
