@@ -333,20 +333,21 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
                     }
                 }
             });
-        }
-        for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
-            let x = &x[(first + i) * image_in..][..image_in];
-            if s.side_by_side() {
-                // Computed above.
-            } else if s.pointwise() {
-                matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(x, k, p), false);
-            } else {
-                with_columns(k * p, |col| {
-                    s.im2col(x, col, p);
-                    matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(col, k, p), false);
-                });
+        } else {
+            for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
+                let x = &x[(first + i) * image_in..][..image_in];
+                if s.pointwise() {
+                    matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(x, k, p), false);
+                } else {
+                    with_columns(k * p, |col| {
+                        s.im2col(x, col, p);
+                        matmul(MatMut::row_major(y, s.c_out, p), w, MatRef::row_major(col, k, p), false);
+                    });
+                }
             }
-            if let Some(b) = bias {
+        }
+        if let Some(b) = bias {
+            for y in ys.chunks_exact_mut(image_out) {
                 for (plane, &b) in y.chunks_exact_mut(p).zip(b) {
                     plane.iter_mut().for_each(|v| *v += b);
                 }
