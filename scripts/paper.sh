@@ -8,15 +8,21 @@
 #   PRESETS="nev bits" bash scripts/paper.sh   # some of them
 #   SET="campaign.repetitions=84" SUFFIX=-paper PRESETS=nev bash scripts/paper.sh
 #
-# JOBS (default 2) worker processes of THREADS (default 1) threads each.
+# JOBS (default 2) worker processes of THREADS (default 1) threads each. BIN runs a resilab
+# binary built earlier (copy target/release/resilab elsewhere first to keep rebuilding while
+# the presets run); without it the script builds the release binary and runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery pipeline nev-factors"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}
-cargo build --release --quiet
-bin=target/release/resilab
+if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+else
+    cargo build --release --quiet
+    bin=target/release/resilab
+fi
 for p in $PRESETS; do
     name="$p$SUFFIX"
     camp="results/campaigns/$name"

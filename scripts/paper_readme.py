@@ -16,6 +16,7 @@ Only the standard library is used.
 
 import csv
 import json
+import math
 import os
 import sys
 
@@ -32,6 +33,11 @@ PRESETS = [
         ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
     ]),
     ("nev-factors", "table 1: which setting its N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", [
+        ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
+        ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
+        ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
+    ]),
+    ("nev-factors-5ep", "table 1: which setting its N-EV came from", "the same factors, 400-step continuation (5 epochs)", [
         ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
         ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
         ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
@@ -185,6 +191,66 @@ def preset_section(root, name, table, what, claims):
     return "\n".join(lines), (name, table, f"{runs} ({wall} s)", verdicts)
 
 
+Z95 = 1.959963984540054
+
+
+def two_proportions(k1, n1, k2, n2):
+    """The report's test (crates/report/src/stats.rs): difference p2 - p1 with its unpooled
+    95% interval, two-sided p from the pooled z."""
+    p1, p2 = k1 / n1, k2 / n2
+    pooled = (k1 + k2) / (n1 + n2)
+    diff = p2 - p1
+    se_u = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    if pooled <= 0 or pooled >= 1:
+        return diff, diff, diff, 1.0
+    z = diff / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    return diff, diff - Z95 * se_u, diff + Z95 * se_u, math.erfc(abs(z) / math.sqrt(2))
+
+
+def holm(ps):
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [1.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def continuation_section(root, short, long):
+    """N-EV after the short continuation against the long one, cell by cell (same injection
+    settings, model and seeds), with the report's two-proportion test, Holm-adjusted over the
+    cells: the continuation factor of the N-EV factor study, which no single report holds."""
+    a_cells = read_csv(os.path.join(root, short, "cells.csv"))
+    b_cells = read_csv(os.path.join(root, long, "cells.csv"))
+    if not a_cells or not b_cells:
+        return None, None
+    axes = axes_of(a_cells)
+    key = lambda c: tuple(c[k] for k in axes)
+    longer = {key(c): c for c in b_cells}
+    pairs = [(a, longer[key(a)]) for a in a_cells if key(a) in longer and int(a["ok"] or 0) and int(longer[key(a)]["ok"] or 0)]
+    tests = [two_proportions(int(a["nev"]), int(a["ok"]), int(b["nev"]), int(b["ok"])) for a, b in pairs]
+    adjusted = holm([t[3] for t in tests])
+    text = "the longer continuation gives less N-EV"
+    rows, shown, against = [], 0, 0
+    for (a, b), (diff, lo, hi, _), ph in zip(pairs, tests, adjusted):
+        seeds = min(int(a["seeds"]), int(b["seeds"]))
+        ok = ph < 0.05 and seeds >= 3
+        v = "shown" if ok else "not shown"
+        shown += ok and diff < 0
+        against += ok and diff > 0
+        fixed = ", ".join(f"{k}={a[k]}" for k in axes)
+        rows.append(f"  - {fixed}: {num(a['nev_pct'])} -> {num(b['nev_pct'])} ({100 * diff:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], "
+                    f"p Holm {ph:.2g}, n = {a['ok']}/{b['ok']}, {seeds} seeds): {v}")
+    n = len(pairs)
+    v = (f"contradicted ({against} of {n})" if against else "shown" + (f" ({n} of {n})" if n > 1 else "") if shown == n
+         else f"partly ({shown} of {n})" if shown else f"not shown (0 of {n})")
+    lines = [f"## {short} vs {long}: the continuation's length", "",
+             f"N-EV by the outcome after the {short} continuation against the {long} one, cell by cell, with the "
+             "report's two-proportion test (Holm over these cells).", "",
+             f"- **{text}**: {v}."] + rows + [""]
+    return "\n".join(lines), (f"{short} vs {long}", "table 1: the continuation's length", f"{n} cell pairs", [(text, v)])
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "results/paper"
     sections, summary = [], []
@@ -193,6 +259,10 @@ def main():
         if s:
             sections.append(s)
             summary.append(row)
+    s, row = continuation_section(root, "nev-factors", "nev-factors-5ep")
+    if s:
+        sections.append(s)
+        summary.append(row)
     print("# Reproductions of the published tables\n")
     print("Generated by `python3 scripts/paper_readme.py results/paper` from the reports in this folder; "
           "no verdict here is written by hand. Each folder holds one `configs/paper/` preset's campaign "
