@@ -363,8 +363,7 @@ def main():
         print("## Earlier runs under the old rules\n")
         print("These folders were written before N-EV was decided by the outcome of training and before "
               "differences were tested; their `nev` column counted a NaN/Inf/extreme value at any point after "
-              "the injection, the injected values included (in `nev-paper/` it equals what is now `ev_injected` "
-              "in every run). They are kept for "
+              "the injection, the injected values included. They are kept for "
               "the campaign-throughput figures in the top-level README and are not read for any verdict here: "
               + ", ".join(f"`{n}/`" for n in legacy) + ".\n")
 
