@@ -20,6 +20,13 @@ import math
 import os
 import sys
 
+# The N-EV factor study's claims, at either continuation length.
+FACTOR_CLAIMS = [
+    ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
+    ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
+    ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
+]
+
 # (folder, published table, description, claims). A claim: (text, axis, a, b, metric, sign).
 PRESETS = [
     ("nev", "table 1: N-EV vs flips x model", "N-EV after 1-1000 flips in a checkpoint, per model", [
@@ -32,16 +39,8 @@ PRESETS = [
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 100 to 1000 flips", "inject.injection_tries", "100", "1000", "nev_pct", +1),
     ]),
-    ("nev-factors", "table 1: which setting its N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", [
-        ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
-        ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
-        ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
-    ]),
-    ("nev-factors-5ep", "table 1: which setting its N-EV came from", "the same factors, 400-step continuation (5 epochs)", [
-        ("the 64-bit view gives less N-EV than the 32-bit word", "inject", "32-bit word", "64-bit view", "nev_pct", -1),
-        ("allow_NaN_values = false gives less N-EV", "inject.allow_NaN_values", "true", "false", "nev_pct", -1),
-        ("drawing over the whole file gives less N-EV than over model and optimizer state", "inject.use_random_locations", "false", "true", "nev_pct", -1),
-    ]),
+    ("nev-factors", "table 1: which setting its N-EV came from", "precision x locations x allow_NaN_values x flips x model, 20-step continuation", FACTOR_CLAIMS),
+    ("nev-factors-5ep", "table 1: which setting its N-EV came from", "the same factors, 400-step continuation (5 epochs)", FACTOR_CLAIMS),
     ("bits", "table 1's finding: the critical bit", "one flip per evaluation, every bit position", []),
     ("precision", "table 2: 16- vs 32-bit", "N-EV at 16 and 32 bits per flip count and model", [
         ("32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", +1),
@@ -228,6 +227,19 @@ def wilson(k, n):
 PUBLISHED_NEV = {"10": (2.8, 8.8), "100": (12.8, 66.8)}
 
 
+def tested(groups):
+    """Comparison rows shaped as the report's comparisons.csv (so that verdict() and detail()
+    read them) from `(fields, k_a, n_a, k_b, n_b, seeds)` groups of N-EV counts: the report's
+    two-proportion test, Holm over the groups, "shown" at p < 0.05 with 3 seeds on both sides."""
+    tests = [two_proportions(ka, na, kb, nb) for _, ka, na, kb, nb, _ in groups]
+    out = []
+    for (fields, ka, na, kb, nb, seeds), (diff, lo, hi, _), ph in zip(groups, tests, holm([t[3] for t in tests])):
+        out.append(dict(fields, metric="nev_pct", value_a=100 * ka / na, value_b=100 * kb / nb, n_a=na, n_b=nb, seeds=seeds,
+                        diff=100 * diff, ci_lo=100 * lo, ci_hi=100 * hi, p_holm=ph,
+                        verdict="shown" if ph < 0.05 and seeds >= 3 else "not shown"))
+    return out
+
+
 def factor_section(root, short, long):
     """Each factor of the N-EV factor study on its own: N-EV at one level against the other,
     pooled over the other factors and the models (the grid is a full factorial, so this is the
@@ -253,7 +265,7 @@ def factor_section(root, short, long):
         factors = [f for f in factors if f[0] != "continuation"]
     value = lambda r, key: tuple(r[k] for k in key) if isinstance(key, tuple) else r[key]
     show = lambda level: " + ".join(level) if isinstance(level, tuple) else level
-    tests = []
+    groups = []
     for flips in ("10", "100"):
         for key, a, b, label in factors:
             pools = []
@@ -263,8 +275,7 @@ def factor_section(root, short, long):
                 pools.append((sum(r["nev"] == "true" for r in sel), len(sel), len({r["seed"] for r in sel})))
             (ka, na, sa), (kb, nb, sb) = pools
             if na and nb:
-                tests.append((flips, label, show(a), show(b), ka, na, kb, nb, min(sa, sb), two_proportions(ka, na, kb, nb)))
-    adjusted = holm([t[-1][3] for t in tests])
+                groups.append(({"flips": flips, "label": label, "a": show(a), "b": show(b)}, ka, na, kb, nb, min(sa, sb)))
     lines = [f"## {short}: each factor's effect on N-EV, pooled", "",
              "N-EV (by the outcome) at each level of one factor, pooled over the other factors and the three "
              "models (a full factorial, so each factor's main effect), per flip count; runs that met a corrupt "
@@ -274,18 +285,17 @@ def factor_section(root, short, long):
              "| flips | factor | level a: N-EV % [95%] | level b: N-EV % [95%] | b - a [95% CI] | p Holm | verdict | in the published range |",
              "|---|---|---|---|---|---|---|---|"]
     verdicts = []
-    for (flips, label, a, b, ka, na, kb, nb, seeds, (diff, lo, hi, _)), ph in zip(tests, adjusted):
-        v = "shown" if ph < 0.05 and seeds >= 3 else "not shown"
-        lo_pub, hi_pub = PUBLISHED_NEV[flips]
-        inside = []
-        for level, k, n in ((a, ka, na), (b, kb, nb)):
+    for (_, ka, na, kb, nb, _), c in zip(groups, tested(groups)):
+        lo_pub, hi_pub = PUBLISHED_NEV[c["flips"]]
+        levels, inside = [], []
+        for level, k, n in ((c["a"], ka, na), (c["b"], kb, nb)):
             wl, wh = wilson(k, n)
+            levels.append(f"{level}: {100 * k / n:.1f} [{100 * wl:.1f}, {100 * wh:.1f}] (n = {n})")
             if 100 * wl <= hi_pub and 100 * wh >= lo_pub:
                 inside.append(level)
-        fmt = lambda level, k, n: f"{level}: {100 * k / n:.1f} [{100 * wilson(k, n)[0]:.1f}, {100 * wilson(k, n)[1]:.1f}] (n = {n})"
-        lines.append(f"| {flips} | {label} | {fmt(a, ka, na)} | {fmt(b, kb, nb)} | {100 * diff:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
-                     f"{ph:.2g} | {v} | {', '.join(inside) or 'neither'} |")
-        verdicts.append((f"{label} at {flips} flips", f"{v} ({100 * diff:+.1f} points)"))
+        lines.append(f"| {c['flips']} | {c['label']} | {levels[0]} | {levels[1]} | {c['diff']:+.1f} [{c['ci_lo']:+.1f}, {c['ci_hi']:+.1f}] | "
+                     f"{c['p_holm']:.2g} | {c['verdict']} | {', '.join(inside) or 'neither'} |")
+        verdicts.append((f"{c['label']} at {c['flips']} flips", f"{c['verdict']} ({c['diff']:+.1f} points)"))
     lines.append("")
     return "\n".join(lines), (f"{short} (pooled)", "table 1: which setting its N-EV came from", f"{len(rows)} ok runs", verdicts)
 
@@ -302,27 +312,16 @@ def continuation_section(root, short, long):
     key = lambda c: tuple(c[k] for k in axes)
     longer = {key(c): c for c in b_cells}
     pairs = [(a, longer[key(a)]) for a in a_cells if key(a) in longer and int(a["ok"] or 0) and int(longer[key(a)]["ok"] or 0)]
-    tests = [two_proportions(int(a["nev"]), int(a["ok"]), int(b["nev"]), int(b["ok"])) for a, b in pairs]
-    adjusted = holm([t[3] for t in tests])
-    text = "the longer continuation gives less N-EV"
-    rows, shown, against = [], 0, 0
-    for (a, b), (diff, lo, hi, _), ph in zip(pairs, tests, adjusted):
-        seeds = min(int(a["seeds"]), int(b["seeds"]))
-        ok = ph < 0.05 and seeds >= 3
-        v = "shown" if ok else "not shown"
-        shown += ok and diff < 0
-        against += ok and diff > 0
-        fixed = ", ".join(f"{k}={a[k]}" for k in axes)
-        rows.append(f"  - {fixed}: {num(a['nev_pct'])} -> {num(b['nev_pct'])} ({100 * diff:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], "
-                    f"p Holm {ph:.2g}, n = {a['ok']}/{b['ok']}, {seeds} seeds): {v}")
-    n = len(pairs)
-    v = (f"contradicted ({against} of {n})" if against else "shown" + (f" ({n} of {n})" if n > 1 else "") if shown == n
-         else f"partly ({shown} of {n})" if shown else f"not shown (0 of {n})")
+    comps = tested([({"axis": "continuation", "a": short, "b": long, "fixed": ", ".join(f"{k}={a[k]}" for k in axes)},
+                     int(a["nev"]), int(a["ok"]), int(b["nev"]), int(b["ok"]), min(int(a["seeds"]), int(b["seeds"])))
+                    for a, b in pairs])
+    claim = ("the longer continuation gives less N-EV", "continuation", short, long, "nev_pct", -1)
+    v, _, rows = verdict(comps, claim)
     lines = [f"## {short} vs {long}: the continuation's length", "",
              f"N-EV by the outcome after the {short} continuation against the {long} one, cell by cell, with the "
              "report's two-proportion test (Holm over these cells).", "",
-             f"- **{text}**: {v}."] + rows + [""]
-    return "\n".join(lines), (f"{short} vs {long}", "table 1: the continuation's length", f"{n} cell pairs", [(text, v)])
+             f"- **{claim[0]}**: {v}."] + [f"  - {detail(c)}" for c in rows] + [""]
+    return "\n".join(lines), (f"{short} vs {long}", "table 1: the continuation's length", f"{len(pairs)} cell pairs", [(claim[0], v)])
 
 
 def main():

@@ -5,8 +5,9 @@
 //! (rounded to f32), `y = max(0, gamma * (x - mean) / sqrt(var + eps) + beta)` (without the max
 //! when `relu` is off). A variance beyond f32's range (a channel holding values near 1e38, as
 //! bit flips make them) is `inf` and gives `1 / sqrt(var + eps) = 0`, as in PyTorch's CPU
-//! batch norm: the channel's output is `beta`, not NaN, and no scale is subnormal. Backward, with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) *
-//! inv_std`: `dbeta = sum g`, `dgamma = sum g * x^`,
+//! batch norm: the channel's output is `beta`, not NaN, and no scale is subnormal. Backward,
+//! with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) * inv_std`:
+//! `dbeta = sum g`, `dgamma = sum g * x^`,
 //! `dx = gamma * inv_std / M * (M * g - dbeta - x^ * dgamma)`.
 //!
 //! Channels are independent and each sums its values in one fixed order (eight f64 lanes,

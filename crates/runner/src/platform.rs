@@ -24,7 +24,7 @@ pub fn cpu_model() -> String {
 /// its SIMD extension (`aarch64+neon`). On an AVX-512 CPU whose GEMMs run AVX-512
 /// micro-kernels (a build with the `avx512` feature, the default) it reads `x86-64-v4, AVX-512
 /// GEMM`: those GEMMs sum in another order than the AVX2 ones, which builds without the
-/// feature, and every build before 2026-11-25 (keyed `x86-64-v4`), run.
+/// feature run, as did every build before 2026-11-25 (keyed `x86-64-v4`).
 pub fn isa_level() -> String {
     #[cfg(target_arch = "x86_64")]
     {
