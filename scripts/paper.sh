@@ -18,6 +18,10 @@ JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}
 if [ -n "${BIN:-}" ]; then
+    if [ ! -x "$BIN" ]; then
+        echo "paper.sh: BIN=$BIN is not an executable file" >&2
+        exit 2
+    fi
     bin=$BIN
 else
     cargo build --release --quiet
