@@ -26,8 +26,9 @@ const BATCH: usize = 64;
 const REPS: u32 = 20;
 
 /// `(channels in, channels out, kernel, height = width)`: AlexNet's five convolutions (width
-/// 0.5), then 3x3 shapes of ResNet-8/20 and VGG-11 at their benchmark widths.
-const SHAPES: [(usize, usize, usize, usize); 10] = [
+/// 0.5), then 3x3 shapes of ResNet-8/20 and VGG-11 at their benchmark widths (VGG-11's last four
+/// at 4x4 and 2x2, where each image has fewer output positions than a GEMM tile).
+const SHAPES: [(usize, usize, usize, usize); 14] = [
     (3, 32, 5, 32),
     (32, 96, 5, 16),
     (96, 192, 3, 8),
@@ -38,6 +39,10 @@ const SHAPES: [(usize, usize, usize, usize); 10] = [
     (64, 64, 3, 8),
     (8, 16, 3, 32),
     (16, 32, 3, 16),
+    (32, 64, 3, 8),
+    (64, 128, 3, 4),
+    (128, 128, 3, 4),
+    (128, 128, 3, 2),
 ];
 
 /// Mean milliseconds of `f` over [`REPS`] calls.
