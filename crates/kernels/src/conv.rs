@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::gemm::{MatMut, MatRef, matmul};
+use crate::raw::{MatMut, MatRef, Out, matmul};
 use crate::simd::vectorized;
 
 /// The shape of one convolution: input `[batch, c_in, h, w]`, weight `[c_out, c_in, kh, kw]`.
@@ -391,6 +391,18 @@ impl Conv2d {
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
 pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), ShapeError> {
+    forward_to(s, x, weight, bias, Out::Into(out)).map(drop)
+}
+
+/// The forward pass into a new vector.
+///
+/// # Errors
+/// When the shape is invalid or a buffer's length does not match it.
+pub fn forward_new(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Result<Vec<f32>, ShapeError> {
+    forward_to(s, x, weight, bias, Out::New(s.lens().2))
+}
+
+fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: Out<'_>) -> Result<Vec<f32>, ShapeError> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("input", x.len(), nx)?;
@@ -402,7 +414,7 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let w = MatRef::row_major(weight, s.c_out, k);
-    out.par_chunks_mut(image_out * s.chunk()).enumerate().for_each(|(c, ys)| {
+    Ok(out.write(image_out * s.chunk(), |c, ys| {
         let first = c * s.chunk();
         let images = ys.len() / image_out;
         if s.side_by_side() {
@@ -438,8 +450,7 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
                 }
             }
         }
-    });
-    Ok(())
+    }))
 }
 
 /// The input gradient: `dx` from the output gradient `dy`.
@@ -447,6 +458,18 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
 pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Result<(), ShapeError> {
+    input_grad_to(s, dy, weight, Out::Into(dx)).map(drop)
+}
+
+/// The input gradient into a new vector.
+///
+/// # Errors
+/// When the shape is invalid or a buffer's length does not match it.
+pub fn input_grad_new(s: &Conv2d, dy: &[f32], weight: &[f32]) -> Result<Vec<f32>, ShapeError> {
+    input_grad_to(s, dy, weight, Out::New(s.lens().0))
+}
+
+fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<Vec<f32>, ShapeError> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("output gradient", dy.len(), ny)?;
@@ -455,7 +478,7 @@ pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Res
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let wt = MatRef::transposed(weight, k, s.c_out);
-    dx.par_chunks_mut(image_in * s.chunk()).enumerate().for_each(|(c, dxs)| {
+    Ok(dx.write(image_in * s.chunk(), |c, dxs| {
         let first = c * s.chunk();
         let images = dxs.len() / image_in;
         if s.side_by_side() {
@@ -482,8 +505,7 @@ pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Res
                 });
             }
         }
-    });
-    Ok(())
+    }))
 }
 
 /// A `rows x cols` view of a weight-gradient sum, row-major or column-major.
@@ -705,6 +727,20 @@ mod tests {
             close(&dx, &dx_ref, "input gradient", &s);
             close(&dw, &dw_ref, "weight gradient", &s);
             close(&db, &db_ref, "bias gradient", &s);
+        }
+    }
+
+    #[test]
+    fn new_vectors_hold_the_bits_written_into_a_callers_buffer() {
+        for s in shapes() {
+            let (nx, nw, ny) = s.lens();
+            let (x, w, dy) = (values(nx, 0.1), values(nw, 0.7), values(ny, 0.9));
+            let (mut y, mut dx) = (vec![f32::NAN; ny], vec![f32::NAN; nx]);
+            forward(&s, &x, &w, None, &mut y).unwrap();
+            input_grad(&s, &dy, &w, &mut dx).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&forward_new(&s, &x, &w, None).unwrap()), bits(&y), "{s:?}");
+            assert_eq!(bits(&input_grad_new(&s, &dy, &w).unwrap()), bits(&dx), "{s:?}");
         }
     }
 

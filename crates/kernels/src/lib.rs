@@ -7,7 +7,7 @@
 //! The kernels know nothing of Burn; `resilab-models` plugs them into the CPU backend and
 //! tests them against Burn's own operations.
 
-mod gemm;
+mod raw;
 mod simd;
 
 pub mod conv;

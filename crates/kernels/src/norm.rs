@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use crate::raw::Out;
 use crate::simd::{LANES, Sums, vectorized};
 
 /// The shape `[batch, channels, plane]` (`plane = H * W`) and the buffers of one call.
@@ -75,6 +76,18 @@ pub struct Stats {
 /// # Errors
 /// When a buffer's length does not match the shape.
 pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: &mut [f32]) -> Result<Stats, NormError> {
+    forward_to(s, x, gamma, beta, eps, relu, Out::Into(y)).map(|(_, stats)| stats)
+}
+
+/// The forward pass into a new vector, with the batch statistics.
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool) -> Result<(Vec<f32>, Stats), NormError> {
+    forward_to(s, x, gamma, beta, eps, relu, Out::New(s.values()))
+}
+
+fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: Out<'_>) -> Result<(Vec<f32>, Stats), NormError> {
     s.check("input", x.len(), s.values())?;
     s.check("output", y.len(), s.values())?;
     s.check("gamma", gamma.len(), s.channels)?;
@@ -102,7 +115,7 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
         })
         .collect();
     let step = s.channels * s.plane;
-    y.par_chunks_mut(s.plane).enumerate().for_each(|(i, out)| {
+    let y = y.write(s.plane, |i, out| {
         let c = i % s.channels;
         let (mean, _, inv_std) = stats[c];
         let (scale, shift) = (gamma[c] * inv_std, beta[c] - gamma[c] * inv_std * mean);
@@ -115,11 +128,12 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
             }
         });
     });
-    Ok(Stats {
+    let stats = Stats {
         mean: stats.iter().map(|s| s.0).collect(),
         var: stats.iter().map(|s| s.1).collect(),
         inv_std: stats.iter().map(|s| s.2).collect(),
-    })
+    };
+    Ok((y, stats))
 }
 
 /// The backward pass: `dx`, and `dgamma`, `dbeta` (per channel). `y` is the forward output
@@ -129,6 +143,20 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
 /// When a buffer's length does not match the shape.
 #[allow(clippy::too_many_arguments)] // the op's inputs and outputs, each a plain slice
 pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dx: &mut [f32], dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<(), NormError> {
+    backward_to(s, x, y, dy, gamma, stats, relu, Out::Into(dx), dgamma, dbeta).map(drop)
+}
+
+/// The backward pass with `dx` in a new vector.
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+#[allow(clippy::too_many_arguments)] // as `backward`
+pub fn backward_new(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<Vec<f32>, NormError> {
+    backward_to(s, x, y, dy, gamma, stats, relu, Out::New(s.values()), dgamma, dbeta)
+}
+
+#[allow(clippy::too_many_arguments)] // as `backward`
+fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dx: Out<'_>, dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<Vec<f32>, NormError> {
     for (name, len) in [("input", x.len()), ("output", y.len()), ("output gradient", dy.len()), ("input gradient", dx.len())] {
         s.check(name, len, s.values())?;
     }
@@ -159,7 +187,7 @@ pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats
     }
     let m = (s.batch * s.plane).max(1) as f32;
     let step = s.channels * s.plane;
-    dx.par_chunks_mut(s.plane).enumerate().for_each(|(i, out)| {
+    Ok(dx.write(s.plane, |i, out| {
         let (n, c) = (i / s.channels, i % s.channels);
         let (mean, inv_std, (sum, dot)) = (stats.mean[c], stats.inv_std[c], sums[c]);
         let k = gamma[c] * inv_std / m;
@@ -171,8 +199,7 @@ pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats
                 *o = k * (m * g(yv, d) - sum - xhat * dot);
             }
         });
-    });
-    Ok(())
+    }))
 }
 
 #[cfg(test)]
@@ -235,6 +262,14 @@ mod tests {
         let at = |t: usize| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap().install(run);
         let one = at(1);
         assert!(at(3) == one);
+        // The new-vector variants, on 2 threads, give the same bits.
+        let new = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
+            let (y, stats) = forward_new(&s, &x, &gamma, &beta, 1e-5, true).unwrap();
+            let (mut dg, mut db) = (vec![0.0; 9], vec![0.0; 9]);
+            let dx = backward_new(&s, &x, &y, &dy, &gamma, &stats, true, &mut dg, &mut db).unwrap();
+            (y, dx, dg, db)
+        });
+        assert!(new == one);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use crate::raw::Out;
 use crate::simd::vectorized;
 
 /// The shape `[batch, channels, h, w]` of the input.
@@ -98,15 +99,27 @@ pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<()
 /// # Errors
 /// When a buffer's length does not match the shape.
 pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(), PoolError> {
+    backward_to(s, dy, arg, Out::Into(dx)).map(drop)
+}
+
+/// The backward pass into a new vector.
+///
+/// # Errors
+/// When a buffer's length does not match the shape.
+pub fn backward_new(s: &Pool2, dy: &[f32], arg: &[u8]) -> Result<Vec<f32>, PoolError> {
+    backward_to(s, dy, arg, Out::New(s.lens().0))
+}
+
+fn backward_to(s: &Pool2, dy: &[f32], arg: &[u8], dx: Out<'_>) -> Result<Vec<f32>, PoolError> {
     let (nx, ny) = s.lens();
     s.check("output gradient", dy.len(), ny)?;
     s.check("positions", arg.len(), ny)?;
     s.check("input gradient", dx.len(), nx)?;
     let ([oh, ow], (h, w)) = (s.out_hw(), (s.h, s.w));
     if nx == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    dx.par_chunks_mut(h * w).enumerate().for_each(|(i, plane)| {
+    Ok(dx.write(h * w, |i, plane| {
         let (dy, arg) = (&dy[i * oh * ow..][..oh * ow], &arg[i * oh * ow..][..oh * ow]);
         vectorized(#[inline(always)] || {
             for (oy, rows) in plane.chunks_exact_mut(2 * w).enumerate().take(oh) {
@@ -124,8 +137,7 @@ pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(),
             // A dropped odd last row.
             plane[2 * oh * w..].fill(0.0);
         });
-    });
-    Ok(())
+    }))
 }
 
 #[cfg(test)]
@@ -182,6 +194,8 @@ mod tests {
             for (g, &at) in dy.iter().zip(&want_at) {
                 want_dx[at] = *g;
             }
+            assert_eq!(dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
+            let dx = backward_new(&s, &dy, &arg).unwrap();
             assert_eq!(dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
         }
     }

@@ -149,9 +149,8 @@ fn forward(x: FlexTensor, w: FlexTensor, o: ConvOptions<2>) -> FlexTensor {
         return <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o);
     };
     let [oh, ow] = s.out_hw();
-    let mut y = vec![0.0; s.batch * s.c_out * oh * ow];
-    match resilab_kernels::conv::forward(&s, values(&x), values(&w), None, &mut y) {
-        Ok(()) => tensor(y, [s.batch, s.c_out, oh, ow]),
+    match resilab_kernels::conv::forward_new(&s, values(&x), values(&w), None) {
+        Ok(y) => tensor(y, [s.batch, s.c_out, oh, ow]),
         Err(_) => <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o),
     }
 }
@@ -165,14 +164,11 @@ fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, w
         let dw = want[1].then(|| <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g, o.clone()));
         return [dx, dw];
     };
-    let (nx, nw, _) = s.lens();
+    let (_, nw, _) = s.lens();
     // The shape was validated, so the kernels accept these buffers; Burn's gradient otherwise.
-    let dx = want[0].then(|| {
-        let mut dx = vec![0.0; nx];
-        match resilab_kernels::conv::input_grad(&s, values(&g), values(w), &mut dx) {
-            Ok(()) => tensor(dx, [xd[0], xd[1], xd[2], xd[3]]),
-            Err(_) => <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), w.clone(), g.clone(), o.clone()),
-        }
+    let dx = want[0].then(|| match resilab_kernels::conv::input_grad_new(&s, values(&g), values(w)) {
+        Ok(dx) => tensor(dx, [xd[0], xd[1], xd[2], xd[3]]),
+        Err(_) => <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), w.clone(), g.clone(), o.clone()),
     });
     let dw = want[1].then(|| {
         let mut dw = vec![0.0; nw];
@@ -192,9 +188,8 @@ fn norm_shape(dims: &[usize]) -> Norm {
 /// The fused forward pass on flex tensors: the output and the statistics.
 fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, relu: bool) -> (FlexTensor, Stats) {
     let d = dims(x);
-    let mut y = vec![0.0; values(x).len()];
     // The public wrapper checked the shapes (rank 4, gamma and beta of C values, f32).
-    let stats = norm::forward(&norm_shape(&d), values(x), values(gamma), values(beta), eps, relu, &mut y)
+    let (y, stats) = norm::forward_new(&norm_shape(&d), values(x), values(gamma), values(beta), eps, relu)
         .unwrap_or_else(|e| panic!("resilab batch norm called with shapes its wrapper rejects: {e}"));
     (tensor(y, [d[0], d[1], d[2], d[3]]), stats)
 }
@@ -289,8 +284,8 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
                 let (x, y, gamma, stats, relu) = ops.state;
                 let d = dims(&x);
                 let c = d[1];
-                let (mut dx, mut dgamma, mut dbeta) = (vec![0.0; values(&x).len()], vec![0.0; c], vec![0.0; c]);
-                norm::backward(&norm_shape(&d), values(&x), values(&y), values(&dy), values(&gamma), &stats, relu, &mut dx, &mut dgamma, &mut dbeta)
+                let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
+                let dx = norm::backward_new(&norm_shape(&d), values(&x), values(&y), values(&dy), values(&gamma), &stats, relu, &mut dgamma, &mut dbeta)
                     .unwrap_or_else(|e| panic!("resilab batch norm backward on shapes its forward pass took: {e}"));
                 if let Some(node) = node_x {
                     grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
@@ -327,8 +322,7 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
                 let dy = host(&grads.consume::<Flex>(&ops.node));
                 let (arg, d) = ops.state;
                 let Some(node) = node else { return };
-                let mut dx = vec![0.0; d.iter().product()];
-                pool::backward(&pool_shape(&d), values(&dy), &arg, &mut dx).unwrap_or_else(|e| panic!("resilab max pool backward on the shape its forward pass took: {e}"));
+                let dx = pool::backward_new(&pool_shape(&d), values(&dy), &arg).unwrap_or_else(|e| panic!("resilab max pool backward on the shape its forward pass took: {e}"));
                 grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
             }
         }

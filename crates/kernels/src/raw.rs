@@ -1,11 +1,68 @@
-//! The crate's only `unsafe`: a bounds-checked call of the `gemm` crate's f32 matrix product.
+//! The crate's only `unsafe`: a bounds-checked call of the `gemm` crate's f32 matrix product,
+//! and new output vectors that the threads writing them zero.
 //!
-//! Invariant: [`matmul`] calls `gemm::gemm` only after checking that every element its three
+//! Invariant of [`matmul`]: it calls `gemm::gemm` only after checking that every element its three
 //! views can address (row `i < rows`, column `j < cols`, offset `i * rs + j * cs`, strides
 //! non-negative) lies inside the slice the view borrows, and that the destination does not
 //! overlap either operand (it is a `&mut` borrow, so the borrow checker already rules that
 //! out). `gemm::gemm` reads and writes only those elements.
+//!
+//! Invariant of [`Out::write`]: a new vector's length is set only after every element of it
+//! was initialised, each run of values by the `fill` just before the kernel's body sees it.
 #![allow(unsafe_code)]
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+/// Where a kernel writes an f32 output.
+#[derive(Debug)]
+pub enum Out<'a> {
+    /// The caller's buffer, overwritten.
+    Into(&'a mut [f32]),
+    /// A new vector of this many values.
+    New(usize),
+}
+
+impl Out<'_> {
+    /// Values in the output.
+    pub fn len(&self) -> usize {
+        match self {
+            Out::Into(buf) => buf.len(),
+            Out::New(len) => *len,
+        }
+    }
+
+    /// Runs `body(i, run)` on the rayon pool for each run `i` of `chunk` values of the output
+    /// (the last may be shorter); returns the new vector (empty for [`Out::Into`]).
+    ///
+    /// A new vector is zeroed run by run, by the thread that then writes the run, while the
+    /// run is in that core's cache. Allocating it zeroed instead (`vec![0.0; len]`) zeroes it
+    /// on the calling thread, or faults in fresh pages there, while the pool waits.
+    pub(crate) fn write(self, chunk: usize, body: impl Fn(usize, &mut [f32]) + Sync + Send) -> Vec<f32> {
+        let chunk = chunk.max(1);
+        match self {
+            Out::Into(buf) => {
+                buf.par_chunks_mut(chunk).enumerate().for_each(|(i, run)| body(i, run));
+                Vec::new()
+            }
+            Out::New(len) => {
+                let mut v = Vec::<f32>::with_capacity(len);
+                v.spare_capacity_mut()[..len].par_chunks_mut(chunk).enumerate().for_each(|(i, run)| {
+                    run.fill(MaybeUninit::new(0.0));
+                    // SAFETY: `fill` initialised every element of `run`, and `MaybeUninit<f32>`
+                    // has the layout of `f32`.
+                    let run = unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<f32>]>(run) as *mut [f32]) };
+                    body(i, run);
+                });
+                // SAFETY: the runs cover the first `len` elements of the spare capacity, and
+                // each was initialised above (a panic in `body` leaves `for_each` before this).
+                unsafe { v.set_len(len) };
+                v
+            }
+        }
+    }
+}
 
 /// A read-only strided matrix view of an f32 slice: element `(i, j)` at `i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
@@ -146,6 +203,18 @@ mod tests {
         let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
         matmul(MatMut::row_major(&mut c, m, n), MatRef::transposed(&at, m, k), MatRef::row_major(&b, k, n), true);
         assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+
+    #[test]
+    fn a_new_output_is_zeroed_run_by_run_and_a_callers_buffer_is_not() {
+        // Each run adds its index to what it finds: zeros in a new vector, the old values in
+        // a caller's buffer; the last run is shorter.
+        let body = |i: usize, run: &mut [f32]| run.iter_mut().for_each(|v| *v += i as f32);
+        assert_eq!(Out::New(10).write(3, body), [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0]);
+        assert!(Out::New(0).write(3, body).is_empty());
+        let mut buf = [0.5; 5];
+        assert!(Out::Into(&mut buf).write(2, body).is_empty());
+        assert_eq!(buf, [0.5, 0.5, 1.5, 1.5, 2.5]);
     }
 
     #[test]
