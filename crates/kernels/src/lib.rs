@@ -1,8 +1,8 @@
 //! resilab's CPU training kernels over raw f32 slices in NCHW (the layout Burn's tensors use):
 //! convolution forward and both gradients as GEMMs, threaded over fixed chunks of images, and
-//! training-mode BatchNorm (optionally with its ReLU) forward and backward in two passes each,
-//! threaded over channels, and 2x2 max pooling at stride 2 forward and backward. Results do not
-//! depend on the thread count.
+//! training-mode BatchNorm (optionally with a residual block's addition and its ReLU) forward
+//! and backward in two passes each, threaded over channels, and 2x2 max pooling at stride 2
+//! forward and backward. Results do not depend on the thread count.
 //!
 //! The kernels know nothing of Burn; `resilab-models` plugs them into the CPU backend and
 //! tests them against Burn's own operations.
@@ -20,8 +20,10 @@ pub use conv::{Conv2d, ShapeError};
 /// for the same inputs (a summation order, a GEMM grouping, a fused step). It is part of the
 /// `native` backend's device name, and so of the platform key golden runs are cached under,
 /// so that no run is compared with a golden run the kernels of another revision computed.
-/// Revision 1, the kernels of 2026-11-24, had no number in the device name.
-pub const NUMERICS: u32 = 2;
+/// Revision 1, the kernels of 2026-11-24, had no number in the device name. Revision 3: the
+/// fused ReLU passes NaN (and maps -0 to +0) as Burn's and PyTorch's do, where revision 2's
+/// `max(0, v)` made a NaN 0.
+pub const NUMERICS: u32 = 3;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.

@@ -1,12 +1,16 @@
-//! Training-mode batch normalisation (NCHW), optionally fused with the ReLU that follows it,
-//! forward and backward in two passes over the data each.
+//! Training-mode batch normalisation (NCHW), optionally fused with the residual addition and
+//! the ReLU that follow it in a ResNet block, forward and backward in two passes over the data
+//! each.
 //!
 //! Forward, per channel `c` over its `M = N * H * W` values: `mean`, the biased variance `var`
-//! (rounded to f32), `y = max(0, gamma * (x - mean) / sqrt(var + eps) + beta)` (without the max
-//! when `relu` is off). A variance beyond f32's range (a channel holding values near 1e38, as
+//! (rounded to f32), `y = relu(gamma * (x - mean) / sqrt(var + eps) + beta (+ r))` (without
+//! the ReLU when `relu` is off; `+ r` with a residual `r`). The ReLU is Burn's and PyTorch's:
+//! NaN passes through (`max(0, NaN)` would hide a NaN that a bit flip caused), and so does
+//! the gradient at a NaN output. A variance beyond f32's range (a channel holding values near 1e38, as
 //! bit flips make them) is `inf` and gives `1 / sqrt(var + eps) = 0`, as in PyTorch's CPU
 //! batch norm: the channel's output is `beta`, not NaN, and no scale is subnormal. Backward,
 //! with `g = dy` masked where the ReLU cut (`y <= 0`) and `x^ = (x - mean) * inv_std`:
+//! `dr = g` for the residual,
 //! `dbeta = sum g`, `dgamma = sum g * x^`,
 //! `dx = gamma * inv_std / M * (M * g - dbeta - x^ * dgamma)`.
 //!
@@ -76,18 +80,29 @@ pub struct Stats {
 /// # Errors
 /// When a buffer's length does not match the shape.
 pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: &mut [f32]) -> Result<Stats, NormError> {
-    forward_to(s, x, gamma, beta, eps, relu, Out::Into(y)).map(|(_, stats)| stats)
+    forward_to(s, x, gamma, beta, eps, relu, None, Out::Into(y)).map(|(_, stats)| stats)
 }
 
-/// The forward pass into a new vector, with the batch statistics.
+/// The forward pass into a new vector, with the batch statistics; `residual` (of `x`'s shape)
+/// is added to the normalised values before the ReLU.
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool) -> Result<(Vec<f32>, Stats), NormError> {
-    forward_to(s, x, gamma, beta, eps, relu, Out::New(s.values()))
+pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, residual: Option<&[f32]>) -> Result<(Vec<f32>, Stats), NormError> {
+    if let Some(r) = residual {
+        s.check("residual", r.len(), s.values())?;
+    }
+    forward_to(s, x, gamma, beta, eps, relu, residual, Out::New(s.values()))
 }
 
-fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: Out<'_>) -> Result<(Vec<f32>, Stats), NormError> {
+/// The ReLU of Burn and PyTorch: NaN passes.
+#[inline(always)]
+fn relu_of(v: f32) -> f32 {
+    if v.is_nan() || v > 0.0 { v } else { 0.0 }
+}
+
+#[allow(clippy::too_many_arguments)] // as `forward`, with the residual and the output
+fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, residual: Option<&[f32]>, y: Out<'_>) -> Result<(Vec<f32>, Stats), NormError> {
     s.check("input", x.len(), s.values())?;
     s.check("output", y.len(), s.values())?;
     s.check("gamma", gamma.len(), s.channels)?;
@@ -119,13 +134,13 @@ fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: 
         let c = i % s.channels;
         let (mean, _, inv_std) = stats[c];
         let (scale, shift) = (gamma[c] * inv_std, beta[c] - gamma[c] * inv_std * mean);
-        let src = &x[(i / s.channels) * step + c * s.plane..][..s.plane];
-        vectorized(#[inline(always)] || {
-            if relu {
-                out.iter_mut().zip(src).for_each(|(o, &v)| *o = (v * scale + shift).max(0.0));
-            } else {
-                out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift);
-            }
+        let at = (i / s.channels) * step + c * s.plane;
+        let src = &x[at..][..s.plane];
+        vectorized(#[inline(always)] || match (relu, residual) {
+            (false, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift),
+            (true, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = relu_of(v * scale + shift)),
+            (false, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = (v * scale + shift) + r),
+            (true, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = relu_of((v * scale + shift) + r)),
         });
     });
     let stats = Stats {
@@ -202,6 +217,25 @@ fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats:
     }))
 }
 
+/// The gradient reaching the residual of a fused forward pass (`relu` on): `dy` where the
+/// output `y` is positive or NaN, 0 elsewhere, in a new vector.
+///
+/// # Errors
+/// When `dy` and `y` differ in length.
+pub fn residual_grad_new(s: &Norm, y: &[f32], dy: &[f32]) -> Result<Vec<f32>, NormError> {
+    s.check("output", y.len(), s.values())?;
+    s.check("output gradient", dy.len(), s.values())?;
+    let chunk = s.plane.max(4096);
+    Ok(Out::New(s.values()).write(chunk, |i, out| {
+        let (y, dy) = (&y[i * chunk..][..out.len()], &dy[i * chunk..][..out.len()]);
+        vectorized(#[inline(always)] || {
+            for ((o, &yv), &d) in out.iter_mut().zip(y).zip(dy) {
+                *o = if yv <= 0.0 { 0.0 } else { d };
+            }
+        });
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -264,12 +298,35 @@ mod tests {
         assert!(at(3) == one);
         // The new-vector variants, on 2 threads, give the same bits.
         let new = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
-            let (y, stats) = forward_new(&s, &x, &gamma, &beta, 1e-5, true).unwrap();
+            let (y, stats) = forward_new(&s, &x, &gamma, &beta, 1e-5, true, None).unwrap();
             let (mut dg, mut db) = (vec![0.0; 9], vec![0.0; 9]);
             let dx = backward_new(&s, &x, &y, &dy, &gamma, &stats, true, &mut dg, &mut db).unwrap();
             (y, dx, dg, db)
         });
         assert!(new == one);
+    }
+
+    #[test]
+    fn the_fused_residual_and_relu_equal_the_ops_one_by_one_and_let_nan_pass() {
+        let s = Norm { batch: 3, channels: 4, plane: 10 };
+        let (mut x, gamma, beta, r, dy) = (values(120, 0.1), values(4, 0.4), values(4, 0.8), values(120, 0.6), values(120, 0.9));
+        x[5] = f32::NAN; // channel 0: its mean, and so all its outputs, are NaN
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let mut plain = vec![0.0; 120];
+        forward(&s, &x, &gamma, &beta, 1e-5, false, &mut plain).unwrap();
+        let relu = |z: f32| if z.is_nan() || z > 0.0 { z } else { 0.0 };
+        let want: Vec<f32> = plain.iter().zip(&r).map(|(v, r)| relu(v + r)).collect();
+        let (y, _) = forward_new(&s, &x, &gamma, &beta, 1e-5, true, Some(&r)).unwrap();
+        assert_eq!(bits(&y), bits(&want));
+        assert!(s.planes(&y, 0).flatten().all(|v| v.is_nan()) && y.contains(&0.0), "{y:?}");
+        let (y_relu, _) = forward_new(&s, &x, &gamma, &beta, 1e-5, true, None).unwrap();
+        assert_eq!(bits(&y_relu), bits(&plain.iter().map(|&v| relu(v)).collect::<Vec<_>>()));
+        // The residual's gradient: dy where the output is positive or NaN.
+        let dr = residual_grad_new(&s, &y, &dy).unwrap();
+        for ((g, &yv), &d) in dr.iter().zip(&y).zip(&dy) {
+            assert_eq!(g.to_bits(), if yv.is_nan() || yv > 0.0 { d } else { 0.0 }.to_bits());
+        }
+        assert!(forward_new(&s, &x, &gamma, &beta, 1e-5, true, Some(&r[1..])).unwrap_err().to_string().contains("residual holds 119"));
     }
 
     #[test]

@@ -32,6 +32,15 @@ fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool) -> 
     }
 }
 
+/// BatchNorm, plus the shortcut, then a ReLU: a residual block's end (one fused op in training
+/// mode when the kernels are on).
+fn bn_add_relu(bn: &mut BatchNorm2d, x: Tensor<4>, shortcut: Tensor<4>, mode: Mode) -> Tensor<4> {
+    match mode {
+        Mode::Train => bn.forward_train_fused(x, Some(shortcut), true),
+        Mode::Eval => relu(bn.forward(x) + shortcut),
+    }
+}
+
 /// Convolution, optional BatchNorm, ReLU and optional 2x2 max pooling (ResNet stem, VGG and
 /// AlexNet feature layers).
 #[derive(Module, Debug)]
@@ -112,8 +121,7 @@ impl BasicBlock {
             None => x.clone(),
         };
         let y = bn_then(&mut self.bn1, conv_forward(&self.conv1, x), mode, true);
-        let y = bn_forward(&mut self.bn2, conv_forward(&self.conv2, y), mode);
-        relu(y + shortcut)
+        bn_add_relu(&mut self.bn2, conv_forward(&self.conv2, y), shortcut, mode)
     }
 }
 

@@ -60,18 +60,27 @@ pub fn conv2d(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options:
     }
 }
 
-/// Training-mode batch normalisation of `x` (`[N, C, H, W]`) followed, when `relu`, by a ReLU:
-/// `(output, batch mean, biased batch variance)`. One fused op on the flex device, Burn's
-/// `batch_norm_train` (and `relu`) elsewhere.
-pub fn batch_norm_train(x: Tensor<4>, gamma: Tensor<1>, beta: Tensor<1>, eps: f64, relu: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+/// Training-mode batch normalisation of `x` (`[N, C, H, W]`), plus `residual` when given,
+/// followed, when `relu`, by a ReLU: `(output, batch mean, biased batch variance)`. One fused
+/// op on the flex device, Burn's `batch_norm_train` (then the addition and `relu`) elsewhere.
+pub fn batch_norm_train(x: Tensor<4>, gamma: Tensor<1>, beta: Tensor<1>, eps: f64, residual: Option<Tensor<4>>, relu: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
     let device = x.device().without_autodiff();
     let c = x.dims()[1];
-    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 || gamma.dims() != [c] || beta.dims() != [c] {
+    let fits = residual.as_ref().is_none_or(|r| r.dims() == x.dims() && r.dtype() == DType::F32);
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 || gamma.dims() != [c] || beta.dims() != [c] || !fits {
         let out = burn::tensor::module::batch_norm_train(x, gamma, beta, eps);
-        let y = if relu { burn::tensor::activation::relu(out.output) } else { out.output };
+        let y = match residual {
+            Some(r) => out.output + r,
+            None => out.output,
+        };
+        let y = if relu { burn::tensor::activation::relu(y) } else { y };
         return (y, out.mean, out.variance);
     }
-    let (y, mean, var) = <Dispatch as ConvKernels>::resilab_batch_norm_train(x.into_dispatch(), gamma.into_dispatch(), beta.into_dispatch(), eps, relu);
+    let (x, gamma, beta) = (x.into_dispatch(), gamma.into_dispatch(), beta.into_dispatch());
+    let (y, mean, var) = match residual {
+        Some(r) => <Dispatch as ConvKernels>::resilab_batch_norm_add_train(x, gamma, beta, eps, r.into_dispatch(), relu),
+        None => <Dispatch as ConvKernels>::resilab_batch_norm_train(x, gamma, beta, eps, relu),
+    };
     (Tensor::from_dispatch(y), Tensor::from_dispatch(mean), Tensor::from_dispatch(var))
 }
 
@@ -112,12 +121,23 @@ pub trait ConvKernels: burn::backend::Backend {
     /// The forward pass, without bias.
     fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self>;
 
-    /// Training-mode batch norm (and ReLU when `relu`): output, batch mean, biased variance.
+    /// Training-mode batch norm (then a ReLU when `relu`): output, batch mean, biased
+    /// variance.
     fn resilab_batch_norm_train(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         eps: f64,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// As [`Self::resilab_batch_norm_train`], with `residual` added before the ReLU.
+    fn resilab_batch_norm_add_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        residual: FloatTensor<Self>,
         relu: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
@@ -186,10 +206,12 @@ fn norm_shape(dims: &[usize]) -> Norm {
 }
 
 /// The fused forward pass on flex tensors: the output and the statistics.
-fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, relu: bool) -> (FlexTensor, Stats) {
+fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, residual: Option<&FlexTensor>, relu: bool) -> (FlexTensor, Stats) {
     let d = dims(x);
-    // The public wrapper checked the shapes (rank 4, gamma and beta of C values, f32).
-    let (y, stats) = norm::forward_new(&norm_shape(&d), values(x), values(gamma), values(beta), eps, relu)
+    let residual = residual.map(host);
+    // The public wrapper checked the shapes (rank 4, gamma and beta of C values, a residual
+    // of x's shape, f32).
+    let (y, stats) = norm::forward_new(&norm_shape(&d), values(x), values(gamma), values(beta), eps, relu, residual.as_ref().map(values))
         .unwrap_or_else(|e| panic!("resilab batch norm called with shapes its wrapper rejects: {e}"));
     (tensor(y, [d[0], d[1], d[2], d[3]]), stats)
 }
@@ -218,7 +240,13 @@ fn vector(v: Vec<f32>) -> FlexTensor {
 impl ConvKernels for Flex {
     fn resilab_batch_norm_train(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, eps: f64, relu: bool) -> (FlexTensor, FlexTensor, FlexTensor) {
         let (x, gamma, beta) = (host(&x), host(&gamma), host(&beta));
-        let (y, stats) = bn_forward(&x, &gamma, &beta, eps, relu);
+        let (y, stats) = bn_forward(&x, &gamma, &beta, eps, None, relu);
+        (y, vector(stats.mean), vector(stats.var))
+    }
+
+    fn resilab_batch_norm_add_train(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, eps: f64, residual: FlexTensor, relu: bool) -> (FlexTensor, FlexTensor, FlexTensor) {
+        let (x, gamma, beta) = (host(&x), host(&gamma), host(&beta));
+        let (y, stats) = bn_forward(&x, &gamma, &beta, eps, Some(&residual), relu);
         (y, vector(stats.mean), vector(stats.var))
     }
 
@@ -264,49 +292,19 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
         }
     }
 
-    fn resilab_batch_norm_train(
+    fn resilab_batch_norm_train(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, eps: f64, relu: bool) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        autodiff_batch_norm::<C>(x, gamma, beta, eps, None, relu)
+    }
+
+    fn resilab_batch_norm_add_train(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         eps: f64,
+        residual: FloatTensor<Self>,
         relu: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        /// The fused op's backward step: input, scale and shift gradients in two passes.
-        #[derive(Debug)]
-        struct NormBackward;
-
-        impl Backward<Flex, 3> for NormBackward {
-            type State = (FlexTensor, FlexTensor, FlexTensor, Stats, bool);
-
-            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_x, node_gamma, node_beta] = ops.parents;
-                let dy = host(&grads.consume::<Flex>(&ops.node));
-                let (x, y, gamma, stats, relu) = ops.state;
-                let d = dims(&x);
-                let c = d[1];
-                let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
-                let dx = norm::backward_new(&norm_shape(&d), values(&x), values(&y), values(&dy), values(&gamma), &stats, relu, &mut dgamma, &mut dbeta)
-                    .unwrap_or_else(|e| panic!("resilab batch norm backward on shapes its forward pass took: {e}"));
-                if let Some(node) = node_x {
-                    grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
-                }
-                if let Some(node) = node_gamma {
-                    grads.register::<Flex>(node.id, vector(dgamma));
-                }
-                if let Some(node) = node_beta {
-                    grads.register::<Flex>(node.id, vector(dbeta));
-                }
-            }
-        }
-
-        let (xp, gp, bp) = (host(x.primitive()), host(gamma.primitive()), host(beta.primitive()));
-        let (y, stats) = bn_forward(&xp, &gp, &bp, eps, relu);
-        let (mean, var) = (vector(stats.mean.clone()), vector(stats.var.clone()));
-        let out = match NormBackward.prepare::<C>([x.node(), gamma.node(), beta.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((xp, y.clone(), gp, stats, relu), y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        };
-        (out, <Self as AutodiffBackend>::from_inner(mean), <Self as AutodiffBackend>::from_inner(var))
+        autodiff_batch_norm::<C>(x, gamma, beta, eps, Some(residual), relu)
     }
 
     fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -334,4 +332,64 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
+}
+
+/// The fused batch norm (plus residual, then ReLU) under autodiff, with its backward step.
+fn autodiff_batch_norm<C: CheckpointStrategy>(
+x: FloatTensor<Autodiff<Flex, C>>,
+gamma: FloatTensor<Autodiff<Flex, C>>,
+beta: FloatTensor<Autodiff<Flex, C>>,
+eps: f64,
+residual: Option<FloatTensor<Autodiff<Flex, C>>>,
+relu: bool,
+) -> (FloatTensor<Autodiff<Flex, C>>, FloatTensor<Autodiff<Flex, C>>, FloatTensor<Autodiff<Flex, C>>) {
+    /// The fused op's backward step: input, scale and shift gradients in two passes, and
+    /// the residual's (its fourth parent, when it has one) in a third.
+    #[derive(Debug)]
+    struct NormBackward;
+
+    impl<const N: usize> Backward<Flex, N> for NormBackward {
+        type State = (FlexTensor, FlexTensor, FlexTensor, Stats, bool);
+
+        fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let mut parents = ops.parents.into_iter();
+            let [node_x, node_gamma, node_beta, node_r] = std::array::from_fn(|_| parents.next().flatten());
+            let dy = host(&grads.consume::<Flex>(&ops.node));
+            let (x, y, gamma, stats, relu) = ops.state;
+            let d = dims(&x);
+            let (s, c) = (norm_shape(&d), d[1]);
+            if let Some(node) = node_r {
+                let dr = if relu { norm::residual_grad_new(&s, values(&y), values(&dy)).unwrap_or_else(|e| panic!("resilab batch norm backward: {e}")) } else { values(&dy).to_vec() };
+                grads.register::<Flex>(node.id, tensor(dr, [d[0], d[1], d[2], d[3]]));
+            }
+            let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
+            let dx = norm::backward_new(&s, values(&x), values(&y), values(&dy), values(&gamma), &stats, relu, &mut dgamma, &mut dbeta)
+                .unwrap_or_else(|e| panic!("resilab batch norm backward on shapes its forward pass took: {e}"));
+            if let Some(node) = node_x {
+                grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
+            }
+            if let Some(node) = node_gamma {
+                grads.register::<Flex>(node.id, vector(dgamma));
+            }
+            if let Some(node) = node_beta {
+                grads.register::<Flex>(node.id, vector(dbeta));
+            }
+        }
+    }
+
+    let (xp, gp, bp) = (host(x.primitive()), host(gamma.primitive()), host(beta.primitive()));
+    let (y, stats) = bn_forward(&xp, &gp, &bp, eps, residual.as_ref().map(|r| r.primitive()), relu);
+    let (mean, var) = (vector(stats.mean.clone()), vector(stats.var.clone()));
+    let state = |y: &FlexTensor| (xp.clone(), y.clone(), gp.clone(), stats.clone(), relu);
+    let out = match residual {
+        Some(r) => match NormBackward.prepare::<C>([x.node(), gamma.node(), beta.node(), r.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(state(&y), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+        None => match NormBackward.prepare::<C>([x.node(), gamma.node(), beta.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(state(&y), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+    };
+    (out, <Autodiff<Flex, C> as AutodiffBackend>::from_inner(mean), <Autodiff<Flex, C> as AutodiffBackend>::from_inner(var))
 }

@@ -58,12 +58,23 @@ impl BatchNorm2d {
     /// [`BatchNorm2d::forward_train`] followed, when `relu`, by a ReLU: one fused op through
     /// resilab's kernels when [`crate::kernels::enabled`], Burn's two ops otherwise.
     pub fn forward_train_then(&mut self, x: Tensor<4>, relu: bool) -> Tensor<4> {
+        self.forward_train_fused(x, None, relu)
+    }
+
+    /// [`BatchNorm2d::forward_train`], plus `residual` when given, then a ReLU when `relu`
+    /// (a ResNet block's end): one fused op through resilab's kernels when
+    /// [`crate::kernels::enabled`], Burn's ops one by one otherwise.
+    pub fn forward_train_fused(&mut self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool) -> Tensor<4> {
         let [n, _, h, w] = x.dims();
         let (output, batch_mean, batch_var) = if crate::kernels::enabled() {
-            crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, relu)
+            crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, residual, relu)
         } else {
             let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
-            (if relu { burn::tensor::activation::relu(out.output) } else { out.output }, out.mean, out.variance)
+            let y = match residual {
+                Some(r) => out.output + r,
+                None => out.output,
+            };
+            (if relu { burn::tensor::activation::relu(y) } else { y }, out.mean, out.variance)
         };
         let count = (n * h * w) as f64;
         let unbias = if count > 1.0 { count / (count - 1.0) } else { 1.0 };

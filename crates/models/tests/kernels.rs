@@ -1,7 +1,7 @@
 //! resilab's kernels against Burn's flex reference: convolution forward values and, through
 //! autodiff, the input, weight and bias gradients on odd shapes (batch 1, non-square inputs
 //! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides); the fused
-//! BatchNorm + ReLU; and 2x2 max pooling, bit for bit.
+//! BatchNorm (+ residual) + ReLU, NaN included; and 2x2 max pooling, bit for bit.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
@@ -84,36 +84,67 @@ fn grouped_convolutions_fall_back_to_burn() {
     assert_eq!(host(kernels::conv2d(x.clone(), w.clone(), None, opts.clone())), host(conv2d(x, w, None, opts)));
 }
 
-/// The fused batch norm (+ ReLU) against Burn's `batch_norm_train` followed by `relu`: output,
-/// batch mean and variance, and the input, scale and shift gradients, with and without the ReLU.
+/// The fused batch norm (+ residual, + ReLU) against Burn's `batch_norm_train`, the addition
+/// and `relu`: output, batch mean and variance, and the input, scale, shift and residual
+/// gradients, with and without the residual and the ReLU.
 #[test]
-fn fused_batch_norm_matches_burns_batch_norm_and_relu_with_gradients() {
-    use burn::tensor::activation::relu as burn_relu;
-    use burn::tensor::module::batch_norm_train;
+fn fused_batch_norm_matches_burns_batch_norm_add_and_relu_with_gradients() {
     let dev = Device::flex().autodiff();
     for (n, c, h, w) in [(1, 3, 5, 7), (4, 17, 6, 6), (3, 8, 1, 1), (2, 5, 9, 4)] {
-        for relu in [false, true] {
-            let go = |ours: bool| {
-                let x = Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.1), [n, c, h, w]), &dev).require_grad();
-                let g = Tensor::<1>::from_data(TensorData::new(values(c, 0.4).iter().map(|v| v + 1.0).collect::<Vec<_>>(), [c]), &dev).require_grad();
-                let b = Tensor::<1>::from_data(TensorData::new(values(c, 0.8), [c]), &dev).require_grad();
-                let (y, mean, var) = if ours {
-                    kernels::batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5, relu)
-                } else {
-                    let o = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5);
-                    (if relu { burn_relu(o.output) } else { o.output }, o.mean, o.variance)
-                };
-                let r = Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.9), [n, c, h, w]), &dev);
-                let grads = (y.clone() * r).sum().backward();
-                [host(y), host(mean), host(var), host(x.grad(&grads).unwrap()), host(g.grad(&grads).unwrap()), host(b.grad(&grads).unwrap())]
-            };
-            let (ours, burn) = (go(true), go(false));
-            for (what, (a, b)) in ["output", "mean", "variance", "input gradient", "scale gradient", "shift gradient"].iter().zip(ours.iter().zip(&burn)) {
+        for (relu, residual) in [(false, false), (true, false), (true, true), (false, true)] {
+            let v = values(n * c * h * w, 0.1);
+            let (ours, burn) = (fused_bn(&dev, [n, c, h, w], &v, relu, residual, true), fused_bn(&dev, [n, c, h, w], &v, relu, residual, false));
+            let names = ["output", "mean", "variance", "input gradient", "scale gradient", "shift gradient", "residual gradient"];
+            for (what, (a, b)) in names.iter().zip(ours.iter().zip(&burn)) {
                 let e = rel(a, b);
                 // Burn sums in f32, the kernels in f64: a few ulps of the largest value apart.
-                assert!(e < 1e-5, "{what} of {:?} (relu {relu}): relative difference {e}", (n, c, h, w));
+                assert!(e < 1e-5, "{what} of {:?} (relu {relu}, residual {residual}): relative difference {e}", (n, c, h, w));
             }
         }
+    }
+}
+
+/// Output, mean, variance and the gradients of `sum(y * r)` of the batch norm (+ residual, +
+/// ReLU), by the kernels (`ours`) or Burn's ops; the residual's gradient is empty without one.
+fn fused_bn(dev: &Device, dims: [usize; 4], x: &[f32], relu: bool, residual: bool, ours: bool) -> [Vec<f32>; 7] {
+    use burn::tensor::activation::relu as burn_relu;
+    use burn::tensor::module::batch_norm_train;
+    let [n, c, h, w] = dims;
+    let x = Tensor::<4>::from_data(TensorData::new(x.to_vec(), dims), dev).require_grad();
+    let g = Tensor::<1>::from_data(TensorData::new(values(c, 0.4).iter().map(|v| v + 1.0).collect::<Vec<_>>(), [c]), dev).require_grad();
+    let b = Tensor::<1>::from_data(TensorData::new(values(c, 0.8), [c]), dev).require_grad();
+    let res = residual.then(|| Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.6), dims), dev).require_grad());
+    let (y, mean, var) = if ours {
+        kernels::batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5, res.clone(), relu)
+    } else {
+        let o = batch_norm_train(x.clone(), g.clone(), b.clone(), 1e-5);
+        let y = match res.clone() {
+            Some(r) => o.output + r,
+            None => o.output,
+        };
+        (if relu { burn_relu(y) } else { y }, o.mean, o.variance)
+    };
+    let r = Tensor::<4>::from_data(TensorData::new(values(n * c * h * w, 0.9), dims), dev);
+    let grads = (y.clone() * r).sum().backward();
+    let dres = res.map(|t| host(t.grad(&grads).unwrap())).unwrap_or_default();
+    [host(y), host(mean), host(var), host(x.grad(&grads).unwrap()), host(g.grad(&grads).unwrap()), host(b.grad(&grads).unwrap()), dres]
+}
+
+/// A NaN in the input (a flipped exponent) reaches the fused op's output and gradients where it
+/// reaches Burn's: the ReLU passes NaN, it does not clamp it to 0.
+#[test]
+fn a_nan_passes_the_fused_relu_as_it_passes_burns() {
+    let dev = Device::flex().autodiff();
+    let dims = [2, 3, 4, 4];
+    let mut v = values(96, 0.2);
+    v[17] = f32::NAN; // image 0, channel 1
+    for residual in [false, true] {
+        let (ours, burn) = (fused_bn(&dev, dims, &v, true, residual, true), fused_bn(&dev, dims, &v, true, residual, false));
+        for (i, (a, b)) in ours.iter().zip(&burn).enumerate() {
+            let nans = |t: &[f32]| t.iter().map(|x| x.is_nan()).collect::<Vec<_>>();
+            assert_eq!(nans(a), nans(b), "value {i} (residual {residual})");
+        }
+        assert!(ours[0].iter().filter(|x| x.is_nan()).count() == 32, "channel 1 of both images is NaN");
     }
 }
 
