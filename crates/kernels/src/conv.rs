@@ -391,18 +391,19 @@ impl Conv2d {
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
 pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), ShapeError> {
-    forward_to(s, x, weight, bias, Out::Into(out)).map(drop)
+    forward_to(s, x, weight, bias, false, Out::Into(out)).map(drop)
 }
 
-/// The forward pass into a new vector.
+/// The forward pass into a new vector, followed by a ReLU (Burn's and PyTorch's: NaN passes)
+/// when `relu`.
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn forward_new(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Result<Vec<f32>, ShapeError> {
-    forward_to(s, x, weight, bias, Out::New(s.lens().2))
+pub fn forward_new(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool) -> Result<Vec<f32>, ShapeError> {
+    forward_to(s, x, weight, bias, relu, Out::New(s.lens().2))
 }
 
-fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: Out<'_>) -> Result<Vec<f32>, ShapeError> {
+fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool, out: Out<'_>) -> Result<Vec<f32>, ShapeError> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("input", x.len(), nx)?;
@@ -443,12 +444,19 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: 
                 }
             }
         }
-        if let Some(b) = bias {
-            for y in ys.chunks_exact_mut(image_out) {
-                for (plane, &b) in y.chunks_exact_mut(p).zip(b) {
-                    plane.iter_mut().for_each(|v| *v += b);
+        if bias.is_some() || relu {
+            vectorized(#[inline(always)] || {
+                for y in ys.chunks_exact_mut(image_out) {
+                    for (o, plane) in y.chunks_exact_mut(p).enumerate() {
+                        let b = bias.map_or(0.0, |b| b[o]);
+                        match (bias.is_some(), relu) {
+                            (true, false) => plane.iter_mut().for_each(|v| *v += b),
+                            (true, true) => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v + b)),
+                            _ => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v)),
+                        }
+                    }
                 }
-            }
+            });
         }
     }))
 }
@@ -590,14 +598,30 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     });
     if let Some(db) = db {
         s.check("bias gradient", db.len(), s.c_out)?;
-        db.fill(0.0);
-        for image in dy.chunks_exact(image_out) {
-            for (d, plane) in db.iter_mut().zip(image.chunks_exact(p)) {
-                *d += plane.iter().sum::<f32>();
-            }
-        }
+        db.copy_from_slice(&bias_grad(s, dy)?);
     }
     Ok(())
+}
+
+/// The bias gradient: per output channel, the sum of `dy` over its positions, image by image
+/// (each image's plane summed, the images' sums added in order), threaded over channels.
+///
+/// # Errors
+/// When `dy`'s length does not match the shape.
+pub fn bias_grad(s: &Conv2d, dy: &[f32]) -> Result<Vec<f32>, ShapeError> {
+    s.check("output gradient", dy.len(), s.lens().2)?;
+    Ok(channel_sums(dy, s.c_out, s.p()))
+}
+
+/// Per channel of an NCHW tensor `t` (`plane = H * W`), the sum of its values, each image's
+/// plane summed and the images' sums added in order, threaded over channels. A trailing
+/// partial image is ignored.
+pub fn channel_sums(t: &[f32], channels: usize, plane: usize) -> Vec<f32> {
+    let image = channels * plane;
+    if image == 0 {
+        return vec![0.0; channels];
+    }
+    (0..channels).into_par_iter().map(|c| t.chunks_exact(image).map(|im| im[c * plane..][..plane].iter().sum::<f32>()).fold(0.0, |d, v| d + v)).collect()
 }
 
 #[cfg(test)]
@@ -739,7 +763,7 @@ mod tests {
             forward(&s, &x, &w, None, &mut y).unwrap();
             input_grad(&s, &dy, &w, &mut dx).unwrap();
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&forward_new(&s, &x, &w, None).unwrap()), bits(&y), "{s:?}");
+            assert_eq!(bits(&forward_new(&s, &x, &w, None, false).unwrap()), bits(&y), "{s:?}");
             assert_eq!(bits(&input_grad_new(&s, &dy, &w).unwrap()), bits(&dx), "{s:?}");
         }
     }

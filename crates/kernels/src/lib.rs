@@ -10,6 +10,7 @@
 mod raw;
 mod simd;
 
+pub mod act;
 pub mod conv;
 pub mod norm;
 pub mod pool;
@@ -22,7 +23,7 @@ pub use conv::{Conv2d, ShapeError};
 /// so that no run is compared with a golden run the kernels of another revision computed.
 /// Revision 1, the kernels of 2026-11-24, had no number in the device name. Revision 3: the
 /// fused ReLU passes NaN (and maps -0 to +0) as Burn's and PyTorch's do, where revision 2's
-/// `max(0, v)` made a NaN 0.
+/// `max(0, v)` made a NaN 0; a convolution's bias gradient is summed by the kernels.
 pub const NUMERICS: u32 = 3;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run

@@ -95,12 +95,6 @@ pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, r
     forward_to(s, x, gamma, beta, eps, relu, residual, Out::New(s.values()))
 }
 
-/// The ReLU of Burn and PyTorch: NaN passes.
-#[inline(always)]
-fn relu_of(v: f32) -> f32 {
-    if v.is_nan() || v > 0.0 { v } else { 0.0 }
-}
-
 #[allow(clippy::too_many_arguments)] // as `forward`, with the residual and the output
 fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, residual: Option<&[f32]>, y: Out<'_>) -> Result<(Vec<f32>, Stats), NormError> {
     s.check("input", x.len(), s.values())?;
@@ -138,9 +132,9 @@ fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: 
         let src = &x[at..][..s.plane];
         vectorized(#[inline(always)] || match (relu, residual) {
             (false, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift),
-            (true, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = relu_of(v * scale + shift)),
+            (true, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = crate::act::relu(v * scale + shift)),
             (false, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = (v * scale + shift) + r),
-            (true, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = relu_of((v * scale + shift) + r)),
+            (true, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = crate::act::relu((v * scale + shift) + r)),
         });
     });
     let stats = Stats {
@@ -225,15 +219,7 @@ fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats:
 pub fn residual_grad_new(s: &Norm, y: &[f32], dy: &[f32]) -> Result<Vec<f32>, NormError> {
     s.check("output", y.len(), s.values())?;
     s.check("output gradient", dy.len(), s.values())?;
-    let chunk = s.plane.max(4096);
-    Ok(Out::New(s.values()).write(chunk, |i, out| {
-        let (y, dy) = (&y[i * chunk..][..out.len()], &dy[i * chunk..][..out.len()]);
-        vectorized(#[inline(always)] || {
-            for ((o, &yv), &d) in out.iter_mut().zip(y).zip(dy) {
-                *o = if yv <= 0.0 { 0.0 } else { d };
-            }
-        });
-    }))
+    Ok(crate::act::relu_grad_new(y, dy))
 }
 
 #[cfg(test)]

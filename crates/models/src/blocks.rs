@@ -8,7 +8,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
-use crate::layers::{BatchNorm2d, Linear, conv, conv_forward, pool2};
+use crate::layers::{BatchNorm2d, Linear, conv, conv_forward, conv_forward_then, pool2};
 
 /// Forward mode: training (batch statistics, running statistics updated) or inference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,10 +65,9 @@ impl ConvUnit {
     }
 
     fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-        let x = conv_forward(&self.conv, x);
         let x = match self.bn.as_mut() {
-            Some(bn) => bn_then(bn, x, mode, true),
-            None => relu(x),
+            Some(bn) => bn_then(bn, conv_forward(&self.conv, x), mode, true),
+            None => conv_forward_then(&self.conv, x, true),
         };
         if self.pool { pool2(x) } else { x }
     }

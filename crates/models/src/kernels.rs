@@ -17,7 +17,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
-use burn::backend::ops::ModuleOps;
+use burn::backend::ops::{ActivationOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, AutodiffBackend, Dispatch, DispatchDevice, Flex, backend_extension};
 use burn::tensor::ops::ConvOptions;
@@ -46,18 +46,24 @@ pub fn enabled() -> bool {
 /// The convolution of `x` with `weight` (plus `bias`): resilab's kernels on the flex device
 /// (with or without autodiff), Burn's `conv2d` elsewhere.
 pub fn conv2d(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options: ConvOptions<2>) -> Tensor<4> {
+    conv2d_then(x, weight, bias, options, false)
+}
+
+/// [`conv2d`] followed, when `relu`, by a ReLU: one op, with the bias and the ReLU applied as
+/// each chunk of images is computed and their gradients taken in the convolution's backward
+/// step, on the flex device; Burn's `conv2d` and `relu` elsewhere.
+pub fn conv2d_then(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options: ConvOptions<2>, relu: bool) -> Tensor<4> {
     let device = x.device().without_autodiff();
-    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || shape(&x.dims(), &weight.dims(), &options).is_none() || x.dtype() != DType::F32 {
-        return burn::tensor::module::conv2d(x, weight, bias, options);
+    let bias_fits = bias.as_ref().is_none_or(|b| b.dims() == [weight.dims()[0]] && b.dtype() == DType::F32);
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || shape(&x.dims(), &weight.dims(), &options).is_none() || x.dtype() != DType::F32 || !bias_fits {
+        let y = burn::tensor::module::conv2d(x, weight, bias, options);
+        return if relu { burn::tensor::activation::relu(y) } else { y };
     }
-    let y = Tensor::<4>::from_dispatch(<Dispatch as ConvKernels>::resilab_conv2d(x.into_dispatch(), weight.into_dispatch(), options));
-    match bias {
-        Some(b) => {
-            let c = b.dims()[0];
-            y + b.reshape([1, c, 1, 1])
-        }
-        None => y,
-    }
+    let (x, w) = (x.into_dispatch(), weight.into_dispatch());
+    Tensor::from_dispatch(match bias {
+        Some(b) => <Dispatch as ConvKernels>::resilab_conv2d_bias(x, w, b.into_dispatch(), options, relu),
+        None => <Dispatch as ConvKernels>::resilab_conv2d(x, w, options, relu),
+    })
 }
 
 /// Training-mode batch normalisation of `x` (`[N, C, H, W]`), plus `residual` when given,
@@ -118,8 +124,11 @@ fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
 /// max pooling).
 #[backend_extension(Flex, Autodiff)]
 pub trait ConvKernels: burn::backend::Backend {
-    /// The forward pass, without bias.
-    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self>;
+    /// The forward pass without bias, then a ReLU when `relu`.
+    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self>;
+
+    /// The forward pass with a bias, then a ReLU when `relu`.
+    fn resilab_conv2d_bias(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self>;
 
     /// Training-mode batch norm (then a ReLU when `relu`): output, batch mean, biased
     /// variance.
@@ -162,27 +171,37 @@ fn tensor(v: Vec<f32>, dims: [usize; 4]) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(v, dims))
 }
 
-/// The forward pass on flex tensors; Burn's when the kernels do not take the shape.
-fn forward(x: FlexTensor, w: FlexTensor, o: ConvOptions<2>) -> FlexTensor {
-    let (x, w) = (host(&x), host(&w));
+/// The forward pass on flex tensors (plus `bias`, then a ReLU when `relu`); Burn's when the
+/// kernels do not take the shape.
+fn forward(x: FlexTensor, w: FlexTensor, bias: Option<&FlexTensor>, o: ConvOptions<2>, relu: bool) -> FlexTensor {
+    let (x, w, bias) = (host(&x), host(&w), bias.map(host));
+    let burns = |x: FlexTensor, w: FlexTensor, bias: Option<FlexTensor>| {
+        let y = <Flex as ModuleOps<Flex>>::conv2d(x, w, bias, o.clone());
+        if relu { <Flex as ActivationOps<Flex>>::relu(y) } else { y }
+    };
     let Some(s) = shape(&dims(&x), &dims(&w), &o).filter(|_| x.dtype() == DType::F32) else {
-        return <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o);
+        return burns(x, w, bias);
     };
     let [oh, ow] = s.out_hw();
-    match resilab_kernels::conv::forward_new(&s, values(&x), values(&w), None) {
+    match resilab_kernels::conv::forward_new(&s, values(&x), values(&w), bias.as_ref().map(values), relu) {
         Ok(y) => tensor(y, [s.batch, s.c_out, oh, ow]),
-        Err(_) => <Flex as ModuleOps<Flex>>::conv2d(x, w, None, o),
+        Err(_) => burns(x, w, bias),
     }
 }
 
-/// Both gradients from the output gradient `g`; `None` for a gradient not asked for.
-fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, want: [bool; 2]) -> [Option<FlexTensor>; 2] {
+/// The input, weight and bias gradients from the output gradient `g` (already through the
+/// ReLU); `None` for a gradient not asked for.
+fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, want: [bool; 3]) -> [Option<FlexTensor>; 3] {
     let g = host(&g);
     let (xd, wd) = (dims(x), dims(w));
     let Some(s) = shape(&xd, &wd, o) else {
         let dx = want[0].then(|| <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), w.clone(), g.clone(), o.clone()));
-        let dw = want[1].then(|| <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g, o.clone()));
-        return [dx, dw];
+        let dw = want[1].then(|| <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()));
+        let db = want[2].then(|| {
+            let d = dims(&g);
+            vector(resilab_kernels::conv::channel_sums(values(&g), d[1], d[2..].iter().product()))
+        });
+        return [dx, dw, db];
     };
     let (_, nw, _) = s.lens();
     // The shape was validated, so the kernels accept these buffers; Burn's gradient otherwise.
@@ -197,7 +216,8 @@ fn backward(x: &FlexTensor, w: &FlexTensor, g: FlexTensor, o: &ConvOptions<2>, w
             Err(_) => <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()),
         }
     });
-    [dx, dw]
+    let db = want[2].then(|| vector(resilab_kernels::conv::channel_sums(values(&g), s.c_out, s.p())));
+    [dx, dw, db]
 }
 
 /// The kernels' view of a `[N, C, H, W]` tensor.
@@ -250,8 +270,12 @@ impl ConvKernels for Flex {
         (y, vector(stats.mean), vector(stats.var))
     }
 
-    fn resilab_conv2d(x: FlexTensor, weight: FlexTensor, options: ConvOptions<2>) -> FlexTensor {
-        forward(x, weight, options)
+    fn resilab_conv2d(x: FlexTensor, weight: FlexTensor, options: ConvOptions<2>, relu: bool) -> FlexTensor {
+        forward(x, weight, None, options, relu)
+    }
+
+    fn resilab_conv2d_bias(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, options: ConvOptions<2>, relu: bool) -> FlexTensor {
+        forward(x, weight, Some(&bias), options, relu)
     }
 
     fn resilab_max_pool2(x: FlexTensor) -> FlexTensor {
@@ -260,36 +284,12 @@ impl ConvKernels for Flex {
 }
 
 impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
-    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>) -> FloatTensor<Self> {
-        /// The convolution's backward step: both gradients through the kernels.
-        #[derive(Debug)]
-        struct ConvBackward;
+    fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self> {
+        autodiff_conv2d::<C>(x, weight, None, options, relu)
+    }
 
-        impl Backward<Flex, 2> for ConvBackward {
-            type State = (FlexTensor, FlexTensor, ConvOptions<2>);
-
-            fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let [node_x, node_w] = ops.parents;
-                let g = grads.consume::<Flex>(&ops.node);
-                let (x, w, o) = ops.state;
-                let [dx, dw] = backward(&x, &w, g, &o, [node_x.is_some(), node_w.is_some()]);
-                if let (Some(node), Some(dx)) = (node_x, dx) {
-                    grads.register::<Flex>(node.id, dx);
-                }
-                if let (Some(node), Some(dw)) = (node_w, dw) {
-                    grads.register::<Flex>(node.id, dw);
-                }
-            }
-        }
-
-        match ConvBackward.prepare::<C>([x.node(), weight.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (x, w) = (host(x.primitive()), host(weight.primitive()));
-                let y = forward(x.clone(), w.clone(), options.clone());
-                prep.finish((x, w, options), y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), options)),
-        }
+    fn resilab_conv2d_bias(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self> {
+        autodiff_conv2d::<C>(x, weight, Some(bias), options, relu)
     }
 
     fn resilab_batch_norm_train(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, eps: f64, relu: bool) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
@@ -392,4 +392,57 @@ relu: bool,
         },
     };
     (out, <Autodiff<Flex, C> as AutodiffBackend>::from_inner(mean), <Autodiff<Flex, C> as AutodiffBackend>::from_inner(var))
+}
+
+/// The convolution (plus bias, then ReLU) under autodiff, with its backward step.
+fn autodiff_conv2d<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    weight: FloatTensor<Autodiff<Flex, C>>,
+    bias: Option<FloatTensor<Autodiff<Flex, C>>>,
+    options: ConvOptions<2>,
+    relu: bool,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    /// The backward step: the output gradient through the ReLU (when there is one), then the
+    /// input, weight and bias (its third parent, when it has one) gradients through the kernels.
+    #[derive(Debug)]
+    struct ConvBackward;
+
+    impl<const N: usize> Backward<Flex, N> for ConvBackward {
+        /// Input, weight, the output when a ReLU follows, and the options.
+        type State = (FlexTensor, FlexTensor, Option<FlexTensor>, ConvOptions<2>);
+
+        fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let mut parents = ops.parents.into_iter();
+            let [node_x, node_w, node_b] = std::array::from_fn(|_| parents.next().flatten());
+            let g = grads.consume::<Flex>(&ops.node);
+            let (x, w, y, o) = ops.state;
+            let g = match y {
+                Some(y) => {
+                    let g = host(&g);
+                    tensor(resilab_kernels::act::relu_grad_new(values(&y), values(&g)), dims(&g).try_into().unwrap_or_else(|d| panic!("a convolution's output gradient of rank {}", Vec::len(&d))))
+                }
+                None => g,
+            };
+            let grads_out = backward(&x, &w, g, &o, [node_x.is_some(), node_w.is_some(), node_b.is_some()]);
+            for (node, grad) in [node_x, node_w, node_b].into_iter().zip(grads_out) {
+                if let (Some(node), Some(grad)) = (node, grad) {
+                    grads.register::<Flex>(node.id, grad);
+                }
+            }
+        }
+    }
+
+    let (xp, wp) = (host(x.primitive()), host(weight.primitive()));
+    let y = forward(xp.clone(), wp.clone(), bias.as_ref().map(|b| b.primitive()), options.clone(), relu);
+    let state = (xp, wp, relu.then(|| y.clone()), options);
+    match bias {
+        Some(b) => match ConvBackward.prepare::<C>([x.node(), weight.node(), b.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(state, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+        None => match ConvBackward.prepare::<C>([x.node(), weight.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(state, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+    }
 }

@@ -140,12 +140,18 @@ pub fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, bias: bool, devi
 /// Applies `conv` to `x`: through resilab's kernels when [`crate::kernels::enabled`] and the
 /// tensor lives on the flex device, as Burn's `Conv2d::forward` otherwise.
 pub fn conv_forward(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
+    conv_forward_then(conv, x, false)
+}
+
+/// [`conv_forward`] followed, when `relu`, by a ReLU (one fused op through the kernels).
+pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
     // The models' convolutions have explicit padding ([`conv`]); others take Burn's path.
     let (true, PaddingConfig2d::Explicit(top, left, bottom, right)) = (crate::kernels::enabled(), &conv.padding) else {
-        return conv.forward(x);
+        let y = conv.forward(x);
+        return if relu { burn::tensor::activation::relu(y) } else { y };
     };
     let options = ConvOptions::new_with_padding(conv.stride, [(*top, *bottom), (*left, *right)], conv.dilation, conv.groups);
-    crate::kernels::conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options)
+    crate::kernels::conv2d_then(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options, relu)
 }
 
 /// 2x2 max pooling with stride 2 (floor).

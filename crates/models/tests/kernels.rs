@@ -1,6 +1,7 @@
 //! resilab's kernels against Burn's flex reference: convolution forward values and, through
 //! autodiff, the input, weight and bias gradients on odd shapes (batch 1, non-square inputs
-//! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides); the fused
+//! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides), alone and
+//! fused with its bias and ReLU; the fused
 //! BatchNorm (+ residual) + ReLU, NaN included; and 2x2 max pooling, bit for bit.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
@@ -38,14 +39,25 @@ const CASES: [Case; 7] = [
     (2, 3, [32, 32], 16, [3, 3], [2, 2], [1, 1], [1, 1]),
 ];
 
-/// Forward output and the three gradients of `sum(conv(x, w, b) * r)` for random `r`.
-fn run(dev: &Device, case: Case, ours: bool) -> [Vec<f32>; 4] {
+/// Forward output and the three gradients of `sum(conv(x, w, b) * r)` (with a ReLU after the
+/// convolution when `relu`) for random `r`, by the kernels (`ours`) or Burn's ops.
+fn run(dev: &Device, case: Case, relu: bool, ours: bool) -> [Vec<f32>; 4] {
+    let (n, ci, [h, w], ..) = case;
+    run_on(dev, case, &values(n * ci * h * w, 0.1), relu, ours)
+}
+
+fn run_on(dev: &Device, case: Case, xv: &[f32], relu: bool, ours: bool) -> [Vec<f32>; 4] {
     let (n, ci, [h, w], co, k, stride, padding, dilation) = case;
-    let x = Tensor::<4>::from_data(TensorData::new(values(n * ci * h * w, 0.1), [n, ci, h, w]), dev).require_grad();
+    let x = Tensor::<4>::from_data(TensorData::new(xv.to_vec(), [n, ci, h, w]), dev).require_grad();
     let wt = Tensor::<4>::from_data(TensorData::new(values(co * ci * k[0] * k[1], 0.7), [co, ci, k[0], k[1]]), dev).require_grad();
     let b = Tensor::<1>::from_data(TensorData::new(values(co, 0.3), [co]), dev).require_grad();
     let opts = ConvOptions::new(stride, padding, dilation, 1);
-    let y = if ours { kernels::conv2d(x.clone(), wt.clone(), Some(b.clone()), opts) } else { conv2d(x.clone(), wt.clone(), Some(b.clone()), opts) };
+    let y = if ours {
+        kernels::conv2d_then(x.clone(), wt.clone(), Some(b.clone()), opts, relu)
+    } else {
+        let y = conv2d(x.clone(), wt.clone(), Some(b.clone()), opts);
+        if relu { burn::tensor::activation::relu(y) } else { y }
+    };
     let r = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.9), y.dims()), dev);
     let grads = (y.clone() * r).sum().backward();
     let g = |t: Option<Tensor<4>>| host(t.unwrap());
@@ -56,12 +68,31 @@ fn run(dev: &Device, case: Case, ours: bool) -> [Vec<f32>; 4] {
 fn kernels_match_burns_convolution_and_its_gradients_on_odd_shapes() {
     let dev = Device::flex().autodiff();
     for case in CASES {
-        let (ours, burn) = (run(&dev, case, true), run(&dev, case, false));
-        for (what, (a, b)) in ["forward", "input gradient", "weight gradient", "bias gradient"].iter().zip(ours.iter().zip(&burn)) {
-            let e = rel(a, b);
-            assert!(e < 1e-5, "{what} of {case:?}: relative difference {e}");
+        for relu in [false, true] {
+            let (ours, burn) = (run(&dev, case, relu, true), run(&dev, case, relu, false));
+            for (what, (a, b)) in ["forward", "input gradient", "weight gradient", "bias gradient"].iter().zip(ours.iter().zip(&burn)) {
+                let e = rel(a, b);
+                assert!(e < 1e-5, "{what} of {case:?} (relu {relu}): relative difference {e}");
+            }
         }
     }
+}
+
+/// A NaN input reaches the fused convolution + ReLU's output and gradients where it reaches
+/// Burn's convolution and `relu`.
+#[test]
+fn a_nan_passes_the_fused_convolution_and_relu_as_it_passes_burns() {
+    let dev = Device::flex().autodiff();
+    let case = CASES[0];
+    let (n, ci, [h, w], ..) = case;
+    let mut xv = values(n * ci * h * w, 0.1);
+    xv[20] = f32::NAN;
+    let (ours, burn) = (run_on(&dev, case, &xv, true, true), run_on(&dev, case, &xv, true, false));
+    for (i, (a, b)) in ours.iter().zip(&burn).enumerate() {
+        let nans = |t: &[f32]| t.iter().map(|x| x.is_nan()).collect::<Vec<_>>();
+        assert_eq!(nans(a), nans(b), "value {i}");
+    }
+    assert!(ours[0].iter().any(|v| v.is_nan()));
 }
 
 #[test]
