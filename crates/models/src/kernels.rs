@@ -418,8 +418,8 @@ fn autodiff_conv2d<C: CheckpointStrategy>(
             let (x, w, y, o) = ops.state;
             let g = match y {
                 Some(y) => {
-                    let g = host(&g);
-                    tensor(resilab_kernels::act::relu_grad_new(values(&y), values(&g)), dims(&g).try_into().unwrap_or_else(|d| panic!("a convolution's output gradient of rank {}", Vec::len(&d))))
+                    let (g, d) = (host(&g), dims(&y));
+                    tensor(resilab_kernels::act::relu_grad_new(values(&y), values(&g)), [d[0], d[1], d[2], d[3]])
                 }
                 None => g,
             };
