@@ -334,15 +334,18 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
     }
 }
 
+/// A flex tensor under autodiff with checkpoint strategy `C`.
+type AdTensor<C> = FloatTensor<Autodiff<Flex, C>>;
+
 /// The fused batch norm (plus residual, then ReLU) under autodiff, with its backward step.
 fn autodiff_batch_norm<C: CheckpointStrategy>(
-x: FloatTensor<Autodiff<Flex, C>>,
-gamma: FloatTensor<Autodiff<Flex, C>>,
-beta: FloatTensor<Autodiff<Flex, C>>,
+x: AdTensor<C>,
+gamma: AdTensor<C>,
+beta: AdTensor<C>,
 eps: f64,
-residual: Option<FloatTensor<Autodiff<Flex, C>>>,
+residual: Option<AdTensor<C>>,
 relu: bool,
-) -> (FloatTensor<Autodiff<Flex, C>>, FloatTensor<Autodiff<Flex, C>>, FloatTensor<Autodiff<Flex, C>>) {
+) -> (AdTensor<C>, AdTensor<C>, AdTensor<C>) {
     /// The fused op's backward step: input, scale and shift gradients in two passes, and
     /// the residual's (its fourth parent, when it has one) in a third.
     #[derive(Debug)]
@@ -396,12 +399,12 @@ relu: bool,
 
 /// The convolution (plus bias, then ReLU) under autodiff, with its backward step.
 fn autodiff_conv2d<C: CheckpointStrategy>(
-    x: FloatTensor<Autodiff<Flex, C>>,
-    weight: FloatTensor<Autodiff<Flex, C>>,
-    bias: Option<FloatTensor<Autodiff<Flex, C>>>,
+    x: AdTensor<C>,
+    weight: AdTensor<C>,
+    bias: Option<AdTensor<C>>,
     options: ConvOptions<2>,
     relu: bool,
-) -> FloatTensor<Autodiff<Flex, C>> {
+) -> AdTensor<C> {
     /// The backward step: the output gradient through the ReLU (when there is one), then the
     /// input, weight and bias (its third parent, when it has one) gradients through the kernels.
     #[derive(Debug)]
