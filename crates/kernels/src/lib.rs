@@ -13,6 +13,7 @@ mod simd;
 pub mod act;
 pub mod conv;
 pub mod norm;
+pub mod optim;
 pub mod pool;
 
 pub use conv::{Conv2d, ShapeError};

@@ -210,6 +210,42 @@ impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writ
     }
 }
 
+struct Updater<'a, F> {
+    path: PathStack,
+    f: &'a mut F,
+}
+
+impl<F: FnMut(&ParamInfo, Tensor<1>) -> Tensor<1>> ModuleMapper for Updater<'_, F> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.enter(name, container_type);
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.exit();
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let (id, value, mapper) = param.consume();
+        let shape: [usize; D] = value.dims();
+        let info = self.path.info(id, shape.to_vec());
+        let (n, autodiff) = (info.numel(), value.is_autodiff());
+        let new = (self.f)(&info, value.without_autodiff().reshape([n])).reshape(shape);
+        let value = match (autodiff, info.trainable) {
+            (true, true) => new.autodiff().require_grad(),
+            (true, false) => new.autodiff(),
+            (false, _) => new,
+        };
+        Param::from_mapped_value(id, value, mapper)
+    }
+}
+
+/// Replaces every parameter: `f` receives each parameter's description and its values,
+/// flattened, without autodiff and owned (no other copy is kept here, so an update can write
+/// into the values when nothing else holds them), and returns the new flattened values (same
+/// length; return the argument to keep a parameter). Autodiff and trainability are kept.
+pub fn update_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Tensor<1>) -> Net {
+    let mut updater = Updater { path: PathStack::new(&net), f: &mut f };
+    net.map(&mut updater)
+}
+
 /// Replaces parameters by name: `f` receives each parameter's description and flattened values
 /// and returns new flattened values (same length) or `None` to keep it. Trainability is kept.
 pub fn map_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>) -> Net {

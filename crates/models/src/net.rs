@@ -228,6 +228,12 @@ pub struct Net {
 }
 
 impl Net {
+    /// Moves the network out of `self`, leaving an empty one: for a function that consumes
+    /// the network (an optimizer step) without a second handle on its parameters.
+    pub fn take(&mut self) -> Net {
+        Net { blocks: std::mem::take(&mut self.blocks), block_names: std::mem::take(&mut self.block_names) }
+    }
+
     /// Runs every block and returns the logits.
     ///
     /// # Shapes

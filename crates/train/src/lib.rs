@@ -10,6 +10,7 @@
 mod allreduce;
 mod grads;
 mod hooks;
+mod fused;
 mod optim;
 mod parallel;
 mod pipeline;
@@ -19,7 +20,7 @@ mod trainer;
 mod worker;
 
 pub use grads::{Grads, named_grads};
-pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, update};
+pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, tensor_update, update};
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use burn::prelude::*;
-use resilab_models::{Net, map_params};
+use resilab_models::{Net, update_params};
 use serde::{Deserialize, Serialize};
 
 use crate::Grads;
@@ -134,14 +134,13 @@ impl OptimState {
     /// Applies one update to every trainable parameter of `net` that has a gradient in `grads`,
     /// with learning rate `lr`.
     pub fn step(&mut self, cfg: &OptimizerConfig, lr: f64, net: Net, grads: &Grads) -> Net {
-        map_params(net, |info, value| {
-            if !info.trainable {
-                return None;
-            }
-            let grad = grads.get(&info.name)?.clone();
-            let param = value.without_autodiff();
+        update_params(net, |info, param| {
+            let grad = match grads.get(&info.name) {
+                Some(g) if info.trainable => g.clone(),
+                _ => return param,
+            };
             let state = self.params.entry(info.name.clone()).or_default();
-            Some(update(cfg, lr, param, grad, state))
+            update(cfg, lr, param, grad, state)
         })
     }
 
@@ -152,7 +151,18 @@ impl OptimState {
 }
 
 /// One update of one (flattened) parameter: PyTorch's `SGD` or `Adam` step.
+///
+/// With resilab's kernels on (the `native` backend) and the tensors on the flex device, this
+/// is one fused pass that computes the same bits ([`crate::fused`]).
 pub fn update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>, state: &mut ParamState) -> Tensor<1> {
+    if crate::fused::applies(cfg, &param, &grad, state) {
+        return crate::fused::update(cfg, lr, param, grad, state);
+    }
+    tensor_update(cfg, lr, param, grad, state)
+}
+
+/// [`update`] as tensor operations, on any backend.
+pub fn tensor_update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>, state: &mut ParamState) -> Tensor<1> {
     let mut g = grad;
     if cfg.weight_decay != 0.0 {
         g = g + param.clone().mul_scalar(cfg.weight_decay);

@@ -530,7 +530,7 @@ impl Trainer {
             let w = &mut self.workers[r];
             let t = Instant::now();
             if apply && k > 0 {
-                let net = w.net.clone();
+                let net = w.net.take();
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
             sync(&self.device)?;
@@ -709,7 +709,7 @@ impl Trainer {
             let w = &mut self.workers[s];
             let t = Instant::now();
             if !frozen[s] && !kept.is_empty() {
-                let net = w.net.clone();
+                let net = w.net.take();
                 w.net = w.optim.step(&self.optimizer, lr, net, &g);
             }
             sync(&self.device)?;
