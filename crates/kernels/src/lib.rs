@@ -8,6 +8,7 @@
 //! tests them against Burn's own operations.
 
 mod raw;
+mod runs;
 mod simd;
 
 pub mod act;
@@ -15,6 +16,7 @@ pub mod conv;
 pub mod norm;
 pub mod optim;
 pub mod pool;
+pub mod reduce;
 
 pub use conv::{Conv2d, ShapeError};
 

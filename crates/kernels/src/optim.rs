@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use crate::runs::{RUN, for_runs};
 use crate::simd::vectorized;
 
 /// A gradient or state buffer whose length is not the parameter's.
@@ -21,23 +22,6 @@ pub struct LengthError {
     pub got: usize,
     /// The parameter's length.
     pub want: usize,
-}
-
-/// Values per task.
-const RUN: usize = 1 << 14;
-
-/// Parameters shorter than this are updated on the calling thread: the pass is bound by
-/// memory, and waking the pool for a few runs costs more than it saves (measured: eight
-/// workers' updates of VGG-11/4's parameters took twice as long threaded per run).
-const THREADED_FROM: usize = 1 << 18;
-
-/// `f` over the runs of `n` values: in parallel for long parameters, in order otherwise. Each
-/// run's result is the same either way.
-fn for_runs<T: Send, I>(n: usize, runs: I, f: impl Fn(T) + Sync + Send)
-where
-    I: IndexedParallelIterator<Item = T>,
-{
-    if n >= THREADED_FROM { runs.for_each(f) } else { runs.with_min_len(usize::MAX).for_each(f) }
 }
 
 /// SGD's constants, each the f32 that the tensor formulation's scalar operation uses (an f64
@@ -201,6 +185,7 @@ pub fn adam(a: &Adam, param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runs::THREADED_FROM;
 
     fn sgd_ref(s: &Sgd, p: &mut [f32], g: &[f32], b: &mut [f32], first: bool) {
         for i in 0..p.len() {

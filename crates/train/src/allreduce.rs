@@ -8,7 +8,10 @@
 //! [`AllReduceKind::Ring`]). Floating-point addition is not associative, so these choices change
 //! the low bits of the result and decide whether a huge value in one worker's gradient overflows.
 
+use burn::backend::DispatchDevice;
 use burn::prelude::*;
+use burn::tensor::DType;
+use resilab_kernels::reduce::{Order, average};
 
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
 
@@ -77,6 +80,10 @@ impl ReducePlan {
             if present.is_empty() {
                 continue;
             }
+            if let Some(averaged) = fused_average(&mut contributions, &present, self.kind, self.predivide) {
+                out.extend(averaged);
+                continue;
+            }
             let flats: Vec<Tensor<1>> = contributions
                 .iter_mut()
                 .map(|g| {
@@ -100,6 +107,38 @@ impl ReducePlan {
         }
         out
     }
+}
+
+/// One bucket's average as one pass (resilab-kernels' `reduce`, the same bits as the tensor
+/// formulation below) when resilab's kernels are on and every contribution is an f32 vector of
+/// the planned length on the flex device; `None` (nothing taken) otherwise. The gradients'
+/// buffers are read where they are (copied only when something else holds them).
+fn fused_average(contributions: &mut [Grads], present: &[&(String, usize)], kind: AllReduceKind, predivide: bool) -> Option<Vec<(String, Tensor<1>)>> {
+    let device = contributions.first()?.get(&present.first()?.0)?.device();
+    let fits = |t: &Tensor<1>| t.dtype() == DType::F32 && matches!(t.device().as_dispatch(), DispatchDevice::Flex(_));
+    let all_fit = contributions.iter().all(|g| present.iter().all(|(name, n)| g.get(name).is_some_and(|t| fits(t) && t.dims() == [*n])));
+    if !resilab_models::kernels::enabled() || !all_fit {
+        return None;
+    }
+    let data: Vec<Vec<TensorData>> =
+        contributions.iter_mut().map(|g| present.iter().filter_map(|(name, _)| g.remove(name)).map(Tensor::into_data).collect()).collect();
+    // Checked above: every tensor is f32, so each view exists, and the lengths line up.
+    let views: Vec<Vec<&[f32]>> = data.iter().map(|d| d.iter().map(f32_values).collect()).collect();
+    let order = match kind {
+        AllReduceKind::RankOrder => Order::Ranks,
+        AllReduceKind::Ring => Order::Ring,
+    };
+    let averaged = average(&views, order, predivide).unwrap_or_else(|e| panic!("{e}"));
+    let tensor = |v: Vec<f32>| {
+        let n = v.len();
+        Tensor::from_data(TensorData::new(v, [n]), &device)
+    };
+    Some(present.iter().zip(averaged).map(|((name, _), v)| (name.clone(), tensor(v))).collect())
+}
+
+/// The values of data known to be f32.
+fn f32_values(d: &TensorData) -> &[f32] {
+    d.as_slice::<f32>().unwrap_or_else(|e| panic!("an f32 gradient without f32 values: {e:?}"))
 }
 
 /// `flats[start] + flats[start + 1] + ...` (indices mod k), restricted to `range` if given.
