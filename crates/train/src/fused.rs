@@ -85,14 +85,18 @@ pub(crate) fn applies(cfg: &OptimizerConfig, param: &Tensor<1>, grad: &Tensor<1>
 }
 
 /// The fused update: the same step as [`crate::update`], for a parameter [`applies`] takes.
+///
+/// The state is never differentiated: a tensor that arrives tracked by autodiff (state
+/// restored onto an autodiff device, a gradient a hook built there) is updated as plain data.
 pub(crate) fn update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>, state: &mut ParamState) -> Tensor<1> {
+    let (param, grad) = (param.without_autodiff(), grad.without_autodiff());
     state.step += 1;
     let f = |v: f64| v as f32;
     let decay = (cfg.weight_decay != 0.0).then(|| f(cfg.weight_decay));
     let (device, dims) = (param.device(), param.dims());
     // The previous buffer, or a placeholder for the kernel to overwrite.
     let mut take = |name: &str| match state.buffers.remove(name) {
-        Some(b) => (b.into_dispatch(), State::Continue),
+        Some(b) => (b.without_autodiff().into_dispatch(), State::Continue),
         None => (Tensor::<1>::zeros(dims, &device).into_dispatch(), State::First),
     };
     match cfg.kind {

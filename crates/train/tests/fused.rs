@@ -110,3 +110,23 @@ fn unusual_states_take_the_tensor_formulas_path() {
         assert_eq!(state_bits(&fs), state_bits(&rs), "{cfg:?}");
     }
 }
+
+#[test]
+fn state_and_gradients_made_on_an_autodiff_device_are_updated_as_data() {
+    // A checkpoint restored onto the training device gives optimizer buffers tracked by
+    // autodiff; the update treats them as plain values, on either path.
+    resilab_models::kernels::set_enabled(true);
+    let (plain, tracked) = (Device::flex(), Device::flex().autodiff());
+    for cfg in configs() {
+        let buffers = |d: &Device| match cfg.kind {
+            OptimizerKind::Sgd => [("momentum_buffer".to_string(), tensor(values(500, 9), d))].into(),
+            OptimizerKind::Adam => [("exp_avg".to_string(), tensor(values(500, 9), d)), ("exp_avg_sq".to_string(), tensor(values(500, 11), d))].into(),
+        };
+        let mut fs = ParamState { step: 2, buffers: buffers(&tracked) };
+        let mut rs = ParamState { step: 2, buffers: buffers(&plain) };
+        let fused = update(&cfg, 0.1, tensor(values(500, 1), &plain), tensor(values(500, 5), &tracked), &mut fs);
+        let reference = tensor_update(&cfg, 0.1, tensor(values(500, 1), &plain), tensor(values(500, 5), &plain), &mut rs);
+        assert_eq!(bits(&fused), bits(&reference), "{cfg:?}");
+        assert_eq!(state_bits(&fs), state_bits(&rs), "{cfg:?}");
+    }
+}
