@@ -176,40 +176,6 @@ pub fn for_each_param(net: &Net, f: impl FnMut(&ParamInfo, Tensor<1>)) {
     net.visit(&mut reader);
 }
 
-struct Writer<'a, F> {
-    path: PathStack,
-    f: &'a mut F,
-}
-
-impl<F: FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>> ModuleMapper for Writer<'_, F> {
-    fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.enter(name, container_type);
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
-    }
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let (id, value, mapper) = param.consume();
-        let shape: [usize; D] = value.dims();
-        let info = self.path.info(id, shape.to_vec());
-        let n = info.numel();
-        let value = match (self.f)(&info, value.clone().reshape([n])) {
-            Some(new) => {
-                // Keep the original's autodiff association and trainability.
-                let new = new.reshape(shape).without_autodiff();
-                if value.is_autodiff() {
-                    let new = new.autodiff();
-                    if info.trainable { new.require_grad() } else { new }
-                } else {
-                    new
-                }
-            }
-            None => value,
-        };
-        Param::from_mapped_value(id, value, mapper)
-    }
-}
-
 struct Updater<'a, F> {
     path: PathStack,
     f: &'a mut F,
@@ -249,6 +215,5 @@ pub fn update_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Tenso
 /// Replaces parameters by name: `f` receives each parameter's description and flattened values
 /// and returns new flattened values (same length) or `None` to keep it. Trainability is kept.
 pub fn map_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>) -> Net {
-    let mut writer = Writer { path: PathStack::new(&net), f: &mut f };
-    net.map(&mut writer)
+    update_params(net, |info, value| f(info, value.clone()).unwrap_or(value))
 }
