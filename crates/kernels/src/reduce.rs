@@ -41,6 +41,21 @@ pub struct SegmentError {
 /// 0's lengths. `predivide`: divide every term by `k` before summing (DDP) rather than scale
 /// the sum by `1 / k` (Horovod). One new vector per segment.
 pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<Vec<Vec<f32>>, SegmentError> {
+    let kf = parts.len() as f32;
+    let scale = (1.0 / parts.len() as f64) as f32;
+    combine(parts, order, predivide.then_some(kf), (!predivide).then_some(scale))
+}
+
+/// The sums `parts[0][s] + parts[1][s] + ...` of every segment `s`, in that order (the
+/// accumulation of a pipeline stage's gradients over its micro-batches); the segments must line
+/// up as in [`average`].
+pub fn sum(parts: &[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, SegmentError> {
+    combine(parts, Order::Ranks, None, None)
+}
+
+/// Each segment summed over the parts in `order`, every term divided by `divide` and the sum
+/// multiplied by `scale` where given.
+fn combine(parts: &[Vec<&[f32]>], order: Order, divide: Option<f32>, scale: Option<f32>) -> Result<Vec<Vec<f32>>, SegmentError> {
     let Some(first) = parts.first() else { return Ok(Vec::new()) };
     for (worker, p) in parts.iter().enumerate() {
         if p.len() != first.len() {
@@ -54,8 +69,6 @@ pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<V
     }
     let k = parts.len();
     let len: usize = first.iter().map(|s| s.len()).sum();
-    let kf = k as f32;
-    let scale = (1.0 / k as f64) as f32;
     let mut offset = 0;
     let mut out = Vec::with_capacity(first.len());
     for (s, seg) in first.iter().enumerate() {
@@ -71,7 +84,7 @@ pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<V
                 }
             };
             let terms: Vec<&[f32]> = (0..k).map(|t| &parts[(start + t) % k][s][at..end]).collect();
-            sum_range(&mut v[at..end], &terms, predivide.then_some(kf), (!predivide).then_some(scale));
+            sum_range(&mut v[at..end], &terms, divide, scale);
             at = end;
         }
         offset += seg.len();
@@ -161,6 +174,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn sums_add_the_parts_in_order() {
+        // 1e8 + 1 - 1e8 is 0 in f32 when added left to right, 1 in another order.
+        let lens = [2usize, 300_001];
+        let parts: Vec<Vec<Vec<f32>>> =
+            [1e8f32, 1.0, -1e8, 0.1].iter().enumerate().map(|(r, &x)| lens.iter().map(|&n| (0..n).map(|i| if i % 3 == 0 { x } else { x * (r + i) as f32 }).collect()).collect()).collect();
+        let views: Vec<Vec<&[f32]>> = parts.iter().map(|p| p.iter().map(|v| &v[..]).collect()).collect();
+        let got = sum(&views).unwrap();
+        for (s, seg) in got.iter().enumerate() {
+            for (i, v) in seg.iter().enumerate() {
+                let want = parts.iter().skip(1).fold(parts[0][s][i], |acc, p| acc + p[s][i]);
+                assert_eq!(v.to_bits(), want.to_bits(), "segment {s} value {i}");
+            }
+        }
+        assert_eq!(got[0][0], 0.1, "left to right");
+        assert!(sum(&[vec![&[1.0f32][..]], vec![&[1.0f32, 2.0][..]]]).is_err());
     }
 
     #[test]

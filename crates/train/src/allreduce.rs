@@ -11,7 +11,7 @@
 use burn::backend::DispatchDevice;
 use burn::prelude::*;
 use burn::tensor::DType;
-use resilab_kernels::reduce::{Order, average};
+use resilab_kernels::reduce::{Order, SegmentError, average, sum};
 
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
 
@@ -114,6 +114,21 @@ impl ReducePlan {
 /// the planned length on the flex device; `None` (nothing taken) otherwise. The gradients'
 /// buffers are read where they are (copied only when something else holds them).
 fn fused_average(contributions: &mut [Grads], present: &[&(String, usize)], kind: AllReduceKind, predivide: bool) -> Option<Vec<(String, Tensor<1>)>> {
+    let order = match kind {
+        AllReduceKind::RankOrder => Order::Ranks,
+        AllReduceKind::Ring => Order::Ring,
+    };
+    fused(contributions, present, |views| average(views, order, predivide))
+}
+
+/// `combine` over the `present` parameters of every contribution as plain f32 slices, when
+/// resilab's kernels are on and every contribution holds each as an f32 vector of the given
+/// length on the flex device; `None` (nothing taken) otherwise.
+fn fused(
+    contributions: &mut [Grads],
+    present: &[&(String, usize)],
+    combine: impl FnOnce(&[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, SegmentError>,
+) -> Option<Vec<(String, Tensor<1>)>> {
     let device = contributions.first()?.get(&present.first()?.0)?.device();
     let fits = |t: &Tensor<1>| t.dtype() == DType::F32 && matches!(t.device().as_dispatch(), DispatchDevice::Flex(_));
     let all_fit = contributions.iter().all(|g| present.iter().all(|(name, n)| g.get(name).is_some_and(|t| fits(t) && t.dims() == [*n])));
@@ -124,16 +139,12 @@ fn fused_average(contributions: &mut [Grads], present: &[&(String, usize)], kind
         contributions.iter_mut().map(|g| present.iter().filter_map(|(name, _)| g.remove(name)).map(Tensor::into_data).collect()).collect();
     // Checked above: every tensor is f32, so each view exists, and the lengths line up.
     let views: Vec<Vec<&[f32]>> = data.iter().map(|d| d.iter().map(f32_values).collect()).collect();
-    let order = match kind {
-        AllReduceKind::RankOrder => Order::Ranks,
-        AllReduceKind::Ring => Order::Ring,
-    };
-    let averaged = average(&views, order, predivide).unwrap_or_else(|e| panic!("{e}"));
+    let combined = combine(&views).unwrap_or_else(|e| panic!("{e}"));
     let tensor = |v: Vec<f32>| {
         let n = v.len();
         Tensor::from_data(TensorData::new(v, [n]), &device)
     };
-    Some(present.iter().zip(averaged).map(|((name, _), v)| (name.clone(), tensor(v))).collect())
+    Some(present.iter().zip(combined).map(|((name, _), v)| (name.clone(), tensor(v))).collect())
 }
 
 /// The values of data known to be f32.
@@ -201,8 +212,19 @@ pub fn broadcast_s(net: &NetworkConfig, bytes: u64, k: usize) -> f64 {
     f64::from(rounds) * net.send_s(bytes)
 }
 
-/// Sums named gradients in the order given (accumulation over micro-batches).
-pub fn sum_grads(parts: Vec<Grads>) -> Grads {
+/// Sums named gradients in the order given (accumulation over micro-batches): one pass per
+/// parameter with resilab's kernels when every part holds the same parameters, else pairwise
+/// tensor additions (the same bits).
+pub fn sum_grads(mut parts: Vec<Grads>) -> Grads {
+    if parts.len() > 1 {
+        let sizes: Vec<(String, usize)> = parts[0].iter().map(|(name, t)| (name.clone(), t.dims()[0])).collect();
+        let present: Vec<&(String, usize)> = sizes.iter().collect();
+        if parts.iter().all(|g| g.len() == sizes.len())
+            && let Some(summed) = fused(&mut parts, &present, sum)
+        {
+            return summed.into_iter().collect();
+        }
+    }
     let mut it = parts.into_iter();
     let Some(mut acc) = it.next() else { return Grads::new() };
     for g in it {

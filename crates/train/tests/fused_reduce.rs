@@ -1,11 +1,12 @@
 //! The fused gradient average (resilab's kernels on the flex device) against the tensor
 //! formulation of the all-reduce: the same bits for DDP and Horovod, ring and rank order, any
-//! worker count. One test in its own binary, because it turns the kernels on and off.
+//! worker count; and the same for the sum of a pipeline stage's micro-batch gradients. One test
+//! in its own binary, because it turns the kernels on and off.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use burn::prelude::*;
-use resilab_train::{AllReduceKind, Grads, ParallelConfig, ReducePlan, SyncKind};
+use resilab_train::{AllReduceKind, Grads, ParallelConfig, ReducePlan, SyncKind, sum_grads};
 
 /// Worker `r`'s gradients: values whose sum depends on the order, and an infinity and a NaN.
 fn grads(params: &[(String, usize)], r: usize, device: &Device) -> Grads {
@@ -57,4 +58,22 @@ fn the_fused_average_computes_the_tensor_formulas_bits() {
     let (tensor, fused) = (run(false), run(true));
     assert_eq!(fused, tensor);
     assert!(fused.iter().all(|(name, _)| name != "d"));
+
+    // Micro-batch accumulation: left to right, on both paths, also when one part lacks a
+    // parameter (then the others' sum is kept).
+    for parts in [2usize, 3, 8] {
+        for lacking in [false, true] {
+            let run = |fused: bool| {
+                resilab_models::kernels::set_enabled(fused);
+                let mut all: Vec<Grads> = (0..parts).map(|m| grads(&params, m, &device)).collect();
+                if lacking {
+                    all[1].remove("b");
+                }
+                bits(&sum_grads(all))
+            };
+            let (tensor, fused) = (run(false), run(true));
+            assert_eq!(tensor.len(), params.len());
+            assert_eq!(fused, tensor, "{parts} micro-batches, one lacking a parameter: {lacking}");
+        }
+    }
 }
