@@ -13,6 +13,15 @@ fn main() {
     println!("cargo:rustc-env=RESILAB_GIT_REVISION={rev}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // A commit moves the branch's ref, which `.git/HEAD` only names: watch that file too (and
+    // packed refs), where they exist (a missing path would rerun this script on every build).
+    let head = std::fs::read_to_string(".git/HEAD").unwrap_or_default();
+    let current = head.strip_prefix("ref: ").map(|r| format!(".git/{}", r.trim()));
+    for path in current.into_iter().chain([".git/packed-refs".to_string()]) {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
     // torch-sys (`links = "tch"`) passes its libtorch directory to direct dependents.
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
