@@ -9,11 +9,7 @@ use resilab_models::{Arch, ModelConfig};
 use resilab_inject::Spec;
 use resilab_runner::{BackendKind, Provenance, RunConfig, RunOptions, default_out_dir};
 
-/// Training allocates and frees tensors of the same few sizes every step. glibc's allocator
-/// hands blocks this large back to the kernel and faults them in again (7% of a ResNet-20 step
-/// on `native`); mimalloc keeps them. Numbers do not depend on the allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod allocator;
 
 /// A testbed for studying how deep-learning training survives soft errors.
 #[derive(Parser)]
@@ -1192,6 +1188,7 @@ fn run_guarded(command: &Command, inputs: &[PathBuf]) -> i32 {
 }
 
 fn main() {
+    allocator::keep_freed_memory();
     // `--version` names the HDF5 library too: which one is linked decides how corrupt files fail.
     let version: &'static str = Box::leak(format!("{} ({}, HDF5 {})", env!("CARGO_PKG_VERSION"), env!("RESILAB_GIT_REVISION"), resilab_h5::library_version()).into_boxed_str());
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
