@@ -516,7 +516,9 @@ fn requested_threads(command: &Command) -> Option<usize> {
         Command::Train(a) => a.compute.threads,
         Command::Compare(a) => a.train.compute.threads,
         Command::Eval(a) => a.compute.threads,
-        Command::Campaign(a) => Some(a.threads),
+        // A campaign's own process only starts worker processes (each sized by --threads), but
+        // --dry-run times training steps itself.
+        Command::Campaign(a) if a.dry_run => Some(a.threads),
         Command::CampaignWorker(a) => a.compute.threads,
         Command::Bench(BenchCommand::Train(a)) => a.compute.threads,
         Command::Bench(BenchCommand::Checkpoint(a)) => a.compute.threads,
