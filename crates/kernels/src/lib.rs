@@ -2,7 +2,9 @@
 //! convolution forward and both gradients as GEMMs, threaded over fixed chunks of images, and
 //! training-mode BatchNorm (optionally with a residual block's addition and its ReLU) forward
 //! and backward in two passes each, threaded over channels, and 2x2 max pooling at stride 2
-//! forward and backward. Results do not depend on the thread count.
+//! forward and backward, and fully connected layers (with their ReLU) forward and both
+//! gradients as GEMMs threaded over blocks of features. Results do not depend on the thread
+//! count.
 //!
 //! The kernels know nothing of Burn; `resilab-models` plugs them into the CPU backend and
 //! tests them against Burn's own operations.
@@ -13,6 +15,7 @@ mod simd;
 
 pub mod act;
 pub mod conv;
+pub mod linear;
 pub mod norm;
 pub mod optim;
 pub mod pool;
@@ -27,7 +30,9 @@ pub use conv::{Conv2d, ShapeError};
 /// Revision 1, the kernels of 2026-11-24, had no number in the device name. Revision 3: the
 /// fused ReLU passes NaN (and maps -0 to +0) as Burn's and PyTorch's do, where revision 2's
 /// `max(0, v)` made a NaN 0; a convolution's bias gradient is summed by the kernels.
-pub const NUMERICS: u32 = 3;
+/// Revision 4: fully connected layers run through the kernels ([`linear`]), with their own
+/// GEMM grouping, where revision 3 used Burn's matmul.
+pub const NUMERICS: u32 = 4;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.

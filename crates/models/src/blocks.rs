@@ -156,8 +156,8 @@ impl MlpHead {
     fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let [n, c, h, w] = x.dims();
         let x = x.reshape([n, c * h * w]);
-        let x = relu(self.fc1.forward(x));
-        let x = relu(self.fc2.forward(x));
+        let x = self.fc1.forward_then(x, true);
+        let x = self.fc2.forward_then(x, true);
         let logits = self.fc3.forward(x);
         let k = logits.dims()[1];
         logits.reshape([n, k, 1, 1])

@@ -101,6 +101,22 @@ pub fn max_pool2(x: Tensor<4>) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_max_pool2(x.into_dispatch()))
 }
 
+/// The fully connected layer `x W^T + b` (`x`: `[N, in]`, `weight`: `[out, in]`), then a ReLU
+/// when `relu`: one op with its own backward step on the flex device (products threaded over
+/// blocks of features, see `resilab_kernels::linear`), Burn's `matmul`, addition and `relu`
+/// elsewhere.
+pub fn linear_then(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> Tensor<2> {
+    let device = x.device().without_autodiff();
+    let [_, d_in] = x.dims();
+    let [d_out, w_in] = weight.dims();
+    let fits = d_in == w_in && bias.dims() == [d_out] && [x.dtype(), weight.dtype(), bias.dtype()] == [DType::F32; 3];
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || !fits {
+        let y = x.matmul(weight.transpose()) + bias.unsqueeze();
+        return if relu { burn::tensor::activation::relu(y) } else { y };
+    }
+    Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_linear(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), relu))
+}
+
 /// The kernels' shape for input dims `x` and weight dims `w`, if they take it.
 fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     if o.groups != 1 || o.is_asymmetric() || x.len() != 4 || w.len() != 4 || x[1] != w[1] {
@@ -152,6 +168,9 @@ pub trait ConvKernels: burn::backend::Backend {
 
     /// 2x2 max pooling at stride 2 (floor).
     fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// A fully connected layer `x W^T + b`, then a ReLU when `relu`.
+    fn resilab_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, relu: bool) -> FloatTensor<Self>;
 }
 
 /// The f32 values of a flex tensor, made contiguous.
@@ -252,6 +271,20 @@ fn pool_forward(x: &FlexTensor) -> (FlexTensor, Vec<u8>) {
     (tensor(y, [s.batch, s.channels, oh, ow]), arg)
 }
 
+/// The kernel's view of `[N, in]` input and `[out, in]` weight dims.
+fn linear_shape(x: &[usize], w: &[usize]) -> resilab_kernels::linear::Linear {
+    resilab_kernels::linear::Linear { batch: x[0], d_in: x[1], d_out: w[0] }
+}
+
+/// The fully connected layer's output on contiguous flex tensors (the public wrapper checked
+/// the shapes and the float type).
+fn linear_forward(x: &FlexTensor, w: &FlexTensor, b: &FlexTensor, relu: bool) -> FlexTensor {
+    let s = linear_shape(&dims(x), &dims(w));
+    let y = resilab_kernels::linear::forward_new(&s, values(x), values(w), Some(values(b)), relu)
+        .unwrap_or_else(|e| panic!("resilab linear called with shapes its wrapper rejects: {e}"));
+    FlexTensor::from_data(TensorData::new(y, [s.batch, s.d_out]))
+}
+
 fn vector(v: Vec<f32>) -> FlexTensor {
     let n = v.len();
     FlexTensor::from_data(TensorData::new(v, [n]))
@@ -281,6 +314,10 @@ impl ConvKernels for Flex {
     fn resilab_max_pool2(x: FlexTensor) -> FlexTensor {
         pool_forward(&host(&x)).0
     }
+
+    fn resilab_linear(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, relu: bool) -> FlexTensor {
+        linear_forward(&host(&x), &host(&weight), &host(&bias), relu)
+    }
 }
 
 impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
@@ -307,6 +344,10 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
         autodiff_batch_norm::<C>(x, gamma, beta, eps, Some(residual), relu)
     }
 
+    fn resilab_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, relu: bool) -> FloatTensor<Self> {
+        autodiff_linear::<C>(x, weight, bias, relu)
+    }
+
     fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self> {
         /// The pool's backward step: each input gradient written once.
         #[derive(Debug)]
@@ -331,6 +372,49 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
             OpsKind::Tracked(prep) => prep.finish((arg, dims(&xp)), y),
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
+    }
+}
+
+/// The fully connected layer (then ReLU) under autodiff, with its backward step.
+fn autodiff_linear<C: CheckpointStrategy>(x: AdTensor<C>, weight: AdTensor<C>, bias: AdTensor<C>, relu: bool) -> AdTensor<C> {
+    /// The backward step: the output gradient through the ReLU (when there is one), then the
+    /// input, weight and bias gradients through the kernels.
+    #[derive(Debug)]
+    struct LinearBackward;
+
+    impl Backward<Flex, 3> for LinearBackward {
+        /// Input, weight, and the output when a ReLU follows.
+        type State = (FlexTensor, FlexTensor, Option<FlexTensor>);
+
+        fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let [node_x, node_w, node_b] = ops.parents;
+            let g = host(&grads.consume::<Flex>(&ops.node));
+            let (x, w, y) = ops.state;
+            let g = match y {
+                Some(y) => resilab_kernels::act::relu_grad_new(values(&y), values(&g)),
+                None => values(&g).to_vec(),
+            };
+            let s = linear_shape(&dims(&x), &dims(&w));
+            let fail = |e: resilab_kernels::linear::LengthError| panic!("resilab linear backward on the shapes its forward pass took: {e}");
+            if let Some(node) = node_x {
+                let dx = resilab_kernels::linear::input_grad_new(&s, &g, values(&w)).unwrap_or_else(fail);
+                grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dx, [s.batch, s.d_in])));
+            }
+            if let Some(node) = node_w {
+                let dw = resilab_kernels::linear::weight_grad_new(&s, values(&x), &g).unwrap_or_else(fail);
+                grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dw, [s.d_out, s.d_in])));
+            }
+            if let Some(node) = node_b {
+                grads.register::<Flex>(node.id, vector(resilab_kernels::linear::bias_grad(&s, &g).unwrap_or_else(fail)));
+            }
+        }
+    }
+
+    let (xp, wp, bp) = (host(x.primitive()), host(weight.primitive()), host(bias.primitive()));
+    let y = linear_forward(&xp, &wp, &bp, relu);
+    match LinearBackward.prepare::<C>([x.node(), weight.node(), bias.node()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((xp, wp, relu.then(|| y.clone())), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
     }
 }
 

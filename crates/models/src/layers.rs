@@ -123,7 +123,20 @@ impl Linear {
     /// # Shapes
     /// `[N, in] -> [N, out]`
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        x.matmul(self.weight.val().transpose()) + self.bias.val().unsqueeze()
+        self.forward_then(x, false)
+    }
+
+    /// [`Self::forward`] followed, when `relu`, by a ReLU: one fused op through resilab's
+    /// kernels when [`crate::kernels::enabled`] (on the flex device), Burn's ops otherwise.
+    ///
+    /// # Shapes
+    /// `[N, in] -> [N, out]`
+    pub fn forward_then(&self, x: Tensor<2>, relu: bool) -> Tensor<2> {
+        if crate::kernels::enabled() {
+            return crate::kernels::linear_then(x, self.weight.val(), self.bias.val(), relu);
+        }
+        let y = x.matmul(self.weight.val().transpose()) + self.bias.val().unsqueeze();
+        if relu { burn::tensor::activation::relu(y) } else { y }
     }
 }
 

@@ -2,7 +2,8 @@
 //! autodiff, the input, weight and bias gradients on odd shapes (batch 1, non-square inputs
 //! and kernels, padding, stride 2, dilation, channel counts no SIMD width divides), alone and
 //! fused with its bias and ReLU; the fused
-//! BatchNorm (+ residual) + ReLU, NaN included; and 2x2 max pooling, bit for bit.
+//! BatchNorm (+ residual) + ReLU, NaN included; the fully connected layer (+ ReLU) with its
+//! gradients; and 2x2 max pooling, bit for bit.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
@@ -200,4 +201,64 @@ fn max_pool_matches_burns_bit_for_bit_with_nans_and_odd_sizes() {
         };
         assert_eq!(run(true), run(false), "{dims:?}");
     }
+}
+
+/// Output and the input, weight and bias gradients of `sum(y * r)` for the fully connected
+/// layer `y = x W^T + b` (then a ReLU when `relu`), by the kernels (`ours`) or Burn's ops.
+fn linear(dev: &Device, (n, d_in, d_out): (usize, usize, usize), x: &[f32], relu: bool, ours: bool) -> [Vec<f32>; 4] {
+    let x = Tensor::<2>::from_data(TensorData::new(x.to_vec(), [n, d_in]), dev).require_grad();
+    let w = Tensor::<2>::from_data(TensorData::new(values(d_out * d_in, 0.7), [d_out, d_in]), dev).require_grad();
+    let b = Tensor::<1>::from_data(TensorData::new(values(d_out, 0.3), [d_out]), dev).require_grad();
+    let y = if ours {
+        kernels::linear_then(x.clone(), w.clone(), b.clone(), relu)
+    } else {
+        let y = x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze();
+        if relu { burn::tensor::activation::relu(y) } else { y }
+    };
+    let r = Tensor::<2>::from_data(TensorData::new(values(n * d_out, 0.9), [n, d_out]), dev);
+    let grads = (y.clone() * r).sum().backward();
+    [host(y), host(x.grad(&grads).unwrap()), host(w.grad(&grads).unwrap()), host(b.grad(&grads).unwrap())]
+}
+
+/// `(batch, in, out)`: batch 1, sizes no SIMD width divides, and the AlexNet head's first
+/// layer at a simulated worker's batch (several blocks of features per product).
+const LINEAR_CASES: [(usize, usize, usize); 4] = [(1, 7, 3), (5, 33, 17), (32, 2048, 512), (3, 130, 1000)];
+
+#[test]
+fn fused_linear_matches_burns_matmul_bias_and_relu_with_gradients() {
+    let dev = Device::flex().autodiff();
+    for case in LINEAR_CASES {
+        for relu in [false, true] {
+            let x = values(case.0 * case.1, 0.1);
+            let (ours, burn) = (linear(&dev, case, &x, relu, true), linear(&dev, case, &x, relu, false));
+            for (what, (a, b)) in ["output", "input gradient", "weight gradient", "bias gradient"].iter().zip(ours.iter().zip(&burn)) {
+                let e = rel(a, b);
+                assert!(e < 1e-5, "{what} of {case:?} (relu {relu}): relative difference {e}");
+            }
+        }
+    }
+    // Without autodiff, the forward pass alone.
+    let dev = Device::flex();
+    let (n, d_in, d_out) = LINEAR_CASES[1];
+    let x = Tensor::<2>::from_data(TensorData::new(values(n * d_in, 0.2), [n, d_in]), &dev);
+    let w = Tensor::<2>::from_data(TensorData::new(values(d_out * d_in, 0.4), [d_out, d_in]), &dev);
+    let b = Tensor::<1>::from_data(TensorData::new(values(d_out, 0.5), [d_out]), &dev);
+    let e = rel(&host(kernels::linear_then(x.clone(), w.clone(), b.clone(), false)), &host(x.matmul(w.transpose()) + b.unsqueeze()));
+    assert!(e < 1e-5, "{e}");
+}
+
+/// A NaN input (a flipped exponent) reaches the fused layer's output and gradients where it
+/// reaches Burn's matmul and `relu`.
+#[test]
+fn a_nan_passes_the_fused_linear_layer_as_it_passes_burns() {
+    let dev = Device::flex().autodiff();
+    let case = LINEAR_CASES[1];
+    let mut x = values(case.0 * case.1, 0.1);
+    x[40] = f32::NAN; // row 1
+    let (ours, burn) = (linear(&dev, case, &x, true, true), linear(&dev, case, &x, true, false));
+    for (i, (a, b)) in ours.iter().zip(&burn).enumerate() {
+        let nans = |t: &[f32]| t.iter().map(|x| x.is_nan()).collect::<Vec<_>>();
+        assert_eq!(nans(a), nans(b), "value {i}");
+    }
+    assert_eq!(ours[0].iter().filter(|x| x.is_nan()).count(), case.2, "row 1 of the output is NaN");
 }
