@@ -17,11 +17,11 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
-use burn::backend::ops::{ActivationOps, ModuleOps};
+use burn::backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, AutodiffBackend, Dispatch, DispatchDevice, Flex, backend_extension};
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Gradients as TensorGradients, Tensor, TensorData};
 use resilab_kernels::Conv2d as Shape;
 use resilab_kernels::norm::{self, Norm, Stats};
 use resilab_kernels::pool::{self, Pool2};
@@ -117,6 +117,22 @@ pub fn linear_then(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool)
     Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_linear(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), relu))
 }
 
+/// Backpropagates `upstream`, the gradient of a loss with respect to `y`, through the graph
+/// that computed `y` (a pipeline stage's backward pass from the next stage's gradient message):
+/// the gradients `(y * upstream).sum().backward()` gives, without computing the product, its
+/// sum or their gradients. With the kernels on ([`enabled`]) and on the flex device, one op
+/// whose backward step hands `upstream` to `y` as its gradient; that formulation elsewhere (as
+/// in Burn's flex, where the product's gradient `upstream * 1` also quiets a signalling NaN).
+pub fn backward_from<const D: usize>(y: Tensor<D>, upstream: Tensor<D>) -> TensorGradients {
+    let device = y.device().without_autodiff();
+    let fits = y.dims() == upstream.dims() && [y.dtype(), upstream.dtype()] == [DType::F32; 2] && y.is_autodiff();
+    if !enabled() || !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || !fits {
+        return (y * upstream).sum().backward();
+    }
+    let anchor = <Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), upstream.autodiff().into_dispatch());
+    Tensor::<1>::from_dispatch(anchor).backward()
+}
+
 /// The kernels' shape for input dims `x` and weight dims `w`, if they take it.
 fn shape(x: &[usize], w: &[usize], o: &ConvOptions<2>) -> Option<Shape> {
     if o.groups != 1 || o.is_asymmetric() || x.len() != 4 || w.len() != 4 || x[1] != w[1] {
@@ -168,6 +184,10 @@ pub trait ConvKernels: burn::backend::Backend {
 
     /// 2x2 max pooling at stride 2 (floor).
     fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// A one-value tensor (its value 0) from which a backward pass hands `upstream` (times the
+    /// anchor's own gradient) to `y` as its gradient: see [`backward_from`].
+    fn resilab_seed(y: FloatTensor<Self>, upstream: FloatTensor<Self>) -> FloatTensor<Self>;
 
     /// A fully connected layer `x W^T + b`, then a ReLU when `relu`.
     fn resilab_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, relu: bool) -> FloatTensor<Self>;
@@ -318,6 +338,10 @@ impl ConvKernels for Flex {
     fn resilab_linear(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, relu: bool) -> FlexTensor {
         linear_forward(&host(&x), &host(&weight), &host(&bias), relu)
     }
+
+    fn resilab_seed(_: FlexTensor, _: FlexTensor) -> FlexTensor {
+        vector(vec![0.0])
+    }
 }
 
 impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
@@ -346,6 +370,34 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
 
     fn resilab_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, relu: bool) -> FloatTensor<Self> {
         autodiff_linear::<C>(x, weight, bias, relu)
+    }
+
+    fn resilab_seed(y: FloatTensor<Self>, upstream: FloatTensor<Self>) -> FloatTensor<Self> {
+        /// The anchor's backward step: `upstream`, scaled by the anchor's gradient unless that
+        /// is exactly 1 (a backward pass from the anchor itself), becomes `y`'s gradient.
+        #[derive(Debug)]
+        struct SeedBackward;
+
+        impl Backward<Flex, 1> for SeedBackward {
+            type State = FlexTensor;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let g = host(&grads.consume::<Flex>(&ops.node));
+                let Some(node) = node else { return };
+                let upstream = ops.state;
+                let scale = values(&g).first().copied().unwrap_or(1.0);
+                let grad = if scale == 1.0 { upstream } else { <Flex as FloatTensorOps<Flex>>::float_mul_scalar(upstream, scale.into()) };
+                grads.register::<Flex>(node.id, grad);
+            }
+        }
+
+        let upstream = host(upstream.primitive());
+        let anchor = vector(vec![0.0]);
+        match SeedBackward.prepare::<C>([y.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(upstream, anchor),
+            OpsKind::UnTracked(prep) => prep.finish(anchor),
+        }
     }
 
     fn resilab_max_pool2(x: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -262,3 +262,39 @@ fn a_nan_passes_the_fused_linear_layer_as_it_passes_burns() {
     }
     assert_eq!(ours[0].iter().filter(|x| x.is_nan()).count(), case.2, "row 1 of the output is NaN");
 }
+
+/// A backward pass from a gradient message (`backward_from`) gives `(y * upstream).sum()`'s
+/// gradients bit for bit, for an upstream with or without autodiff; the anchor's op scales
+/// `upstream` by its own gradient when that is not 1.
+#[test]
+fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
+    use burn::backend::Dispatch;
+    use kernels::ConvKernels;
+    kernels::set_enabled(true);
+    let dev = Device::flex().autodiff();
+    let case = CASES[1];
+    let (n, ci, [h, w], co, k, stride, padding, dilation) = case;
+    let run = |how: u8| {
+        let x = Tensor::<4>::from_data(TensorData::new(values(n * ci * h * w, 0.1), [n, ci, h, w]), &dev).require_grad();
+        let wt = Tensor::<4>::from_data(TensorData::new(values(co * ci * k[0] * k[1], 0.7), [co, ci, k[0], k[1]]), &dev).require_grad();
+        let y = kernels::conv2d_then(x.clone(), wt.clone(), None, ConvOptions::new(stride, padding, dilation, 1), true);
+        let u = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.9), y.dims()), &Device::flex());
+        let grads = match how {
+            0 => (y * u).sum().backward(),
+            1 => kernels::backward_from(y, u),
+            2 => kernels::backward_from(y, u.autodiff()),
+            _ => (Tensor::<1>::from_dispatch(<Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), u.autodiff().into_dispatch())) * 3.0).backward(),
+        };
+        let bits = |t: Vec<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        [bits(host(x.grad(&grads).unwrap())), bits(host(wt.grad(&grads).unwrap()))]
+    };
+    let want = run(0);
+    assert_eq!(run(1), want);
+    assert_eq!(run(2), want);
+    // Three times the upstream gradient: the convolution's gradients scale by 3 (to rounding).
+    let scaled = run(3);
+    for (a, b) in scaled.iter().zip(&want) {
+        let (a, b): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| f32::from_bits(v)).collect(), b.iter().map(|&v| 3.0 * f32::from_bits(v)).collect());
+        assert!(rel(&a, &b) < 1e-5);
+    }
+}

@@ -661,7 +661,7 @@ impl Trainer {
                             } else {
                                 let upstream = grad_in[s][m].take().ok_or_else(|| missing("gradient message", s, m))?;
                                 let y = outputs[s][m].take().ok_or_else(|| missing("output", s, m))?;
-                                (y * upstream).sum().backward()
+                                resilab_models::kernels::backward_from(y, upstream)
                             };
                             let gx = match leaves[s][m].take() {
                                 Some(x) => Some(x.grad_remove(&mut g).ok_or_else(|| missing("input gradient", s, m))?),
