@@ -204,7 +204,8 @@ struct ComputeArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
-    /// own kernels: convolutions as GEMMs, BatchNorm fused with its ReLU), flex (Burn's flex as
+    /// own kernels: convolutions and fully connected layers as GEMMs, BatchNorm fused with its
+    /// ReLU), flex (Burn's flex as
     /// Burn ships it), ndarray (Burn's older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
     /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
     /// Overrides the config's `backend` key.
