@@ -72,7 +72,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for _ in 0..3 {
             let t = measure(&net, &device, false);
             let f = measure(&net, &device, true);
-            (tensor.0.push(t.0), tensor.1.push(t.1), fused.0.push(f.0), fused.1.push(f.1));
+            tensor.0.push(t.0);
+            tensor.1.push(t.1);
+            fused.0.push(f.0);
+            fused.1.push(f.1);
         }
         let (tr, tu, fr, fu) = (median(tensor.0), median(tensor.1), median(fused.0), median(fused.1));
         println!("{name:<14} {params:>9} {tr:>8.2} -> {fr:>5.2} ({:.1}x) {tu:>8.2} -> {fu:>5.2} ({:.1}x)", tr / fr, tu / fu);
