@@ -205,9 +205,9 @@ struct ComputeArgs {
     threads: Option<usize>,
     /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
     /// own kernels: convolutions and fully connected layers as GEMMs, BatchNorm fused with its
-    /// ReLU), flex (Burn's flex as
-    /// Burn ships it), ndarray (Burn's older CPU backend), wgpu (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the
-    /// CPU, faster than flex for VGG and AlexNet; needs a build with `--features tch`).
+    /// ReLU), flex (Burn's flex as Burn ships it), ndarray (Burn's older CPU backend), wgpu
+    /// (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the CPU, faster than flex
+    /// for VGG and AlexNet; needs a build with `--features tch`).
     /// Overrides the config's `backend` key.
     #[arg(long, value_name = "NAME")]
     backend: Option<BackendKind>,

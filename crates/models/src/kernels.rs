@@ -111,10 +111,16 @@ pub fn linear_then(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool)
     let [d_out, w_in] = weight.dims();
     let fits = d_in == w_in && bias.dims() == [d_out] && [x.dtype(), weight.dtype(), bias.dtype()] == [DType::F32; 3];
     if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || !fits {
-        let y = x.matmul(weight.transpose()) + bias.unsqueeze();
-        return if relu { burn::tensor::activation::relu(y) } else { y };
+        return burn_linear(x, weight, bias, relu);
     }
     Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_linear(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), relu))
+}
+
+/// The fully connected layer (then a ReLU when `relu`) in Burn's ops: `matmul`, addition and
+/// `relu`, as `--backend flex` and every device but flex with the kernels run it.
+pub(crate) fn burn_linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> Tensor<2> {
+    let y = x.matmul(weight.transpose()) + bias.unsqueeze();
+    if relu { burn::tensor::activation::relu(y) } else { y }
 }
 
 /// Backpropagates `upstream`, the gradient of a loss with respect to `y`, through the graph
@@ -442,22 +448,20 @@ fn autodiff_linear<C: CheckpointStrategy>(x: AdTensor<C>, weight: AdTensor<C>, b
             let [node_x, node_w, node_b] = ops.parents;
             let g = host(&grads.consume::<Flex>(&ops.node));
             let (x, w, y) = ops.state;
-            let g = match y {
-                Some(y) => resilab_kernels::act::relu_grad_new(values(&y), values(&g)),
-                None => values(&g).to_vec(),
-            };
+            let through_relu = y.map(|y| resilab_kernels::act::relu_grad_new(values(&y), values(&g)));
+            let g = through_relu.as_deref().unwrap_or_else(|| values(&g));
             let s = linear_shape(&dims(&x), &dims(&w));
             let fail = |e: resilab_kernels::linear::LengthError| panic!("resilab linear backward on the shapes its forward pass took: {e}");
             if let Some(node) = node_x {
-                let dx = resilab_kernels::linear::input_grad_new(&s, &g, values(&w)).unwrap_or_else(fail);
+                let dx = resilab_kernels::linear::input_grad_new(&s, g, values(&w)).unwrap_or_else(fail);
                 grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dx, [s.batch, s.d_in])));
             }
             if let Some(node) = node_w {
-                let dw = resilab_kernels::linear::weight_grad_new(&s, values(&x), &g).unwrap_or_else(fail);
+                let dw = resilab_kernels::linear::weight_grad_new(&s, values(&x), g).unwrap_or_else(fail);
                 grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dw, [s.d_out, s.d_in])));
             }
             if let Some(node) = node_b {
-                grads.register::<Flex>(node.id, vector(resilab_kernels::linear::bias_grad(&s, &g).unwrap_or_else(fail)));
+                grads.register::<Flex>(node.id, vector(resilab_kernels::linear::bias_grad(&s, g).unwrap_or_else(fail)));
             }
         }
     }

@@ -132,11 +132,8 @@ impl Linear {
     /// # Shapes
     /// `[N, in] -> [N, out]`
     pub fn forward_then(&self, x: Tensor<2>, relu: bool) -> Tensor<2> {
-        if crate::kernels::enabled() {
-            return crate::kernels::linear_then(x, self.weight.val(), self.bias.val(), relu);
-        }
-        let y = x.matmul(self.weight.val().transpose()) + self.bias.val().unsqueeze();
-        if relu { burn::tensor::activation::relu(y) } else { y }
+        let (weight, bias) = (self.weight.val(), self.bias.val());
+        if crate::kernels::enabled() { crate::kernels::linear_then(x, weight, bias, relu) } else { crate::kernels::burn_linear(x, weight, bias, relu) }
     }
 }
 
