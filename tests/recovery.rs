@@ -204,3 +204,100 @@ fn damage_stored_in_a_checkpoint_before_its_detection_sends_the_next_restart_fur
     assert_eq!(restart["steps_lost"], 3, "steps 1-3 of the first run; the first restart lost none");
     assert_eq!(restart["final_params_digest"], golden["final_params_digest"], "the rerun from the start met no fault");
 }
+
+/// Buckets of 4 KiB: the tiny model's gradients go in several buckets, as ResNet-8's do at the
+/// default size.
+const SMALL_BUCKETS: &str = "bucket_mb = 0.004\n";
+
+/// A crash of worker 1 at step 5, at `when` (`phase = ...` or `at_fraction = ...`).
+fn crash_at(when: &str) -> String {
+    format!("[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n{when}\n")
+}
+
+fn under(s: &str, extra: &str) -> String {
+    format!("[recovery]\nstrategy = \"{s}\"\nrelaunch_s = 0.5\n{extra}\n[parallel.compute]\ngflops = 20.0\n")
+}
+
+#[test]
+fn a_crash_after_the_first_bucket_is_applied_separates_all_three_strategies() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = crash_at("phase = \"update\"\nbucket = 0\n");
+    let go = |s: &str| train_with(dir.path(), s, SMALL_BUCKETS, &format!("{crash}\n{}", under(s, "")));
+    let (rollback, lossy, restart) = (go("rollback"), go("lossy_forward"), go("checkpoint_restart"));
+    let digest = |s: &serde_json::Value| s["final_params_digest"].as_str().unwrap().to_string();
+    // Lossy forward keeps bucket 0's update, which holds the crashed worker's gradient, and
+    // reduces the later buckets over the survivor; rollback redoes the whole step over the
+    // survivor; checkpoint-restart recomputes steps 4 and 5 on both workers.
+    assert_ne!(digest(&rollback), digest(&lossy));
+    assert_ne!(digest(&rollback), digest(&restart));
+    assert_ne!(digest(&lossy), digest(&restart));
+    let golden = train_with(dir.path(), "golden", SMALL_BUCKETS, "[parallel.compute]\ngflops = 20.0\n");
+    assert_eq!(digest(&restart), digest(&golden), "a restart recomputes every shard");
+    for s in [&rollback, &lossy, &restart] {
+        assert_eq!(s["status"], "completed");
+        assert_eq!(s["detections"][0]["kind"], "crash");
+    }
+}
+
+#[test]
+fn a_crash_before_any_bucket_completes_gives_rollback_and_lossy_forward_the_same_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = crash_at("phase = \"forward\"\n");
+    let go = |name: &str, s: &str, extra: &str| train_with(dir.path(), name, SMALL_BUCKETS, &format!("{crash}\n{}", under(s, extra)));
+    let (rollback, lossy) = (go("rollback", "rollback", ""), go("lossy", "lossy_forward", ""));
+    // No bucket was reduced before the crash, so lossy forward reduces every bucket over the
+    // survivor: the same gradients (same weights, same shard, deterministic kernels) that
+    // rollback's redo computes again, dropping the crashed worker's shard. Only the cost differs.
+    assert_eq!(rollback["final_params_digest"], lossy["final_params_digest"]);
+    assert!(rollback["simulated_s"].as_f64().unwrap() > lossy["simulated_s"].as_f64().unwrap());
+    // Rebalanced, the redo spreads the lost shard over the survivor: another update.
+    let rebalanced = go("rebalanced", "rollback", "rebalance = true\n");
+    assert_ne!(rebalanced["final_params_digest"], rollback["final_params_digest"]);
+}
+
+#[test]
+fn the_simulated_clock_charges_each_strategy_what_it_did_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = crash_at("at_fraction = 0.5\n");
+    let go = |s: &str| train_with(dir.path(), s, SMALL_BUCKETS, &format!("{crash}\n{}", under(s, "")));
+    let f = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k}: {s}"));
+    let golden = train_with(dir.path(), "golden", SMALL_BUCKETS, "[parallel.compute]\ngflops = 20.0\n");
+    let step_s = f(&golden, "simulated_s") / 8.0;
+    let rollback = go("rollback");
+    // The abandoned attempt ran half a step; the copy is charged every step; the crashed
+    // worker gets a survivor's state over the network.
+    let redo = f(&rollback, "simulated_redo_s");
+    assert!(redo > 0.3 * step_s && redo < 0.7 * step_s, "{redo} vs a step of {step_s}");
+    assert!(f(&rollback, "simulated_snapshot_s") > 0.0);
+    assert!(f(&rollback, "simulated_transfer_s") > 0.0);
+    assert_eq!(f(&rollback, "simulated_relaunch_s"), 0.0);
+    let lossy = go("lossy_forward");
+    assert_eq!((f(&lossy, "simulated_redo_s"), f(&lossy, "simulated_snapshot_s")), (0.0, 0.0));
+    assert_eq!(f(&lossy, "simulated_transfer_s"), f(&rollback, "simulated_transfer_s"));
+    let restart = go("checkpoint_restart");
+    assert_eq!(f(&restart, "simulated_relaunch_s"), 0.5, "one relaunch");
+    let lost = f(&restart, "simulated_crash_lost_s");
+    assert!(lost > 0.3 * step_s && lost < 0.7 * step_s, "{lost} vs a step of {step_s}");
+    assert_eq!(f(&restart, "simulated_transfer_s"), 0.0, "every worker reloads the checkpoint");
+    assert!(f(&restart, "simulated_s") > f(&rollback, "simulated_s") && f(&rollback, "simulated_s") > f(&lossy, "simulated_s"));
+}
+
+/// Rollback keeps one step's copy. A silent flip (worker 1's weights at step 2, no NaN) found
+/// by the replica digests at step 4 is older than that copy: rollback cannot undo it, so it
+/// re-synchronises the diverged replica from a healthy one (the majority's digest) and goes on,
+/// as lossy forward does; the damage already averaged into steps 2-4 stays.
+#[test]
+fn late_detected_damage_is_beyond_rollback_so_it_resyncs_the_diverged_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let detect = "[detect]\ndivergence_every = 4\n";
+    let silent = "[[fault]]\ntarget = \"weights\"\nat_step = 2\nworker = 1\ninjection_tries = 10\nfirst_bit = 20\nlast_bit = 30\nlocations_to_corrupt = [\"model/layer1\"]\n";
+    let cfg = |s: &str| format!("{silent}\n[recovery]\nstrategy = \"{s}\"\n\n{detect}");
+    let rollback = train_with(dir.path(), "rollback", "", &cfg("rollback"));
+    let d = &rollback["detections"][0];
+    assert_eq!((d["kind"].as_str(), d["step"].as_u64(), d["latency_steps"].as_u64()), (Some("replica_divergence"), Some(4), Some(2)), "{d}");
+    assert_eq!(d["decision"]["action"], "resync");
+    assert_eq!(rollback["steps_recomputed"], 0, "no redo: the damage predates the copy");
+    assert_eq!(rollback["status"], "completed");
+    let golden = train_with(dir.path(), "golden", "", detect);
+    assert_ne!(rollback["final_params_digest"], golden["final_params_digest"], "the damaged gradients of steps 2-4 stay in the average");
+}

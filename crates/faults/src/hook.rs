@@ -7,11 +7,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{Plan, Record, Spec, inject_f32};
 use resilab_models::{for_each_param, map_params, stream_seed};
-use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Worker};
+use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Timeline, Worker};
 use serde::Serialize;
 
 use crate::schedule::neuron_path;
-use crate::{FaultEntry, FaultEvent, FaultTarget};
+use crate::{CrashAt, FaultEntry, FaultEvent, FaultTarget};
 
 /// What one fault did: a line of the run's fault log.
 #[derive(Clone, Debug, Serialize)]
@@ -56,14 +56,17 @@ impl FaultLog {
 
 /// Applies a fault schedule through the training hooks. Faults are transient: each event
 /// strikes once, so a step that is redone (rollback) or recomputed (after a restart) runs
-/// without it. A crashed
-/// worker stays out of every step until [`FaultInjector::respawn`].
+/// without it. A crash strikes at a time inside its step ([`Hooks::crash_time`]: the entry's
+/// `at_fraction` or `phase`, or uniformly over the step's simulated duration); the crashed
+/// worker then stays out of every step, from its start, until [`FaultInjector::respawn`].
 #[derive(Clone, Debug)]
 pub struct FaultInjector {
     entries: Vec<FaultEntry>,
     events: Vec<FaultEvent>,
     fault_seed: u64,
     crashed: BTreeSet<usize>,
+    /// Crashes due in the current step, struck when the step's timeline is known.
+    pending_crashes: Vec<FaultEvent>,
     fired: BTreeSet<usize>,
     /// Stuck-at values: `(rank, last step held, parameter name, flat index, value)`.
     stuck: Vec<(usize, u64, String, usize, f32)>,
@@ -87,7 +90,7 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new(), withheld: None }
+        Self { entries, events, fault_seed, crashed: BTreeSet::new(), pending_crashes: Vec::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new(), withheld: None }
     }
 
     /// Workers currently crashed: the simulated system's state, for the runner to bring them
@@ -201,9 +204,13 @@ impl FaultInjector {
 
 impl Hooks for FaultInjector {
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
+        // A crash strikes inside the step, at a time of its timeline ([`Hooks::crash_time`]).
+        self.pending_crashes.retain(|e| e.step == ctx.step);
         for event in self.due(ctx, &[FaultTarget::Crash]) {
-            self.crashed.insert(ctx.rank);
-            self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+            if !self.crashed.contains(&ctx.rank) {
+                self.pending_crashes.push(event);
+                self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+            }
         }
         if self.crashed.contains(&ctx.rank) {
             return Control::Skip;
@@ -283,6 +290,21 @@ impl Hooks for FaultInjector {
             }
         }
         Control::Continue
+    }
+
+    fn crash_time(&mut self, ctx: &Ctx, timeline: &Timeline) -> Option<f64> {
+        let i = self.pending_crashes.iter().position(|e| e.rank == ctx.rank && e.step == ctx.step)?;
+        let event = self.pending_crashes.remove(i);
+        self.crashed.insert(ctx.rank);
+        let at = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.crash_at);
+        Some(match at {
+            Some(CrashAt::Fraction(f)) => f * timeline.end_s,
+            Some(CrashAt::Phase(p)) => timeline.phase_mid(ctx.rank, p),
+            None => {
+                let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "crash.time"));
+                rng.random::<f64>() * timeline.end_s
+            }
+        })
     }
 
     fn after_backward(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {

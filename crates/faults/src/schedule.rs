@@ -4,6 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{RawConfig, Spec};
 use resilab_models::stream_seed;
+use resilab_train::Phase;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -64,6 +65,11 @@ pub struct FaultEntry {
     pub at_step: Option<u64>,
     /// Mean time between failures in steps, per worker (random arrivals).
     pub mtbf_steps: Option<f64>,
+    /// Mean time between failures in steps of the whole system (random arrivals, each on a
+    /// worker drawn uniformly, or on `worker`).
+    pub system_mtbf_steps: Option<f64>,
+    /// When a crash strikes inside its step (`None`: uniformly over the step's duration).
+    pub crash_at: Option<CrashAt>,
     /// The worker or stage hit; `None`: every worker (random arrivals) or worker 0 (explicit).
     pub worker: Option<usize>,
     /// Stuck-at fault: the corrupted weights are held at their corrupted values before each
@@ -73,8 +79,55 @@ pub struct FaultEntry {
     pub spec: Spec,
 }
 
+/// When a crash strikes inside its step, on the step's simulated timeline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CrashAt {
+    /// At this share of the step's duration (`at_fraction`, in [0, 1)).
+    Fraction(f64),
+    /// In the middle of a named phase (`phase`, with `bucket` for an all-reduce or update).
+    Phase(Phase),
+}
+
 /// Keys of an entry that are not the injector's.
-const OWN_KEYS: &[&str] = &["target", "at_step", "mtbf_steps", "worker", "stage", "stuck_steps"];
+const OWN_KEYS: &[&str] =
+    &["target", "at_step", "mtbf_steps", "system_mtbf_steps", "worker", "stage", "stuck_steps", "at_fraction", "phase", "bucket"];
+
+/// `at_fraction`, or `phase` and `bucket`, of a crash entry.
+fn crash_at(i: usize, table: &toml::Table, target: FaultTarget) -> Result<Option<CrashAt>> {
+    let (fraction, phase, bucket) = (table.get("at_fraction"), table.get("phase"), table.get("bucket"));
+    if target != FaultTarget::Crash {
+        if let Some(k) = ["at_fraction", "phase", "bucket"].into_iter().find(|k| table.contains_key(*k)) {
+            return Err(bad(i, k, "places a crash in its step: use it with target = \"crash\""));
+        }
+        return Ok(None);
+    }
+    let bucket = match bucket {
+        None => None,
+        Some(toml::Value::Integer(k)) if *k >= 0 => Some(*k as usize),
+        Some(v) => return Err(bad(i, "bucket", format!("must be a bucket index >= 0, got {v}"))),
+    };
+    match (fraction, phase) {
+        (Some(_), Some(_)) => Err(bad(i, "phase", "give at_fraction or phase, not both")),
+        (Some(v), None) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
+            Some(f) if (0.0..1.0).contains(&f) && bucket.is_none() => Ok(Some(CrashAt::Fraction(f))),
+            Some(_) if bucket.is_some() => Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\"")),
+            _ => Err(bad(i, "at_fraction", format!("must be a number with 0 <= at_fraction < 1 (a share of the step's simulated duration), got {v}"))),
+        },
+        (None, Some(v)) => {
+            let p = match (v.as_str(), bucket) {
+                (Some("forward"), None) => Phase::Forward,
+                (Some("backward"), None) => Phase::Backward,
+                (Some("allreduce"), b) => Phase::Allreduce(b.unwrap_or(0)),
+                (Some("update"), b) => Phase::Update(b.unwrap_or(0)),
+                (Some("forward" | "backward"), Some(_)) => return Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\"")),
+                _ => return Err(bad(i, "phase", format!("{v} is not one of forward, backward, allreduce, update"))),
+            };
+            Ok(Some(CrashAt::Phase(p)))
+        }
+        (None, None) if bucket.is_some() => Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\"")),
+        (None, None) => Ok(None),
+    }
+}
 
 fn bad(index: usize, key: &str, message: impl Into<String>) -> Error {
     Error::Config { key: format!("fault[{index}].{key}"), message: message.into() }
@@ -104,19 +157,27 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
         }
     };
     let at_step = int("at_step")?;
-    let mtbf_steps = match table.get("mtbf_steps") {
-        None => None,
-        Some(v) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
-            Some(x) if x.is_finite() && x > 0.0 => Some(x),
-            _ => return Err(bad(i, "mtbf_steps", format!("must be a number > 0, got {v}"))),
-        },
+    let positive = |key: &str| -> Result<Option<f64>> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
+                _ => Err(bad(i, key, format!("must be a number > 0, got {v}"))),
+            },
+        }
     };
-    match (at_step, mtbf_steps) {
-        (Some(0), _) => return Err(bad(i, "at_step", "steps count from 1")),
-        (Some(_), Some(_)) => return Err(bad(i, "mtbf_steps", "give at_step or mtbf_steps, not both")),
-        (None, None) => return Err(bad(i, "at_step", "missing: give at_step (an explicit fault) or mtbf_steps (random arrivals)")),
+    let (mtbf_steps, system_mtbf_steps) = (positive("mtbf_steps")?, positive("system_mtbf_steps")?);
+    match (at_step, mtbf_steps, system_mtbf_steps) {
+        (Some(0), _, _) => return Err(bad(i, "at_step", "steps count from 1")),
+        (Some(_), Some(_), _) => return Err(bad(i, "mtbf_steps", "give at_step or mtbf_steps, not both")),
+        (Some(_), _, Some(_)) => return Err(bad(i, "system_mtbf_steps", "give at_step or system_mtbf_steps, not both")),
+        (None, Some(_), Some(_)) => return Err(bad(i, "system_mtbf_steps", "give mtbf_steps (per worker) or system_mtbf_steps, not both")),
+        (None, None, None) => {
+            return Err(bad(i, "at_step", "missing: give at_step (an explicit fault), mtbf_steps or system_mtbf_steps (random arrivals)"));
+        }
         _ => {}
     }
+    let crash_at = crash_at(i, table, target)?;
     let worker = match (int("worker")?, int("stage")?) {
         (Some(_), Some(_)) => return Err(bad(i, "stage", "give worker or stage, not both")),
         (w, s) => w.or(s).map(|w| w as usize),
@@ -128,14 +189,14 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if stuck_steps.is_some() && target != FaultTarget::Weights {
         return Err(bad(i, "stuck_steps", "stuck-at faults hold weights: use target = \"weights\""));
     }
-    if target == FaultTarget::Checkpoint && mtbf_steps.is_some() {
+    if target == FaultTarget::Checkpoint && (mtbf_steps.is_some() || system_mtbf_steps.is_some()) {
         return Err(bad(i, "mtbf_steps", "checkpoint faults are explicit: give at_step"));
     }
     let mut rest: toml::Table = table.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     if target == FaultTarget::Crash
         && let Some(k) = rest.keys().next()
     {
-        return Err(bad(i, k, "a crash flips no bits: only target, at_step or mtbf_steps, and worker apply"));
+        return Err(bad(i, k, "a crash flips no bits: only target, at_step, mtbf_steps or system_mtbf_steps, worker, and at_fraction or phase (with bucket) apply"));
     }
     for k in ["hdf5_file", "injection_sequence_path", "byte_region", "seed"] {
         if rest.contains_key(k) {
@@ -155,7 +216,7 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if target == FaultTarget::Crash {
         spec.tries = resilab_inject::Tries::Count(0);
     }
-    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, worker, stuck_steps, spec })
+    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, system_mtbf_steps, crash_at, worker, stuck_steps, spec })
 }
 
 /// The name a block's output goes by in `locations_to_corrupt` and the fault log
@@ -236,18 +297,19 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
             }
             continue;
         }
+        if let Some(mtbf) = e.system_mtbf_steps {
+            let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(fault_seed, &format!("fault.{}.system", e.index)));
+            for step in arrivals(&mut rng, mtbf, total_steps) {
+                let rank = e.worker.unwrap_or_else(|| rng.random_range(0..world.max(1)));
+                out.push(FaultEvent { id: 0, step, rank, entry: e.index, target: e.target });
+            }
+            continue;
+        }
         let Some(mtbf) = e.mtbf_steps else { continue };
         let ranks: Vec<usize> = e.worker.map_or_else(|| (0..world).collect(), |w| vec![w]);
         for rank in ranks {
             let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(fault_seed, &format!("fault.{}.worker.{rank}", e.index)));
-            let mut t = 0.0f64;
-            loop {
-                let u: f64 = rng.random();
-                t += -(1.0 - u).ln() * mtbf;
-                let step = t.ceil().max(1.0) as u64;
-                if step > total_steps {
-                    break;
-                }
+            for step in arrivals(&mut rng, mtbf, total_steps) {
                 out.push(FaultEvent { id: 0, step, rank, entry: e.index, target: e.target });
             }
         }
@@ -257,6 +319,21 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
         e.id = id;
     }
     Ok(out)
+}
+
+/// The steps of a Poisson process's arrivals with mean gap `mtbf` steps, up to `total_steps`
+/// (each arrival at the step that contains it).
+fn arrivals(rng: &mut ChaCha8Rng, mtbf: f64, total_steps: u64) -> Vec<u64> {
+    let (mut out, mut t) = (Vec::new(), 0.0f64);
+    loop {
+        let u: f64 = rng.random();
+        t += -(1.0 - u).ln() * mtbf;
+        let step = t.ceil().max(1.0) as u64;
+        if step > total_steps {
+            return out;
+        }
+        out.push(step);
+    }
 }
 
 #[cfg(test)]
@@ -302,6 +379,35 @@ mod tests {
         assert_ne!(s, schedule(&e, 10_000, 4, 10).unwrap());
         assert!(schedule(&e, 10_000, 1, 9).unwrap_err().to_string().contains("fault[0].worker"));
         assert!(s.windows(2).all(|w| (w[0].step, w[0].rank) <= (w[1].step, w[1].rank)));
+    }
+
+    #[test]
+    fn crashes_take_a_time_in_their_step() {
+        let one = |t: &str| parse(&[table(t)]).map(|e| e[0].crash_at);
+        assert_eq!(one("target = \"crash\"\nat_step = 3\n").unwrap(), None);
+        assert_eq!(one("target = \"crash\"\nat_step = 3\nat_fraction = 0.25\n").unwrap(), Some(CrashAt::Fraction(0.25)));
+        assert_eq!(one("target = \"crash\"\nat_step = 3\nphase = \"update\"\nbucket = 2\n").unwrap(), Some(CrashAt::Phase(Phase::Update(2))));
+        assert_eq!(one("target = \"crash\"\nat_step = 3\nphase = \"backward\"\n").unwrap(), Some(CrashAt::Phase(Phase::Backward)));
+        let err = |t: &str| one(t).unwrap_err().to_string();
+        assert!(err("target = \"crash\"\nat_step = 3\nat_fraction = 1.0\n").contains("fault[0].at_fraction"));
+        assert!(err("target = \"crash\"\nat_step = 3\nat_fraction = 0.5\nphase = \"forward\"\n").contains("fault[0].phase: give"));
+        assert!(err("target = \"crash\"\nat_step = 3\nphase = \"lunch\"\n").contains("fault[0].phase"));
+        assert!(err("target = \"crash\"\nat_step = 3\nphase = \"forward\"\nbucket = 1\n").contains("fault[0].bucket"));
+        assert!(err("target = \"weights\"\nat_step = 3\nat_fraction = 0.5\n").contains("fault[0].at_fraction"));
+    }
+
+    #[test]
+    fn system_arrivals_follow_the_system_mean_over_uniform_workers() {
+        let e = parse(&[table("target = \"crash\"\nsystem_mtbf_steps = 20\n")]).unwrap();
+        let s = schedule(&e, 20_000, 4, 3).unwrap();
+        // 20,000 / 20 = 1,000 expected over the whole system, sd about 32.
+        assert!((s.len() as f64 - 1000.0).abs() < 4.0 * 1000f64.sqrt(), "{}", s.len());
+        for r in 0..4 {
+            let n = s.iter().filter(|x| x.rank == r).count() as f64;
+            assert!((n - 250.0).abs() < 5.0 * 250f64.sqrt(), "rank {r}: {n}");
+        }
+        let err = parse(&[table("target = \"crash\"\nsystem_mtbf_steps = 20\nmtbf_steps = 5\n")]).unwrap_err().to_string();
+        assert!(err.contains("fault[0].system_mtbf_steps"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use resilab_faults::FaultInjector;
 use resilab_faults::detect::{LossSpike, all_within, digest, weights_within};
-use resilab_train::{Activation, Control, Ctx, Grads, Hooks, LossInfo, Message, Point, Worker};
+use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Point, Timeline, Worker};
 use serde::{Deserialize, Serialize};
 
 use crate::{Decision, Detection, Situation, Strategy, decide};
@@ -97,6 +97,12 @@ pub struct Guard {
     /// A decision the runner must carry out (restart from a checkpoint, fall back, fail);
     /// the step that made it ended with [`Control::Stop`].
     pub pending: Option<Decision>,
+    /// Whether a step redone without crashed workers spreads their samples over the survivors
+    /// (`[recovery] rebalance`: the global batch is kept) rather than dropping them.
+    pub rebalance: bool,
+    /// Bytes of state sent to each worker respawned from a healthy replica since the runner
+    /// last took them ([`Guard::take_transfers`]), for the simulated clock.
+    transfers: Vec<u64>,
     /// Replicas (data-parallel workers; 1 for a single worker or a pipeline).
     replicas: usize,
     spikes: BTreeMap<usize, LossSpike>,
@@ -120,6 +126,8 @@ impl Guard {
             detect,
             detections: Vec::new(),
             pending: None,
+            rebalance: false,
+            transfers: Vec::new(),
             replicas,
             spikes: BTreeMap::new(),
             digests: BTreeMap::new(),
@@ -141,6 +149,12 @@ impl Guard {
             self.faults.respawn(r);
         }
         self.resync_next.clear();
+    }
+
+    /// The bytes of state sent to each worker respawned from a healthy replica since the last
+    /// call (the runner charges them at the network's bandwidth).
+    pub fn take_transfers(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.transfers)
     }
 
     /// Measurement only: steps since the most recent fault at or before `step`.
@@ -233,6 +247,7 @@ impl Hooks for Guard {
             if self.resync(worker, from) {
                 self.faults.respawn(ctx.rank);
                 self.down.remove(&ctx.rank);
+                self.transfers.push(worker.state_bytes());
             }
         }
         let c = self.faults.before_step(ctx, worker);
@@ -245,6 +260,27 @@ impl Hooks for Guard {
             };
         }
         c
+    }
+
+    fn rebalance(&self) -> bool {
+        self.rebalance
+    }
+
+    fn crash_time(&mut self, ctx: &Ctx, timeline: &Timeline) -> Option<f64> {
+        self.faults.crash_time(ctx, timeline)
+    }
+
+    /// A real job sees a crash when the collective in flight times out: the strategy decides
+    /// (rollback redoes the step without the worker, lossy forward finishes it over the
+    /// survivors, checkpoint-restart reloads, `none` fails the run).
+    fn on_crash(&mut self, ctx: &Ctx, _crash: &Crash) -> Control {
+        if !self.down.insert(ctx.rank) {
+            return Control::Skip;
+        }
+        match self.fire(ctx, Detection::Crash, &[ctx.rank]) {
+            Control::Continue => Control::Skip,
+            other => other,
+        }
     }
 
     fn after_loss(&mut self, ctx: &Ctx, loss: &mut LossInfo) -> Control {

@@ -123,6 +123,24 @@ pub struct RecoveryConfig {
     /// `none` (default), `checkpoint_restart`, `rollback` or `lossy_forward`.
     #[serde(default)]
     pub strategy: Strategy,
+    /// Rollback after a crash: the redone step spreads the lost worker's samples over the
+    /// survivors (`true`: the global batch is kept) or drops them (`false`, default).
+    #[serde(default)]
+    pub rebalance: bool,
+    /// Simulated seconds to relaunch the job at every restart from a checkpoint (scheduler,
+    /// process start, communicator setup), charged before the checkpoint read. Default 0.
+    #[serde(default)]
+    pub relaunch_s: f64,
+}
+
+impl RecoveryConfig {
+    /// Checks the values; errors name the key.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.relaunch_s.is_finite() && self.relaunch_s >= 0.0) {
+            return Err(Error::Config(format!("recovery.relaunch_s = {} must be a number of seconds >= 0", self.relaunch_s)));
+        }
+        Ok(())
+    }
 }
 
 /// Parses `key=value` and sets it in `table`; `key` may be dotted (`train.epochs`) and may
@@ -319,6 +337,7 @@ impl RunConfig {
         self.train.validate()?;
         self.data.validate()?;
         self.checkpoint.validate().map_err(Error::Config)?;
+        self.recovery.validate()?;
         self.train.check_sizes(&self.data)?;
         self.check_fault_schedule()
     }
@@ -342,8 +361,14 @@ impl RunConfig {
         };
         let world = self.parallel.world().max(1);
         for e in &entries {
-            let Some(mtbf) = e.mtbf_steps.filter(|m| *m > 0.0) else { continue };
-            let ranks = if e.worker.is_some() { 1 } else { world };
+            let (mtbf, ranks) = match (e.mtbf_steps, e.system_mtbf_steps) {
+                (Some(m), _) => (m, if e.worker.is_some() { 1 } else { world }),
+                (None, Some(m)) => (m, 1),
+                (None, None) => continue,
+            };
+            if mtbf <= 0.0 {
+                continue;
+            }
             let events = steps as f64 / mtbf * ranks as f64;
             let bytes = events * std::mem::size_of::<resilab_faults::FaultEvent>() as f64;
             let bytes = (bytes < u64::MAX as f64).then_some(bytes as u64);

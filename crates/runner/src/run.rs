@@ -70,10 +70,11 @@ pub struct Summary {
     pub parallel: String,
     /// Blocks of each pipeline stage (empty for data parallelism).
     pub stages: Vec<Vec<String>>,
-    /// Simulated wall time on a real parallel machine: per step, the slowest worker's compute
-    /// (measured, or modelled with `parallel.compute.gflops`) plus modelled communication (or
-    /// the pipeline schedule's span), rollback's state copies and thrown-away attempts; plus
-    /// checkpoint writes and restart reloads at the storage bandwidth.
+    /// Simulated wall time on a real parallel machine: per step, the end of its overlapped
+    /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
+    /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
+    /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
+    /// writes, the relaunches and reloads of restarts, and respawned workers' state transfers.
     pub simulated_s: f64,
     /// Modelled communication time within `simulated_s`.
     pub simulated_comm_s: f64,
@@ -85,6 +86,15 @@ pub struct Summary {
     /// Within `simulated_s`: checkpoint writes and restart reloads at
     /// `parallel.compute.storage_gbps`.
     pub simulated_storage_s: f64,
+    /// Within `simulated_s`: the part of each step that a crash cut short before a restart
+    /// from a checkpoint (a rollback's abandoned attempts are in `simulated_redo_s`).
+    pub simulated_crash_lost_s: f64,
+    /// Within `simulated_s`: job relaunches of restarts from a checkpoint
+    /// (`recovery.relaunch_s` each).
+    pub simulated_relaunch_s: f64,
+    /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
+    /// network's bandwidth.
+    pub simulated_transfer_s: f64,
     /// `(simulated_s - golden simulated_s) / golden simulated_s`: deterministic when
     /// `parallel.compute.gflops` is set.
     pub simulated_overhead_vs_golden: Option<f64>,
@@ -375,7 +385,9 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
     resilab_faults::check_messages(&entries, stages).map_err(|e| config(&e))?;
     let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
-    Ok(Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas))
+    let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
+    guard.rebalance = cfg.recovery.rebalance;
+    Ok(guard)
 }
 
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.

@@ -35,6 +35,9 @@ struct Tally {
     snapshot_s: f64,
     redo_s: f64,
     storage_s: f64,
+    crash_lost_s: f64,
+    relaunch_s: f64,
+    transfer_s: f64,
 }
 
 /// Training loss and accuracy summed since the last `metrics.csv` row.
@@ -132,11 +135,14 @@ impl<'a> Session<'a> {
             let outcome = trainer.step_with(guard)?;
             self.tally.train_s += t.elapsed().as_secs_f64();
             self.log_faults(guard)?;
+            self.charge_transfers(trainer, guard);
             let s = match outcome {
                 StepOutcome::Done(s) => s,
                 StepOutcome::Restored { .. } => continue,
-                StepOutcome::Stopped { .. } => match guard.pending.take() {
+                StepOutcome::Stopped { lost_s, .. } => match guard.pending.take() {
                     Some(Decision::RestartFromCheckpoint) => {
+                        self.tally.crash_lost_s += lost_s;
+                        self.tally.sim_s += lost_s;
                         if self.restart(trainer, guard)? {
                             continue;
                         }
@@ -167,6 +173,15 @@ impl<'a> Session<'a> {
         let path = self.opts.out.join("faults.jsonl");
         self.logged_faults = append_fault_log(&mut self.faults_file, &path, guard.faults.logged(), self.logged_faults)?;
         Ok(())
+    }
+
+    /// Charges the state sent to workers respawned from a healthy replica, one message each.
+    fn charge_transfers(&mut self, trainer: &Trainer, guard: &mut Guard) {
+        for bytes in guard.take_transfers() {
+            let s = trainer.parallel.network.send_s(bytes);
+            self.tally.transfer_s += s;
+            self.tally.sim_s += s;
+        }
     }
 
     fn account(&mut self, s: &StepStats) {
@@ -214,6 +229,9 @@ impl<'a> Session<'a> {
             None => (self.initial.clone(), None),
         };
         trainer.restore(&state)?;
+        let relaunch = self.cfg.recovery.relaunch_s;
+        self.tally.relaunch_s += relaunch;
+        self.tally.sim_s += relaunch;
         if from.is_some() {
             let read_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
             self.tally.storage_s += read_s;
@@ -376,7 +394,11 @@ impl<'a> Session<'a> {
             simulated_snapshot_s: t.snapshot_s,
             simulated_redo_s: t.redo_s,
             simulated_storage_s: t.storage_s,
-            simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).map(|g| (t.sim_s - g) / g),
+            simulated_crash_lost_s: t.crash_lost_s,
+            simulated_relaunch_s: t.relaunch_s,
+            simulated_transfer_s: t.transfer_s,
+            // A run that failed stopped early: its simulated time is no cost of recovery.
+            simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).filter(|_| !t.failed).map(|g| (t.sim_s - g) / g),
             comm_bytes: t.comm_bytes,
             train_images: split.train.len(),
             test_images: split.test.len(),

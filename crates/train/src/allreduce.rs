@@ -1,8 +1,8 @@
 //! The all-reduce of a data-parallel step, with its summation order modelled explicitly.
 //!
 //! Gradients are grouped into buckets in reverse parameter order (the order in which backward
-//! produces them): DDP fills 25 MiB buckets after a first bucket of 1 MiB, Horovod fuses into
-//! 64 MiB buffers. Each bucket is flattened and reduced on its own. DDP divides every
+//! produces them): DDP fills buckets of `parallel.bucket_mb` after a first bucket of at most
+//! 1 MiB, Horovod fuses into buffers of `parallel.bucket_mb`. Each bucket is flattened and reduced on its own. DDP divides every
 //! contribution by the number of workers first and then sums; Horovod sums and then multiplies
 //! by 1/N. The sum is either in rank order or as a ring all-reduce does it (see
 //! [`AllReduceKind::Ring`]). Floating-point addition is not associative, so these choices change
@@ -64,17 +64,27 @@ impl ReducePlan {
     /// Averages `contributions` (one per participating worker, in rank order). Parameters
     /// missing from a contribution are left out of the result.
     pub fn reduce(&self, contributions: Vec<Grads>) -> Grads {
+        self.reduce_buckets(contributions, 0..self.buckets.len())
+    }
+
+    /// [`ReducePlan::reduce`] of the buckets `range` only: their parameters' averages.
+    pub fn reduce_buckets(&self, contributions: Vec<Grads>, range: std::ops::Range<usize>) -> Grads {
         let k = contributions.len();
         let mut out = Grads::new();
-        if k == 0 {
+        let buckets = self.buckets.get(range.clone()).unwrap_or_default();
+        if k == 0 || buckets.is_empty() {
             return out;
         }
         let mut contributions = contributions;
         if k == 1 {
             // One contribution: the sum is itself and the average divides by one.
-            return contributions.pop().unwrap_or_default();
+            let mut only = contributions.pop().unwrap_or_default();
+            if range.len() == self.buckets.len() {
+                return only;
+            }
+            return buckets.iter().flatten().filter_map(|(name, _)| only.remove_entry(name)).collect();
         }
-        for bucket in &self.buckets {
+        for bucket in buckets {
             let present: Vec<&(String, usize)> =
                 bucket.iter().filter(|(name, _)| contributions.iter().all(|g| g.contains_key(name))).collect();
             if present.is_empty() {
@@ -287,9 +297,25 @@ mod tests {
         let names = |p: &ReducePlan| p.buckets.iter().map(|b| b.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join("")).collect::<Vec<_>>();
         // DDP: first bucket 1 MiB (d alone, c would overflow it), then 25 MiB buckets; b is
         // larger than any bucket and goes alone (under Horovod too).
-        assert_eq!(names(&ReducePlan::new(&params, &ParallelConfig::default())), ["d", "c", "b", "a"]);
-        let horovod = ParallelConfig { sync: SyncKind::Horovod, ..ParallelConfig::default() };
+        let ddp = ParallelConfig { bucket_mb: Some(25.0), ..ParallelConfig::default() };
+        assert_eq!(names(&ReducePlan::new(&params, &ddp)), ["d", "c", "b", "a"]);
+        let horovod = ParallelConfig { sync: SyncKind::Horovod, bucket_mb: Some(64.0), ..ParallelConfig::default() };
         assert_eq!(names(&ReducePlan::new(&params, &horovod)), ["dc", "b", "a"]);
+    }
+
+    #[test]
+    fn a_range_of_buckets_reduces_only_its_parameters() {
+        let t = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v; 2], [2]), &Device::flex());
+        let g = |v: f32| Grads::from([("a".to_string(), t(v)), ("b".to_string(), t(10.0 * v))]);
+        let cfg = ParallelConfig { workers: 2, bucket_mb: Some(8.0 / (1024.0 * 1024.0)), ..ParallelConfig::default() };
+        let plan = ReducePlan::new(&[("a".to_string(), 2), ("b".to_string(), 2)], &cfg);
+        assert_eq!(plan.buckets.len(), 2, "b first, then a");
+        let first = plan.reduce_buckets(vec![g(1.0), g(3.0)], 0..1);
+        assert_eq!(first.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(first["b"].clone().into_data().try_to_vec::<f32>().unwrap(), [20.0, 20.0]);
+        let alone = plan.reduce_buckets(vec![g(5.0)], 1..2);
+        assert_eq!(alone.keys().collect::<Vec<_>>(), ["a"]);
+        assert!(plan.reduce_buckets(vec![g(5.0)], 2..2).is_empty());
     }
 
     #[test]

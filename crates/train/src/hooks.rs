@@ -2,10 +2,11 @@
 //! plug in. Training calls them and carries out the [`Control`] they return; it never depends on
 //! what implements them.
 //!
-//! Order within one data-parallel step, for every worker in rank order:
-//! [`Hooks::before_step`], forward (with [`Hooks::on_activation`] on every block's output when
+//! Order within one data-parallel step: [`Hooks::before_step`] for every worker in rank
+//! order; then for every worker that goes on, in rank order: forward (with [`Hooks::on_activation`] on every block's output when
 //! [`Hooks::watch_forward`] asks for it), [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
-//! then the all-reduce; then per worker [`Hooks::after_allreduce`] (its own copy of the reduced
+//! then, once the step's [`Timeline`] is known, [`Hooks::crash_time`] per computing worker and
+//! [`Hooks::on_crash`] for each that crashes; then the all-reduce; then per surviving worker [`Hooks::after_allreduce`] (its own copy of the reduced
 //! gradients), optimizer step, [`Hooks::after_optimizer_step`]. In a pipeline step the worker is
 //! a stage: [`Hooks::before_step`] per stage, [`Hooks::on_activation`] inside a stage's forward
 //! when watched, [`Hooks::on_message`] on every activation and
@@ -15,7 +16,7 @@
 
 use burn::prelude::*;
 
-use crate::{Grads, TrainState, Worker};
+use crate::{Grads, Timeline, TrainState, Worker};
 
 /// Where in the step a hook is called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -35,6 +36,22 @@ pub enum Point {
     Message,
     /// On a block's output during the forward pass.
     Forward,
+    /// A worker crashed inside the step (at a time of the step's [`Timeline`]).
+    Crash,
+}
+
+/// A worker's crash inside a data-parallel step, as [`Hooks::on_crash`] sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Crash {
+    /// Simulated seconds from the step's start.
+    pub at_s: f64,
+    /// The step's simulated duration without the crash.
+    pub step_s: f64,
+    /// Buckets whose all-reduce had ended: their reduced gradients, which include the crashed
+    /// worker's, reached every survivor. The next bucket, if any, was in flight.
+    pub completed_buckets: usize,
+    /// Buckets in the step.
+    pub buckets: usize,
 }
 
 /// Who and when: passed to every hook.
@@ -160,6 +177,28 @@ pub trait Hooks {
     /// nobody watches runs at full speed.
     fn watch_forward(&self, _ctx: &Ctx) -> bool {
         false
+    }
+    /// Whether, when some data-parallel workers are out of a step from its start (crashed
+    /// earlier, not yet back), the others take over their samples (the global batch is kept)
+    /// rather than leaving them out.
+    fn rebalance(&self) -> bool {
+        false
+    }
+    /// Asked once per computing worker of a data-parallel step (and per stage of a pipeline
+    /// step, with an empty timeline) after its work is laid out on the simulated clock: the
+    /// time in seconds from the step's start at which the worker crashes in this step, if it
+    /// does. A pipeline stage crashes before its work.
+    fn crash_time(&mut self, _ctx: &Ctx, _timeline: &Timeline) -> Option<f64> {
+        None
+    }
+    /// A worker crashed inside the step (point [`Point::Crash`]). [`Control::Continue`] and
+    /// [`Control::Skip`]: the survivors finish the step without it: the buckets already
+    /// reduced keep its gradient, the bucket in flight and the later ones are reduced over the
+    /// survivors, who apply them (lossy forward). [`Control::Redo`] undoes the step and runs it
+    /// again (without the worker, which [`Hooks::before_step`] then leaves out);
+    /// [`Control::Stop`] ends it.
+    fn on_crash(&mut self, _ctx: &Ctx, _crash: &Crash) -> Control {
+        Control::Continue
     }
     /// After a block's output is computed in a watched forward pass; set
     /// [`Activation::replacement`] to change what the next block sees. [`Control::Skip`]

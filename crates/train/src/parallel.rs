@@ -24,11 +24,11 @@ pub enum ParallelMode {
 pub enum SyncKind {
     /// PyTorch DDP: rank 0's buffers (BatchNorm running statistics) are broadcast to every
     /// replica before each forward; gradients are divided by the world size before a bucketed
-    /// all-reduce (25 MiB buckets, the first 1 MiB, in reverse parameter order).
+    /// all-reduce (buckets of `bucket_mb`, the first at most 1 MiB, in reverse parameter order).
     #[default]
     Ddp,
     /// Horovod: buffers are never synchronised after the start; gradients are fused into
-    /// 64 MiB buffers, summed, then multiplied by 1/N.
+    /// buffers of `bucket_mb`, summed, then multiplied by 1/N.
     Horovod,
 }
 
@@ -68,6 +68,9 @@ pub enum Balance {
     /// Minimise the largest stage's trainable parameter count.
     Params,
 }
+
+/// The all-reduce bucket size when `parallel.bucket_mb` is not given: 64 KiB.
+pub const DEFAULT_BUCKET_MB: f64 = 0.0625;
 
 fn one() -> usize {
     1
@@ -188,8 +191,10 @@ pub struct ParallelConfig {
     /// `ring` (default) or `rank_order` (mode `data`).
     #[serde(default)]
     pub allreduce: AllReduceKind,
-    /// All-reduce bucket (DDP) or fusion buffer (Horovod) size in MiB; default 25 for DDP and
-    /// 64 for Horovod.
+    /// All-reduce bucket (DDP's `bucket_cap_mb`) or fusion buffer (Horovod) size in MiB;
+    /// default [`DEFAULT_BUCKET_MB`] (64 KiB), scaled to resilab's small models as DDP's 25 MiB
+    /// is to large ones: ResNet-8 has 5 buckets, so their all-reduces overlap the backward
+    /// pass (see [`crate::Timeline`]). PyTorch's own defaults are 25 (DDP) and 64 (Horovod).
     #[serde(default)]
     pub bucket_mb: Option<f64>,
     /// Pipeline stages (mode `pipeline`).
@@ -257,13 +262,9 @@ impl ParallelConfig {
         }
     }
 
-    /// Bucket size in bytes (DDP 25 MiB, Horovod 64 MiB unless set).
+    /// Bucket size in bytes ([`DEFAULT_BUCKET_MB`] unless set).
     pub fn bucket_bytes(&self) -> u64 {
-        let mb = self.bucket_mb.unwrap_or(match self.sync {
-            SyncKind::Ddp => 25.0,
-            SyncKind::Horovod => 64.0,
-        });
-        (mb * 1024.0 * 1024.0) as u64
+        (self.bucket_mb.unwrap_or(DEFAULT_BUCKET_MB) * 1024.0 * 1024.0) as u64
     }
 
     /// A short description such as `data x4 (ddp, ring)` or `pipeline 4 stages x 8 micro-batches (gpipe)`.
@@ -386,6 +387,6 @@ mod tests {
     fn send_time_is_alpha_plus_bytes_over_bandwidth() {
         let n = NetworkConfig { latency_us: 10.0, bandwidth_gbps: 8.0 };
         assert!((n.send_s(1_000_000) - (10e-6 + 1e-3)).abs() < 1e-12);
-        assert_eq!(ParallelConfig::default().bucket_bytes(), 25 * 1024 * 1024);
+        assert_eq!(ParallelConfig::default().bucket_bytes(), 64 * 1024);
     }
 }

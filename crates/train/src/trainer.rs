@@ -5,12 +5,13 @@ use std::time::Instant;
 
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
-use resilab_data::{EpochOrder, Split, shard_range};
+use resilab_data::{EpochOrder, Split};
 use resilab_models::{InputShape, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
 use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads, trainable_sizes};
-use crate::hooks::{Control, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
+use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
+use crate::timeline::{StepCosts, Timeline};
 use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
 use crate::{
     Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
@@ -149,7 +150,7 @@ impl TrainConfig {
 }
 
 /// What one global step produced, over the workers that contributed.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct StepStats {
     /// Global step number (1-based: the number of steps completed).
     pub step: u64,
@@ -188,13 +189,6 @@ pub struct StepStats {
     pub snapshot_s: f64,
 }
 
-/// Bytes of a worker's model (parameters and buffers) and optimizer state.
-fn state_bytes(w: &Worker) -> u64 {
-    let mut n = 0usize;
-    resilab_models::for_each_param(&w.net, |_, t| n += t.dims()[0]);
-    n += w.optim.params.values().flat_map(|p| p.buffers.values()).map(|t| t.dims()[0]).sum::<usize>();
-    4 * n as u64
-}
 
 /// The modelled time of a worker's optimizer update, when compute is modelled: its state read
 /// and written once and its gradients read, at the memory bandwidth.
@@ -205,7 +199,7 @@ fn modelled_update_s(p: &ParallelConfig, w: &Worker) -> Option<f64> {
             params += t.dims()[0];
         }
     });
-    p.compute.gflops.map(|_| p.compute.copy_s(2 * state_bytes(w) + 4 * params as u64))
+    p.compute.gflops.map(|_| p.compute.copy_s(2 * w.state_bytes() + 4 * params as u64))
 }
 
 /// How a step ended.
@@ -226,6 +220,9 @@ pub enum StepOutcome {
         point: Point,
         /// Worker or stage whose hook asked.
         rank: usize,
+        /// Simulated seconds the step had run when it stopped (a crash's time in the step;
+        /// 0 for other stops).
+        lost_s: f64,
     },
 }
 
@@ -248,25 +245,30 @@ pub struct TrainSpec {
 pub const MAX_REDOS: u32 = 16;
 
 enum Topology {
-    Data { plan: ReducePlan, buffer_bytes: u64 },
+    /// `ready_frac`: per bucket, the share of the backward pass done when its gradients are
+    /// ready (see [`crate::Timeline`]).
+    Data { plan: ReducePlan, buffer_bytes: u64, ready_frac: Vec<f64> },
     Pipeline { ranges: Vec<Range<usize>>, ops: Vec<Vec<Op>> },
 }
 
 /// How a hook's control value ends a step early.
 enum Flow {
     Done(StepStats),
-    Redo,
+    /// Undo and run again; with the simulated seconds the attempt ran before it was abandoned
+    /// (`None`: a whole step, as for damage found at the end of a step at the latest).
+    Redo(Option<f64>),
     Restore(Box<TrainState>, Point, usize),
-    Stop(Point, usize),
+    /// End the step, after this many simulated seconds of it.
+    Stop(Point, usize, f64),
 }
 
 /// `Continue` and `Skip` let the step go on; anything else ends it.
 fn early(c: Control, point: Point, rank: usize) -> Option<Flow> {
     match c {
         Control::Continue | Control::Skip => None,
-        Control::Redo => Some(Flow::Redo),
+        Control::Redo => Some(Flow::Redo(None)),
         Control::Restore(s) => Some(Flow::Restore(s, point, rank)),
-        Control::Stop => Some(Flow::Stop(point, rank)),
+        Control::Stop => Some(Flow::Stop(point, rank, 0.0)),
     }
 }
 
@@ -318,6 +320,88 @@ pub struct Trainer {
     topology: Topology,
     /// Forward FLOPs per image of each worker's network (for the modelled compute time).
     fwd_flops: Vec<u64>,
+    /// The slowest worker's measured update seconds of the last step (compute not modelled),
+    /// for the timeline a crash is placed on before this step's updates run.
+    update_estimate_s: Option<f64>,
+}
+
+mod data;
+
+/// A fault-free data-parallel step as the cost model sees it, without running it: the
+/// projection of recovery costs to worker counts too large to simulate uses it.
+#[derive(Clone, Debug)]
+pub struct StepModel {
+    /// The step's costs on the given number of workers.
+    pub costs: StepCosts,
+    /// Its timeline.
+    pub timeline: Timeline,
+    /// Per bucket: its all-reduce over one worker fewer.
+    pub survivor_reduce_s: Vec<f64>,
+    /// Bytes of one worker's model (parameters and buffers) and optimizer state.
+    pub state_bytes: u64,
+}
+
+impl StepModel {
+    /// The step of `net` on `workers` workers with `shard` images each, under `parallel`'s
+    /// cost model; `None` unless `parallel.compute.gflops` models the compute.
+    pub fn new(net: &Net, input: InputShape, parallel: &ParallelConfig, optimizer: &OptimizerConfig, shard: usize, workers: usize) -> Option<Self> {
+        let flops: u64 = net.block_costs(input).iter().map(|b| b.flops).sum();
+        let compute = parallel.compute.flops_s(3.0 * flops as f64 * shard as f64)?;
+        let parallel = ParallelConfig { workers, ..parallel.clone() };
+        let plan = ReducePlan::new(&trainable_sizes(net), &parallel);
+        let bytes = plan.bucket_bytes();
+        let params = resilab_models::named_params(net);
+        let buffer_bytes: u64 = params.iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
+        let trainable: u64 = params.iter().filter(|p| p.trainable).map(|p| 4 * p.numel() as u64).sum();
+        let start_s = if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, buffer_bytes, workers) } else { 0.0 };
+        let costs = StepCosts {
+            start_s,
+            forward_s: vec![Some(compute / 3.0); workers],
+            backward_s: vec![2.0 * compute / 3.0; workers],
+            ready_frac: ready_fractions(net, &plan, input),
+            reduce_s: bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers)).collect(),
+            update_s: data::modelled_bucket_updates(&parallel, optimizer, &bytes),
+            not_before_s: vec![0.0; bytes.len()],
+        };
+        let survivor_reduce_s = bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers.saturating_sub(1))).collect();
+        let state_bytes = buffer_bytes + trainable * (1 + data::optimizer_buffers(optimizer));
+        Some(Self { timeline: Timeline::build(&costs), costs, survivor_reduce_s, state_bytes })
+    }
+
+    /// The step's end when a worker crashes at `at_s` and the survivors finish it (lossy
+    /// forward).
+    pub fn end_after_crash(&self, at_s: f64) -> f64 {
+        let completed = self.timeline.completed_buckets(at_s);
+        Timeline::build(&self.costs.after_crash(at_s, completed, &self.survivor_reduce_s)).end_s
+    }
+
+    /// The step over one worker fewer, each keeping its shard (rollback's redo without
+    /// rebalancing).
+    pub fn survivors_step_s(&self) -> f64 {
+        let mut c = self.costs.clone();
+        c.forward_s.pop();
+        c.backward_s.pop();
+        c.reduce_s.clone_from(&self.survivor_reduce_s);
+        Timeline::build(&c).end_s
+    }
+}
+
+/// Per bucket of `plan`, the share of the backward pass done when its gradients are ready:
+/// backward runs the blocks last to first, so a bucket is ready once backward has passed the
+/// earliest block holding one of its parameters (block FLOPs measure the work).
+fn ready_fractions(net: &Net, plan: &ReducePlan, input: InputShape) -> Vec<f64> {
+    let costs = net.block_costs(input);
+    let total: u64 = costs.iter().map(|c| c.flops).sum::<u64>().max(1);
+    let block_of = |param: &str| {
+        costs.iter().enumerate().filter(|(_, c)| param.starts_with(&format!("{}.", c.name))).max_by_key(|(_, c)| c.name.len()).map_or(0, |(i, _)| i)
+    };
+    plan.buckets
+        .iter()
+        .map(|b| {
+            let first = b.iter().map(|(name, _)| block_of(name)).min().unwrap_or(0);
+            costs[first..].iter().map(|c| c.flops).sum::<u64>() as f64 / total as f64
+        })
+        .collect()
 }
 
 impl Trainer {
@@ -342,8 +426,10 @@ impl Trainer {
                 let plan = ReducePlan::new(&trainable_sizes(&net), &parallel);
                 let buffer_bytes =
                     resilab_models::named_params(&net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
+                let input = InputShape { channels: data.train.channels, size: data.train.size };
+                let ready_frac = ready_fractions(&net, &plan, input);
                 let workers: Vec<Worker> = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
-                (workers, Topology::Data { plan, buffer_bytes })
+                (workers, Topology::Data { plan, buffer_bytes, ready_frac })
             }
             ParallelMode::Pipeline => {
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
@@ -356,12 +442,12 @@ impl Trainer {
         let order = EpochOrder::new(seed, 0, data.train.len());
         let input = InputShape { channels: data.train.channels, size: data.train.size };
         let fwd_flops = workers.iter().map(|w| w.net.block_costs(input).iter().map(|b| b.flops).sum()).collect();
-        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology, fwd_flops })
+        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology, fwd_flops, update_estimate_s: None })
     }
 
     /// Bytes of every worker's model and optimizer state together (what a checkpoint holds).
     pub fn state_bytes(&self) -> u64 {
-        self.workers.iter().map(state_bytes).sum()
+        self.workers.iter().map(Worker::state_bytes).sum()
     }
 
     /// Optimizer steps per epoch (full global batches; a last partial batch is dropped).
@@ -425,8 +511,10 @@ impl Trainer {
     /// return.
     pub fn step_with(&mut self, hooks: &mut dyn Hooks) -> Result<StepOutcome> {
         let saved = hooks.undo().then(|| self.workers.clone());
-        let snapshot_bytes = if saved.is_some() { self.workers.iter().map(state_bytes).max().unwrap_or(0) } else { 0 };
+        let snapshot_bytes = if saved.is_some() { self.workers.iter().map(Worker::state_bytes).max().unwrap_or(0) } else { 0 };
         let mut attempt = 0;
+        // Attempts thrown away: whole steps, and seconds of attempts abandoned part-way.
+        let (mut whole, mut partial_s) = (0u32, 0.0);
         loop {
             let flow = match self.topology {
                 Topology::Data { .. } => self.data_step(hooks, attempt)?,
@@ -435,13 +523,17 @@ impl Trainer {
             match flow {
                 Flow::Done(mut s) => {
                     s.redos = attempt;
-                    s.redo_s = f64::from(attempt) * s.sim_s;
+                    s.redo_s = f64::from(whole) * s.sim_s + partial_s;
                     s.snapshot_bytes = snapshot_bytes;
                     s.snapshot_s = f64::from(1 + attempt) * self.parallel.compute.copy_s(snapshot_bytes);
                     s.sim_s += s.redo_s + s.snapshot_s;
                     return Ok(StepOutcome::Done(s));
                 }
-                Flow::Redo => {
+                Flow::Redo(lost) => {
+                    match lost {
+                        Some(t) => partial_s += t,
+                        None => whole += 1,
+                    }
                     let Some(w) = &saved else {
                         return Err(Error::Config("a hook asked to redo the step, but Hooks::undo() is false".into()));
                     };
@@ -455,7 +547,7 @@ impl Trainer {
                     self.restore(&state)?;
                     return Ok(StepOutcome::Restored { point, rank });
                 }
-                Flow::Stop(point, rank) => return Ok(StepOutcome::Stopped { point, rank }),
+                Flow::Stop(point, rank, lost_s) => return Ok(StepOutcome::Stopped { point, rank, lost_s }),
             }
         }
     }
@@ -469,97 +561,6 @@ impl Trainer {
         (cursor, self.order.batch(cursor.batch, self.config.batch_size).to_vec())
     }
 
-    fn data_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
-        let (cursor, global) = self.global_batch();
-        let Topology::Data { plan, buffer_bytes } = &self.topology else {
-            return Err(Error::State("data step on a pipeline".into()));
-        };
-        let (n, batch, lr, step) = (self.workers.len(), self.config.batch_size, self.lr(), self.step + 1);
-        let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
-        let net = &self.parallel.network;
-        let (mut comm_s, mut comm_bytes) = (0.0, 0u64);
-        if self.parallel.sync == SyncKind::Ddp && n > 1 && *buffer_bytes > 0 {
-            broadcast_buffers(&mut self.workers);
-            comm_s += broadcast_s(net, *buffer_bytes, n);
-            comm_bytes += *buffer_bytes * (n as u64 - 1);
-        }
-        let mut compute = vec![0.0f64; n];
-        let (mut loss, mut correct, mut count, mut skipped) = (0.0, 0usize, 0usize, 0u32);
-        let mut contributions = Vec::with_capacity(n);
-        for r in 0..n {
-            if hook!(hooks.before_step(&ctx(r, Point::BeforeStep), &mut self.workers[r]), Point::BeforeStep, r) {
-                skipped += 1;
-                continue;
-            }
-            let t = Instant::now();
-            let shard = &global[shard_range(batch, r, n)];
-            let (pass, c) =
-                self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
-            sync(&self.device)?;
-            compute[r] = self.parallel.compute.flops_s(3.0 * self.fwd_flops[r] as f64 * shard.len() as f64).unwrap_or_else(|| t.elapsed().as_secs_f64());
-            if hook!(c, Point::Forward, r) {
-                skipped += 1;
-                continue;
-            }
-            let mut info = LossInfo { loss: pass.loss, correct: pass.correct, count: pass.count };
-            if hook!(hooks.after_loss(&ctx(r, Point::AfterLoss), &mut info), Point::AfterLoss, r) {
-                skipped += 1;
-                continue;
-            }
-            let mut grads = pass.grads;
-            if hook!(hooks.after_backward(&ctx(r, Point::AfterBackward), &mut grads), Point::AfterBackward, r) {
-                skipped += 1;
-                continue;
-            }
-            loss += info.loss;
-            correct += info.correct;
-            count += info.count;
-            contributions.push(grads);
-        }
-        let k = contributions.len();
-        let reduced = plan.reduce(contributions);
-        for b in plan.bucket_bytes() {
-            comm_s += ring_allreduce_s(net, b, k);
-            comm_bytes += 2 * (k as u64).saturating_sub(1) * b;
-        }
-        let spe = self.steps_per_epoch() as usize;
-        let mut opt = Vec::with_capacity(n);
-        for r in 0..n {
-            let mut g = reduced.clone();
-            let apply = !hook!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
-            let w = &mut self.workers[r];
-            let t = Instant::now();
-            if apply && k > 0 {
-                let net = w.net.take();
-                w.net = w.optim.step(&self.optimizer, lr, net, &g);
-            }
-            sync(&self.device)?;
-            opt.push(modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64()));
-            w.cursor = w.cursor.advance(spe);
-            hook!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
-        }
-        self.step += 1;
-        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        Ok(Flow::Done(StepStats {
-            step: self.step,
-            epoch: cursor.epoch,
-            loss: if k > 0 { loss / k as f64 } else { f64::NAN },
-            train_acc: if count > 0 { correct as f64 / count as f64 } else { f64::NAN },
-            lr,
-            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
-            sim_s: max(&compute) + comm_s + max(&opt),
-            comm_s,
-            comm_bytes,
-            compute_s: compute.iter().sum(),
-            update_s: opt.iter().sum(),
-            skipped,
-            redos: 0,
-            redo_s: 0.0,
-            snapshot_bytes: 0,
-            snapshot_s: 0.0,
-        }))
-    }
-
     fn pipeline_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
         let (cursor, global) = self.global_batch();
         let Topology::Pipeline { ops, .. } = &self.topology else {
@@ -571,6 +572,14 @@ impl Trainer {
         let mut frozen = Vec::with_capacity(ns);
         for s in 0..ns {
             frozen.push(hook!(hooks.before_step(&ctx(s, None, Point::BeforeStep), &mut self.workers[s]), Point::BeforeStep, s));
+        }
+        // A stage crashes before its work: a pipeline step has no bucket timeline.
+        for (s, f) in frozen.iter_mut().enumerate() {
+            if hooks.crash_time(&ctx(s, None, Point::Crash), &Timeline::default()).is_some() {
+                let crash = Crash { at_s: 0.0, step_s: 0.0, completed_buckets: 0, buckets: 0 };
+                hook!(hooks.on_crash(&ctx(s, None, Point::Crash), &crash), Point::Crash, s);
+                *f = true;
+            }
         }
         let (data, norm, device) = (&self.data.train, &self.data.norm, &self.device);
         let mut inputs = Vec::with_capacity(nm);

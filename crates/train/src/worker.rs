@@ -57,6 +57,15 @@ pub struct LocalPass {
 }
 
 impl Worker {
+    /// Bytes of the worker's model (parameters and buffers) and optimizer state: what a
+    /// replica sends to respawn it, or a rollback copies.
+    pub fn state_bytes(&self) -> u64 {
+        let mut n = 0usize;
+        resilab_models::for_each_param(&self.net, |_, t| n += t.dims()[0]);
+        n += self.optim.params.values().flat_map(|p| p.buffers.values()).map(|t| t.dims()[0]).sum::<usize>();
+        4 * n as u64
+    }
+
     /// A worker of rank `rank` whose random stream derives from `seed`.
     pub fn new(rank: usize, net: Net, seed: u64) -> Self {
         Self {

@@ -1,0 +1,282 @@
+//! The data-parallel step, as its phases: workers start (or are out), forward and backward per
+//! worker, the overlapped timeline, crashes inside it, the bucketed all-reduce, the updates.
+
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+use resilab_data::shard_range;
+
+use super::{Flow, StepStats, Topology, Trainer, broadcast_buffers, early, modelled_update_s, sync};
+use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s};
+use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
+use crate::timeline::{StepCosts, Timeline};
+use crate::{Error, Grads, OptimizerConfig, OptimizerKind, ParallelConfig, Result, SyncKind};
+
+/// A phase's result: go on with a value, or end the step with a flow.
+type Phase<T> = Result<ControlFlow<Flow, T>>;
+
+/// Like the trainer's `hook!`, inside a phase: ends the step on an early control.
+macro_rules! hook_phase {
+    ($call:expr, $point:expr, $rank:expr) => {{
+        let c = $call;
+        let skip = matches!(c, Control::Skip);
+        if let Some(f) = early(c, $point, $rank) {
+            return Ok(ControlFlow::Break(f));
+        }
+        skip
+    }};
+}
+
+/// Ends the step when a phase says so.
+macro_rules! phase {
+    ($e:expr) => {
+        match $e? {
+            ControlFlow::Continue(v) => v,
+            ControlFlow::Break(f) => return Ok(f),
+        }
+    };
+}
+
+/// One worker's forward and backward pass.
+struct Pass {
+    grads: Grads,
+    loss: LossInfo,
+    compute_s: f64,
+}
+
+/// Workers that crashed inside the step.
+struct Crashed {
+    ranks: Vec<usize>,
+    at_s: f64,
+    /// Buckets whose all-reduce had ended at the crash.
+    completed: usize,
+}
+
+/// The data-parallel layout a step needs, copied out of the trainer's topology.
+struct DataPlan {
+    plan: ReducePlan,
+    buffer_bytes: u64,
+    ready_frac: Vec<f64>,
+}
+
+impl Trainer {
+    pub(super) fn data_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
+        let (cursor, global) = self.global_batch();
+        let Topology::Data { plan, buffer_bytes, ready_frac } = &self.topology else {
+            return Err(Error::State("data step on a pipeline".into()));
+        };
+        let layout = DataPlan { plan: plan.clone(), buffer_bytes: *buffer_bytes, ready_frac: ready_frac.clone() };
+        let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
+        let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
+        let live = phase!(self.start_workers(hooks, &ctx));
+        let (broadcast, broadcast_bytes) = self.sync_buffers(&layout);
+        let passes = phase!(self.passes(hooks, &ctx, &global, &live));
+        let mut costs = self.step_costs(&layout, broadcast, &passes, self.update_estimate_s);
+        let timeline = Timeline::build(&costs);
+        let crashed = phase!(self.crashes(hooks, &ctx, &live, &timeline));
+        let (reduced, reduce_bytes) = reduce(&layout.plan, passes.iter().map(|p| p.as_ref().map(|p| p.grads.clone())).collect(), crashed.as_ref());
+        let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref()));
+        let survivors = passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
+        if let Some(c) = &crashed {
+            let again: Vec<f64> = layout.plan.bucket_bytes().iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, survivors)).collect();
+            costs = costs.after_crash(c.at_s, c.completed, &again);
+        }
+        costs.update_s = self.bucket_update_s(&layout, Some(update_s.clone()));
+        let timeline = Timeline::build(&costs);
+        self.step += 1;
+        let kept: Vec<&Pass> =
+            passes.iter().enumerate().filter(|(r, _)| crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).filter_map(|(_, p)| p.as_ref()).collect();
+        let (loss, correct, count) = kept.iter().fold((0.0, 0, 0), |(l, c, k), p| (l + p.loss.loss, c + p.loss.correct, k + p.loss.count));
+        let k = kept.len();
+        Ok(Flow::Done(StepStats {
+            step: self.step,
+            epoch: cursor.epoch,
+            loss: if k > 0 { loss / k as f64 } else { f64::NAN },
+            train_acc: if count > 0 { correct as f64 / count as f64 } else { f64::NAN },
+            lr,
+            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
+            sim_s: timeline.end_s,
+            comm_s: timeline.comm_s(),
+            comm_bytes: broadcast_bytes + reduce_bytes,
+            compute_s: passes.iter().flatten().map(|p| p.compute_s).sum(),
+            update_s: update_s.iter().sum(),
+            skipped: (n - k) as u32,
+            ..StepStats::default()
+        }))
+    }
+
+    /// [`Hooks::before_step`] for every worker: which of them go on.
+    fn start_workers(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx) -> Phase<Vec<bool>> {
+        let mut live = vec![true; self.workers.len()];
+        for (r, l) in live.iter_mut().enumerate() {
+            *l = !hook_phase!(hooks.before_step(&ctx(r, Point::BeforeStep), &mut self.workers[r]), Point::BeforeStep, r);
+        }
+        Ok(ControlFlow::Continue(live))
+    }
+
+    /// DDP's broadcast of rank 0's buffers before the forward passes: its seconds and bytes.
+    fn sync_buffers(&mut self, layout: &DataPlan) -> (f64, u64) {
+        let n = self.workers.len();
+        if self.parallel.sync != SyncKind::Ddp || n < 2 || layout.buffer_bytes == 0 {
+            return (0.0, 0);
+        }
+        broadcast_buffers(&mut self.workers);
+        (broadcast_s(&self.parallel.network, layout.buffer_bytes, n), layout.buffer_bytes * (n as u64 - 1))
+    }
+
+    /// Forward and backward of every worker that goes on, on its shard of `global`: with
+    /// [`Hooks::rebalance`], the global batch is spread over the workers that go on.
+    fn passes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, global: &[usize], live: &[bool]) -> Phase<Vec<Option<Pass>>> {
+        let n = self.workers.len();
+        let rebalance = hooks.rebalance() && live.iter().any(|l| !l);
+        let live_ranks: Vec<usize> = (0..n).filter(|&r| live[r]).collect();
+        let mut out = Vec::with_capacity(n);
+        for r in 0..n {
+            if !live[r] {
+                out.push(None);
+                continue;
+            }
+            let shard = if rebalance {
+                let i = live_ranks.iter().position(|&x| x == r).unwrap_or(0);
+                &global[shard_range(global.len(), i, live_ranks.len())]
+            } else {
+                &global[shard_range(global.len(), r, n)]
+            };
+            let t = Instant::now();
+            let (pass, c) =
+                self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
+            sync(&self.device)?;
+            let flops = 3.0 * self.fwd_flops[r] as f64 * shard.len() as f64;
+            let compute_s = self.parallel.compute.flops_s(flops).unwrap_or_else(|| t.elapsed().as_secs_f64());
+            let mut loss = LossInfo { loss: pass.loss, correct: pass.correct, count: pass.count };
+            let mut grads = pass.grads;
+            let left_out = hook_phase!(c, Point::Forward, r)
+                || hook_phase!(hooks.after_loss(&ctx(r, Point::AfterLoss), &mut loss), Point::AfterLoss, r)
+                || hook_phase!(hooks.after_backward(&ctx(r, Point::AfterBackward), &mut grads), Point::AfterBackward, r);
+            out.push((!left_out).then_some(Pass { grads, loss, compute_s }));
+        }
+        Ok(ControlFlow::Continue(out))
+    }
+
+    /// The seconds of every piece of the step's work, for its timeline.
+    fn step_costs(&self, layout: &DataPlan, start_s: f64, passes: &[Option<Pass>], update_estimate: Option<f64>) -> StepCosts {
+        let k = passes.iter().flatten().count();
+        let bytes = layout.plan.bucket_bytes();
+        StepCosts {
+            start_s,
+            // Backward costs twice the forward pass (the modelled rate charges 3x the forward FLOPs).
+            forward_s: passes.iter().map(|p| p.as_ref().map(|p| p.compute_s / 3.0)).collect(),
+            backward_s: passes.iter().map(|p| p.as_ref().map_or(0.0, |p| 2.0 * p.compute_s / 3.0)).collect(),
+            ready_frac: layout.ready_frac.clone(),
+            reduce_s: bytes.iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, k)).collect(),
+            update_s: self.bucket_update_s(layout, update_estimate.map(|s| vec![s])),
+            not_before_s: vec![0.0; bytes.len()],
+        }
+    }
+
+    /// Seconds of each bucket's update: modelled (its state read and written, its gradients
+    /// read, at the memory bandwidth) when compute is modelled; otherwise the slowest worker's
+    /// measured update (`measured`), shared over the buckets by their size.
+    fn bucket_update_s(&self, layout: &DataPlan, measured: Option<Vec<f64>>) -> Vec<f64> {
+        let bytes = layout.plan.bucket_bytes();
+        match measured.filter(|_| self.parallel.compute.gflops.is_none()) {
+            Some(m) => {
+                let total: u64 = bytes.iter().sum::<u64>().max(1);
+                let slowest = m.iter().copied().fold(0.0, f64::max);
+                bytes.iter().map(|&b| slowest * b as f64 / total as f64).collect()
+            }
+            None => modelled_bucket_updates(&self.parallel, &self.optimizer, &bytes),
+        }
+    }
+
+    /// [`Hooks::crash_time`] for every worker that started the step, then [`Hooks::on_crash`] for each that
+    /// crashes: a second crash in the step is taken to strike with the first.
+    fn crashes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, live: &[bool], timeline: &Timeline) -> Phase<Option<Crashed>> {
+        let mut hit = Vec::new();
+        for r in (0..live.len()).filter(|&r| live[r]) {
+            if let Some(t) = hooks.crash_time(&ctx(r, Point::Crash), timeline) {
+                hit.push((r, t.clamp(0.0, timeline.end_s)));
+            }
+        }
+        let Some(at_s) = hit.iter().map(|h| h.1).min_by(f64::total_cmp) else { return Ok(ControlFlow::Continue(None)) };
+        let completed = timeline.completed_buckets(at_s);
+        let crash = Crash { at_s, step_s: timeline.end_s, completed_buckets: completed, buckets: timeline.buckets.len() };
+        for &(r, _) in &hit {
+            match hooks.on_crash(&ctx(r, Point::Crash), &crash) {
+                Control::Continue | Control::Skip => {}
+                Control::Redo => return Ok(ControlFlow::Break(Flow::Redo(Some(at_s)))),
+                Control::Stop => return Ok(ControlFlow::Break(Flow::Stop(Point::Crash, r, at_s))),
+                Control::Restore(s) => return Ok(ControlFlow::Break(Flow::Restore(s, Point::Crash, r))),
+            }
+        }
+        Ok(ControlFlow::Continue(Some(Crashed { ranks: hit.into_iter().map(|h| h.0).collect(), at_s, completed })))
+    }
+
+    /// Every surviving worker applies the reduced gradients (after its
+    /// [`Hooks::after_allreduce`]); crashed workers apply nothing. Every cursor moves on.
+    /// Returns each worker's update seconds (measured, or modelled).
+    fn apply_updates(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, reduced: &Grads, crashed: Option<&Crashed>) -> Phase<Vec<f64>> {
+        let (lr, spe) = (self.lr(), self.steps_per_epoch() as usize);
+        let mut opt = vec![0.0; self.workers.len()];
+        for (r, o) in opt.iter_mut().enumerate() {
+            if crashed.is_some_and(|c| c.ranks.contains(&r)) {
+                self.workers[r].cursor = self.workers[r].cursor.advance(spe);
+                continue;
+            }
+            let mut g = reduced.clone();
+            let apply = !hook_phase!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
+            let w = &mut self.workers[r];
+            let t = Instant::now();
+            if apply && !reduced.is_empty() {
+                let net = w.net.take();
+                w.net = w.optim.step(&self.optimizer, lr, net, &g);
+            }
+            sync(&self.device)?;
+            *o = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
+            w.cursor = w.cursor.advance(spe);
+            hook_phase!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
+        }
+        if self.parallel.compute.gflops.is_none() {
+            self.update_estimate_s = Some(opt.iter().copied().fold(0.0, f64::max));
+        }
+        Ok(ControlFlow::Continue(opt))
+    }
+}
+
+/// Optimizer buffers per parameter: momentum for SGD with momentum, two moments for Adam.
+pub(crate) fn optimizer_buffers(optimizer: &OptimizerConfig) -> u64 {
+    match optimizer.kind {
+        OptimizerKind::Sgd if optimizer.momentum > 0.0 => 1,
+        OptimizerKind::Sgd => 0,
+        OptimizerKind::Adam => 2,
+    }
+}
+
+/// Modelled seconds of each bucket's update: its parameters and optimizer state read and
+/// written once and its gradients read, at the memory bandwidth.
+pub(crate) fn modelled_bucket_updates(parallel: &ParallelConfig, optimizer: &OptimizerConfig, bucket_bytes: &[u64]) -> Vec<f64> {
+    let buffers = optimizer_buffers(optimizer);
+    bucket_bytes.iter().map(|&b| parallel.compute.copy_s(b * (2 * (1 + buffers) + 1))).collect()
+}
+
+/// The all-reduce of the contributions (`None`: the worker did not contribute): every bucket
+/// over every contributor, or, after a crash, the buckets completed before it over every
+/// contributor (the crashed workers' gradients are in them) and the rest over the survivors.
+/// Returns the averages and the bytes sent.
+fn reduce(plan: &ReducePlan, contributions: Vec<Option<Grads>>, crashed: Option<&Crashed>) -> (Grads, u64) {
+    let bytes = plan.bucket_bytes();
+    let sent = |range: std::ops::Range<usize>, k: usize| -> u64 { bytes[range].iter().map(|b| 2 * (k as u64).saturating_sub(1) * b).sum() };
+    let nb = plan.buckets.len();
+    let Some(c) = crashed else {
+        let all: Vec<Grads> = contributions.into_iter().flatten().collect();
+        let k = all.len();
+        return (plan.reduce(all), sent(0..nb, k));
+    };
+    let survivors: Vec<Grads> =
+        contributions.iter().enumerate().filter(|(r, _)| !c.ranks.contains(r)).filter_map(|(_, g)| g.clone()).collect();
+    let all: Vec<Grads> = contributions.into_iter().flatten().collect();
+    let (k_all, k_surv) = (all.len(), survivors.len());
+    let mut out = plan.reduce_buckets(all, 0..c.completed);
+    out.extend(plan.reduce_buckets(survivors, c.completed..nb));
+    (out, sent(0..c.completed, k_all) + sent(c.completed..nb, k_surv))
+}
