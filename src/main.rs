@@ -36,6 +36,11 @@ enum Command {
     /// Optimal checkpoint intervals (Young, Daly) for a checkpoint cost and a mean time between
     /// failures, and the expected share of time lost at each.
     Advise(AdviseArgs),
+    /// Each recovery strategy's expected overhead for N data-parallel workers (the model,
+    /// batch per worker, cost model and recovery settings of a run configuration), from the
+    /// same cost model the simulation charges: step timeline, checkpoint writes and reads,
+    /// rollback's copy, relaunches and respawn transfers. Needs parallel.compute.gflops.
+    Project(ProjectArgs),
     /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
     #[command(hide = true, name = "__probe")]
     Probe {
@@ -303,6 +308,37 @@ struct AdviseArgs {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["checkpoint_cost", "from_run"])]
     from_campaign: Option<PathBuf>,
     /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ProjectArgs {
+    /// Run configuration (TOML) whose model, per-worker batch, [parallel] cost model and
+    /// [recovery] relaunch_s are projected.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Override a configuration key (repeatable), as for `train`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Worker counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,1024,16384")]
+    workers: Vec<usize>,
+    /// Mean time between failures of one node, in years (failures of the job: this / workers).
+    #[arg(long, value_name = "YEARS", default_value_t = 3.0, conflicts_with = "system_mtbf_steps")]
+    node_mtbf_years: f64,
+    /// Instead: the whole job's mean time between failures, in steps (as a fault's
+    /// system_mtbf_steps).
+    #[arg(long, value_name = "STEPS")]
+    system_mtbf_steps: Option<f64>,
+    /// Steps between checkpoints (default: Daly's interval for each worker count, times
+    /// --daly-factor).
+    #[arg(long, value_name = "K")]
+    interval_steps: Option<u64>,
+    /// Multiple of Daly's interval when --interval-steps is not given.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    daly_factor: f64,
+    /// Print one JSON line per worker count and strategy instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -725,6 +761,36 @@ fn advise(args: AdviseArgs) -> Result<()> {
     Ok(())
 }
 
+fn project(args: ProjectArgs) -> Result<()> {
+    use resilab_runner::project::{Interval, project};
+    let cfg = RunConfig::load(&args.config, &args.set)?;
+    for (name, v) in [("--node-mtbf-years", args.node_mtbf_years), ("--daly-factor", args.daly_factor)] {
+        if !(v.is_finite() && v > 0.0) {
+            bail!("{name} must be a number > 0, got {v}");
+        }
+    }
+    let interval = args.interval_steps.map_or(Interval::Daly(args.daly_factor), Interval::Steps);
+    let node_mtbf_s = args.node_mtbf_years * 365.25 * 86_400.0;
+    if !args.json {
+        println!("{:>7} {:<19} {:>11} {:>12} {:>10} {:>9} {:>10} {:>9}", "workers", "strategy", "step s", "job MTBF s", "ckpt every", "steady", "per fail s", "overhead");
+    }
+    for &n in &args.workers {
+        for p in project(&cfg, n, Some(node_mtbf_s), args.system_mtbf_steps, interval)? {
+            if args.json {
+                println!("{}", serde_json::to_string(&p)?);
+                continue;
+            }
+            let strategy = serde_json::to_value(p.strategy)?.as_str().unwrap_or_default().to_string();
+            let overhead = p.overhead.map_or_else(|| format!("fails ~{:.0} steps", p.steps_to_failure), |o| format!("{:.3}%", 100.0 * o));
+            println!(
+                "{:>7} {:<19} {:>11.3e} {:>12.3e} {:>10} {:>8.3}% {:>10.3e} {:>9}",
+                n, strategy, p.step_s, p.system_mtbf_s, p.interval_steps, 100.0 * p.steady, p.per_failure_s, overhead
+            );
+        }
+    }
+    Ok(())
+}
+
 fn parse_arch(name: &str) -> Result<Arch> {
     serde_json::from_value(serde_json::Value::String(name.to_string()))
         .map_err(|_| anyhow::anyhow!("--arch {name}: unknown architecture (allowed: resnet, vgg, alexnet)"))
@@ -1050,6 +1116,7 @@ fn campaign(args: CampaignArgs) -> Result<()> {
         progress: !args.quiet,
         timeout_s: args.timeout,
         platform,
+        revision: env!("RESILAB_GIT_REVISION").to_string(),
     };
     let o = resilab_campaign::execute(&c, &opts)?;
     let statuses: Vec<String> = o.by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -1220,6 +1287,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Inspect(a) => inspect(a),
         Command::Eval(a) => eval(a),
         Command::Advise(a) => advise(a),
+        Command::Project(a) => project(a),
         Command::Probe { file } => resilab_checkpoint::probe::probe_file(&file).map_err(Into::into),
         Command::Inject(a) => inject(a),
         Command::Diff(a) => diff(a),

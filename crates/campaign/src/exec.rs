@@ -37,6 +37,9 @@ pub struct Options {
     pub timeout_s: Option<f64>,
     /// Backend and device, recorded; a campaign resumes only on the same.
     pub platform: String,
+    /// The code revision of the binary that starts the campaign (`git describe`), recorded in
+    /// `campaign.json` so that a published table names what it ran on.
+    pub revision: String,
 }
 
 /// What a campaign did.
@@ -65,6 +68,9 @@ pub struct Outcome {
 struct Meta {
     platform: String,
     started: String,
+    /// Absent in campaigns started before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    revision: String,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -114,7 +120,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         }
         std::fs::create_dir_all(out).map_err(io(out))?;
         resilab_runner::write_atomic(&file, campaign.text.as_bytes())?;
-        let meta = Meta { platform: opts.platform.clone(), started: resilab_runner::utc_stamp() };
+        let meta = Meta { platform: opts.platform.clone(), started: resilab_runner::utc_stamp(), revision: opts.revision.clone() };
         resilab_runner::write_atomic(&meta_path, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::Config(e.to_string()))?)?;
     }
     // Leftovers of runs and bases cut short.

@@ -15,7 +15,7 @@ mod store;
 mod work;
 
 pub use exec::{Estimate, Merged, Options, Outcome, estimate, execute, merge};
-pub use spec::{Axis, Campaign, Kind, RunSpec, SelfTest, Settings};
+pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
 pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
 
@@ -72,6 +72,9 @@ impl Status {
 pub struct Metrics {
     /// Recovery strategy (`train` runs).
     pub strategy: Option<String>,
+    /// `train` runs: the run failed (its strategy gave up, as `none` does at a crash) rather
+    /// than completing its steps.
+    pub failed: Option<bool>,
     /// Training steps after the restart (`restart` runs; fewer when the weights collapsed).
     pub steps: Option<u64>,
     /// Final test accuracy in `[0, 1]`.
@@ -142,6 +145,7 @@ pub struct Metrics {
 /// Metric columns of `runs.csv`, in order.
 pub const METRIC_COLUMNS: &[&str] = &[
     "strategy",
+    "failed",
     "steps",
     "final_acc",
     "final_loss",

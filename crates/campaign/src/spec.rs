@@ -90,6 +90,52 @@ pub struct Settings {
     /// throughput benchmark's setting).
     #[serde(default = "yes")]
     pub stop_at_collapse: bool,
+    /// Hypotheses fixed before running (`[[campaign.hypothesis]]`): each compares two options
+    /// of one axis on one metric in every condition (every combination of the other axes).
+    /// When given, the report tests these and only these, Holm-adjusted over all of them.
+    #[serde(default, rename = "hypothesis", skip_serializing_if = "Vec::is_empty")]
+    pub hypotheses: Vec<Hypothesis>,
+    /// With hypotheses: the accuracy loss (points) a strategy may be shown to exceed before
+    /// the "which strategy when" table rules it out.
+    #[serde(default = "default_budget")]
+    pub accuracy_budget_points: f64,
+}
+
+fn default_budget() -> f64 {
+    0.5
+}
+
+/// What a hypothesis compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HypothesisMetric {
+    /// Simulated overhead against the golden run, % (runs that completed); Welch's t test.
+    SimOverhead,
+    /// Accuracy loss against the golden run, points (every run); Welch's t test.
+    AccLoss,
+    /// Share of runs that failed, %; Newcombe's interval, two-proportion test.
+    Failed,
+}
+
+/// One hypothesis: `b` against `a` on `metric`, options of the grid axis `axis`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hypothesis {
+    /// What it claims, in words.
+    pub name: String,
+    /// The metric.
+    pub metric: HypothesisMetric,
+    /// The grid axis whose options are compared (default `recovery.strategy`).
+    #[serde(default = "strategy_axis")]
+    pub axis: String,
+    /// The option compared against.
+    pub a: String,
+    /// The option compared.
+    pub b: String,
+}
+
+fn strategy_axis() -> String {
+    "recovery.strategy".to_string()
 }
 
 fn yes() -> bool {
@@ -230,6 +276,17 @@ impl Campaign {
             axes.push(Axis { key: key.clone(), options });
         }
         let s = &file.campaign;
+        for (i, h) in s.hypotheses.iter().enumerate() {
+            let Some(axis) = axes.iter().find(|a| a.key == h.axis) else {
+                return Err(bad(format!("campaign.hypothesis[{i}].axis: {:?} is not a grid axis", h.axis)));
+            };
+            for (key, o) in [("a", &h.a), ("b", &h.b)] {
+                if !axis.options.iter().any(|(l, _)| l == o) {
+                    let all: Vec<&str> = axis.options.iter().map(|(l, _)| l.as_str()).collect();
+                    return Err(bad(format!("campaign.hypothesis[{i}].{key}: {o:?} is not an option of {} ({})", h.axis, all.join(", "))));
+                }
+            }
+        }
         if s.seeds.is_empty() {
             return Err(bad("campaign.seeds: give at least one seed".into()));
         }

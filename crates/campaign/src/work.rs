@@ -265,6 +265,7 @@ impl<'a> Worker<'a> {
             sim_overhead: s.simulated_overhead_vs_golden,
             digest: Some(s.final_params_digest),
             golden_key: Some(resilab_runner::golden::key(&spec.config, &self.platform())),
+            failed: Some(s.status == "failed"),
             strategy: Some(s.strategy),
             ..Metrics::default()
         })

@@ -26,6 +26,12 @@ pub struct CheckpointConfig {
     /// Save every this many steps.
     #[serde(default)]
     pub every_steps: Option<u64>,
+    /// Instead of `every_steps`: this multiple of Daly's optimal interval for the run's own
+    /// checkpoint cost and system MTBF (its modelled step time, its state at the storage
+    /// bandwidth, and the rate of its random-arrival faults), in whole steps; resolved into
+    /// `every_steps` before training (needs `parallel.compute.gflops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daly_factor: Option<f64>,
     /// Save at the end of every epoch.
     #[serde(default)]
     pub every_epoch: bool,
@@ -52,6 +58,14 @@ impl CheckpointConfig {
         if self.every_steps == Some(0) {
             return Err("checkpoint.every_steps = 0: give a number of steps >= 1, or leave the key out for no step checkpoints".into());
         }
+        if let Some(f) = self.daly_factor {
+            if !(f.is_finite() && f > 0.0) {
+                return Err(format!("checkpoint.daly_factor = {f} must be a number > 0"));
+            }
+            if self.every_steps.is_some() {
+                return Err("checkpoint.daly_factor and checkpoint.every_steps are both set: give one (daly_factor is resolved into every_steps)".into());
+            }
+        }
         if self.dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err("checkpoint.dir = \"\": name a directory, or leave the key out for <out>/checkpoints".into());
         }
@@ -69,7 +83,7 @@ impl CheckpointConfig {
 
     /// Whether any checkpoint will be written.
     pub fn enabled(&self) -> bool {
-        self.every_steps.is_some_and(|k| k > 0) || self.every_epoch
+        self.every_steps.is_some_and(|k| k > 0) || self.every_epoch || self.daly_factor.is_some()
     }
 
     /// Whether a checkpoint is due after `step` (1-based), `epoch_end` telling whether it closed

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod metrics;
 pub mod plots;
 pub mod stats;
+pub mod study;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,7 +18,7 @@ use resilab_campaign::{Campaign, Kind, Row, Status};
 
 pub use compare::{Comparison, MIN_SEEDS, comparisons};
 pub use metrics::{ACC_EPS, Cell, Class, Share, cells, classify, margin};
-pub use plots::{Bars, Interval, LineChart, Plot, Scatter, Series, save};
+pub use plots::{Bars, Interval, LineChart, Pareto, Plot, Scatter, Series, save};
 
 /// Errors of reports.
 #[derive(Debug, thiserror::Error)]
@@ -362,9 +363,19 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
     let order: BTreeMap<String, Vec<String>> = campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
     let chance = |r: &Row| chance_of.get(&r.index).copied().unwrap_or(0.1);
-    let diffs = comparisons(&rows, &axes, &order, &chance, tol);
-    written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
-    comparisons_md(&mut md, &diffs);
+    // A study with stated hypotheses tests those alone; otherwise every pair of options.
+    let study = study::study(&campaign, &rows);
+    match &study {
+        Some(s) => {
+            written.files.extend(study::write(s, out)?);
+            md.push_str(&study::markdown(&campaign, s));
+        }
+        None => {
+            let diffs = comparisons(&rows, &axes, &order, &chance, tol);
+            written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
+            comparisons_md(&mut md, &diffs);
+        }
+    }
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     let mut figures = Vec::new();
@@ -394,7 +405,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     }
 
     // Test accuracy vs step per cell with the golden run (train campaigns).
-    if campaign.settings.kind == Kind::Train {
+    if campaign.settings.kind == Kind::Train && study.is_none() {
         let mut series = Vec::new();
         let mut golden: BTreeMap<u64, f64> = BTreeMap::new();
         for c in &cells {
@@ -425,7 +436,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
 
     // Accuracy loss vs overhead in simulated time.
     let pts: Vec<(String, f64, f64)> = cells.iter().filter_map(|c| Some((label(&c.coords, &[]), c.sim_overhead_pct?, c.acc_loss?))).collect();
-    if campaign.settings.kind == Kind::Train && !pts.is_empty() {
+    if campaign.settings.kind == Kind::Train && !pts.is_empty() && study.is_none() {
         let chart = Scatter {
             title: format!("Accuracy loss vs simulated overhead ({})", campaign.name()),
             x_label: "overhead in simulated time vs golden run (%)".into(),

@@ -86,6 +86,20 @@ pub struct Scatter {
     pub points: Vec<(String, f64, f64)>,
 }
 
+/// An interval's ends, where known.
+pub type Ends = (Option<f64>, Option<f64>);
+
+/// Accuracy loss against overhead, one point per option with both intervals as bars; the
+/// colour follows the option's position, so an option keeps its colour in every plot of a
+/// study. Options without one of the values are named under the title.
+#[derive(Clone, Debug, Default)]
+pub struct Pareto {
+    /// Title (the condition).
+    pub title: String,
+    /// `(option, (overhead %, its interval), (accuracy loss in points, its interval))`.
+    pub points: Vec<(String, Option<(f64, Ends)>, Option<(f64, Ends)>)>,
+}
+
 /// Horizontal bars, one per label.
 #[derive(Clone, Debug, Default)]
 pub struct Bars {
@@ -228,6 +242,46 @@ impl Plot for Scatter {
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))
             .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+        area.present()
+    }
+}
+
+impl Plot for Pareto {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let shown: Vec<(usize, &str, (f64, Ends), (f64, Ends))> =
+            self.points.iter().enumerate().filter_map(|(i, (l, x, y))| Some((i, l.as_str(), (*x)?, (*y)?))).collect();
+        let ends = |v: &(f64, Ends)| [v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
+        let (x0, x1) = range(shown.iter().flat_map(|p| ends(&p.2)).chain([0.0]), 0.1);
+        let (y0, y1) = range(shown.iter().flat_map(|p| ends(&p.3)).chain([0.0]), 0.1);
+        let missing: Vec<&str> = self.points.iter().filter(|p| p.1.is_none() || p.2.is_none()).map(|p| p.0.as_str()).collect();
+        let title = if missing.is_empty() { self.title.clone() } else { format!("{} (not drawn, no overhead: {})", self.title, missing.join(", ")) };
+        let mut chart = ChartBuilder::on(area).caption(title, (FONT, 18)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1)?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated overhead, % (95% interval)")
+            .y_desc("accuracy loss, points (95% interval)")
+            .label_style((FONT, 16))
+            .axis_desc_style((FONT, 18))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        for &(i, label, (x, xe), (y, ye)) in &shown {
+            let c = color(i);
+            let bar = ShapeStyle::from(&c).stroke_width(2);
+            chart.draw_series(std::iter::once(PathElement::new(vec![(xe.0.unwrap_or(x), y), (xe.1.unwrap_or(x), y)], bar)))?;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, ye.0.unwrap_or(y)), (x, ye.1.unwrap_or(y))], bar)))?;
+            chart
+                .draw_series(std::iter::once(Circle::new((x, y), 7, c.filled())))?
+                .label(label)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .position(emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))
             .draw()?;
         area.present()
     }

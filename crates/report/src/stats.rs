@@ -58,6 +58,40 @@ pub fn two_proportions(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<Test> {
     Some(Test { diff, ci: (diff - Z95 * se_unpooled, diff + Z95 * se_unpooled), p: two_sided_normal(diff / se) })
 }
 
+/// Newcombe's hybrid score interval (95%, his method 10) of `k2/n2 - k1/n1`, from the two Wilson
+/// intervals: it stays inside `[-1, 1]` and has width even when a rate is 0 or 1. `None` when
+/// a group is empty.
+pub fn newcombe(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<(f64, f64)> {
+    let ((l1, u1), (l2, u2)) = (wilson(k1, n1)?, wilson(k2, n2)?);
+    let (p1, p2) = (k1 as f64 / n1 as f64, k2 as f64 / n2 as f64);
+    let d = p2 - p1;
+    let lo = d - ((p2 - l2).powi(2) + (u1 - p1).powi(2)).sqrt();
+    let hi = d + ((u2 - p2).powi(2) + (p1 - l1).powi(2)).sqrt();
+    Some((lo.max(-1.0), hi.min(1.0)))
+}
+
+/// The mean of `v` and its 95% Student t interval; `None` for fewer than two values or a
+/// value that is not finite.
+pub fn mean_interval(v: &[f64]) -> Option<(f64, (f64, f64))> {
+    if v.len() < 2 || v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let (m, var) = mean_var(v);
+    let half = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).ok()?.inverse_cdf(0.975) * (var / v.len() as f64).sqrt();
+    Some((m, (m - half, m + half)))
+}
+
+/// Whether the mean of `v` is shown to exceed `bound`: the one-sided 95% lower bound of the
+/// mean (Student t) lies above it.
+pub fn shown_above(v: &[f64], bound: f64) -> bool {
+    if v.len() < 2 || v.iter().any(|x| !x.is_finite()) {
+        return false;
+    }
+    let (m, var) = mean_var(v);
+    let q = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).map_or(f64::INFINITY, |t| t.inverse_cdf(0.95));
+    m - q * (var / v.len() as f64).sqrt() > bound
+}
+
 fn mean_var(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let m = v.iter().sum::<f64>() / n;
@@ -105,6 +139,29 @@ pub fn holm(p: &[f64]) -> Vec<f64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn newcombe_matches_his_published_examples() {
+        // Newcombe (1998), Table II, method 10: 56/70 - 48/80 = 0.2000, interval 0.0524 to 0.3339.
+        let (lo, hi) = newcombe(48, 80, 56, 70).unwrap();
+        assert!((lo - 0.0524).abs() < 5e-4 && (hi - 0.3339).abs() < 5e-4, "{lo} {hi}");
+        // 9/10 - 3/10 = 0.6, interval 0.1705 to 0.8090.
+        let (lo, hi) = newcombe(3, 10, 9, 10).unwrap();
+        assert!((lo - 0.1705).abs() < 5e-4 && (hi - 0.8090).abs() < 5e-4, "{lo} {hi}");
+        // Rates at the ends still give an interval with width, inside [-1, 1].
+        let (lo, hi) = newcombe(0, 30, 30, 30).unwrap();
+        assert!(lo > 0.8 && lo < 1.0 && hi == 1.0, "{lo} {hi}");
+    }
+
+    #[test]
+    fn mean_intervals_and_one_sided_bounds() {
+        // mean 2, sd 1, n 4: t(0.975, 3) = 3.1824, half width 1.5912.
+        let (m, (lo, hi)) = mean_interval(&[1.0, 2.0, 2.0, 3.0]).unwrap();
+        assert!((m - 2.0).abs() < 1e-12 && (lo - (2.0 - 3.182446 * (2.0f64 / 3.0).sqrt() / 2.0)).abs() < 1e-5 && hi > 2.0);
+        assert!(mean_interval(&[1.0]).is_none());
+        assert!(shown_above(&[3.0, 3.1, 2.9, 3.0], 2.0));
+        assert!(!shown_above(&[0.0, 4.0, 0.0, 4.0], 1.0), "too spread to show it");
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol

@@ -6,6 +6,7 @@ mod eval;
 mod config;
 pub mod golden;
 pub mod platform;
+pub mod project;
 mod run;
 mod session;
 

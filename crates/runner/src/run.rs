@@ -329,6 +329,8 @@ pub(crate) fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resila
 /// golden run exists, train ([`Session`]), and write `summary.json`.
 pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     cfg.checkpoint.validate().map_err(Error::Config)?;
+    let resolved = crate::project::resolve_daly(cfg)?;
+    let cfg = &resolved;
     let out = &opts.out;
     check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
     std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.clone(), source })?;

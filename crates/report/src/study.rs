@@ -1,0 +1,315 @@
+//! A study with hypotheses fixed before running (`[[campaign.hypothesis]]`): per condition
+//! (every combination of the axes other than the compared one), each option's accuracy loss and
+//! simulated overhead with 95% intervals; each hypothesis tested in every condition (Welch's t
+//! for means, Newcombe's interval and the two-proportion test for rates), Holm-adjusted over
+//! exactly that family; a Pareto plot per condition; and the generated "which strategy when"
+//! table: in each condition, the option with the lowest mean overhead among those whose mean
+//! accuracy loss is not shown (one-sided 95%) to exceed the campaign's accuracy budget.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
+use serde::Serialize;
+
+use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch};
+use crate::{Error, Pareto, Result};
+
+/// One option in one condition.
+#[derive(Clone, Debug, Serialize)]
+pub struct StudyCell {
+    /// The other axes' coordinates, `key=value` joined by `, `.
+    pub condition: String,
+    /// The compared axis's option (the strategy).
+    pub option: String,
+    /// Runs recorded (status ok).
+    pub runs: usize,
+    /// Training seeds among them.
+    pub seeds: usize,
+    /// Runs that failed (their strategy gave up).
+    pub failed: usize,
+    /// Mean accuracy loss against the golden run, points (every run).
+    pub acc_loss: Option<f64>,
+    /// Its 95% interval.
+    pub acc_loss_lo: Option<f64>,
+    /// Upper end.
+    pub acc_loss_hi: Option<f64>,
+    /// Mean simulated overhead, % (runs that completed; a failed run has none).
+    pub sim_overhead: Option<f64>,
+    /// Its 95% interval.
+    pub sim_overhead_lo: Option<f64>,
+    /// Upper end.
+    pub sim_overhead_hi: Option<f64>,
+}
+
+/// One hypothesis tested in one condition.
+#[derive(Clone, Debug, Serialize)]
+pub struct HypothesisTest {
+    /// The hypothesis's name.
+    pub hypothesis: String,
+    /// The condition.
+    pub condition: String,
+    /// `sim_overhead` (%), `acc_loss` (points) or `failed` (%).
+    pub metric: &'static str,
+    /// `welch` or `newcombe`.
+    pub test: &'static str,
+    /// The option compared against.
+    pub a: String,
+    /// The option compared.
+    pub b: String,
+    /// Value of a.
+    pub value_a: f64,
+    /// Value of b.
+    pub value_b: f64,
+    /// Runs behind a.
+    pub n_a: usize,
+    /// Runs behind b.
+    pub n_b: usize,
+    /// `b - a`.
+    pub diff: f64,
+    /// 95% interval of the difference (not adjusted).
+    pub ci_lo: f64,
+    /// Upper end.
+    pub ci_hi: f64,
+    /// Two-sided p-value.
+    pub p: f64,
+    /// Holm-adjusted over every test of every hypothesis.
+    pub p_holm: f64,
+    /// `b lower`, `b higher` or `not shown`.
+    pub verdict: String,
+}
+
+/// The generated answer for one condition.
+#[derive(Clone, Debug, Serialize)]
+pub struct Choice {
+    /// The condition.
+    pub condition: String,
+    /// The option with the lowest mean overhead among those within the accuracy budget
+    /// (empty when none is).
+    pub choice: String,
+    /// Its mean overhead, %.
+    pub sim_overhead: Option<f64>,
+    /// Its mean accuracy loss, points.
+    pub acc_loss: Option<f64>,
+    /// Options ruled out: accuracy loss shown to exceed the budget, or no overhead (failed runs).
+    pub ruled_out: String,
+}
+
+/// What the study wrote.
+pub struct Study {
+    /// Per option and condition.
+    pub cells: Vec<StudyCell>,
+    /// Every test of the family.
+    pub tests: Vec<HypothesisTest>,
+    /// The "which strategy when" table.
+    pub choices: Vec<Choice>,
+}
+
+fn condition(r: &Row, axis: &str) -> String {
+    let parts: Vec<String> = r.coords.iter().filter(|(k, _)| k.as_str() != axis).map(|(k, v)| format!("{k}={v}")).collect();
+    if parts.is_empty() { "all".to_string() } else { parts.join(", ") }
+}
+
+fn acc_points(r: &Row) -> Option<f64> {
+    r.metrics.acc_loss.map(|x| 100.0 * x)
+}
+
+fn overhead_pct(r: &Row) -> Option<f64> {
+    r.metrics.sim_overhead.filter(|_| r.metrics.failed != Some(true)).map(|x| 100.0 * x)
+}
+
+/// Rows of the study, grouped: condition -> option -> rows, conditions and options in grid order.
+type Groups<'a> = BTreeMap<String, Vec<(String, Vec<&'a Row>)>>;
+
+fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
+    let options: Vec<String> = campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.clone()).collect()).unwrap_or_default();
+    let mut out: Groups = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.status == Status::Ok) {
+        let cond = out.entry(condition(r, axis)).or_insert_with(|| options.iter().map(|o| (o.clone(), Vec::new())).collect());
+        if let Some(slot) = cond.iter_mut().find(|(o, _)| Some(o) == r.coords.get(axis)) {
+            slot.1.push(r);
+        }
+    }
+    out
+}
+
+fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
+    let acc: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+    let ovh: Vec<f64> = rows.iter().filter_map(|r| overhead_pct(r)).collect();
+    let (a, o) = (mean_interval(&acc), mean_interval(&ovh));
+    let seeds: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.seed).collect();
+    StudyCell {
+        condition: condition.to_string(),
+        option: option.to_string(),
+        runs: rows.len(),
+        seeds: seeds.len(),
+        failed: rows.iter().filter(|r| r.metrics.failed == Some(true)).count(),
+        acc_loss: a.map(|x| x.0),
+        acc_loss_lo: a.map(|x| x.1.0),
+        acc_loss_hi: a.map(|x| x.1.1),
+        sim_overhead: o.map(|x| x.0),
+        sim_overhead_lo: o.map(|x| x.1.0),
+        sim_overhead_hi: o.map(|x| x.1.1),
+    }
+}
+
+/// One hypothesis in one condition, before Holm; `None` when a side has too few values.
+fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<HypothesisTest> {
+    let base = |metric, test, va: f64, vb: f64, na, nb, ci: (f64, f64), p| HypothesisTest {
+        hypothesis: h.name.clone(),
+        condition: condition.to_string(),
+        metric,
+        test,
+        a: h.a.clone(),
+        b: h.b.clone(),
+        value_a: va,
+        value_b: vb,
+        n_a: na,
+        n_b: nb,
+        diff: vb - va,
+        ci_lo: ci.0,
+        ci_hi: ci.1,
+        p,
+        p_holm: p,
+        verdict: String::new(),
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    match h.metric {
+        HypothesisMetric::Failed => {
+            let k = |s: &[&Row]| s.iter().filter(|r| r.metrics.failed == Some(true)).count() as u64;
+            let (na, nb) = (a.len() as u64, b.len() as u64);
+            let ci = newcombe(k(a), na, k(b), nb)?;
+            let p = two_proportions(k(a), na, k(b), nb)?.p;
+            Some(base("failed", "newcombe", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, a.len(), b.len(), (100.0 * ci.0, 100.0 * ci.1), p))
+        }
+        m => {
+            let (name, get): (&'static str, fn(&Row) -> Option<f64>) =
+                if m == HypothesisMetric::SimOverhead { ("sim_overhead", overhead_pct) } else { ("acc_loss", acc_points) };
+            let (va, vb): (Vec<f64>, Vec<f64>) = (a.iter().filter_map(|r| get(r)).collect(), b.iter().filter_map(|r| get(r)).collect());
+            let t = welch(&va, &vb)?;
+            Some(base(name, "welch", mean(&va), mean(&vb), va.len(), vb.len(), t.ci, t.p))
+        }
+    }
+}
+
+/// The option with the lowest mean overhead among those whose accuracy loss is not shown to
+/// exceed `budget` points.
+fn choose(condition: &str, options: &[(String, Vec<&Row>)], cells: &[StudyCell], budget: f64) -> Choice {
+    let mut ruled = Vec::new();
+    let mut best: Option<&StudyCell> = None;
+    for (option, rows) in options {
+        let Some(c) = cells.iter().find(|c| c.condition == condition && &c.option == option) else { continue };
+        let acc: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+        if shown_above(&acc, budget) {
+            ruled.push(format!("{option} (loss > {budget} pt)"));
+        } else if c.sim_overhead.is_none() || c.failed > 0 {
+            ruled.push(format!("{option} (failed runs)"));
+        } else if best.is_none_or(|b| c.sim_overhead < b.sim_overhead) {
+            best = Some(c);
+        }
+    }
+    Choice {
+        condition: condition.to_string(),
+        choice: best.map_or_else(String::new, |b| b.option.clone()),
+        sim_overhead: best.and_then(|b| b.sim_overhead),
+        acc_loss: best.and_then(|b| b.acc_loss),
+        ruled_out: ruled.join("; "),
+    }
+}
+
+/// The study of `rows` under `campaign`'s hypotheses; `None` when it states none.
+pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
+    let hs = &campaign.settings.hypotheses;
+    let axis = hs.first()?.axis.clone();
+    let groups = group(campaign, rows, &axis);
+    let cells: Vec<StudyCell> = groups.iter().flat_map(|(c, opts)| opts.iter().map(move |(o, rs)| cell(c, o, rs))).collect();
+    let mut tests = Vec::new();
+    for h in hs {
+        for (cond, opts) in &groups {
+            let side = |o: &str| opts.iter().find(|(x, _)| x == o).map(|x| x.1.clone()).unwrap_or_default();
+            tests.extend(test(h, cond, &side(&h.a), &side(&h.b)));
+        }
+    }
+    let adjusted = holm(&tests.iter().map(|t| t.p).collect::<Vec<_>>());
+    for (t, p) in tests.iter_mut().zip(adjusted) {
+        t.p_holm = p;
+        t.verdict = match (p < ALPHA, t.diff < 0.0) {
+            (true, true) => "b lower",
+            (true, false) => "b higher",
+            (false, _) => "not shown",
+        }
+        .to_string();
+    }
+    let budget = campaign.settings.accuracy_budget_points;
+    let choices = groups.iter().map(|(c, opts)| choose(c, opts, &cells, budget)).collect();
+    Some(Study { cells, tests, choices })
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The study's section of `report.md`.
+pub fn markdown(campaign: &Campaign, s: &Study) -> String {
+    let mut md = String::new();
+    let budget = campaign.settings.accuracy_budget_points;
+    let _ = writeln!(md, "\n## Which strategy when\n");
+    let _ = writeln!(
+        md,
+        "Generated from `cells_study.csv`: in each condition, the option with the lowest mean simulated overhead among those whose mean accuracy loss is not shown (one-sided 95% t bound) to exceed {budget} points; options with failed runs have no overhead and are ruled out.\n"
+    );
+    let _ = writeln!(md, "| condition | choice | sim. overhead % | acc. loss (points) | ruled out |\n|---|---|---|---|---|");
+    for c in &s.choices {
+        let _ = writeln!(md, "| {} | {} | {} | {} | {} |", c.condition, if c.choice.is_empty() { "none qualifies" } else { &c.choice }, opt(c.sim_overhead, 2), opt(c.acc_loss, 2), c.ruled_out);
+    }
+    let _ = writeln!(md, "\n## Hypotheses (Holm over {} tests)\n", s.tests.len());
+    for h in &campaign.settings.hypotheses {
+        let of: Vec<&HypothesisTest> = s.tests.iter().filter(|t| t.hypothesis == h.name).collect();
+        let count = |v: &str| of.iter().filter(|t| t.verdict == v).count();
+        let _ = writeln!(
+            md,
+            "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions.",
+            h.name,
+            serde_json::to_value(h.metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            h.b,
+            h.a,
+            count("b lower"),
+            count("b higher"),
+            count("not shown"),
+            of.len()
+        );
+    }
+    let _ = writeln!(md, "\nEvery test with its interval and adjusted p is in `comparisons.csv`; per option and condition, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition.");
+    md
+}
+
+/// Writes `cells_study.csv`, `comparisons.csv`, `which_strategy.csv` and a Pareto plot per
+/// condition under `out`; returns the files.
+pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)] {
+        files.push(crate::write(&out.join(name), &rows)?);
+    }
+    let conditions: Vec<&String> = s.choices.iter().map(|c| &c.condition).collect();
+    for (i, cond) in conditions.iter().enumerate() {
+        let points = s
+            .cells
+            .iter()
+            .filter(|c| &&c.condition == cond)
+            .map(|c| (c.option.clone(), c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))), c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi)))))
+            .collect();
+        let plot = Pareto { title: (*cond).clone(), points };
+        files.extend(crate::save(&plot, &out.join("plots").join(format!("pareto_{i:02}")))?);
+    }
+    Ok(files)
+}
+
+fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r).map_err(|e| Error::Empty(format!("csv: {e}")))?;
+    }
+    let bytes = w.into_inner().map_err(|e| Error::Empty(format!("csv: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| Error::Empty(format!("csv: {e}")))
+}
