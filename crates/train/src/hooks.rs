@@ -2,8 +2,8 @@
 //! plug in. Training calls them and carries out the [`Control`] they return; it never depends on
 //! what implements them.
 //!
-//! Order within one data-parallel step: [`Hooks::before_step`] for every worker in rank
-//! order; then for every worker that goes on, in rank order: forward (with [`Hooks::on_activation`] on every block's output when
+//! Order within one data-parallel step: DDP's broadcast of rank 0's buffers; then
+//! [`Hooks::before_step`] for every worker in rank order; then for every worker that goes on, in rank order: forward (with [`Hooks::on_activation`] on every block's output when
 //! [`Hooks::watch_forward`] asks for it), [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
 //! then, once the step's [`Timeline`] is known, [`Hooks::crash_time`] per computing worker and
 //! [`Hooks::on_crash`] for each that crashes; then the all-reduce; then per surviving worker [`Hooks::after_allreduce`] (its own copy of the reduced

@@ -68,8 +68,9 @@ impl Trainer {
         let layout = DataPlan { plan: plan.clone(), buffer_bytes: *buffer_bytes, ready_frac: ready_frac.clone() };
         let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
         let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
-        let live = phase!(self.start_workers(hooks, &ctx));
+        // DDP broadcasts at the start of the step, before any hook can alter a replica.
         let (broadcast, broadcast_bytes) = self.sync_buffers(&layout);
+        let live = phase!(self.start_workers(hooks, &ctx));
         let passes = phase!(self.passes(hooks, &ctx, &global, &live));
         let mut costs = self.step_costs(&layout, broadcast, &passes, self.update_estimate_s);
         let timeline = Timeline::build(&costs);
