@@ -81,3 +81,22 @@ fn the_committed_paper_readme_is_the_generators_output() {
         );
     }
 }
+
+/// The README's "which strategy when" table and hypothesis verdicts are the recovery study's,
+/// as its report generated them (results/paper/recovery/report.md), line for line: no verdict
+/// in the README is typed by hand.
+#[test]
+fn the_readmes_strategy_table_is_the_studys_report() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let report = std::fs::read_to_string(root.join("results/paper/recovery/report.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = report.split("## Which strategy when").nth(1).and_then(|s| s.split("\n## ").next()).expect("the report has the table");
+    let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
+    assert!(rows.len() > 2, "{section}");
+    let hypotheses = report.split("## Hypotheses").nth(1).expect("the report states its hypotheses");
+    let verdicts: Vec<&str> = hypotheses.lines().filter(|l| l.starts_with("- **")).collect();
+    assert_eq!(verdicts.len(), 6, "{hypotheses}");
+    for row in rows.into_iter().chain(verdicts) {
+        assert!(readme.lines().any(|l| l == row), "README.md lacks the study's line {row:?}");
+    }
+}

@@ -215,34 +215,36 @@ impl Plot for LineChart {
     }
 }
 
+/// The axes with their descriptions, in the plots' common style.
+fn mesh<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, x: &str, y: &str) -> DrawResult<DB> {
+    chart.configure_mesh().x_desc(x).y_desc(y).label_style((FONT, 16)).axis_desc_style((FONT, 18)).light_line_style(WHITE.mix(0.0)).draw()
+}
+
+/// One labelled dot in colour `c`, listed in the legend.
+fn dot<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), c: RGBColor, label: &str) -> DrawResult<DB> {
+    chart
+        .draw_series(std::iter::once(Circle::new(at, 7, c.filled())))?
+        .label(label)
+        .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+    Ok(())
+}
+
+/// The legend, boxed, at `position`.
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, position: SeriesLabelPosition) -> DrawResult<DB> {
+    chart.configure_series_labels().label_font((FONT, 16)).background_style(WHITE.mix(0.85)).border_style(BLACK.mix(0.4)).position(position).draw()
+}
+
 impl Plot for Scatter {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
         let (x0, x1) = range(self.points.iter().map(|p| p.1).chain([0.0]), 0.12);
         let (y0, y1) = range(self.points.iter().map(|p| p.2).chain([0.0]), 0.12);
         let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
-        chart
-            .configure_mesh()
-            .x_desc(&self.x_label)
-            .y_desc(&self.y_label)
-            .label_style((FONT, 16))
-            .axis_desc_style((FONT, 18))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
+        mesh(&mut chart, &self.x_label, &self.y_label)?;
         for (i, (label, x, y)) in self.points.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(std::iter::once(Circle::new((*x, *y), 7, c.filled())))?
-                .label(label)
-                .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+            dot(&mut chart, (*x, *y), color(i), label)?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 16))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         area.present()
     }
 }
@@ -258,31 +260,15 @@ impl Plot for Pareto {
         let missing: Vec<&str> = self.points.iter().filter(|p| p.1.is_none() || p.2.is_none()).map(|p| p.0.as_str()).collect();
         let title = if missing.is_empty() { self.title.clone() } else { format!("{} (not drawn, no overhead: {})", self.title, missing.join(", ")) };
         let mut chart = ChartBuilder::on(area).caption(title, (FONT, 18)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1)?;
-        chart
-            .configure_mesh()
-            .x_desc("simulated overhead, % (95% interval)")
-            .y_desc("accuracy loss, points (95% interval)")
-            .label_style((FONT, 16))
-            .axis_desc_style((FONT, 18))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
+        mesh(&mut chart, "simulated overhead, % (95% interval)", "accuracy loss, points (95% interval)")?;
         for &(i, label, (x, xe), (y, ye)) in &shown {
             let c = color(i);
             let bar = ShapeStyle::from(&c).stroke_width(2);
             chart.draw_series(std::iter::once(PathElement::new(vec![(xe.0.unwrap_or(x), y), (xe.1.unwrap_or(x), y)], bar)))?;
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, ye.0.unwrap_or(y)), (x, ye.1.unwrap_or(y))], bar)))?;
-            chart
-                .draw_series(std::iter::once(Circle::new((x, y), 7, c.filled())))?
-                .label(label)
-                .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+            dot(&mut chart, (x, y), c, label)?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 16))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))
-            .draw()?;
+        legend(&mut chart, emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))?;
         area.present()
     }
 }

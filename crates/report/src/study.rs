@@ -120,14 +120,21 @@ fn overhead_pct(r: &Row) -> Option<f64> {
 }
 
 /// Rows of the study, grouped: condition -> option -> rows, conditions and options in grid order.
-type Groups<'a> = BTreeMap<String, Vec<(String, Vec<&'a Row>)>>;
+type Groups<'a> = Vec<(String, Vec<(String, Vec<&'a Row>)>)>;
 
 fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
     let options: Vec<String> = campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.clone()).collect()).unwrap_or_default();
-    let mut out: Groups = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.status == Status::Ok) {
-        let cond = out.entry(condition(r, axis)).or_insert_with(|| options.iter().map(|o| (o.clone(), Vec::new())).collect());
-        if let Some(slot) = cond.iter_mut().find(|(o, _)| Some(o) == r.coords.get(axis)) {
+    let mut ordered: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok).collect();
+    ordered.sort_by_key(|r| r.index);
+    let mut out: Groups = Vec::new();
+    let mut at: BTreeMap<String, usize> = BTreeMap::new();
+    for r in ordered {
+        let c = condition(r, axis);
+        let i = *at.entry(c.clone()).or_insert_with(|| {
+            out.push((c, options.iter().map(|o| (o.clone(), Vec::new())).collect()));
+            out.len() - 1
+        });
+        if let Some(slot) = out[i].1.iter_mut().find(|(o, _)| Some(o) == r.coords.get(axis)) {
             slot.1.push(r);
         }
     }
@@ -291,16 +298,18 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
     for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)] {
         files.push(crate::write(&out.join(name), &rows)?);
     }
+    let plots = out.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     let conditions: Vec<&String> = s.choices.iter().map(|c| &c.condition).collect();
     for (i, cond) in conditions.iter().enumerate() {
         let points = s
             .cells
             .iter()
             .filter(|c| &&c.condition == cond)
-            .map(|c| (c.option.clone(), c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))), c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi)))))
+            .map(|c| (if c.failed > 0 { format!("{} ({} of {} runs completed)", c.option, c.runs - c.failed, c.runs) } else { c.option.clone() }, c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))), c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi)))))
             .collect();
         let plot = Pareto { title: (*cond).clone(), points };
-        files.extend(crate::save(&plot, &out.join("plots").join(format!("pareto_{i:02}")))?);
+        files.extend(crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?);
     }
     Ok(files)
 }

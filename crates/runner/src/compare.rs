@@ -68,6 +68,8 @@ impl StrategyRow {
 /// The one-screen table of `rows` against `golden`.
 pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
     let opt = |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".to_string(), |x| format!("{:+.digits$}", x * scale));
+    // A failed run's overhead is no cost of recovery: n/a.
+    let pct = |v: Option<f64>, digits: usize| v.map_or("n/a".to_string(), |x| format!("{:+.digits$}%", 100.0 * x));
     let mut t = String::new();
     if let Some(g) = golden {
         let sim = g.simulated_s.map_or(String::new(), |s| format!(", simulated {s:.3} s"));
@@ -81,7 +83,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
     for r in rows {
         let _ = writeln!(
             t,
-            "{:<20} {:<9} {:>8.4} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>9}% {:>8.1}% {:>7.1} {:>8}%",
+            "{:<20} {:<9} {:>8.4} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>8.1}% {:>7.1} {:>9}",
             r.strategy,
             r.status,
             r.final_test_acc,
@@ -92,10 +94,10 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
             r.steps_lost,
             r.steps_recomputed,
             r.collapsed,
-            opt(r.simulated_overhead_vs_golden, 100.0, 2),
+            pct(r.simulated_overhead_vs_golden, 2),
             100.0 * r.step_overhead,
             r.wall_s,
-            opt(r.time_overhead_vs_golden, 100.0, 1),
+            pct(r.time_overhead_vs_golden, 1),
         );
     }
     t

@@ -419,7 +419,7 @@ impl<'a> Session<'a> {
             collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
             final_state_extreme: health != Health::Sound,
             acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
-            time_overhead_vs_golden: self.golden.as_ref().map(|g| (wall_s - g.wall_s) / g.wall_s),
+            time_overhead_vs_golden: self.golden.as_ref().filter(|_| !t.failed).map(|g| (wall_s - g.wall_s) / g.wall_s),
             final_param_distance: self.final_distance,
             golden: self.golden,
             provenance: self.opts.provenance.clone(),
