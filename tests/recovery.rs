@@ -268,6 +268,11 @@ fn the_simulated_clock_charges_each_strategy_what_it_did_after_a_crash() {
     // worker gets a survivor's state over the network.
     let redo = f(&rollback, "simulated_redo_s");
     assert!(redo > 0.3 * step_s && redo < 0.7 * step_s, "{redo} vs a step of {step_s}");
+    // The fault log records when in its step the crash struck: the abandoned attempt's length.
+    let log = std::fs::read_to_string(dir.path().join("rollback/faults.jsonl")).unwrap();
+    let crash: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(crash["event"]["target"], "crash");
+    assert!((crash["crash_at_s"].as_f64().unwrap() - redo).abs() < 1e-12, "{crash} vs {redo}");
     assert!(f(&rollback, "simulated_snapshot_s") > 0.0);
     assert!(f(&rollback, "simulated_transfer_s") > 0.0);
     assert_eq!(f(&rollback, "simulated_relaunch_s"), 0.0);

@@ -30,6 +30,9 @@ pub struct FaultLog {
     pub inf: usize,
     /// Corrupted values that became finite but extreme.
     pub extreme: usize,
+    /// A crash: simulated seconds from its step's start at which it struck.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_at_s: Option<f64>,
     /// Every attempt, as `resilab inject` logs them; tensor names are checkpoint paths
     /// (`model/layer1/0/conv1/weight`, `optimizer/.../momentum_buffer`, `gradients/...`,
     /// `activations/stage1`, `message_gradients/stage0`, `neurons/layer2/1` with the flat index
@@ -49,6 +52,7 @@ impl FaultLog {
             nan: corrupted.iter().filter(|r| r.nan).count(),
             inf: corrupted.iter().filter(|r| r.inf).count(),
             extreme: corrupted.iter().filter(|r| r.extreme).count(),
+            crash_at_s: None,
             records,
         }
     }
@@ -209,7 +213,6 @@ impl Hooks for FaultInjector {
         for event in self.due(ctx, &[FaultTarget::Crash]) {
             if !self.crashed.contains(&ctx.rank) {
                 self.pending_crashes.push(event);
-                self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
             }
         }
         if self.crashed.contains(&ctx.rank) {
@@ -297,14 +300,16 @@ impl Hooks for FaultInjector {
         let event = self.pending_crashes.remove(i);
         self.crashed.insert(ctx.rank);
         let at = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.crash_at);
-        Some(match at {
+        let t = match at {
             Some(CrashAt::Fraction(f)) => f * timeline.end_s,
             Some(CrashAt::Phase(p)) => timeline.phase_mid(ctx.rank, p),
             None => {
                 let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "crash.time"));
                 rng.random::<f64>() * timeline.end_s
             }
-        })
+        };
+        self.push_log(FaultLog { crash_at_s: Some(t), ..FaultLog::new(event, ctx.attempt, None, Vec::new()) });
+        Some(t)
     }
 
     fn after_backward(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {

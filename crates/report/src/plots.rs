@@ -86,18 +86,29 @@ pub struct Scatter {
     pub points: Vec<(String, f64, f64)>,
 }
 
-/// An interval's ends, where known.
-pub type Ends = (Option<f64>, Option<f64>);
+/// A value and its interval's ends, where known.
+pub type Valued = (f64, (Option<f64>, Option<f64>));
+
+/// One option of a [`Pareto`] plot.
+#[derive(Clone, Debug, Default)]
+pub struct ParetoPoint {
+    /// The option's label.
+    pub label: String,
+    /// Overhead, %, with its interval.
+    pub overhead: Option<Valued>,
+    /// Accuracy loss, points, with its interval.
+    pub loss: Option<Valued>,
+}
 
 /// Accuracy loss against overhead, one point per option with both intervals as bars; the
 /// colour follows the option's position, so an option keeps its colour in every plot of a
-/// study. Options without one of the values are named under the title.
+/// study. Options without one of the values are named in the title.
 #[derive(Clone, Debug, Default)]
 pub struct Pareto {
     /// Title (the condition).
     pub title: String,
-    /// `(option, (overhead %, its interval), (accuracy loss in points, its interval))`.
-    pub points: Vec<(String, Option<(f64, Ends)>, Option<(f64, Ends)>)>,
+    /// The options, in the study's order.
+    pub points: Vec<ParetoPoint>,
 }
 
 /// Horizontal bars, one per label.
@@ -252,21 +263,21 @@ impl Plot for Scatter {
 impl Plot for Pareto {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
-        let shown: Vec<(usize, &str, (f64, Ends), (f64, Ends))> =
-            self.points.iter().enumerate().filter_map(|(i, (l, x, y))| Some((i, l.as_str(), (*x)?, (*y)?))).collect();
-        let ends = |v: &(f64, Ends)| [v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
+        let shown: Vec<(usize, &ParetoPoint, Valued, Valued)> =
+            self.points.iter().enumerate().filter_map(|(i, p)| Some((i, p, p.overhead?, p.loss?))).collect();
+        let ends = |v: &Valued| [v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
         let (x0, x1) = range(shown.iter().flat_map(|p| ends(&p.2)).chain([0.0]), 0.1);
         let (y0, y1) = range(shown.iter().flat_map(|p| ends(&p.3)).chain([0.0]), 0.1);
-        let missing: Vec<&str> = self.points.iter().filter(|p| p.1.is_none() || p.2.is_none()).map(|p| p.0.as_str()).collect();
+        let missing: Vec<&str> = self.points.iter().filter(|p| p.overhead.is_none() || p.loss.is_none()).map(|p| p.label.as_str()).collect();
         let title = if missing.is_empty() { self.title.clone() } else { format!("{} (not drawn, no overhead: {})", self.title, missing.join(", ")) };
         let mut chart = ChartBuilder::on(area).caption(title, (FONT, 18)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1)?;
         mesh(&mut chart, "simulated overhead, % (95% interval)", "accuracy loss, points (95% interval)")?;
-        for &(i, label, (x, xe), (y, ye)) in &shown {
+        for &(i, p, (x, xe), (y, ye)) in &shown {
             let c = color(i);
             let bar = ShapeStyle::from(&c).stroke_width(2);
             chart.draw_series(std::iter::once(PathElement::new(vec![(xe.0.unwrap_or(x), y), (xe.1.unwrap_or(x), y)], bar)))?;
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, ye.0.unwrap_or(y)), (x, ye.1.unwrap_or(y))], bar)))?;
-            dot(&mut chart, (x, y), c, label)?;
+            dot(&mut chart, (x, y), c, &p.label)?;
         }
         legend(&mut chart, emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))?;
         area.present()

@@ -14,7 +14,7 @@ use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
 use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch};
-use crate::{Error, Pareto, Result};
+use crate::{Error, Pareto, ParetoPoint, Result};
 
 /// One option in one condition.
 #[derive(Clone, Debug, Serialize)]
@@ -306,7 +306,11 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
             .cells
             .iter()
             .filter(|c| &&c.condition == cond)
-            .map(|c| (if c.failed > 0 { format!("{} ({} of {} runs completed)", c.option, c.runs - c.failed, c.runs) } else { c.option.clone() }, c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))), c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi)))))
+            .map(|c| ParetoPoint {
+                label: if c.failed > 0 { format!("{} ({} of {} runs completed)", c.option, c.runs - c.failed, c.runs) } else { c.option.clone() },
+                overhead: c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))),
+                loss: c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi))),
+            })
             .collect();
         let plot = Pareto { title: (*cond).clone(), points };
         files.extend(crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?);
