@@ -97,3 +97,38 @@ fn advise_gives_young_and_daly_intervals() {
     ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", plain.to_str().unwrap(), "--quiet"]));
     assert_clean_error(&run(&["advise", "--from-run", plain.to_str().unwrap(), "--mtbf", "3600"]), &["no checkpoints"]);
 }
+
+/// `inject` writes `worker-0.injected.h5` beside the clean file by default. `eval` and
+/// `train --resume` on that file read it, never its clean sibling `worker-0.h5`.
+#[test]
+fn an_injected_copy_beside_the_clean_file_is_read_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = train(d, &[]);
+    let step = out.join("checkpoints/step-00000008");
+    let clean_file = step.join("worker-0.h5");
+    let cfg = write(d, "crit.toml", "injection_tries = 40\nfloat_precision = 32\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nsampling = \"per_element\"\nlocations_to_corrupt = [\"/model/layer1\"]\n");
+    ok(&run(&["inject", "-c", cfg.to_str().unwrap(), "-f", clean_file.to_str().unwrap(), "--seed", "3"]));
+    let injected = step.join("worker-0.injected.h5");
+    assert!(injected.is_file(), "inject's default output");
+
+    let clean = json(&run(&["eval", clean_file.to_str().unwrap(), "--json"]));
+    let hit = json(&run(&["eval", injected.to_str().unwrap(), "--json"]));
+    assert_eq!(clean["nan"].as_u64().unwrap() + clean["inf"].as_u64().unwrap() + clean["extreme"].as_u64().unwrap(), 0);
+    let bad = hit["nan"].as_u64().unwrap() + hit["inf"].as_u64().unwrap() + hit["extreme"].as_u64().unwrap();
+    assert!(bad >= 30, "the injected copy's values, not the clean file's: {hit}");
+    assert!(!hit["digest_mismatches"].as_array().unwrap().is_empty());
+
+    // Resuming from the copy loads it (and the run records it), not the clean file.
+    let resume = |from: &Path, name: &str| -> serde_json::Value {
+        let cfg = write(d, &format!("{name}.toml"), &TINY.replace("steps = 8", "steps = 10"));
+        let o = d.join(name);
+        ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", o.to_str().unwrap(), "--quiet", "--resume", from.to_str().unwrap(), "--set", "checkpoint.on_mismatch=\"load\""]));
+        serde_json::from_slice(&std::fs::read(o.join("summary.json")).unwrap()).unwrap()
+    };
+    let from_copy = resume(&injected, "from-copy");
+    assert_eq!(from_copy["resumed_from"].as_str().unwrap(), injected.to_str().unwrap());
+    assert!(!from_copy["checkpoint_mismatches"].as_array().unwrap().is_empty(), "{from_copy}");
+    let from_clean = resume(&clean_file, "from-clean");
+    assert_ne!(from_copy["final_params_digest"], from_clean["final_params_digest"]);
+}

@@ -199,6 +199,9 @@ pub struct LoadReport {
     pub mismatched: Vec<String>,
     /// Newer checkpoints skipped under policy `fallback`, with the reason.
     pub skipped: Vec<String>,
+    /// A worker file named on its own that is not its directory's `worker-<rank>.h5` (an
+    /// injected copy, say): read in place of that file, for its rank.
+    pub file: Option<PathBuf>,
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> Error {
@@ -326,11 +329,19 @@ pub fn no_probe(_: &Path) -> Result<()> {
 
 /// Loads checkpoint directory `dir` for a trainer whose current state is `template`.
 pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
+    load_dir_with(dir, None, template, policy, probe)
+}
+
+/// [`load_dir`], with `(rank, file)` read in place of that rank's `worker-<rank>.h5`.
+fn load_dir_with(dir: &Path, instead: Option<(usize, &Path)>, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
     let mut workers = Vec::new();
-    let mut report = LoadReport { dir: dir.to_path_buf(), ..Default::default() };
+    let mut report = LoadReport { dir: dir.to_path_buf(), file: instead.map(|(_, f)| f.to_path_buf()), ..Default::default() };
     let mut step = None;
     for t in &template.workers {
-        let path = dir.join(file_name(t.rank));
+        let path = match instead {
+            Some((rank, file)) if rank == t.rank => file.to_path_buf(),
+            _ => dir.join(file_name(t.rank)),
+        };
         if !path.exists() {
             return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
         }
@@ -360,7 +371,10 @@ pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Pr
 /// directory of checkpoints (the newest is used). Under `fallback`, checkpoints that fail to load
 /// or verify are skipped in favour of the next older one.
 pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
-    let target = if target.is_file() { target.parent().unwrap_or(target).to_path_buf() } else { target.to_path_buf() };
+    if target.is_file() {
+        return load_file(target, template, policy, probe);
+    }
+    let target = target.to_path_buf();
     if !target.exists() {
         return Err(invalid(&target, "no such checkpoint"));
     }
@@ -373,6 +387,28 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
         return Err(invalid(&target, "no checkpoint here (expected step-*/worker-*.h5)"));
     }
     load_first(&target, &candidates, template, policy, probe)
+}
+
+/// Loads the checkpoint a worker file belongs to. The file itself is read for its rank (the
+/// `rank` attribute it stores), never a sibling in its place: `worker-<rank>.h5` is its
+/// directory's own file, and any other name (an injected copy beside it) stands in for that
+/// rank's file while the other ranks come from their own files in the directory.
+fn load_file(file: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    probe(file)?;
+    let rank = file_rank(file)?;
+    if template.workers.iter().all(|t| t.rank != rank) {
+        return Err(invalid(file, format!("holds rank {rank}, but this run has {} worker(s) or stage(s) (check [parallel])", template.workers.len())));
+    }
+    let own = file.file_name().is_some_and(|n| n == file_name(rank).as_str());
+    let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };
+    load_dir_with(dir, (!own).then_some((rank, file)), template, policy, &probe_rest)
+}
+
+/// The rank (worker or stage) a worker file was written by.
+pub fn file_rank(file: &Path) -> Result<usize> {
+    let rank = Reader::open(file)?.attr_u64("/", "rank")?;
+    usize::try_from(rank).map_err(|_| invalid(file, format!("rank {rank} is out of range")))
 }
 
 /// Loads the newest checkpoint in the directory of checkpoints `root` taken before step

@@ -69,7 +69,8 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
     let (state, report) = resilab_checkpoint::load(&file, &template, OnMismatch::Load, &probe_rest)?;
     trainer.restore(&state)?;
     let pipeline = cfg.parallel.mode == ParallelMode::Pipeline;
-    let rank = if pipeline || !target.is_file() { 0 } else { rank_of(target).unwrap_or(0).min(trainer.workers.len() - 1) };
+    // A worker file evaluates its own replica: the rank it stores, whatever its name.
+    let rank = if pipeline || !target.is_file() { 0 } else { resilab_checkpoint::file_rank(target)?.min(trainer.workers.len() - 1) };
     let (net, evaluated) = if pipeline {
         (trainer.model(), (0..state.workers.len()).collect::<Vec<_>>())
     } else {
@@ -105,21 +106,4 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
         extreme_threshold: threshold,
         digest_mismatches: report.mismatched,
     })
-}
-
-/// The rank in a worker file's name (`worker-3.h5` gives 3).
-fn rank_of(file: &Path) -> Option<usize> {
-    file.file_stem()?.to_str()?.strip_prefix("worker-")?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_files_name_their_rank() {
-        assert_eq!(rank_of(Path::new("ck/step-00000004/worker-3.h5")), Some(3));
-        assert_eq!(rank_of(Path::new("worker-0.h5")), Some(0));
-        assert_eq!(rank_of(Path::new("model.h5")), None);
-    }
 }

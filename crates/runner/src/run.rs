@@ -364,7 +364,10 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
     if !report.mismatched.is_empty() {
         eprintln!("resilab: loaded {} dataset(s) whose digest differs: {}", report.mismatched.len(), report.mismatched.join(", "));
     }
-    eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step);
+    match &report.file {
+        Some(f) => eprintln!("resilab: resumed from {} (with {} read for its rank) at step {}", report.dir.display(), f.display(), trainer.step),
+        None => eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step),
+    }
     Ok(Some(report))
 }
 

@@ -372,7 +372,8 @@ impl<'a> Session<'a> {
         let steps = trainer.step;
         let wall_s = self.start.elapsed().as_secs_f64();
         let t = self.tally;
-        let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.dir), r.mismatched));
+        // A worker file named on its own is what the run resumed from.
+        let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
         let threshold = cfg.detect.extreme_threshold;
         let health = workers_health(&trainer.workers, threshold);
         Ok(Summary {
