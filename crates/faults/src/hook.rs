@@ -30,7 +30,8 @@ pub struct FaultLog {
     pub inf: usize,
     /// Corrupted values that became finite but extreme.
     pub extreme: usize,
-    /// A crash: simulated seconds from its step's start at which it struck.
+    /// A crash: simulated seconds from its step's start at which it struck, on the timeline it
+    /// was placed on (the cost model's; see `Hooks::crash_time`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_at_s: Option<f64>,
     /// Every attempt, as `resilab inject` logs them; tensor names are checkpoint paths

@@ -215,6 +215,13 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     })?;
     if target == FaultTarget::Crash {
         spec.tries = resilab_inject::Tries::Count(0);
+    } else {
+        // Tensors in training are f32: the bits asked for must lie in the word the fault sees.
+        let width = spec.model.precision.fixed().unwrap_or(32);
+        if let Err(message) = spec.model.check_width(width) {
+            let key = ["first_bit", "last_bit", "burst", "bit_mask"].into_iter().find(|k| message.starts_with(k)).unwrap_or("float_precision");
+            return Err(bad(i, key, format!("{message} (training tensors are 32-bit floats)")));
+        }
     }
     Ok(FaultEntry { index: i, target, at_step, mtbf_steps, system_mtbf_steps, crash_at, worker, stuck_steps, spec })
 }
@@ -394,6 +401,17 @@ mod tests {
         assert!(err("target = \"crash\"\nat_step = 3\nphase = \"lunch\"\n").contains("fault[0].phase"));
         assert!(err("target = \"crash\"\nat_step = 3\nphase = \"forward\"\nbucket = 1\n").contains("fault[0].bucket"));
         assert!(err("target = \"weights\"\nat_step = 3\nat_fraction = 0.5\n").contains("fault[0].at_fraction"));
+    }
+
+    #[test]
+    fn bit_fields_are_checked_against_the_tensors_width() {
+        let err = |t: &str| parse(&[table(t)]).unwrap_err().to_string();
+        let e = err("target = \"weights\"\nat_step = 3\nburst = 40\n");
+        assert!(e.starts_with("fault[0].burst: burst 40 is larger than the 32 candidate bit(s) of the range at 32 bits"), "{e}");
+        let e = err("target = \"gradients\"\nat_step = 3\nfirst_bit = 40\nlast_bit = 50\n");
+        assert!(e.starts_with("fault[0].last_bit: last_bit 50 is outside a 32-bit word"), "{e}");
+        // The 64-bit view of the same tensors has room for them.
+        assert!(parse(&[table("target = \"weights\"\nat_step = 3\nfirst_bit = 40\nlast_bit = 50\nfloat_precision = 64\n")]).is_ok());
     }
 
     #[test]

@@ -145,10 +145,13 @@ fn golden(workers: usize) -> Trainer {
 
 const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 1\n";
 
+/// A crash in the forward pass: no bucket was reduced before it.
+const CRASH_IN_FORWARD: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 2\nworker = 1\nphase = \"forward\"\n";
+
 #[test]
 fn rollback_after_a_crash_redoes_the_step_over_the_survivors() {
     let mut t = trainer(4);
-    let mut g = guard(CRASH, Strategy::Rollback, DetectConfig::default(), 4);
+    let mut g = guard(CRASH_IN_FORWARD, Strategy::Rollback, DetectConfig::default(), 4);
     assert!(matches!(run(&mut t, &mut g), StepOutcome::Done(_)));
     assert_eq!(g.detections.len(), 1, "{:?}", g.detections);
     assert_eq!(g.detections[0].kind, Detection::Crash);
@@ -159,10 +162,10 @@ fn rollback_after_a_crash_redoes_the_step_over_the_survivors() {
     // Redoing the step with the crashed worker's shard (as a checkpoint restart recomputes
     // it) would end on the golden run's weights; the survivors' average does not.
     assert!(t.snapshot() != golden(4).snapshot(), "step 2 must average the three survivors only");
-    // Lossy forward also applies the survivors' average at the crash step (nothing of the
-    // step was computed before the crash was seen); rollback pays a redo for the same update.
+    // Lossy forward also applies the survivors' average at the crash step (no bucket was
+    // reduced before the crash in the forward pass); rollback pays a redo for the same update.
     let mut lossy = trainer(4);
-    let mut gl = guard(CRASH, Strategy::LossyForward, DetectConfig::default(), 4);
+    let mut gl = guard(CRASH_IN_FORWARD, Strategy::LossyForward, DetectConfig::default(), 4);
     run(&mut lossy, &mut gl);
     assert!(t.snapshot() == lossy.snapshot());
 }

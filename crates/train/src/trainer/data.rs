@@ -42,7 +42,12 @@ struct Pass {
     grads: Grads,
     loss: LossInfo,
     compute_s: f64,
+    /// Images of the worker's shard.
+    images: usize,
 }
+
+/// The rate at which a crash's place in the step is modelled when compute is measured.
+const PLACEMENT_GFLOPS: f64 = 50.0;
 
 /// Workers that crashed inside the step.
 struct Crashed {
@@ -74,7 +79,11 @@ impl Trainer {
         let passes = phase!(self.passes(hooks, &ctx, &global, &live));
         let mut costs = self.step_costs(&layout, broadcast, &passes, self.update_estimate_s);
         let timeline = Timeline::build(&costs);
-        let crashed = phase!(self.crashes(hooks, &ctx, &live, &timeline));
+        let place = match self.parallel.compute.gflops {
+            Some(_) => timeline.clone(),
+            None => Timeline::build(&self.placement_costs(&layout, &costs, &passes)),
+        };
+        let crashed = phase!(self.crashes(hooks, &ctx, &live, &place, timeline.end_s));
         let (reduced, reduce_bytes) = reduce(&layout.plan, passes.iter().map(|p| p.as_ref().map(|p| p.grads.clone())).collect(), crashed.as_ref());
         let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref()));
         let survivors = passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
@@ -154,7 +163,7 @@ impl Trainer {
             let left_out = hook_phase!(c, Point::Forward, r)
                 || hook_phase!(hooks.after_loss(&ctx(r, Point::AfterLoss), &mut loss), Point::AfterLoss, r)
                 || hook_phase!(hooks.after_backward(&ctx(r, Point::AfterBackward), &mut grads), Point::AfterBackward, r);
-            out.push((!left_out).then_some(Pass { grads, loss, compute_s }));
+            out.push((!left_out).then_some(Pass { grads, loss, compute_s, images: shard.len() }));
         }
         Ok(ControlFlow::Continue(out))
     }
@@ -190,18 +199,35 @@ impl Trainer {
         }
     }
 
-    /// [`Hooks::crash_time`] for every worker that started the step, then [`Hooks::on_crash`] for each that
-    /// crashes: a second crash in the step is taken to strike with the first.
-    fn crashes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, live: &[bool], timeline: &Timeline) -> Phase<Option<Crashed>> {
+    /// The costs a crash is placed by when compute is measured: the cost model's, from the
+    /// layers' FLOPs at [`PLACEMENT_GFLOPS`] (communication and updates as modelled), so that
+    /// what a crash leaves behind depends on the configuration and seed, never on measured times.
+    fn placement_costs(&self, layout: &DataPlan, costs: &StepCosts, passes: &[Option<Pass>]) -> StepCosts {
+        let compute: Vec<Option<f64>> =
+            passes.iter().enumerate().map(|(r, p)| p.as_ref().map(|p| 3.0 * self.fwd_flops[r] as f64 * p.images as f64 / (PLACEMENT_GFLOPS * 1e9))).collect();
+        StepCosts {
+            forward_s: compute.iter().map(|c| c.map(|c| c / 3.0)).collect(),
+            backward_s: compute.iter().map(|c| c.map_or(0.0, |c| 2.0 * c / 3.0)).collect(),
+            update_s: modelled_bucket_updates(&self.parallel, &self.optimizer, &layout.plan.bucket_bytes()),
+            ..costs.clone()
+        }
+    }
+
+    /// [`Hooks::crash_time`] for every worker that started the step, on the timeline `place`,
+    /// then [`Hooks::on_crash`] for each that crashes: a second crash in the step is taken to
+    /// strike with the first. The crash's share of `place` is charged as that share of the
+    /// step's own `step_s`.
+    fn crashes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, live: &[bool], place: &Timeline, step_s: f64) -> Phase<Option<Crashed>> {
         let mut hit = Vec::new();
         for r in (0..live.len()).filter(|&r| live[r]) {
-            if let Some(t) = hooks.crash_time(&ctx(r, Point::Crash), timeline) {
-                hit.push((r, t.clamp(0.0, timeline.end_s)));
+            if let Some(t) = hooks.crash_time(&ctx(r, Point::Crash), place) {
+                hit.push((r, t.clamp(0.0, place.end_s)));
             }
         }
-        let Some(at_s) = hit.iter().map(|h| h.1).min_by(f64::total_cmp) else { return Ok(ControlFlow::Continue(None)) };
-        let completed = timeline.completed_buckets(at_s);
-        let crash = Crash { at_s, step_s: timeline.end_s, completed_buckets: completed, buckets: timeline.buckets.len() };
+        let Some(first) = hit.iter().map(|h| h.1).min_by(f64::total_cmp) else { return Ok(ControlFlow::Continue(None)) };
+        let completed = place.completed_buckets(first);
+        let at_s = if place.end_s > 0.0 { first / place.end_s * step_s } else { 0.0 };
+        let crash = Crash { at_s, step_s, completed_buckets: completed, buckets: place.buckets.len() };
         for &(r, _) in &hit {
             match hooks.on_crash(&ctx(r, Point::Crash), &crash) {
                 Control::Continue | Control::Skip => {}
