@@ -226,7 +226,12 @@ impl Trainer {
         }
         let Some(first) = hit.iter().map(|h| h.1).min_by(f64::total_cmp) else { return Ok(ControlFlow::Continue(None)) };
         let completed = place.completed_buckets(first);
-        let at_s = if place.end_s > 0.0 { first / place.end_s * step_s } else { 0.0 };
+        // On the step's own timeline (modelled compute) the time is the step's as it stands.
+        let at_s = match place.end_s {
+            e if e == step_s => first,
+            e if e > 0.0 => first / e * step_s,
+            _ => 0.0,
+        };
         let crash = Crash { at_s, step_s, completed_buckets: completed, buckets: place.buckets.len() };
         for &(r, _) in &hit {
             match hooks.on_crash(&ctx(r, Point::Crash), &crash) {
