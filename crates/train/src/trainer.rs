@@ -189,7 +189,6 @@ pub struct StepStats {
     pub snapshot_s: f64,
 }
 
-
 /// The modelled time of a worker's optimizer update, when compute is modelled: its state read
 /// and written once and its gradients read, at the memory bandwidth.
 fn modelled_update_s(p: &ParallelConfig, w: &Worker) -> Option<f64> {
@@ -245,9 +244,7 @@ pub struct TrainSpec {
 pub const MAX_REDOS: u32 = 16;
 
 enum Topology {
-    /// `ready_frac`: per bucket, the share of the backward pass done when its gradients are
-    /// ready (see [`crate::Timeline`]).
-    Data { plan: ReducePlan, buffer_bytes: u64, ready_frac: Vec<f64> },
+    Data(Arc<data::DataPlan>),
     Pipeline { ranges: Vec<Range<usize>>, ops: Vec<Vec<Op>> },
 }
 
@@ -428,8 +425,9 @@ impl Trainer {
                     resilab_models::named_params(&net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
                 let ready_frac = ready_fractions(&net, &plan, input);
+                let bucket_bytes = plan.bucket_bytes();
                 let workers: Vec<Worker> = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
-                (workers, Topology::Data { plan, buffer_bytes, ready_frac })
+                (workers, Topology::Data(Arc::new(data::DataPlan { plan, bucket_bytes, buffer_bytes, ready_frac })))
             }
             ParallelMode::Pipeline => {
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
@@ -479,14 +477,14 @@ impl Trainer {
     pub fn stage_ranges(&self) -> Option<&[Range<usize>]> {
         match &self.topology {
             Topology::Pipeline { ranges, .. } => Some(ranges),
-            Topology::Data { .. } => None,
+            Topology::Data(_) => None,
         }
     }
 
     /// The all-reduce buckets, `(parameter name, values)` in reduction order (`None` for a pipeline).
     pub fn buckets(&self) -> Option<&[Vec<(String, usize)>]> {
         match &self.topology {
-            Topology::Data { plan, .. } => Some(&plan.buckets),
+            Topology::Data(d) => Some(&d.plan.buckets),
             Topology::Pipeline { .. } => None,
         }
     }
@@ -494,7 +492,7 @@ impl Trainer {
     /// The whole model: worker 0's replica, or the stages joined.
     pub fn model(&self) -> Net {
         match self.topology {
-            Topology::Data { .. } => self.workers[0].net.clone(),
+            Topology::Data(_) => self.workers[0].net.clone(),
             Topology::Pipeline { .. } => Net::join(&self.workers.iter().map(|w| w.net.clone()).collect::<Vec<_>>()),
         }
     }
@@ -517,7 +515,7 @@ impl Trainer {
         let (mut whole, mut partial_s) = (0u32, 0.0);
         loop {
             let flow = match self.topology {
-                Topology::Data { .. } => self.data_step(hooks, attempt)?,
+                Topology::Data(_) => self.data_step(hooks, attempt)?,
                 Topology::Pipeline { .. } => self.pipeline_step(hooks, attempt)?,
             };
             match flow {

@@ -2,6 +2,7 @@
 //! worker, the overlapped timeline, crashes inside it, the bucketed all-reduce, the updates.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use resilab_data::shard_range;
@@ -57,26 +58,31 @@ struct Crashed {
     completed: usize,
 }
 
-/// The data-parallel layout a step needs, copied out of the trainer's topology.
-struct DataPlan {
-    plan: ReducePlan,
-    buffer_bytes: u64,
-    ready_frac: Vec<f64>,
+/// The data-parallel layout, fixed when the trainer is built and shared by every step.
+pub(super) struct DataPlan {
+    pub(super) plan: ReducePlan,
+    /// Bytes of each bucket, in reduction order.
+    pub(super) bucket_bytes: Vec<u64>,
+    /// Bytes of the buffers (BatchNorm statistics) DDP broadcasts.
+    pub(super) buffer_bytes: u64,
+    /// Per bucket, the share of the backward pass done when its gradients are ready (see
+    /// [`crate::Timeline`]).
+    pub(super) ready_frac: Vec<f64>,
 }
 
 impl Trainer {
     pub(super) fn data_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
         let (cursor, global) = self.global_batch();
-        let Topology::Data { plan, buffer_bytes, ready_frac } = &self.topology else {
+        let Topology::Data(layout) = &self.topology else {
             return Err(Error::State("data step on a pipeline".into()));
         };
-        let layout = DataPlan { plan: plan.clone(), buffer_bytes: *buffer_bytes, ready_frac: ready_frac.clone() };
+        let layout = Arc::clone(layout);
         let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
         let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
         // DDP broadcasts at the start of the step, before any hook can alter a replica.
         let (broadcast, broadcast_bytes) = self.sync_buffers(&layout);
         let live = phase!(self.start_workers(hooks, &ctx));
-        let passes = phase!(self.passes(hooks, &ctx, &global, &live));
+        let mut passes = phase!(self.passes(hooks, &ctx, &global, &live));
         let mut costs = self.step_costs(&layout, broadcast, &passes, self.update_estimate_s);
         let timeline = Timeline::build(&costs);
         let place = match self.parallel.compute.gflops {
@@ -84,11 +90,13 @@ impl Trainer {
             None => Timeline::build(&self.placement_costs(&layout, &costs, &passes)),
         };
         let crashed = phase!(self.crashes(hooks, &ctx, &live, &place, timeline.end_s));
-        let (reduced, reduce_bytes) = reduce(&layout.plan, passes.iter().map(|p| p.as_ref().map(|p| p.grads.clone())).collect(), crashed.as_ref());
+        // The gradients move to the all-reduce (a second holder would make it copy them).
+        let grads = passes.iter_mut().map(|p| p.as_mut().map(|p| std::mem::take(&mut p.grads))).collect();
+        let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref());
         let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref()));
         let survivors = passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
         if let Some(c) = &crashed {
-            let again: Vec<f64> = layout.plan.bucket_bytes().iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, survivors)).collect();
+            let again: Vec<f64> = layout.bucket_bytes.iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, survivors)).collect();
             costs = costs.after_crash(c.at_s, c.completed, &again);
         }
         costs.update_s = self.bucket_update_s(&layout, Some(update_s.clone()));
@@ -171,7 +179,7 @@ impl Trainer {
     /// The seconds of every piece of the step's work, for its timeline.
     fn step_costs(&self, layout: &DataPlan, start_s: f64, passes: &[Option<Pass>], update_estimate: Option<f64>) -> StepCosts {
         let k = passes.iter().flatten().count();
-        let bytes = layout.plan.bucket_bytes();
+        let bytes = &layout.bucket_bytes;
         StepCosts {
             start_s,
             // Backward costs twice the forward pass (the modelled rate charges 3x the forward FLOPs).
@@ -188,14 +196,14 @@ impl Trainer {
     /// read, at the memory bandwidth) when compute is modelled; otherwise the slowest worker's
     /// measured update (`measured`), shared over the buckets by their size.
     fn bucket_update_s(&self, layout: &DataPlan, measured: Option<Vec<f64>>) -> Vec<f64> {
-        let bytes = layout.plan.bucket_bytes();
+        let bytes = &layout.bucket_bytes;
         match measured.filter(|_| self.parallel.compute.gflops.is_none()) {
             Some(m) => {
                 let total: u64 = bytes.iter().sum::<u64>().max(1);
                 let slowest = m.iter().copied().fold(0.0, f64::max);
                 bytes.iter().map(|&b| slowest * b as f64 / total as f64).collect()
             }
-            None => modelled_bucket_updates(&self.parallel, &self.optimizer, &bytes),
+            None => modelled_bucket_updates(&self.parallel, &self.optimizer, bytes),
         }
     }
 
@@ -208,7 +216,7 @@ impl Trainer {
         StepCosts {
             forward_s: compute.iter().map(|c| c.map(|c| c / 3.0)).collect(),
             backward_s: compute.iter().map(|c| c.map_or(0.0, |c| 2.0 * c / 3.0)).collect(),
-            update_s: modelled_bucket_updates(&self.parallel, &self.optimizer, &layout.plan.bucket_bytes()),
+            update_s: modelled_bucket_updates(&self.parallel, &self.optimizer, &layout.bucket_bytes),
             ..costs.clone()
         }
     }
@@ -295,8 +303,8 @@ pub(crate) fn modelled_bucket_updates(parallel: &ParallelConfig, optimizer: &Opt
 /// over every contributor, or, after a crash, the buckets completed before it over every
 /// contributor (the crashed workers' gradients are in them) and the rest over the survivors.
 /// Returns the averages and the bytes sent.
-fn reduce(plan: &ReducePlan, contributions: Vec<Option<Grads>>, crashed: Option<&Crashed>) -> (Grads, u64) {
-    let bytes = plan.bucket_bytes();
+fn reduce(layout: &DataPlan, contributions: Vec<Option<Grads>>, crashed: Option<&Crashed>) -> (Grads, u64) {
+    let (plan, bytes) = (&layout.plan, &layout.bucket_bytes);
     let sent = |range: std::ops::Range<usize>, k: usize| -> u64 { bytes[range].iter().map(|b| 2 * (k as u64).saturating_sub(1) * b).sum() };
     let nb = plan.buckets.len();
     let Some(c) = crashed else {
