@@ -9,7 +9,7 @@ use resilab_data::{EpochOrder, Split};
 use resilab_models::{InputShape, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads, trainable_sizes};
+use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
 use crate::timeline::{StepCosts, Timeline};
 use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
@@ -345,23 +345,22 @@ impl StepModel {
         let flops: u64 = net.block_costs(input).iter().map(|b| b.flops).sum();
         let compute = parallel.compute.flops_s(3.0 * flops as f64 * shard as f64)?;
         let parallel = ParallelConfig { workers, ..parallel.clone() };
-        let plan = ReducePlan::new(&trainable_sizes(net), &parallel);
-        let bytes = plan.bucket_bytes();
-        let params = resilab_models::named_params(net);
-        let buffer_bytes: u64 = params.iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
-        let trainable: u64 = params.iter().filter(|p| p.trainable).map(|p| 4 * p.numel() as u64).sum();
-        let start_s = if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, buffer_bytes, workers) } else { 0.0 };
+        let layout = data::DataPlan::new(net, &parallel, input);
+        let bytes = &layout.bucket_bytes;
+        let start_s = if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, layout.buffer_bytes, workers) } else { 0.0 };
         let costs = StepCosts {
             start_s,
             forward_s: vec![Some(compute / 3.0); workers],
             backward_s: vec![2.0 * compute / 3.0; workers],
-            ready_frac: ready_fractions(net, &plan, input),
+            ready_frac: layout.ready_frac.clone(),
             reduce_s: bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers)).collect(),
-            update_s: data::modelled_bucket_updates(&parallel, optimizer, &bytes),
+            update_s: data::modelled_bucket_updates(&parallel, optimizer, bytes),
             not_before_s: vec![0.0; bytes.len()],
         };
         let survivor_reduce_s = bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers.saturating_sub(1))).collect();
-        let state_bytes = buffer_bytes + trainable * (1 + data::optimizer_buffers(optimizer));
+        // Every trainable parameter is in one bucket.
+        let trainable: u64 = bytes.iter().sum();
+        let state_bytes = layout.buffer_bytes + trainable * (1 + data::optimizer_buffers(optimizer));
         Some(Self { timeline: Timeline::build(&costs), costs, survivor_reduce_s, state_bytes })
     }
 
@@ -420,14 +419,10 @@ impl Trainer {
         }
         let (workers, topology) = match parallel.mode {
             ParallelMode::Data => {
-                let plan = ReducePlan::new(&trainable_sizes(&net), &parallel);
-                let buffer_bytes =
-                    resilab_models::named_params(&net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
-                let ready_frac = ready_fractions(&net, &plan, input);
-                let bucket_bytes = plan.bucket_bytes();
+                let layout = data::DataPlan::new(&net, &parallel, input);
                 let workers: Vec<Worker> = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
-                (workers, Topology::Data(Arc::new(data::DataPlan { plan, bucket_bytes, buffer_bytes, ready_frac })))
+                (workers, Topology::Data(Arc::new(layout)))
             }
             ParallelMode::Pipeline => {
                 let input = InputShape { channels: data.train.channels, size: data.train.size };

@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use resilab_data::shard_range;
 
-use super::{Flow, StepStats, Topology, Trainer, broadcast_buffers, early, modelled_update_s, sync};
-use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s};
+use resilab_models::{InputShape, Net};
+
+use super::{Flow, StepStats, Topology, Trainer, broadcast_buffers, early, modelled_update_s, ready_fractions, sync};
+use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, trainable_sizes};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
 use crate::timeline::{StepCosts, Timeline};
 use crate::{Error, Grads, OptimizerConfig, OptimizerKind, ParallelConfig, Result, SyncKind};
@@ -68,6 +70,16 @@ pub(super) struct DataPlan {
     /// Per bucket, the share of the backward pass done when its gradients are ready (see
     /// [`crate::Timeline`]).
     pub(super) ready_frac: Vec<f64>,
+}
+
+impl DataPlan {
+    /// The layout of `net` under `parallel`, for images of shape `input`.
+    pub(super) fn new(net: &Net, parallel: &ParallelConfig, input: InputShape) -> Self {
+        let plan = ReducePlan::new(&trainable_sizes(net), parallel);
+        let buffer_bytes = resilab_models::named_params(net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
+        let ready_frac = ready_fractions(net, &plan, input);
+        Self { bucket_bytes: plan.bucket_bytes(), plan, buffer_bytes, ready_frac }
+    }
 }
 
 impl Trainer {
