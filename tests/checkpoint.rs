@@ -86,7 +86,7 @@ fn inspect_lists_layout_shapes_types_and_digests() {
     assert_eq!(find("/train_state/rng_seed")["hash_status"], "ok");
     assert_eq!(v["attributes_status"], "ok");
     let attrs = &v["attributes"];
-    assert_eq!(attrs["format_version"], "2");
+    assert_eq!(attrs["format_version"], "3");
     assert_eq!(attrs["step"], "8");
     assert_eq!(attrs["arch"], "resnet8-w0.25");
     assert!(attrs["config"].as_str().unwrap().contains("[model]"));

@@ -149,12 +149,12 @@ fn the_training_state_and_the_stored_configuration_are_verified() {
     assert_clean_error(&resume(&step, &[]), &["/train_state/step", "digest"]);
     assert_clean_error(&resume(&step, &load), &["beyond this run's last step"]);
 
-    // A flipped batch cursor: an error, not a panic in the data order.
-    let batch = d.join("batch");
-    copy_dir(&ckpts.join("step-00000004"), &batch);
-    set_train_state(&batch, "batch", 1 << 40);
-    assert_clean_error(&resume(&batch, &[]), &["/train_state/batch"]);
-    assert_clean_error(&resume(&batch, &load), &["data cursor", "batch"]);
+    // A flipped data cursor: an error, not a panic in the data order.
+    let sample = d.join("sample");
+    copy_dir(&ckpts.join("step-00000004"), &sample);
+    set_train_state(&sample, "sample", 1 << 40);
+    assert_clean_error(&resume(&sample, &[]), &["/train_state/sample"]);
+    assert_clean_error(&resume(&sample, &load), &["data cursor", "no batch"]);
 
     // An edited configuration attribute: test_size 64 -> 16 by a same-length byte edit.
     let edited = d.join("edited");

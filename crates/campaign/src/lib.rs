@@ -135,6 +135,28 @@ pub struct Metrics {
     /// Overhead in simulated time against the golden run (`train` runs): deterministic when
     /// `parallel.compute.gflops` is set.
     pub sim_overhead: Option<f64>,
+    /// Simulated seconds of the run (`train` runs).
+    pub sim_s: Option<f64>,
+    /// Simulated seconds of its golden run.
+    pub golden_sim_s: Option<f64>,
+    /// Simulated seconds at the first evaluation that reached the golden run's final accuracy
+    /// (`train` runs; empty: never reached).
+    pub time_to_golden_acc_s: Option<f64>,
+    /// Workers (or stages) at the end (`train` runs).
+    pub workers_end: Option<u64>,
+    /// Workers lost for good (`train` runs).
+    pub permanent_losses: Option<u64>,
+    /// Spare nodes that took a lost worker's place.
+    pub spares_used: Option<u64>,
+    /// Losses met with no spare left under `respawn` or `reinit`, shrunk instead.
+    pub spare_fallbacks: Option<u64>,
+    /// Steps computed at each worker count, `workers:steps` pairs `;`-separated (`16:40;15:24`).
+    pub steps_at_workers: Option<String>,
+    /// The batch rule in force after a shrink (`keep_global`, `keep_per_worker`); empty when
+    /// the job never shrank.
+    pub batch_rule: Option<String>,
+    /// The learning rate's factor at the end (the linear scaling rule).
+    pub lr_scale: Option<f64>,
     /// XXH3-64 digest of the final parameters.
     pub digest: Option<String>,
     /// The golden (or base) run compared with and the platform key of its bits (backend,
@@ -173,6 +195,16 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "golden_wall_s",
     "time_overhead",
     "sim_overhead",
+    "sim_s",
+    "golden_sim_s",
+    "time_to_golden_acc_s",
+    "workers_end",
+    "permanent_losses",
+    "spares_used",
+    "spare_fallbacks",
+    "steps_at_workers",
+    "batch_rule",
+    "lr_scale",
     "digest",
     "golden_key",
 ];

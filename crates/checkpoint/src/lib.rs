@@ -7,7 +7,7 @@
 //! /model/<parameter path>                      f32, natural shape   (layer1/0/conv1/weight)
 //! /optimizer/<parameter path>/<buffer>         f32, parameter shape (momentum_buffer, exp_avg, exp_avg_sq)
 //!           <parameter path> group attribute   step (u64)
-//! /train_state/{step, epoch, batch, rank, rng_stream, rng_word_pos}   u64 scalars
+//! /train_state/{step, epoch, sample, rank, rng_stream, rng_word_pos}   u64 scalars
 //! /train_state/rng_seed                        u8[32]
 //! root attributes: format_version, resilab_version, step, epoch, seed, rank, world_size, arch, config
 //! ```
@@ -39,8 +39,8 @@ use resilab_h5::{Dtype, Reader, Writer};
 use resilab_train::{Cursor, HostParamState, HostTensor, RngState, TrainState, WorkerState};
 
 /// Version of the file layout written by this crate (2: digests on the training state and on the
-/// attributes).
-pub const FORMAT_VERSION: u64 = 2;
+/// attributes; 3: the data cursor counts images, `/train_state/sample`, not batches).
+pub const FORMAT_VERSION: u64 = 3;
 
 /// Errors of checkpointing.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +135,7 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
     for (k, v) in [
         ("step", step),
         ("epoch", w.cursor.epoch as u64),
-        ("batch", w.cursor.batch as u64),
+        ("sample", w.cursor.sample as u64),
         ("rank", w.rank as u64),
         ("rng_stream", w.rng.stream),
         ("rng_word_pos", word_pos),
@@ -306,7 +306,7 @@ fn read_train_state(r: &Reader, infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>
     let to_usize = |k: &str, v: u64| -> Result<usize> { usize::try_from(v).map_err(|_| invalid(path, format!("/train_state/{k} = {v} is out of range"))) };
     let rank = to_usize("rank", u("rank")?)?;
     let (stream, word_pos) = (u("rng_stream")?, u("rng_word_pos")?);
-    let cursor = Cursor { epoch: to_usize("epoch", u("epoch")?)?, batch: to_usize("batch", u("batch")?)? };
+    let cursor = Cursor { epoch: to_usize("epoch", u("epoch")?)?, sample: to_usize("sample", u("sample")?)? };
     let step = u("step")?;
     let seed_path = "/train_state/rng_seed";
     let bytes = r.read_bytes(seed_path, 32)?;
@@ -329,11 +329,19 @@ pub fn no_probe(_: &Path) -> Result<()> {
 
 /// Loads checkpoint directory `dir` for a trainer whose current state is `template`.
 pub fn load_dir(dir: &Path, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
-    load_dir_with(dir, None, template, policy, probe)
+    load_dir_with(dir, None, template, policy, probe, false)
 }
 
-/// [`load_dir`], with `(rank, file)` read in place of that rank's `worker-<rank>.h5`.
-fn load_dir_with(dir: &Path, instead: Option<(usize, &Path)>, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
+/// [`load_dir`], with `(rank, file)` read in place of that rank's `worker-<rank>.h5`; with
+/// `fewer`, a checkpoint of more workers than the template's loads the template's ranks.
+fn load_dir_with(
+    dir: &Path,
+    instead: Option<(usize, &Path)>,
+    template: &TrainState,
+    policy: OnMismatch,
+    probe: Probe<'_>,
+    fewer: bool,
+) -> Result<(TrainState, LoadReport)> {
     let mut workers = Vec::new();
     let mut report = LoadReport { dir: dir.to_path_buf(), file: instead.map(|(_, f)| f.to_path_buf()), ..Default::default() };
     let mut step = None;
@@ -347,7 +355,8 @@ fn load_dir_with(dir: &Path, instead: Option<(usize, &Path)>, template: &TrainSt
         }
         probe(&path)?;
         let world = Reader::open(&path)?.attr_u64("/", "world_size")?;
-        if world != template.workers.len() as u64 {
+        let n = template.workers.len() as u64;
+        if world != n && !(fewer && world > n) {
             return Err(invalid(
                 &path,
                 format!("was written by {world} worker(s) or stage(s); this run has {} (check [parallel])", template.workers.len()),
@@ -386,7 +395,7 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
     if candidates.is_empty() {
         return Err(invalid(&target, "no checkpoint here (expected step-*/worker-*.h5)"));
     }
-    load_first(&target, &candidates, template, policy, probe)
+    load_first(&target, &candidates, template, policy, probe, false)
 }
 
 /// Loads the checkpoint a worker file belongs to. The file itself is read for its rank (the
@@ -402,7 +411,7 @@ fn load_file(file: &Path, template: &TrainState, policy: OnMismatch, probe: Prob
     }
     let own = file.file_name().is_some_and(|n| n == file_name(rank).as_str());
     let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };
-    load_dir_with(dir, (!own).then_some((rank, file)), template, policy, &probe_rest)
+    load_dir_with(dir, (!own).then_some((rank, file)), template, policy, &probe_rest, false)
 }
 
 /// The rank (worker or stage) a worker file was written by.
@@ -415,19 +424,30 @@ pub fn file_rank(file: &Path) -> Result<usize> {
 /// `before` (older ones when it fails to verify, under `fallback`). `Ok(None)` when there is
 /// none: the caller decides whether the initial state will do.
 pub fn load_before(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<Option<(TrainState, LoadReport)>> {
+    load_older(root, before, template, policy, probe, false)
+}
+
+fn load_older(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>, fewer: bool) -> Result<Option<(TrainState, LoadReport)>> {
     let candidates: Vec<PathBuf> = list(root)?.into_iter().rev().filter(|(s, _)| *s < before).map(|(_, p)| p).collect();
     if candidates.is_empty() {
         return Ok(None);
     }
-    load_first(root, &candidates, template, policy, probe).map(Some)
+    load_first(root, &candidates, template, policy, probe, fewer).map(Some)
+}
+
+/// [`load_before`] for a data-parallel job that lost workers for good and went on with fewer:
+/// a checkpoint written before the loss, by more workers, loads the ranks the job has now
+/// (replicas hold the same model; each rank reads its own file).
+pub fn load_replicas_before(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<Option<(TrainState, LoadReport)>> {
+    load_older(root, before, template, policy, probe, true)
 }
 
 /// The first of `candidates` (newest first) that loads; under `fallback`, those that fail are
 /// skipped and named in the report.
-fn load_first(target: &Path, candidates: &[PathBuf], template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<(TrainState, LoadReport)> {
+fn load_first(target: &Path, candidates: &[PathBuf], template: &TrainState, policy: OnMismatch, probe: Probe<'_>, fewer: bool) -> Result<(TrainState, LoadReport)> {
     let mut skipped = Vec::new();
     for (i, dir) in candidates.iter().enumerate() {
-        match load_dir(dir, template, policy, probe) {
+        match load_dir_with(dir, None, template, policy, probe, fewer) {
             Ok((state, mut report)) => {
                 report.skipped = skipped;
                 return Ok((state, report));

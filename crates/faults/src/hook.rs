@@ -34,6 +34,9 @@ pub struct FaultLog {
     /// was placed on (the cost model's; see `Hooks::crash_time`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_at_s: Option<f64>,
+    /// A crash whose worker's node is gone for good (`permanent = true`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
     /// Every attempt, as `resilab inject` logs them; tensor names are checkpoint paths
     /// (`model/layer1/0/conv1/weight`, `optimizer/.../momentum_buffer`, `gradients/...`,
     /// `activations/stage1`, `message_gradients/stage0`, `neurons/layer2/1` with the flat index
@@ -54,6 +57,7 @@ impl FaultLog {
             inf: corrupted.iter().filter(|r| r.inf).count(),
             extreme: corrupted.iter().filter(|r| r.extreme).count(),
             crash_at_s: None,
+            permanent: false,
             records,
         }
     }
@@ -70,6 +74,8 @@ pub struct FaultInjector {
     events: Vec<FaultEvent>,
     fault_seed: u64,
     crashed: BTreeSet<usize>,
+    /// Crashed workers whose node is gone for good: no respawn brings them back on it.
+    lost: BTreeSet<usize>,
     /// Crashes due in the current step, struck when the step's timeline is known.
     pending_crashes: Vec<FaultEvent>,
     fired: BTreeSet<usize>,
@@ -95,7 +101,19 @@ fn host(t: Tensor<1>) -> Vec<f32> {
 impl FaultInjector {
     /// An injector for `events` (from [`crate::schedule`]) of `entries`.
     pub fn new(entries: Vec<FaultEntry>, events: Vec<FaultEvent>, fault_seed: u64) -> Self {
-        Self { entries, events, fault_seed, crashed: BTreeSet::new(), pending_crashes: Vec::new(), fired: BTreeSet::new(), stuck: Vec::new(), neurons: Vec::new(), log: Vec::new(), withheld: None }
+        Self {
+            entries,
+            events,
+            fault_seed,
+            crashed: BTreeSet::new(),
+            lost: BTreeSet::new(),
+            pending_crashes: Vec::new(),
+            fired: BTreeSet::new(),
+            stuck: Vec::new(),
+            neurons: Vec::new(),
+            log: Vec::new(),
+            withheld: None,
+        }
     }
 
     /// Workers currently crashed: the simulated system's state, for the runner to bring them
@@ -123,9 +141,51 @@ impl FaultInjector {
         }
     }
 
-    /// Brings a crashed worker back (recovery has restored its state).
+    /// Crashed workers whose node is gone for good (a permanent crash), in the simulated
+    /// system's state: recovery cannot respawn them where they were; a spare can take their
+    /// place ([`FaultInjector::replace`]) or the job goes on without them
+    /// ([`FaultInjector::remove_rank`]).
+    pub fn lost(&self) -> &BTreeSet<usize> {
+        &self.lost
+    }
+
+    /// Brings a crashed worker back (recovery has restored its state). A worker whose node is
+    /// gone stays down.
     pub fn respawn(&mut self, rank: usize) {
-        self.crashed.remove(&rank);
+        if !self.lost.contains(&rank) {
+            self.crashed.remove(&rank);
+        }
+    }
+
+    /// A spare node takes the place of lost worker `rank`: the rank can be brought back (its
+    /// state comes from recovery: a replica's copy, or a checkpoint).
+    pub fn replace(&mut self, rank: usize) {
+        self.lost.remove(&rank);
+    }
+
+    /// The job went on without worker `rank` for good (a shrunk communicator): its pending
+    /// faults are dropped and every rank above it moves down one, as the workers do.
+    pub fn remove_rank(&mut self, rank: usize) {
+        let shift = |r: usize| if r > rank { r - 1 } else { r };
+        self.events.retain(|e| e.rank != rank || self.fired.contains(&e.id));
+        for e in self.events.iter_mut().filter(|e| !self.fired.contains(&e.id)) {
+            e.rank = shift(e.rank);
+        }
+        self.pending_crashes.retain(|e| e.rank != rank);
+        for e in &mut self.pending_crashes {
+            e.rank = shift(e.rank);
+        }
+        for set in [&mut self.crashed, &mut self.lost] {
+            *set = set.iter().filter(|&&r| r != rank).map(|&r| shift(r)).collect();
+        }
+        self.stuck.retain(|s| s.0 != rank);
+        for s in &mut self.stuck {
+            s.0 = shift(s.0);
+        }
+        self.neurons.retain(|n| n.1 != rank);
+        for n in &mut self.neurons {
+            n.1 = shift(n.1);
+        }
     }
 
     /// Events of `target` due at `ctx`'s step on `ctx`'s worker that have not struck yet; they
@@ -300,7 +360,11 @@ impl Hooks for FaultInjector {
         let i = self.pending_crashes.iter().position(|e| e.rank == ctx.rank && e.step == ctx.step)?;
         let event = self.pending_crashes.remove(i);
         self.crashed.insert(ctx.rank);
-        let at = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.crash_at);
+        let entry = self.entries.iter().find(|e| e.index == event.entry);
+        let (at, permanent) = (entry.and_then(|e| e.crash_at), entry.is_some_and(|e| e.permanent));
+        if permanent {
+            self.lost.insert(ctx.rank);
+        }
         let t = match at {
             Some(CrashAt::Fraction(f)) => f * timeline.end_s,
             Some(CrashAt::Phase(p)) => timeline.phase_mid(ctx.rank, p),
@@ -309,7 +373,7 @@ impl Hooks for FaultInjector {
                 rng.random::<f64>() * timeline.end_s
             }
         };
-        self.push_log(FaultLog { crash_at_s: Some(t), ..FaultLog::new(event, ctx.attempt, None, Vec::new()) });
+        self.push_log(FaultLog { crash_at_s: Some(t), permanent, ..FaultLog::new(event, ctx.attempt, None, Vec::new()) });
         Some(t)
     }
 

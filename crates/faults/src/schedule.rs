@@ -68,8 +68,14 @@ pub struct FaultEntry {
     /// Mean time between failures in steps of the whole system (random arrivals, each on a
     /// worker drawn uniformly, or on `worker`).
     pub system_mtbf_steps: Option<f64>,
+    /// This many faults at steps drawn uniformly from the run's, each on its own worker drawn
+    /// uniformly (no worker twice), or all on `worker`.
+    pub count: Option<u64>,
     /// When a crash strikes inside its step (`None`: uniformly over the step's duration).
     pub crash_at: Option<CrashAt>,
+    /// A crash whose worker never comes back on its node (`recovery.on_permanent_loss` decides
+    /// what the job does); crashes are transient otherwise.
+    pub permanent: bool,
     /// The worker or stage hit; `None`: every worker (random arrivals) or worker 0 (explicit).
     pub worker: Option<usize>,
     /// Stuck-at fault: the corrupted weights are held at their corrupted values before each
@@ -89,8 +95,82 @@ pub enum CrashAt {
 }
 
 /// Keys of an entry that are not the injector's.
-const OWN_KEYS: &[&str] =
-    &["target", "at_step", "mtbf_steps", "system_mtbf_steps", "worker", "stage", "stuck_steps", "at_fraction", "phase", "bucket"];
+const OWN_KEYS: &[&str] = &[
+    "target",
+    "at_step",
+    "mtbf_steps",
+    "system_mtbf_steps",
+    "count",
+    "worker",
+    "stage",
+    "stuck_steps",
+    "at_fraction",
+    "phase",
+    "bucket",
+    "permanent",
+];
+
+/// When an entry strikes: exactly one of these is set.
+struct When {
+    at_step: Option<u64>,
+    mtbf_steps: Option<f64>,
+    system_mtbf_steps: Option<f64>,
+    count: Option<u64>,
+}
+
+/// A whole number >= 0 at `key`, if given.
+fn whole(i: usize, table: &toml::Table, key: &str) -> Result<Option<u64>> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
+        Some(v) => Err(bad(i, key, format!("must be a whole number >= 0, got {v}"))),
+    }
+}
+
+/// `at_step`, `mtbf_steps`, `system_mtbf_steps` or `count`: exactly one.
+fn when(i: usize, table: &toml::Table) -> Result<When> {
+    let positive = |key: &str| -> Result<Option<f64>> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
+                _ => Err(bad(i, key, format!("must be a number > 0, got {v}"))),
+            },
+        }
+    };
+    let w = When {
+        at_step: whole(i, table, "at_step")?,
+        mtbf_steps: positive("mtbf_steps")?,
+        system_mtbf_steps: positive("system_mtbf_steps")?,
+        count: whole(i, table, "count")?,
+    };
+    if w.at_step == Some(0) {
+        return Err(bad(i, "at_step", "steps count from 1"));
+    }
+    if w.count == Some(0) {
+        return Err(bad(i, "count", "must be at least 1 (leave the entry out for no faults)"));
+    }
+    let given: Vec<&str> = [("at_step", w.at_step.is_some()), ("mtbf_steps", w.mtbf_steps.is_some()), ("system_mtbf_steps", w.system_mtbf_steps.is_some()), ("count", w.count.is_some())]
+        .into_iter()
+        .filter(|g| g.1)
+        .map(|g| g.0)
+        .collect();
+    match given.as_slice() {
+        [] => Err(bad(i, "at_step", "missing: give at_step (an explicit fault), mtbf_steps or system_mtbf_steps (random arrivals), or count (faults at random steps)")),
+        [_] => Ok(w),
+        [first, second, ..] => Err(bad(i, second, format!("give one of at_step, mtbf_steps, system_mtbf_steps and count, not both {first} and {second}"))),
+    }
+}
+
+/// `permanent`: a crash whose worker never comes back on its node.
+fn permanent(i: usize, table: &toml::Table, target: FaultTarget) -> Result<bool> {
+    match table.get("permanent") {
+        None => Ok(false),
+        Some(_) if target != FaultTarget::Crash => Err(bad(i, "permanent", "only a crash can be permanent: use it with target = \"crash\"")),
+        Some(toml::Value::Boolean(b)) => Ok(*b),
+        Some(v) => Err(bad(i, "permanent", format!("must be true or false, got {v}"))),
+    }
+}
 
 /// `at_fraction`, or `phase` and `bucket`, of a crash entry.
 fn crash_at(i: usize, table: &toml::Table, target: FaultTarget) -> Result<Option<CrashAt>> {
@@ -149,35 +229,10 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
             bad(i, "target", format!("{v} is not one of weights, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash, checkpoint"))
         })?,
     };
-    let int = |key: &str| -> Result<Option<u64>> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(toml::Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
-            Some(v) => Err(bad(i, key, format!("must be a whole number >= 0, got {v}"))),
-        }
-    };
-    let at_step = int("at_step")?;
-    let positive = |key: &str| -> Result<Option<f64>> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(v) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
-                Some(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
-                _ => Err(bad(i, key, format!("must be a number > 0, got {v}"))),
-            },
-        }
-    };
-    let (mtbf_steps, system_mtbf_steps) = (positive("mtbf_steps")?, positive("system_mtbf_steps")?);
-    match (at_step, mtbf_steps, system_mtbf_steps) {
-        (Some(0), _, _) => return Err(bad(i, "at_step", "steps count from 1")),
-        (Some(_), Some(_), _) => return Err(bad(i, "mtbf_steps", "give at_step or mtbf_steps, not both")),
-        (Some(_), _, Some(_)) => return Err(bad(i, "system_mtbf_steps", "give at_step or system_mtbf_steps, not both")),
-        (None, Some(_), Some(_)) => return Err(bad(i, "system_mtbf_steps", "give mtbf_steps (per worker) or system_mtbf_steps, not both")),
-        (None, None, None) => {
-            return Err(bad(i, "at_step", "missing: give at_step (an explicit fault), mtbf_steps or system_mtbf_steps (random arrivals)"));
-        }
-        _ => {}
-    }
+    let When { at_step, mtbf_steps, system_mtbf_steps, count } = when(i, table)?;
     let crash_at = crash_at(i, table, target)?;
+    let permanent = permanent(i, table, target)?;
+    let int = |key: &str| whole(i, table, key);
     let worker = match (int("worker")?, int("stage")?) {
         (Some(_), Some(_)) => return Err(bad(i, "stage", "give worker or stage, not both")),
         (w, s) => w.or(s).map(|w| w as usize),
@@ -189,14 +244,17 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if stuck_steps.is_some() && target != FaultTarget::Weights {
         return Err(bad(i, "stuck_steps", "stuck-at faults hold weights: use target = \"weights\""));
     }
-    if target == FaultTarget::Checkpoint && (mtbf_steps.is_some() || system_mtbf_steps.is_some()) {
+    if target == FaultTarget::Checkpoint && (mtbf_steps.is_some() || system_mtbf_steps.is_some() || count.is_some()) {
         return Err(bad(i, "mtbf_steps", "checkpoint faults are explicit: give at_step"));
+    }
+    if permanent && worker.is_some() && count.is_some_and(|k| k > 1) {
+        return Err(bad(i, "count", "a worker lost for good cannot be lost again: drop `worker` to lose distinct workers"));
     }
     let mut rest: toml::Table = table.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     if target == FaultTarget::Crash
         && let Some(k) = rest.keys().next()
     {
-        return Err(bad(i, k, "a crash flips no bits: only target, at_step, mtbf_steps or system_mtbf_steps, worker, and at_fraction or phase (with bucket) apply"));
+        return Err(bad(i, k, "a crash flips no bits: only target, at_step, mtbf_steps, system_mtbf_steps or count, worker, permanent, and at_fraction or phase (with bucket) apply"));
     }
     for k in ["hdf5_file", "injection_sequence_path", "byte_region", "seed"] {
         if rest.contains_key(k) {
@@ -223,7 +281,7 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
             return Err(bad(i, key, format!("{message} (training tensors are 32-bit floats)")));
         }
     }
-    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, system_mtbf_steps, crash_at, worker, stuck_steps, spec })
+    Ok(FaultEntry { index: i, target, at_step, mtbf_steps, system_mtbf_steps, count, crash_at, permanent, worker, stuck_steps, spec })
 }
 
 /// The name a block's output goes by in `locations_to_corrupt` and the fault log
@@ -304,6 +362,10 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
             }
             continue;
         }
+        if let Some(k) = e.count {
+            out.extend(counted(e, k, total_steps, world, fault_seed)?);
+            continue;
+        }
         if let Some(mtbf) = e.system_mtbf_steps {
             let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(fault_seed, &format!("fault.{}.system", e.index)));
             for step in arrivals(&mut rng, mtbf, total_steps) {
@@ -326,6 +388,25 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
         e.id = id;
     }
     Ok(out)
+}
+
+/// `count = k` faults of entry `e`: steps drawn uniformly from `1..=total_steps`, each on its
+/// own worker drawn uniformly without replacement (or all on `e.worker`), from the entry's
+/// stream of `fault_seed`.
+fn counted(e: &FaultEntry, k: u64, total_steps: u64, world: usize, fault_seed: u64) -> Result<Vec<FaultEvent>> {
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    if e.worker.is_none() && k > world {
+        return Err(bad(e.index, "count", format!("is {k}, but the run has {world} worker(s) or stage(s) to hit (each at most once)")));
+    }
+    if total_steps == 0 {
+        return Ok(Vec::new());
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(fault_seed, &format!("fault.{}.count", e.index)));
+    let ranks: Vec<usize> = match e.worker {
+        Some(w) => vec![w; k],
+        None => rand::seq::index::sample(&mut rng, world, k).into_vec(),
+    };
+    Ok(ranks.into_iter().map(|rank| FaultEvent { id: 0, step: rng.random_range(1..=total_steps), rank, entry: e.index, target: e.target }).collect())
 }
 
 /// The steps of a Poisson process's arrivals with mean gap `mtbf` steps, up to `total_steps`

@@ -151,6 +151,24 @@ impl Guard {
         self.resync_next.clear();
     }
 
+    /// The job went on without worker `rank` for good (the runner removed it from the
+    /// trainer): the injector drops its faults, and every rank above it moves down one in the
+    /// guard's records, as the workers did. Re-syncs waiting for it are dropped; those that
+    /// would copy from it copy from the lowest replica left instead.
+    pub fn remove_rank(&mut self, rank: usize) {
+        let shift = |r: usize| if r > rank { r - 1 } else { r };
+        self.faults.remove_rank(rank);
+        self.replicas = self.replicas.saturating_sub(1);
+        self.down = self.down.iter().filter(|&&r| r != rank).map(|&r| shift(r)).collect();
+        self.spikes = std::mem::take(&mut self.spikes).into_iter().filter(|(r, _)| *r != rank).map(|(r, s)| (shift(r), s)).collect();
+        self.digests.clear();
+        self.donors = std::mem::take(&mut self.donors).into_iter().filter(|(r, _)| *r != rank).map(|(r, w)| (shift(r), w)).collect();
+        let lowest = self.donors.keys().next().copied().unwrap_or(0);
+        let donor = |from: usize| if from == rank { lowest } else { shift(from) };
+        self.resync_next = self.resync_next.iter().filter(|t| t.0 != rank).map(|&(r, from, s)| (shift(r), donor(from), s)).collect();
+        self.resync_now = self.resync_now.iter().filter(|t| t.0 != rank).map(|&(r, from)| (shift(r), donor(from))).collect();
+    }
+
     /// The bytes of state sent to each worker respawned from a healthy replica since the last
     /// call (the runner charges them at the network's bandwidth).
     pub fn take_transfers(&mut self) -> Vec<u64> {

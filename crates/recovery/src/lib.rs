@@ -171,6 +171,67 @@ fn resync_or_restart(ranks: Vec<usize>, situation: &Situation) -> Decision {
     }
 }
 
+/// What a data-parallel job does once a worker is lost for good, after the step's own recovery
+/// (`[recovery] on_permanent_loss`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossPolicy {
+    /// A spare node takes the lost worker's place as a copy of a healthy replica (under
+    /// checkpoint-restart: from the checkpoint the job restarts from); the transfer is charged.
+    #[default]
+    Respawn,
+    /// The whole job restarts from the newest verified checkpoint, with a spare node in the
+    /// lost worker's place (the Reinit approach); relaunch and read are charged.
+    Reinit,
+    /// The survivors go on as fewer workers (ULFM's shrunk communicator), spreading the lost
+    /// worker's data over themselves; no checkpoint is needed. Data parallelism only.
+    Shrink,
+}
+
+impl LossPolicy {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossPolicy::Respawn => "respawn",
+            LossPolicy::Reinit => "reinit",
+            LossPolicy::Shrink => "shrink",
+        }
+    }
+}
+
+/// What the job does about one worker lost for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAction {
+    /// A spare takes the place: a copy of a healthy replica.
+    Respawn,
+    /// A spare takes the place and the job restarts from its newest checkpoint.
+    Reinit,
+    /// Go on without the worker; `fallback`: the policy was respawn or reinit, but no spare
+    /// was left.
+    Shrink {
+        /// Whether this is the fallback of a policy that ran out of spares.
+        fallback: bool,
+    },
+    /// End the run as failed: a pipeline stage lost with no spare left, or no worker left.
+    Fail,
+}
+
+/// The action of `policy` for one worker lost for good, with `spares_left` spare nodes
+/// (`None`: as many as needed) and `workers` workers before the loss. A pipeline cannot shrink
+/// (every stage holds a different part of the model): it fails when no spare is left. A job
+/// whose last worker is lost fails.
+pub fn on_loss(policy: LossPolicy, spares_left: Option<usize>, workers: usize, pipeline: bool) -> LossAction {
+    let spare = spares_left.is_none_or(|k| k > 0);
+    match policy {
+        LossPolicy::Respawn if spare => LossAction::Respawn,
+        LossPolicy::Reinit if spare => LossAction::Reinit,
+        _ if pipeline || workers <= 1 => LossAction::Fail,
+        LossPolicy::Shrink => LossAction::Shrink { fallback: false },
+        LossPolicy::Respawn | LossPolicy::Reinit => LossAction::Shrink { fallback: true },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +284,25 @@ mod tests {
         // Nothing healthy to continue from: restart.
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteLoss, &[], &four(&[])), D::RestartFromCheckpoint);
+    }
+
+    #[test]
+    fn a_permanent_loss_takes_a_spare_until_none_is_left_then_shrinks() {
+        use LossAction as A;
+        for (policy, with_spare) in [(LossPolicy::Respawn, A::Respawn), (LossPolicy::Reinit, A::Reinit), (LossPolicy::Shrink, A::Shrink { fallback: false })] {
+            assert_eq!(on_loss(policy, None, 16, false), with_spare, "{policy:?}, unlimited spares");
+            assert_eq!(on_loss(policy, Some(1), 16, false), with_spare, "{policy:?}, one spare");
+        }
+        assert_eq!(on_loss(LossPolicy::Respawn, Some(0), 16, false), A::Shrink { fallback: true });
+        assert_eq!(on_loss(LossPolicy::Reinit, Some(0), 16, false), A::Shrink { fallback: true });
+        // One worker left, and it is lost: nothing can go on.
+        assert_eq!(on_loss(LossPolicy::Shrink, None, 1, false), A::Fail);
+        assert_eq!(on_loss(LossPolicy::Respawn, Some(0), 1, false), A::Fail);
+        assert_eq!(on_loss(LossPolicy::Respawn, Some(1), 1, false), A::Respawn);
+        // A pipeline stage can be replaced, never shrunk.
+        assert_eq!(on_loss(LossPolicy::Respawn, Some(1), 4, true), A::Respawn);
+        assert_eq!(on_loss(LossPolicy::Reinit, Some(0), 4, true), A::Fail);
+        assert_eq!(on_loss(LossPolicy::Shrink, None, 4, true), A::Fail);
     }
 
     #[test]

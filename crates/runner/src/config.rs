@@ -7,8 +7,8 @@ use resilab_checkpoint::CheckpointConfig;
 use resilab_data::{DataConfig, DataSource};
 use resilab_inject::config::{toml_from_str, toml_from_table, toml_table};
 use resilab_models::ModelConfig;
-use resilab_recovery::{DetectConfig, Strategy};
-use resilab_train::{OptimizerConfig, ParallelConfig, ScheduleConfig, TrainConfig};
+use resilab_recovery::{DetectConfig, LossPolicy, Strategy};
+use resilab_train::{BatchRule, OptimizerConfig, ParallelConfig, ParallelMode, ScheduleConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -131,6 +131,18 @@ pub struct RecoveryConfig {
     /// process start, communicator setup), charged before the checkpoint read. Default 0.
     #[serde(default)]
     pub relaunch_s: f64,
+    /// What the job does once a worker is lost for good (`[[fault]]` crashes with
+    /// `permanent = true`), after the step's own recovery: `respawn` (default: a spare takes
+    /// its place as a copy of a healthy replica), `reinit` (every worker restarts from the
+    /// newest checkpoint, a spare in its place) or `shrink` (the others go on without it; data
+    /// parallelism only). Respawn and reinit fall back to shrink when `parallel.spares` run out.
+    #[serde(default)]
+    pub on_permanent_loss: LossPolicy,
+    /// The batch after a shrink: `keep_global` (default: the global batch is kept, each worker
+    /// left takes more) or `keep_per_worker` (the global batch shrinks with the workers and
+    /// the learning rate with it, by the linear scaling rule).
+    #[serde(default)]
+    pub shrink_batch: BatchRule,
 }
 
 impl RecoveryConfig {
@@ -339,7 +351,29 @@ impl RunConfig {
         self.checkpoint.validate().map_err(Error::Config)?;
         self.recovery.validate()?;
         self.train.check_sizes(&self.data)?;
+        self.check_losses()?;
         self.check_fault_schedule()
+    }
+
+    /// `recovery.on_permanent_loss` and `recovery.shrink_batch` against `[parallel]`: a
+    /// pipeline cannot shrink, and keeping the per-worker batch needs one.
+    fn check_losses(&self) -> Result<()> {
+        let r = &self.recovery;
+        let pipeline = self.parallel.mode == ParallelMode::Pipeline;
+        if pipeline && r.on_permanent_loss == LossPolicy::Shrink {
+            return Err(Error::Config(
+                "recovery.on_permanent_loss = \"shrink\" cannot apply to a pipeline: every stage holds its own part of the model, so a lost stage must be replaced (\"respawn\" or \"reinit\")".into(),
+            ));
+        }
+        let may_shrink = r.on_permanent_loss == LossPolicy::Shrink || self.parallel.spares.is_some();
+        let workers = self.parallel.workers.max(1);
+        if !pipeline && may_shrink && r.shrink_batch == BatchRule::KeepPerWorker && !self.train.batch_size.is_multiple_of(workers) {
+            return Err(Error::Config(format!(
+                "recovery.shrink_batch = \"keep_per_worker\" needs a per-worker batch: train.batch_size = {} is not a multiple of parallel.workers = {workers}",
+                self.train.batch_size
+            )));
+        }
+        Ok(())
     }
 
     /// The fault schedule holds one event per random arrival, about `steps / mtbf_steps` per

@@ -98,6 +98,13 @@ pub struct Summary {
     /// `(simulated_s - golden simulated_s) / golden simulated_s`: deterministic when
     /// `parallel.compute.gflops` is set.
     pub simulated_overhead_vs_golden: Option<f64>,
+    /// Simulated seconds at the first evaluation whose test accuracy reached the golden run's
+    /// final accuracy (`train.eval_every` sets how often that is looked at); `None`: never
+    /// reached, or no golden run.
+    pub simulated_s_to_golden_acc: Option<f64>,
+    /// The workers: at the start and the end, those lost for good, the spares used, the steps
+    /// at each worker count and the batch and learning-rate rule in force.
+    pub workers: crate::session::WorkersSummary,
     /// Bytes moved over the network, all links and steps together.
     pub comm_bytes: u64,
     /// Training and test set sizes.
@@ -115,8 +122,11 @@ pub struct Summary {
     /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
     /// name order): equal digests mean bit-identical final weights.
     pub final_params_digest: String,
-    /// `completed`, or `failed` (the strategy gave up: a crash under `none`).
+    /// `completed`, or `failed` (the strategy gave up: a crash under `none`; or a worker was
+    /// lost for good and the job could not go on).
     pub status: String,
+    /// Why the run failed, where it is more than the strategy giving up.
+    pub failure: Option<String>,
     /// Recovery strategy.
     pub strategy: String,
     /// Faults that struck (see `faults.jsonl`).

@@ -19,6 +19,10 @@ use crate::golden::Golden;
 use crate::run::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
 use crate::{Error, Result, RunConfig};
 
+mod losses;
+
+pub use losses::WorkersSummary;
+
 /// Counters of the loop that end up in the summary.
 #[derive(Default)]
 struct Tally {
@@ -38,6 +42,11 @@ struct Tally {
     crash_lost_s: f64,
     relaunch_s: f64,
     transfer_s: f64,
+    losses: losses::LossTally,
+    /// Why the run failed, when it did.
+    failure: Option<String>,
+    /// Simulated seconds at the first evaluation that reached the golden run's final accuracy.
+    time_to_golden_acc_s: Option<f64>,
 }
 
 /// Training loss and accuracy summed since the last `metrics.csv` row.
@@ -143,7 +152,7 @@ impl<'a> Session<'a> {
                     Some(Decision::RestartFromCheckpoint) => {
                         self.tally.crash_lost_s += lost_s;
                         self.tally.sim_s += lost_s;
-                        if self.restart(trainer, guard)? {
+                        if self.restart(trainer, guard, true)? && self.handle_losses(trainer, guard, true)? {
                             continue;
                         }
                         self.tally.failed = true;
@@ -155,7 +164,12 @@ impl<'a> Session<'a> {
                     }
                 },
             };
+            self.tally.losses.count_step(trainer.workers.len());
             self.account(&s);
+            if !self.handle_losses(trainer, guard, false)? {
+                self.tally.failed = true;
+                break;
+            }
             self.checkpoint_if_due(trainer, &s)?;
             if self.strike_checkpoints(trainer, guard, &s)? {
                 self.log_faults(guard)?;
@@ -207,18 +221,22 @@ impl<'a> Session<'a> {
     /// detection): this restart goes to a checkpoint older than that one, and so on down to the
     /// initial state. Returns `false`, and restores nothing, when the initial state itself led
     /// back to the damage: restarting cannot clear it.
-    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<bool> {
+    ///
+    /// `damage`: the restart clears damage (the strategy's restart); otherwise it replaces a
+    /// worker lost for good (reinit), and always goes to the newest checkpoint.
+    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard, damage: bool) -> Result<bool> {
         let at_step = trainer.step + 1;
         let t = Instant::now();
-        let recurred = self.tally.restarts.last().filter(|r| at_step <= r.at_step).map(|r| r.to_step);
+        let recurred = self.tally.restarts.last().filter(|r| damage && at_step <= r.at_step).map(|r| r.to_step);
         let template = trainer.snapshot();
         let probe = self.opts.probe.as_ref();
-        let loaded = match recurred {
-            Some(before) => resilab_checkpoint::load_before(&self.ckpt_root, before, &template, OnMismatch::Fallback, probe)?,
-            None if resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty()) => {
-                Some(resilab_checkpoint::load(&self.ckpt_root, &template, OnMismatch::Fallback, probe)?)
-            }
-            None => None,
+        let has_any = resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty());
+        let before = recurred.unwrap_or(u64::MAX);
+        // A job that went on with fewer workers reads their ranks from an older, larger checkpoint.
+        let loaded = match (recurred.is_some() || has_any, trainer.batch_rule().is_some()) {
+            (false, _) => None,
+            (true, false) => resilab_checkpoint::load_before(&self.ckpt_root, before, &template, OnMismatch::Fallback, probe)?,
+            (true, true) => resilab_checkpoint::load_replicas_before(&self.ckpt_root, before, &template, OnMismatch::Fallback, probe)?,
         };
         let (state, from) = match loaded {
             Some((state, report)) => (state, Some(report.dir)),
@@ -226,7 +244,11 @@ impl<'a> Session<'a> {
                 eprintln!("resilab: the damage found at step {at_step} came back after a restart from the initial state; the run fails");
                 return Ok(false);
             }
-            None => (self.initial.clone(), None),
+            None => {
+                let mut initial = self.initial.clone();
+                initial.workers.truncate(trainer.workers.len());
+                (initial, None)
+            }
         };
         trainer.restore(&state)?;
         let relaunch = self.cfg.recovery.relaunch_s;
@@ -346,6 +368,9 @@ impl<'a> Session<'a> {
     fn evaluate(&mut self, trainer: &Trainer, step: u64) -> Result<Evaluation> {
         let e = trainer.evaluate();
         self.last_eval = Some(e);
+        if self.tally.time_to_golden_acc_s.is_none() && self.golden.as_ref().is_some_and(|g| e.accuracy >= g.final_test_acc) {
+            self.tally.time_to_golden_acc_s = Some(self.tally.sim_s);
+        }
         if !(self.opts.record_states || self.golden.is_some()) {
             return Ok(e);
         }
@@ -371,6 +396,7 @@ impl<'a> Session<'a> {
         let eval = self.last_eval.unwrap_or_else(|| trainer.evaluate());
         let steps = trainer.step;
         let wall_s = self.start.elapsed().as_secs_f64();
+        let workers = self.workers_summary(trainer);
         let t = self.tally;
         // A worker file named on its own is what the run resumed from.
         let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
@@ -400,6 +426,8 @@ impl<'a> Session<'a> {
             simulated_transfer_s: t.transfer_s,
             // A run that failed stopped early: its simulated time is no cost of recovery.
             simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).filter(|_| !t.failed).map(|g| (t.sim_s - g) / g),
+            simulated_s_to_golden_acc: t.time_to_golden_acc_s,
+            workers,
             comm_bytes: t.comm_bytes,
             train_images: split.train.len(),
             test_images: split.test.len(),
@@ -409,6 +437,7 @@ impl<'a> Session<'a> {
             checkpoint_s: t.checkpoint_s,
             final_params_digest: params_digest(&trainer.model()),
             status: if t.failed { "failed" } else { "completed" }.to_string(),
+            failure: t.failure,
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
             faults_injected: guard.faults.logged().len(),
             values_corrupted: guard.faults.logged().iter().map(|l| l.corrupted).sum(),

@@ -26,7 +26,7 @@ pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
 pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
-pub use parallel::{DEFAULT_BUCKET_MB, AllReduceKind, Balance, Broadcast, ComputeConfig, NetworkConfig, ParallelConfig, ParallelMode, PipeSchedule, SyncKind};
+pub use parallel::{DEFAULT_BUCKET_MB, AllReduceKind, Balance, BatchRule, Broadcast, ComputeConfig, NetworkConfig, ParallelConfig, ParallelMode, PipeSchedule, SyncKind};
 pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};
 pub use trainer::{MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};

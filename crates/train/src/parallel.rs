@@ -69,6 +69,31 @@ pub enum Balance {
     Params,
 }
 
+/// How a data-parallel job sizes its batch after losing workers for good and going on with
+/// the others (`[recovery] shrink_batch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchRule {
+    /// The global batch stays `train.batch_size`; each worker left takes a larger share, and
+    /// the learning rate is unchanged.
+    #[default]
+    KeepGlobal,
+    /// Each worker keeps its batch (`train.batch_size / parallel.workers`), so the global batch
+    /// shrinks with the workers, and the learning rate is scaled by the same factor (the linear
+    /// scaling rule of Goyal et al., 2017).
+    KeepPerWorker,
+}
+
+impl BatchRule {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchRule::KeepGlobal => "keep_global",
+            BatchRule::KeepPerWorker => "keep_per_worker",
+        }
+    }
+}
+
 /// The all-reduce bucket size when `parallel.bucket_mb` is not given: 64 KiB.
 pub const DEFAULT_BUCKET_MB: f64 = 0.0625;
 
@@ -223,6 +248,10 @@ pub struct ParallelConfig {
     /// `sync`: `parameters` for DDP, `parameters_and_optimizer` for Horovod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast_on_restart: Option<Broadcast>,
+    /// Spare nodes that can take the place of workers lost for good (`[[fault]]` crashes with
+    /// `permanent = true`; see `recovery.on_permanent_loss`). Unset: as many as needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spares: Option<usize>,
 }
 
 impl Default for ParallelConfig {
@@ -241,6 +270,7 @@ impl Default for ParallelConfig {
             network: NetworkConfig::default(),
             compute: ComputeConfig::default(),
             broadcast_on_restart: None,
+            spares: None,
         }
     }
 }

@@ -196,14 +196,17 @@ impl Trainer {
     /// the schedule, every data cursor inside an epoch and no further on than the step allows, and
     /// data-parallel replicas at one cursor.
     fn check_in_range(&self, state: &TrainState) -> Result<()> {
-        let (total, per_epoch) = (self.total_steps(), self.steps_per_epoch().max(1));
+        let (total, len, batch) = (self.total_steps(), self.data.train.len(), self.global_batch_size());
         if state.step > total {
             return Err(Error::State(format!("the state is at step {}, beyond this run's last step {total} (train.steps / train.epochs)", state.step)));
         }
         for w in &state.workers {
             let c = w.cursor;
-            if c.batch as u64 >= per_epoch {
-                return Err(Error::State(format!("worker {}'s data cursor is at batch {} of an epoch of {per_epoch} batches", w.rank, c.batch)));
+            if c.sample.checked_add(batch).is_none_or(|end| end > len) {
+                return Err(Error::State(format!(
+                    "worker {}'s data cursor is at image {} of an epoch of {len} images, where no batch of {batch} fits",
+                    w.rank, c.sample
+                )));
             }
             if c.epoch as u64 > state.step {
                 return Err(Error::State(format!("worker {}'s data cursor is in epoch {}, after only {} steps", w.rank, c.epoch, state.step)));

@@ -14,7 +14,7 @@ use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, N
 use crate::timeline::{StepCosts, Timeline};
 use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
 use crate::{
-    Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
+    BatchRule, Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
     Worker, count_correct, evaluate, forward_watched, named_grads,
 };
 
@@ -320,6 +320,11 @@ pub struct Trainer {
     /// The slowest worker's measured update seconds of the last step (compute not modelled),
     /// for the timeline a crash is placed on before this step's updates run.
     update_estimate_s: Option<f64>,
+    /// Workers the job started with (`parallel.workers`, or the stages).
+    world0: usize,
+    /// How the batch is sized once data-parallel workers were removed for good (`None`: no
+    /// worker was removed).
+    shrunk: Option<BatchRule>,
 }
 
 mod data;
@@ -435,7 +440,23 @@ impl Trainer {
         let order = EpochOrder::new(seed, 0, data.train.len());
         let input = InputShape { channels: data.train.channels, size: data.train.size };
         let fwd_flops = workers.iter().map(|w| w.net.block_costs(input).iter().map(|b| b.flops).sum()).collect();
-        Ok(Self { workers, step: 0, config, optimizer, schedule, parallel, seed, data, device, order, topology, fwd_flops, update_estimate_s: None })
+        Ok(Self {
+            workers,
+            step: 0,
+            config,
+            optimizer,
+            schedule,
+            parallel,
+            seed,
+            data,
+            device,
+            order,
+            topology,
+            fwd_flops,
+            update_estimate_s: None,
+            world0: world,
+            shrunk: None,
+        })
     }
 
     /// Bytes of every worker's model and optimizer state together (what a checkpoint holds).
@@ -463,9 +484,59 @@ impl Trainer {
         &self.device
     }
 
-    /// Learning rate of the next step.
+    /// Learning rate of the next step: the schedule's, times [`Trainer::lr_scale`].
     pub fn lr(&self) -> f64 {
-        self.schedule.lr(self.optimizer.lr, self.step, self.steps_per_epoch(), self.total_steps())
+        self.schedule.lr(self.optimizer.lr, self.step, self.steps_per_epoch(), self.total_steps()) * self.lr_scale()
+    }
+
+    /// Images of the next global batch: `train.batch_size`, or, after workers were removed
+    /// under [`BatchRule::KeepPerWorker`], the per-worker batch times the workers left.
+    pub fn global_batch_size(&self) -> usize {
+        match self.shrunk {
+            Some(BatchRule::KeepPerWorker) => self.config.batch_size / self.world0 * self.workers.len(),
+            _ => self.config.batch_size,
+        }
+    }
+
+    /// The linear scaling rule: the learning rate is scaled by the global batch's share of
+    /// `train.batch_size` (1 unless the batch shrank).
+    pub fn lr_scale(&self) -> f64 {
+        self.global_batch_size() as f64 / self.config.batch_size as f64
+    }
+
+    /// The batch rule in force since workers were removed for good (`None`: none was).
+    pub fn batch_rule(&self) -> Option<BatchRule> {
+        self.shrunk
+    }
+
+    /// Removes data-parallel worker `rank` for good (its node is gone and the job goes on
+    /// without it, as ULFM's shrunk communicator does): the workers after it move down one rank,
+    /// keeping their state and random streams, and from the next step the global batch is
+    /// spread over the workers left, sized by `rule`. The data cursor is kept, so the epoch
+    /// goes on from the image where it stopped.
+    pub fn remove_worker(&mut self, rank: usize, rule: BatchRule) -> Result<()> {
+        if self.stage_ranges().is_some() {
+            return Err(Error::Config("a pipeline cannot go on without a stage: only data-parallel workers can be removed".into()));
+        }
+        if rank >= self.workers.len() {
+            return Err(Error::State(format!("cannot remove worker {rank}: the job has {} worker(s)", self.workers.len())));
+        }
+        if self.workers.len() == 1 {
+            return Err(Error::State("cannot remove the last worker: nothing would be left to train".into()));
+        }
+        if rule == BatchRule::KeepPerWorker && !self.config.batch_size.is_multiple_of(self.world0) {
+            return Err(Error::Config(format!(
+                "keeping the per-worker batch needs train.batch_size ({}) to be a multiple of the {} workers",
+                self.config.batch_size, self.world0
+            )));
+        }
+        self.workers.remove(rank);
+        self.fwd_flops.remove(rank);
+        for (r, w) in self.workers.iter_mut().enumerate() {
+            w.rank = r;
+        }
+        self.shrunk = Some(rule);
+        Ok(())
     }
 
     /// The block ranges of the pipeline stages (`None` for data parallelism).
@@ -551,7 +622,13 @@ impl Trainer {
         if self.order.epoch != cursor.epoch {
             self.order = EpochOrder::new(self.seed, cursor.epoch, self.data.train.len());
         }
-        (cursor, self.order.batch(cursor.batch, self.config.batch_size).to_vec())
+        let end = (cursor.sample + self.global_batch_size()).min(self.order.indices.len());
+        (cursor, self.order.indices[cursor.sample.min(end)..end].to_vec())
+    }
+
+    /// The cursor after a step that read `taken` images.
+    fn next_cursor(&self, c: crate::Cursor, taken: usize) -> crate::Cursor {
+        c.advance(taken, self.global_batch_size(), self.data.train.len())
     }
 
     fn pipeline_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
@@ -693,7 +770,7 @@ impl Trainer {
         }
         let kept: Vec<usize> = (0..nm).filter(|&m| !dropped[m]).collect();
         skipped += (nm - kept.len()) as u32;
-        let spe = self.steps_per_epoch() as usize;
+        let next = self.next_cursor(cursor, global.len());
         let mut stage_grads = Vec::with_capacity(ns);
         for s in 0..ns {
             let mut g = sum_grads(kept.iter().filter_map(|&m| grads[s][m].take()).collect());
@@ -716,7 +793,7 @@ impl Trainer {
             }
             sync(&self.device)?;
             opt[s] = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
-            w.cursor = w.cursor.advance(spe);
+            w.cursor = next;
             hook!(hooks.after_optimizer_step(&ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]), Point::AfterOptimizerStep, s);
         }
         if let Some(per_image) = self.parallel.compute.gflops.map(|g| 1.0 / (g * 1e9)) {

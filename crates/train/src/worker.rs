@@ -7,23 +7,26 @@ use resilab_models::{Mode, Net, stream_seed};
 
 use crate::{Activation, Control, Ctx, Grads, Hooks, NoHooks, OptimState, Point, named_grads};
 
-/// Position in the training data: the epoch and the global batch within it.
+/// Position in the training data: the epoch and the next image of its shuffled order.
+///
+/// Counted in images rather than batches, so that a data-parallel job that shrinks its global
+/// batch mid-epoch (workers lost for good, per-worker batch kept) goes on where it stopped and
+/// sees every image of the epoch once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cursor {
     /// Epoch (0-based).
     pub epoch: usize,
-    /// Global batch within the epoch (0-based).
-    pub batch: usize,
+    /// Images of the epoch's order already read (0-based position of the next one).
+    pub sample: usize,
 }
 
 impl Cursor {
-    /// The position after one more batch, in epochs of `batches_per_epoch` batches.
-    pub fn advance(self, batches_per_epoch: usize) -> Self {
-        if self.batch + 1 >= batches_per_epoch {
-            Self { epoch: self.epoch + 1, batch: 0 }
-        } else {
-            Self { epoch: self.epoch, batch: self.batch + 1 }
-        }
+    /// The position after a batch of `taken` images, in epochs of `len` images whose next
+    /// batch has `next` images: a new epoch starts when the next batch would not fit (a last
+    /// partial batch is dropped, as with PyTorch's `drop_last=True`).
+    pub fn advance(self, taken: usize, next: usize, len: usize) -> Self {
+        let sample = self.sample + taken;
+        if sample + next > len { Self { epoch: self.epoch + 1, sample: 0 } } else { Self { epoch: self.epoch, sample } }
     }
 }
 

@@ -105,7 +105,8 @@ impl Trainer {
         // The gradients move to the all-reduce (a second holder would make it copy them).
         let grads = passes.iter_mut().map(|p| p.as_mut().map(|p| std::mem::take(&mut p.grads))).collect();
         let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref());
-        let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref()));
+        let next = self.next_cursor(cursor, global.len());
+        let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref(), next));
         let survivors = passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
         if let Some(c) = &crashed {
             let again: Vec<f64> = layout.bucket_bytes.iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, survivors)).collect();
@@ -267,12 +268,19 @@ impl Trainer {
     /// Every surviving worker applies the reduced gradients (after its
     /// [`Hooks::after_allreduce`]); crashed workers apply nothing. Every cursor moves on.
     /// Returns each worker's update seconds (measured, or modelled).
-    fn apply_updates(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, reduced: &Grads, crashed: Option<&Crashed>) -> Phase<Vec<f64>> {
-        let (lr, spe) = (self.lr(), self.steps_per_epoch() as usize);
+    fn apply_updates(
+        &mut self,
+        hooks: &mut dyn Hooks,
+        ctx: &dyn Fn(usize, Point) -> Ctx,
+        reduced: &Grads,
+        crashed: Option<&Crashed>,
+        next: crate::Cursor,
+    ) -> Phase<Vec<f64>> {
+        let lr = self.lr();
         let mut opt = vec![0.0; self.workers.len()];
         for (r, o) in opt.iter_mut().enumerate() {
             if crashed.is_some_and(|c| c.ranks.contains(&r)) {
-                self.workers[r].cursor = self.workers[r].cursor.advance(spe);
+                self.workers[r].cursor = next;
                 continue;
             }
             let mut g = reduced.clone();
@@ -285,7 +293,7 @@ impl Trainer {
             }
             sync(&self.device)?;
             *o = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
-            w.cursor = w.cursor.advance(spe);
+            w.cursor = next;
             hook_phase!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
         }
         if self.parallel.compute.gflops.is_none() {
