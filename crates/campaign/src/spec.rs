@@ -115,6 +115,25 @@ pub enum HypothesisMetric {
     AccLoss,
     /// Share of runs that failed, %; Newcombe's interval, two-proportion test.
     Failed,
+    /// Simulated time to the golden run's final accuracy, % of the golden run's simulated
+    /// time (runs that reached it); Welch's t test.
+    TimeToAcc,
+    /// Share of runs that reached the golden run's final accuracy, %; Newcombe's interval,
+    /// two-proportion test.
+    Reached,
+}
+
+impl HypothesisMetric {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            HypothesisMetric::SimOverhead => "sim_overhead",
+            HypothesisMetric::AccLoss => "acc_loss",
+            HypothesisMetric::Failed => "failed",
+            HypothesisMetric::TimeToAcc => "time_to_acc",
+            HypothesisMetric::Reached => "reached",
+        }
+    }
 }
 
 /// One hypothesis: `b` against `a` on `metric`, options of the grid axis `axis`.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
-use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch};
+use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
 use crate::{Error, Pareto, ParetoPoint, Result};
 
 /// One option in one condition.
@@ -41,6 +41,27 @@ pub struct StudyCell {
     pub sim_overhead_lo: Option<f64>,
     /// Upper end.
     pub sim_overhead_hi: Option<f64>,
+    /// Mean final test accuracy, % (every run).
+    pub final_acc: Option<f64>,
+    /// Its 95% interval.
+    pub final_acc_lo: Option<f64>,
+    /// Upper end.
+    pub final_acc_hi: Option<f64>,
+    /// Runs whose test accuracy reached the golden run's final accuracy at an evaluation.
+    pub reached: usize,
+    /// Their share, %, with its 95% Wilson interval.
+    pub reached_pct: Option<f64>,
+    /// Lower end.
+    pub reached_lo: Option<f64>,
+    /// Upper end.
+    pub reached_hi: Option<f64>,
+    /// Mean simulated time to the golden run's final accuracy, % of the golden run's simulated
+    /// time (runs that reached it).
+    pub time_to_acc: Option<f64>,
+    /// Its 95% interval.
+    pub time_to_acc_lo: Option<f64>,
+    /// Upper end.
+    pub time_to_acc_hi: Option<f64>,
 }
 
 /// One hypothesis tested in one condition.
@@ -119,6 +140,40 @@ fn overhead_pct(r: &Row) -> Option<f64> {
     r.metrics.sim_overhead.filter(|_| r.metrics.failed != Some(true)).map(|x| 100.0 * x)
 }
 
+fn final_acc_pct(r: &Row) -> Option<f64> {
+    r.metrics.final_acc.map(|x| 100.0 * x)
+}
+
+/// Simulated time to the golden run's final accuracy, % of the golden run's simulated time.
+fn time_to_acc_pct(r: &Row) -> Option<f64> {
+    let (t, g) = (r.metrics.time_to_golden_acc_s?, r.metrics.golden_sim_s?);
+    (g > 0.0).then(|| 100.0 * t / g)
+}
+
+fn failed(r: &Row) -> bool {
+    r.metrics.failed == Some(true)
+}
+
+fn reached(r: &Row) -> bool {
+    r.metrics.time_to_golden_acc_s.is_some()
+}
+
+/// The value a mean hypothesis compares, or the event a rate hypothesis counts.
+enum Measure {
+    Mean(fn(&Row) -> Option<f64>),
+    Rate(fn(&Row) -> bool),
+}
+
+fn measure(m: HypothesisMetric) -> Measure {
+    match m {
+        HypothesisMetric::SimOverhead => Measure::Mean(overhead_pct),
+        HypothesisMetric::AccLoss => Measure::Mean(acc_points),
+        HypothesisMetric::TimeToAcc => Measure::Mean(time_to_acc_pct),
+        HypothesisMetric::Failed => Measure::Rate(failed),
+        HypothesisMetric::Reached => Measure::Rate(reached),
+    }
+}
+
 /// Rows of the study, grouped: condition -> option -> rows, conditions and options in grid order.
 type Groups<'a> = Vec<(String, Vec<(String, Vec<&'a Row>)>)>;
 
@@ -142,10 +197,11 @@ fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
 }
 
 fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
-    let acc: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-    let ovh: Vec<f64> = rows.iter().filter_map(|r| overhead_pct(r)).collect();
-    let (a, o) = (mean_interval(&acc), mean_interval(&ovh));
+    let of = |f: fn(&Row) -> Option<f64>| mean_interval(&rows.iter().filter_map(|r| f(r)).collect::<Vec<f64>>());
+    let (a, o, fa, tt) = (of(acc_points), of(overhead_pct), of(final_acc_pct), of(time_to_acc_pct));
     let seeds: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.seed).collect();
+    let k = rows.iter().filter(|r| reached(r)).count();
+    let w = wilson(k as u64, rows.len() as u64);
     StudyCell {
         condition: condition.to_string(),
         option: option.to_string(),
@@ -158,6 +214,16 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
         sim_overhead: o.map(|x| x.0),
         sim_overhead_lo: o.map(|x| x.1.0),
         sim_overhead_hi: o.map(|x| x.1.1),
+        final_acc: fa.map(|x| x.0),
+        final_acc_lo: fa.map(|x| x.1.0),
+        final_acc_hi: fa.map(|x| x.1.1),
+        reached: k,
+        reached_pct: (!rows.is_empty()).then(|| 100.0 * k as f64 / rows.len() as f64),
+        reached_lo: w.map(|x| 100.0 * x.0),
+        reached_hi: w.map(|x| 100.0 * x.1),
+        time_to_acc: tt.map(|x| x.0),
+        time_to_acc_lo: tt.map(|x| x.1.0),
+        time_to_acc_hi: tt.map(|x| x.1.1),
     }
 }
 
@@ -182,17 +248,16 @@ fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<Hypot
         verdict: String::new(),
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    match h.metric {
-        HypothesisMetric::Failed => {
-            let k = |s: &[&Row]| s.iter().filter(|r| r.metrics.failed == Some(true)).count() as u64;
+    let name = h.metric.name();
+    match measure(h.metric) {
+        Measure::Rate(event) => {
+            let k = |s: &[&Row]| s.iter().filter(|r| event(r)).count() as u64;
             let (na, nb) = (a.len() as u64, b.len() as u64);
             let ci = newcombe(k(a), na, k(b), nb)?;
             let p = two_proportions(k(a), na, k(b), nb)?.p;
-            Some(base("failed", "newcombe", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, a.len(), b.len(), (100.0 * ci.0, 100.0 * ci.1), p))
+            Some(base(name, "newcombe", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, a.len(), b.len(), (100.0 * ci.0, 100.0 * ci.1), p))
         }
-        m => {
-            let (name, get): (&'static str, fn(&Row) -> Option<f64>) =
-                if m == HypothesisMetric::SimOverhead { ("sim_overhead", overhead_pct) } else { ("acc_loss", acc_points) };
+        Measure::Mean(get) => {
             let (va, vb): (Vec<f64>, Vec<f64>) = (a.iter().filter_map(|r| get(r)).collect(), b.iter().filter_map(|r| get(r)).collect());
             let t = welch(&va, &vb)?;
             Some(base(name, "welch", mean(&va), mean(&vb), va.len(), vb.len(), t.ci, t.p))
@@ -278,7 +343,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
             md,
             "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions.",
             h.name,
-            serde_json::to_value(h.metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            h.metric.name(),
             h.b,
             h.a,
             count("b lower"),

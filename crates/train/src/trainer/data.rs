@@ -159,20 +159,14 @@ impl Trainer {
     /// [`Hooks::rebalance`], the global batch is spread over the workers that go on.
     fn passes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, global: &[usize], live: &[bool]) -> Phase<Vec<Option<Pass>>> {
         let n = self.workers.len();
-        let rebalance = hooks.rebalance() && live.iter().any(|l| !l);
-        let live_ranks: Vec<usize> = (0..n).filter(|&r| live[r]).collect();
+        let shards = shards(global.len(), live, hooks.rebalance());
         let mut out = Vec::with_capacity(n);
         for r in 0..n {
-            if !live[r] {
+            let Some(range) = shards[r].clone() else {
                 out.push(None);
                 continue;
-            }
-            let shard = if rebalance {
-                let i = live_ranks.iter().position(|&x| x == r).unwrap_or(0);
-                &global[shard_range(global.len(), i, live_ranks.len())]
-            } else {
-                &global[shard_range(global.len(), r, n)]
             };
+            let shard = &global[range];
             let t = Instant::now();
             let (pass, c) =
                 self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
@@ -300,6 +294,38 @@ impl Trainer {
             self.update_estimate_s = Some(opt.iter().copied().fold(0.0, f64::max));
         }
         Ok(ControlFlow::Continue(opt))
+    }
+}
+
+/// The part of a global batch of `len` images each worker computes (`None`: the worker is out
+/// of the step): contiguous shards in rank order, over every worker, or, with `rebalance` when
+/// some are out, over those that go on.
+fn shards(len: usize, live: &[bool], rebalance: bool) -> Vec<Option<std::ops::Range<usize>>> {
+    let n = live.len();
+    let rebalance = rebalance && live.iter().any(|l| !l);
+    let live_n = live.iter().filter(|l| **l).count();
+    let mut i = 0;
+    live.iter()
+        .enumerate()
+        .map(|(r, &l)| {
+            let range = match (l, rebalance) {
+                (false, _) => None,
+                (true, true) => Some(shard_range(len, i, live_n)),
+                (true, false) => Some(shard_range(len, r, n)),
+            };
+            i += usize::from(l);
+            range
+        })
+        .collect()
+}
+
+impl Trainer {
+    /// The images (indices into the training set) each worker reads in the next step when all
+    /// of them go on, in rank order: the data that the next step's global batch spreads over
+    /// the workers the job has now.
+    pub fn next_shards(&mut self) -> Vec<Vec<usize>> {
+        let (_, global) = self.global_batch();
+        shards(global.len(), &vec![true; self.workers.len()], false).into_iter().flatten().map(|r| global[r].to_vec()).collect()
     }
 }
 
