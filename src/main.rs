@@ -622,6 +622,7 @@ fn compare(args: CompareArgs) -> Result<()> {
             resume: None,
             probe: Box::new(|file: &Path| probe_in_child(file)),
             golden: Some(args.train.golden_dir.clone()),
+            compare_fault_free: false,
             record_states: false,
         };
         let s = resilab_runner::train(&cfg, &opts)?;
@@ -649,6 +650,7 @@ fn train(args: TrainArgs) -> Result<()> {
         resume: args.resume,
         probe: Box::new(|file: &Path| probe_in_child(file)),
         golden: Some(args.golden_dir.clone()),
+        compare_fault_free: false,
         record_states: false,
     };
     eprintln!(

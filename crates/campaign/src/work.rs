@@ -144,6 +144,7 @@ impl<'a> Worker<'a> {
             resume: None,
             probe: Box::new(|_: &Path| Ok(())),
             golden,
+            compare_fault_free: true,
             record_states: false,
         }
     }

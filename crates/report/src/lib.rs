@@ -18,7 +18,7 @@ use resilab_campaign::{Campaign, Kind, Row, Status};
 
 pub use compare::{Comparison, MIN_SEEDS, comparisons};
 pub use metrics::{ACC_EPS, Cell, Class, Share, cells, classify, margin};
-pub use plots::{Bars, Interval, LineChart, Pareto, ParetoPoint, Plot, Scatter, Series, save};
+pub use plots::{Bars, Facets, Interval, LineChart, Pareto, ParetoPoint, Plot, Scatter, Series, save};
 
 /// Errors of reports.
 #[derive(Debug, thiserror::Error)]

@@ -109,6 +109,35 @@ pub struct Pareto {
     pub title: String,
     /// The options, in the study's order.
     pub points: Vec<ParetoPoint>,
+    /// The axes' descriptions (`None`: simulated overhead against accuracy loss), for other
+    /// pairs drawn the same way.
+    pub axes: Option<(String, String)>,
+    /// Fixed `(x, y)` ranges (`None`: fitted to the points), so that facets compare.
+    pub bounds: Option<((f64, f64), (f64, f64))>,
+}
+
+/// Plots of the same kind side by side, `columns` to a row, under one title.
+#[derive(Clone, Debug, Default)]
+pub struct Facets {
+    /// Title.
+    pub title: String,
+    /// The panels, row by row.
+    pub panels: Vec<Pareto>,
+    /// Panels per row.
+    pub columns: usize,
+}
+
+impl Pareto {
+    /// The ends of the intervals of the points drawn, `(x, y)`.
+    pub fn extent(&self) -> (Vec<f64>, Vec<f64>) {
+        let ends = |v: &Valued| [v.0, v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
+        let shown = self.points.iter().filter_map(|p| Some((p.overhead?, p.loss?)));
+        shown.fold((Vec::new(), Vec::new()), |(mut xs, mut ys), (x, y)| {
+            xs.extend(ends(&x));
+            ys.extend(ends(&y));
+            (xs, ys)
+        })
+    }
 }
 
 /// Horizontal bars, one per label.
@@ -265,13 +294,15 @@ impl Plot for Pareto {
         area.fill(&WHITE)?;
         let shown: Vec<(usize, &ParetoPoint, Valued, Valued)> =
             self.points.iter().enumerate().filter_map(|(i, p)| Some((i, p, p.overhead?, p.loss?))).collect();
-        let ends = |v: &Valued| [v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
-        let (x0, x1) = range(shown.iter().flat_map(|p| ends(&p.2)).chain([0.0]), 0.1);
-        let (y0, y1) = range(shown.iter().flat_map(|p| ends(&p.3)).chain([0.0]), 0.1);
+        let ((x0, x1), (y0, y1)) = self.bounds.unwrap_or_else(|| {
+            let (xs, ys) = self.extent();
+            (range(xs.into_iter().chain([0.0]), 0.1), range(ys.into_iter().chain([0.0]), 0.1))
+        });
         let missing: Vec<&str> = self.points.iter().filter(|p| p.overhead.is_none() || p.loss.is_none()).map(|p| p.label.as_str()).collect();
         let title = if missing.is_empty() { self.title.clone() } else { format!("{} (not drawn, no overhead: {})", self.title, missing.join(", ")) };
         let mut chart = ChartBuilder::on(area).caption(title, (FONT, 18)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1)?;
-        mesh(&mut chart, "simulated overhead, % (95% interval)", "accuracy loss, points (95% interval)")?;
+        let (xd, yd) = self.axes.clone().unwrap_or_else(|| ("simulated overhead, % (95% interval)".into(), "accuracy loss, points (95% interval)".into()));
+        mesh(&mut chart, &xd, &yd)?;
         for &(i, p, (x, xe), (y, ye)) in &shown {
             let c = color(i);
             let bar = ShapeStyle::from(&c).stroke_width(2);
@@ -280,6 +311,25 @@ impl Plot for Pareto {
             dot(&mut chart, (x, y), c, &p.label)?;
         }
         legend(&mut chart, emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))?;
+        area.present()
+    }
+}
+
+impl Plot for Facets {
+    fn size(&self) -> (u32, u32) {
+        let cols = self.columns.clamp(1, self.panels.len().max(1));
+        let rows = self.panels.len().div_ceil(cols).max(1);
+        (SIZE.0 * cols as u32 * 3 / 4, 40 + SIZE.1 * rows as u32 * 3 / 4)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let inner = area.titled(&self.title, (FONT, 26))?;
+        let cols = self.columns.clamp(1, self.panels.len().max(1));
+        let rows = self.panels.len().div_ceil(cols).max(1);
+        for (panel, cell) in self.panels.iter().zip(inner.split_evenly((rows, cols))) {
+            panel.draw(&cell)?;
+        }
         area.present()
     }
 }

@@ -14,7 +14,7 @@ use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
 use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
-use crate::{Error, Pareto, ParetoPoint, Result};
+use crate::{Error, Facets, Pareto, ParetoPoint, Result};
 
 /// One option in one condition.
 #[derive(Clone, Debug, Serialize)]
@@ -377,10 +377,57 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
                 loss: c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi))),
             })
             .collect();
-        let plot = Pareto { title: (*cond).clone(), points };
+        let plot = Pareto { title: (*cond).clone(), points, ..Pareto::default() };
         files.extend(crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?);
     }
+    if (2..=MAX_FACETS).contains(&conditions.len()) {
+        files.extend(crate::save(&accuracy_time(s, &conditions), &plots.join("accuracy_time"))?);
+    }
     Ok(files)
+}
+
+/// Most conditions drawn as facets of one figure.
+const MAX_FACETS: usize = 9;
+
+/// Final accuracy against simulated overhead, one point per option with both intervals, one
+/// panel per condition on shared axes.
+fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
+    let panels: Vec<Pareto> = conditions
+        .iter()
+        .map(|cond| Pareto {
+            title: (*cond).clone(),
+            points: s
+                .cells
+                .iter()
+                .filter(|c| &&c.condition == cond)
+                .map(|c| ParetoPoint {
+                    label: c.option.clone(),
+                    overhead: c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))),
+                    loss: c.final_acc.map(|y| (y, (c.final_acc_lo, c.final_acc_hi))),
+                })
+                .collect(),
+            axes: Some(("simulated overhead, % of the golden run (95% interval)".into(), "final test accuracy, % (95% interval)".into())),
+            bounds: None,
+        })
+        .collect();
+    let (xs, ys) = panels.iter().map(Pareto::extent).fold((vec![0.0], Vec::new()), |(mut xs, mut ys), (x, y)| {
+        xs.extend(x);
+        ys.extend(y);
+        (xs, ys)
+    });
+    let bounds = Some((range(&xs), range(&ys)));
+    let panels = panels.into_iter().map(|p| Pareto { bounds, ..p }).collect();
+    Facets { title: "Final accuracy against simulated time, per option and condition".into(), panels, columns: conditions.len().min(2) }
+}
+
+/// `values`' span, padded by a tenth on each side.
+fn range(values: &[f64]) -> (f64, f64) {
+    let (lo, hi) = values.iter().filter(|v| v.is_finite()).fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| (l.min(v), h.max(v)));
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.1).max(0.5);
+    (lo - pad, hi + pad)
 }
 
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {

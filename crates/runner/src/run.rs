@@ -206,6 +206,9 @@ pub struct RunOptions {
     /// Root of the golden-run cache: a run with faults is compared with its fault-free golden
     /// run, computed there once. `None`: no comparison.
     pub golden: Option<PathBuf>,
+    /// Compare a run without faults with its golden run too (a campaign's fault-free cells,
+    /// whose accuracy loss and overhead are then measured as zero rather than missing).
+    pub compare_fault_free: bool,
     /// Save the whole model at every evaluation under `<out>/states` (golden runs do).
     pub record_states: bool,
 }
@@ -407,7 +410,7 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
 
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.
 fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden::Golden>> {
-    let Some(root) = opts.golden.as_ref().filter(|_| !cfg.faults.is_empty()) else { return Ok(None) };
+    let Some(root) = opts.golden.as_ref().filter(|_| opts.compare_fault_free || !cfg.faults.is_empty()) else { return Ok(None) };
     let platform = opts.provenance.platform();
     let golden = crate::golden::ensure(cfg, &platform, root, |gcfg, dir| {
         if opts.progress {
@@ -421,6 +424,7 @@ fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden
             resume: None,
             probe: Box::new(|_: &Path| Ok(())),
             golden: None,
+            compare_fault_free: false,
             record_states: true,
         };
         train(gcfg, &o).map(|_| ())
