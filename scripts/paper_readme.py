@@ -66,6 +66,7 @@ PRESETS = [
     ]),
     # A study: its hypotheses are stated in its campaign file and tested by the report.
     ("recovery", "section 6: recovery strategies (CCGrid'22)", "which strategy when: strategy x job MTBF x workers x checkpoint interval", []),
+    ("permanent-loss", "MaTEx-Caffe / ULFM (\"What does fault tolerant Deep Learning need from MPI?\"): shrink vs Reinit", "which policy after permanent loss: 0, 1, 2, 4 of 16 workers x respawn, reinit, shrink (two batch rules)", []),
     ("pipeline", "none (resilab's own)", "faults in each stage's weights, optimizer state, activations and gradient messages", []),
 ]
 
@@ -147,10 +148,23 @@ def study_section(d, name, table, what, comps, header):
     hypotheses' tests) and the generated "which strategy when" table (which_strategy.csv)."""
     cells = read_csv(os.path.join(d, "cells_study.csv"))
     choices = read_csv(os.path.join(d, "which_strategy.csv"))
-    lines = header + ["| condition | strategy | runs | seeds | failed | acc. loss, points [95%] | sim. overhead, % [95%] |", "|---|---|---|---|---|---|---|"]
-    ci = lambda c, k: f"{num(c[k], 2)} [{num(c[k + '_lo'], 2)}, {num(c[k + '_hi'], 2)}]" if c[k] else "n/a"
+    ci = lambda c, k: f"{num(c[k], 2)} [{num(c[k + '_lo'], 2)}, {num(c[k + '_hi'], 2)}]" if c.get(k) else "n/a"
+    # Reports written since the study recorded the final accuracy and the time to the golden
+    # run's accuracy carry those columns too.
+    timed = bool(cells) and "time_to_acc" in cells[0]
+    if timed:
+        lines = header + ["| condition | option | runs | seeds | failed | final acc., % [95%] | acc. loss, points [95%] | reached golden acc. [Wilson 95%] | time to it, % of golden [95%] | sim. overhead, % [95%] |",
+                          "|---|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = header + ["| condition | strategy | runs | seeds | failed | acc. loss, points [95%] | sim. overhead, % [95%] |", "|---|---|---|---|---|---|---|"]
     for c in cells:
-        lines.append(f"| {c['condition']} | {c['option']} | {c['runs']} | {c['seeds']} | {c['failed']} | {ci(c, 'acc_loss')} | {ci(c, 'sim_overhead')} |")
+        row = f"| {c['condition']} | {c['option']} | {c['runs']} | {c['seeds']} | {c['failed']} | "
+        if timed:
+            reached = f"{c['reached']}/{c['runs']} [{num(c['reached_lo'])}, {num(c['reached_hi'])}%]" if c.get("reached_lo") else "n/a"
+            row += f"{ci(c, 'final_acc')} | {ci(c, 'acc_loss')} | {reached} | {ci(c, 'time_to_acc')} | {ci(c, 'sim_overhead')} |"
+        else:
+            row += f"{ci(c, 'acc_loss')} | {ci(c, 'sim_overhead')} |"
+        lines.append(row)
     lines += ["", f"Hypotheses stated in `configs/paper/{name}.toml` before the runs, each tested in every condition; Holm over all {len(comps)} tests:", ""]
     verdicts = []
     for h in dict.fromkeys(c["hypothesis"] for c in comps):
@@ -178,7 +192,8 @@ def preset_section(root, name, table, what, claims):
         meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
         wall = open(os.path.join(d, "wall_s.txt")).read().strip() if os.path.exists(os.path.join(d, "wall_s.txt")) else "?"
         header = [f"## {name}: {what}", "", f"Published: {table}. Run in {wall} s on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}, "
-                  f"code revision `{meta.get('revision', '?')}`. Files: `{name}/report.md`, `cells_study.csv`, `comparisons.csv` (the hypotheses' tests), `which_strategy.csv`, `runs.csv`, `plots/pareto_*.png`.", ""]
+                  f"code revision `{meta.get('revision', '?')}`. Files: `{name}/report.md`, `cells_study.csv`, `comparisons.csv` (the hypotheses' tests), `which_strategy.csv`, `runs.csv`, `plots/pareto_*.png`"
+                  + (", `plots/accuracy_time.png`" if os.path.exists(os.path.join(d, "plots", "accuracy_time.png")) else "") + ".", ""]
         return study_section(d, name, table, what, comps, header)
     meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
     runs = sum(int(c["runs"]) for c in cells)

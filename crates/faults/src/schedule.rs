@@ -470,6 +470,32 @@ mod tests {
     }
 
     #[test]
+    fn counted_faults_hit_distinct_workers_at_uniform_steps() {
+        let e = parse(&[table("target = \"crash\"\npermanent = true\ncount = 4\n")]).unwrap();
+        assert!(e[0].permanent && e[0].count == Some(4));
+        let mut steps = Vec::new();
+        for seed in 0..200 {
+            let s = schedule(&e, 64, 16, seed).unwrap();
+            assert_eq!(s.len(), 4);
+            let ranks: std::collections::BTreeSet<usize> = s.iter().map(|x| x.rank).collect();
+            assert_eq!(ranks.len(), 4, "no worker twice: {s:?}");
+            assert!(s.iter().all(|x| (1..=64).contains(&x.step) && x.rank < 16));
+            assert_eq!(s, schedule(&e, 64, 16, seed).unwrap());
+            steps.extend(s.iter().map(|x| x.step as f64));
+        }
+        // 800 uniform draws over 1..=64: mean 32.5, sd of the mean about 0.65.
+        let mean = steps.iter().sum::<f64>() / steps.len() as f64;
+        assert!((mean - 32.5).abs() < 3.0, "{mean}");
+        assert!(schedule(&e, 64, 3, 1).unwrap_err().to_string().contains("fault[0].count"));
+        let err = |t: &str| parse(&[table(t)]).unwrap_err().to_string();
+        assert!(err("target = \"crash\"\ncount = 0\n").contains("fault[0].count"));
+        assert!(err("target = \"crash\"\ncount = 2\nworker = 1\npermanent = true\n").contains("cannot be lost again"));
+        assert!(err("target = \"weights\"\nat_step = 2\npermanent = true\n").contains("fault[0].permanent"));
+        assert!(err("target = \"crash\"\nat_step = 2\npermanent = 1\n").contains("true or false"));
+        assert!(err("target = \"checkpoint\"\ncount = 2\n").contains("explicit"));
+    }
+
+    #[test]
     fn crashes_take_a_time_in_their_step() {
         let one = |t: &str| parse(&[table(t)]).map(|e| e[0].crash_at);
         assert_eq!(one("target = \"crash\"\nat_step = 3\n").unwrap(), None);
