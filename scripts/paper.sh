@@ -13,7 +13,7 @@
 # the presets run); without it the script builds the release binary and runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery pipeline nev-factors"}
+PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}

@@ -310,7 +310,11 @@ impl Plot for Pareto {
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, ye.0.unwrap_or(y)), (x, ye.1.unwrap_or(y))], bar)))?;
             dot(&mut chart, (x, y), c, &p.label)?;
         }
-        legend(&mut chart, emptiest_corner(shown.iter().map(|p| (p.2.0, p.3.0)), (x0, x1), (y0, y1)))?;
+        // The legend goes where it hides the fewest points and interval ends.
+        let ends = shown.iter().flat_map(|&(_, _, (x, xe), (y, ye))| {
+            [(x, y), (xe.0.unwrap_or(x), y), (xe.1.unwrap_or(x), y), (x, ye.0.unwrap_or(y)), (x, ye.1.unwrap_or(y))]
+        });
+        legend(&mut chart, emptiest_corner(ends, (x0, x1), (y0, y1)))?;
         area.present()
     }
 }
