@@ -158,11 +158,10 @@ impl Trainer {
     /// Forward and backward of every worker that goes on, on its shard of `global`: with
     /// [`Hooks::rebalance`], the global batch is spread over the workers that go on.
     fn passes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, global: &[usize], live: &[bool]) -> Phase<Vec<Option<Pass>>> {
-        let n = self.workers.len();
         let shards = shards(global.len(), live, hooks.rebalance());
-        let mut out = Vec::with_capacity(n);
-        for r in 0..n {
-            let Some(range) = shards[r].clone() else {
+        let mut out = Vec::with_capacity(shards.len());
+        for (r, range) in shards.into_iter().enumerate() {
+            let Some(range) = range else {
                 out.push(None);
                 continue;
             };
