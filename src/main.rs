@@ -606,6 +606,7 @@ fn compare(args: CompareArgs) -> Result<()> {
     let mut own: Vec<&str> = args.strategies.iter().map(String::as_str).collect();
     own.extend(["strategies.csv", "table.txt"]);
     resilab_runner::check_output_dir(&root, &own, "--out")?;
+    let _lock = resilab_runner::files::lock_dir(&root, "--out")?;
     let mut rows = Vec::new();
     let mut golden = None;
     for strategy in &args.strategies {

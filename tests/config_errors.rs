@@ -112,3 +112,57 @@ fn injector_tries_beyond_memory_are_an_error() {
     let o = run(&["inject", "--config", cfg.to_str().unwrap(), "--file", h5.to_str().unwrap()]);
     assert_clean_error(&o, &["flips.yaml", "injection_tries = 1000000000000000 needs", "available"]);
 }
+
+#[test]
+fn values_valid_alone_but_not_together_are_errors() {
+    let o = train_with(TINY, &["--set", "detect.extreme_threshold=-1.0"]);
+    assert_clean_error(&o, &["detect.extreme_threshold = -1", "positive"]);
+    let o = train_with(TINY, &["--set", "schedule.min_lr=0.5"]);
+    assert_clean_error(&o, &["schedule.min_lr = 0.5 is above optimizer.lr = 0.05"]);
+    let o = train_with(TINY, &["--set", "name=\"a\u{1b}[31mred\""]);
+    assert_clean_error(&o, &["it contains '\\u{1b}'"]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains('\u{1b}'), "the escape reached the terminal");
+}
+
+#[test]
+fn a_resume_that_would_drop_optimizer_state_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let sgd = write(d.path(), "sgd.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));
+    let out = d.path().join("sgd");
+    assert!(run(&["train", "--config", sgd.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
+    let ckpt = out.join("checkpoints");
+    let resume = |name: &str, set: &[&str]| {
+        let mut args = vec!["train", "--config", sgd.to_str().unwrap(), "--out"];
+        let o = d.path().join(name);
+        args.push(o.to_str().unwrap());
+        args.extend(["--quiet", "--resume", ckpt.to_str().unwrap(), "--set", "train.steps=12"]);
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        (run(&args), o)
+    };
+    let (adam, _) = resume("adam", &["optimizer.kind=\"adam\""]);
+    assert_clean_error(&adam, &["optimizer state holds momentum_buffer", "Adam", "exp_avg, exp_avg_sq", "checkpoint.on_mismatch"]);
+    let (plain, _) = resume("plain", &["optimizer.momentum=0.0"]);
+    assert_clean_error(&plain, &["holds momentum_buffer", "keeps no buffers"]);
+    let (anyway, _) = resume("anyway", &["optimizer.kind=\"adam\"", "checkpoint.on_mismatch=\"load\""]);
+    assert!(anyway.status.success(), "{}", String::from_utf8_lossy(&anyway.stderr));
+    // Another learning rate is allowed, warned about and recorded.
+    let (lr, dir) = resume("lr", &["optimizer.lr=0.01"]);
+    assert!(lr.status.success(), "{}", String::from_utf8_lossy(&lr.stderr));
+    assert!(String::from_utf8_lossy(&lr.stderr).contains("warning: resuming with optimizer.lr: 0.05 -> 0.01"));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["resume_changes"], serde_json::json!(["optimizer.lr: 0.05 -> 0.01"]));
+}
+
+#[test]
+fn a_lone_worker_file_names_what_is_missing_beside_it() {
+    let d = tempfile::tempdir().unwrap();
+    let two = write(d.path(), "two.toml", &format!("{TINY}\n[parallel]\nworkers = 2\n\n[checkpoint]\nevery_steps = 4\n"));
+    let out = d.path().join("two");
+    assert!(run(&["train", "--config", two.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
+    let lone = d.path().join("lone.h5");
+    std::fs::copy(out.join("checkpoints/step-00000008/worker-0.h5"), &lone).unwrap();
+    let o = run(&["train", "--config", two.to_str().unwrap(), "--out", d.path().join("again").to_str().unwrap(), "--quiet", "--resume", lone.to_str().unwrap()]);
+    assert_clean_error(&o, &["lone.h5: is one worker's file", "which has no worker-1.h5"]);
+}

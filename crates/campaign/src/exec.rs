@@ -109,8 +109,8 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
     } else {
         // A new campaign starts only in a new or empty directory: its clean-up (tmp/, stale
         // bases) must never reach files that are not the campaign's.
-        if let Ok(mut entries) = std::fs::read_dir(out)
-            && let Some(e) = entries.next()
+        if let Ok(entries) = std::fs::read_dir(out)
+            && let Some(e) = entries.filter(|e| e.as_ref().map_or(true, |e| e.file_name() != resilab_runner::files::LOCK_FILE)).next()
         {
             let first = e.map_or_else(|_| String::from("?"), |e| e.path().display().to_string());
             return Err(Error::Config(format!(
@@ -392,6 +392,12 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
         return Err(Error::Config("--jobs must be at least 1".into()));
     }
     check_shard(opts.shard)?;
+    if let Some(t) = opts.timeout_s.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(Error::Config(format!("--timeout {t}: a run's time limit must be a positive number of seconds")));
+    }
+    // Held until the campaign ends: a second campaign (or a --resume) on the directory fails
+    // at once instead of interleaving rows.
+    let _lock = resilab_runner::files::lock_dir(&opts.out, "--out")?;
     let recorded = prepare_dir(campaign, opts)?;
     let done: HashSet<String> = recorded.iter().map(|r| r.id.clone()).collect();
     let (total, todo) = pending(campaign, opts.shard, &done)?;
@@ -587,6 +593,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<Merged> {
         }
     }
     resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
+    let _lock = resilab_runner::files::lock_dir(out, "--out")?;
     if out.join(CAMPAIGN_FILE).exists() && text_of(out)? != text {
         return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
     }

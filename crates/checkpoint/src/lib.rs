@@ -351,7 +351,19 @@ fn load_dir_with(
             _ => dir.join(file_name(t.rank)),
         };
         if !path.exists() {
-            return Err(invalid(dir, format!("missing {} (a checkpoint of {} worker(s) is expected)", file_name(t.rank), template.workers.len())));
+            let n = template.workers.len();
+            return Err(match instead {
+                // A worker file named on its own reads its checkpoint's other ranks beside it.
+                Some((_, file)) => invalid(
+                    file,
+                    format!(
+                        "is one worker's file; this run has {n} worker(s), whose other files are read from its directory {}, which has no {}",
+                        std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).display(),
+                        file_name(t.rank)
+                    ),
+                ),
+                None => invalid(&std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()), format!("missing {} (a checkpoint of {n} worker(s) is expected)", file_name(t.rank))),
+            });
         }
         probe(&path)?;
         let world = Reader::open(&path)?.attr_u64("/", "world_size")?;

@@ -335,6 +335,7 @@ fn num(s: &str) -> Option<f64> {
 /// Reads a campaign directory and writes its report into `out`.
 pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     resilab_runner::check_output_dir(out, &["report.md", "cells.csv"], "--out").map_err(|e| Error::Empty(e.to_string()))?;
+    let _lock = resilab_runner::files::lock_dir(out, "--out").map_err(|e| Error::Empty(e.to_string()))?;
     let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
     let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
     let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;

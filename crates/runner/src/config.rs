@@ -259,11 +259,12 @@ fn unsafe_name(name: &str) -> Option<String> {
     if name.starts_with('.') {
         return Some("it starts with '.'".into());
     }
-    name.chars().find(|c| matches!(c, '/' | '\\' | '\0')).map(|c| format!("it contains {c:?}"))
+    name.chars().find(|c| matches!(c, '/' | '\\') || c.is_control()).map(|c| format!("it contains {c:?}"))
 }
 
 /// Checks a run's name (`name = ...`, which becomes a directory under `results/runs`): not
-/// empty, not starting with `.`, no `/`, `\` or NUL.
+/// empty, not starting with `.`, no `/`, `\` or control character (NUL, ESC, newline: a name
+/// is printed to the terminal and written into paths).
 pub fn check_name(name: &str) -> std::result::Result<(), String> {
     match unsafe_name(name) {
         Some(why) => Err(format!("name = {name:?} cannot name the run's directory under results/runs: {why}")),
@@ -352,7 +353,24 @@ impl RunConfig {
         self.recovery.validate()?;
         self.train.check_sizes(&self.data)?;
         self.check_losses()?;
+        self.check_across_sections()?;
         self.check_fault_schedule()
+    }
+
+    /// Values that are valid alone but not together, or out of range where no section checks
+    /// them: the detectors' threshold, and a schedule floor above the rate it anneals from.
+    fn check_across_sections(&self) -> Result<()> {
+        let t = self.detect.extreme_threshold;
+        if !(t.is_finite() && t > 0.0) {
+            return Err(Error::Config(format!("detect.extreme_threshold = {t} must be a positive magnitude (METRICS.md uses 1e10)")));
+        }
+        if self.schedule.min_lr > self.optimizer.lr {
+            return Err(Error::Config(format!(
+                "schedule.min_lr = {} is above optimizer.lr = {}: the schedule would raise the learning rate instead of lowering it",
+                self.schedule.min_lr, self.optimizer.lr
+            )));
+        }
+        Ok(())
     }
 
     /// `recovery.on_permanent_loss` and `recovery.shrink_batch` against `[parallel]`: a
@@ -578,7 +596,7 @@ mod tests {
 
     #[test]
     fn unsafe_names_are_errors() {
-        for bad in ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a\u{0}b"] {
+        for bad in ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a\u{0}b", "a\u{1b}[31mred", "two\nlines"] {
             let text = format!("name = {}\n{MIN}", toml::Value::String(bad.into()));
             let e = RunConfig::from_toml(&text, &[], "f.toml").unwrap_err().to_string();
             assert!(e.starts_with(&format!("f.toml: name = {bad:?} cannot name the run's directory under results/runs: it ")), "{bad:?}: {e}");

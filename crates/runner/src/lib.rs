@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod files;
 mod eval;
 mod config;
 pub mod golden;

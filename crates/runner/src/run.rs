@@ -1,17 +1,18 @@
 //! One training run: builds data, model and trainer from a [`RunConfig`], trains, and writes
 //! `metrics.csv`, `summary.json` and `config.resolved.toml` into the output directory.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::prelude::*;
-use resilab_checkpoint::LoadReport;
+use resilab_checkpoint::{LoadReport, OnMismatch};
 use resilab_data::Split;
 use resilab_models::{InputShape, Net, init_parameters};
 use resilab_faults::{FaultInjector, FaultTarget};
 use resilab_recovery::{DetectionRecord, Guard};
-use resilab_train::{ParallelMode, TrainSpec, Trainer};
+use resilab_train::{OptimizerConfig, OptimizerKind, ParallelMode, TrainSpec, TrainState, Trainer};
 use serde::Serialize;
 
 use crate::session::Session;
@@ -113,6 +114,9 @@ pub struct Summary {
     pub test_images: usize,
     /// Checkpoint the run continued from, if any.
     pub resumed_from: Option<PathBuf>,
+    /// Settings that differ from the run that wrote that checkpoint (`key: old -> new`:
+    /// `seed`, `optimizer.lr`, `train.batch_size`, `data.train_size`), each also warned about.
+    pub resume_changes: Vec<String>,
     /// Datasets loaded despite a digest mismatch (policy `load`).
     pub checkpoint_mismatches: Vec<String>,
     /// Checkpoints written.
@@ -270,6 +274,9 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
     let mut first = None;
     for e in entries {
         let name = e.map_err(|source| Error::Io { path: dir.to_path_buf(), source })?.file_name();
+        if name == crate::files::LOCK_FILE {
+            continue;
+        }
         if own.iter().any(|o| name == *o) {
             return Ok(());
         }
@@ -286,11 +293,12 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
     }
 }
 
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename): the rename replaces a
+/// link at `path` rather than writing through it, and the temporary file is never a link.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    let mut f = crate::files::create_output(&tmp)?;
     f.write_all(bytes).map_err(io)?;
     f.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
@@ -302,7 +310,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std::fs::File>> {
     let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
     let Some(step) = resume_step.filter(|_| path.exists()) else {
-        return csv::Writer::from_path(path).map_err(csv_err);
+        return Ok(csv::Writer::from_writer(crate::files::create_output(path)?));
     };
     let mut kept = Vec::new();
     let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
@@ -313,13 +321,13 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv:
             kept.push(record);
         }
     }
-    let mut w = csv::Writer::from_path(path).map_err(csv_err)?;
+    let mut w = csv::Writer::from_writer(crate::files::create_output(path)?);
     w.write_record(&headers).map_err(csv_err)?;
     for r in &kept {
         w.write_record(r).map_err(csv_err)?;
     }
     w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-    let file = std::fs::OpenOptions::new().append(true).open(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let file = crate::files::append_output(path)?;
     Ok(csv::WriterBuilder::new().has_headers(false).from_writer(file))
 }
 
@@ -346,16 +354,23 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let cfg = &resolved;
     let out = &opts.out;
     check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
-    std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.clone(), source })?;
+    // Held until the run ends: a second run on the same directory fails at once.
+    let _out_lock = crate::files::lock_dir(out, "the output directory")?;
     write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
     let mut guard = make_guard(cfg, &trainer)?;
     let ckpt_root = cfg.checkpoint.root(out);
-    if cfg.checkpoint.enabled() {
-        resilab_checkpoint::claim(&ckpt_root, cfg.checkpoint.adopt_dir)?;
-    }
+    // A checkpoint directory outside the output directory has its own lock: two runs that
+    // share one would prune each other's checkpoints.
+    let _ckpt_lock = match cfg.checkpoint.enabled() {
+        true => {
+            resilab_checkpoint::claim(&ckpt_root, cfg.checkpoint.adopt_dir)?;
+            (!ckpt_root.starts_with(out)).then(|| crate::files::lock_dir(&ckpt_root, "checkpoint.dir")).transpose()?
+        }
+        false => None,
+    };
     let golden = golden_run(cfg, opts)?;
     let mut session = Session::open(cfg, opts, &trainer, ckpt_root, golden, resumed.is_some())?;
     session.run(&mut trainer, &mut guard)?;
@@ -365,12 +380,23 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     Ok(summary)
 }
 
-/// Loads `opts.resume` into the trainer, if given; returns what loading found.
-fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<Option<LoadReport>> {
+/// What resuming found: the load's report, and the settings that differ from the run that
+/// wrote the checkpoint (`key: old -> new`).
+pub(crate) type Resumed = (LoadReport, Vec<String>);
+
+/// Loads `opts.resume` into the trainer, if given; returns what loading found. Optimizer state
+/// that the configured optimizer would drop or start again is an error unless
+/// `checkpoint.on_mismatch = "load"`; other changed settings are warned about.
+fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<Option<Resumed>> {
     let Some(target) = &opts.resume else { return Ok(None) };
     let template = trainer.snapshot();
     let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
+    check_optimizer_state(&state, &cfg.optimizer, cfg.checkpoint.on_mismatch)?;
+    let changes = changed_settings(&report, cfg);
     trainer.restore(&state)?;
+    for c in &changes {
+        eprintln!("resilab: warning: resuming with {c} (the checkpoint's run had the first value)");
+    }
     for s in &report.skipped {
         eprintln!("resilab: skipped checkpoint {s}");
     }
@@ -381,7 +407,53 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
         Some(f) => eprintln!("resilab: resumed from {} (with {} read for its rank) at step {}", report.dir.display(), f.display(), trainer.step),
         None => eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step),
     }
-    Ok(Some(report))
+    Ok(Some((report, changes)))
+}
+
+/// The optimizer buffers `opt` keeps per parameter.
+fn kept_buffers(opt: &OptimizerConfig) -> BTreeSet<&'static str> {
+    match opt.kind {
+        OptimizerKind::Sgd if opt.momentum > 0.0 => BTreeSet::from(["momentum_buffer"]),
+        OptimizerKind::Sgd => BTreeSet::new(),
+        OptimizerKind::Adam => BTreeSet::from(["exp_avg", "exp_avg_sq"]),
+    }
+}
+
+/// Refuses a checkpoint whose optimizer state the configured optimizer would silently drop
+/// (buffers it does not keep: another optimizer kind) or start again from zero (a stepped
+/// optimizer without the buffers it keeps), unless `policy` is `load`.
+fn check_optimizer_state(state: &TrainState, opt: &OptimizerConfig, policy: OnMismatch) -> Result<()> {
+    let params = || state.workers.iter().flat_map(|w| w.optim.values());
+    let held: BTreeSet<&str> = params().flat_map(|p| p.buffers.keys().map(String::as_str)).collect();
+    let kept = kept_buffers(opt);
+    let stepped = params().any(|p| p.step > 0);
+    if held == kept || policy == OnMismatch::Load || (held.is_empty() && !stepped) {
+        return Ok(());
+    }
+    let list = |s: &BTreeSet<&str>| if s.is_empty() { "no buffers".to_string() } else { s.iter().copied().collect::<Vec<_>>().join(", ") };
+    Err(Error::Config(format!(
+        "the checkpoint's optimizer state holds {}, but optimizer.kind = {:?} with momentum = {} keeps {}: resuming would drop it or start it again from zero; resume with the checkpoint's optimizer settings, or set checkpoint.on_mismatch = \"load\" to go on anyway",
+        list(&held),
+        opt.kind,
+        opt.momentum,
+        list(&kept)
+    )))
+}
+
+/// The settings that shape training and differ between the checkpoint's run and `cfg`, as
+/// `key: old -> new`.
+fn changed_settings(report: &LoadReport, cfg: &RunConfig) -> Vec<String> {
+    let file = report.file.clone().unwrap_or_else(|| report.dir.join(resilab_checkpoint::file_name(0)));
+    let Ok(old) = resilab_checkpoint::read_meta(&file).and_then(|m| toml::from_str::<RunConfig>(&m.config).map_err(|e| resilab_checkpoint::Error::Invalid { path: file.clone(), message: e.to_string() })) else {
+        return Vec::new();
+    };
+    let pairs = [
+        ("seed", old.seed.to_string(), cfg.seed.to_string()),
+        ("optimizer.lr", old.optimizer.lr.to_string(), cfg.optimizer.lr.to_string()),
+        ("train.batch_size", old.train.batch_size.to_string(), cfg.train.batch_size.to_string()),
+        ("data.train_size", format!("{:?}", old.data.train_size), format!("{:?}", cfg.data.train_size)),
+    ];
+    pairs.into_iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect()
 }
 
 /// The `[[fault]]` entries checked against the trainer and scheduled, in the guard that injects

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use resilab_checkpoint::{LoadReport, Meta, OnMismatch};
+use resilab_checkpoint::{Meta, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::FaultEvent;
 use resilab_faults::detect::{Health, workers_health};
@@ -96,17 +96,11 @@ impl<'a> Session<'a> {
     pub(crate) fn open(cfg: &'a RunConfig, opts: &'a RunOptions, trainer: &Trainer, ckpt_root: PathBuf, golden: Option<Golden>, resumed: bool) -> Result<Self> {
         let out = &opts.out;
         let compare = match &golden {
-            Some(_) => Some(csv::Writer::from_path(out.join("compare.csv")).map_err(csv_err(&out.join("compare.csv")))?),
+            Some(_) => Some(csv::Writer::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
             None => None,
         };
         let faults_path = out.join("faults.jsonl");
-        let faults_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(resumed)
-            .write(true)
-            .truncate(!resumed)
-            .open(&faults_path)
-            .map_err(io(&faults_path))?;
+        let faults_file = crate::files::open_no_follow(&faults_path, std::fs::OpenOptions::new().create(true).append(resumed).write(true).truncate(!resumed))?;
         let metrics = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
         let bar = if opts.progress { ProgressBar::new(trainer.total_steps()) } else { ProgressBar::hidden() };
         bar.set_style(
@@ -391,7 +385,7 @@ impl<'a> Session<'a> {
     }
 
     /// The run's summary.
-    pub(crate) fn finish(self, trainer: &mut Trainer, guard: &mut Guard, split: &Split, resumed: Option<LoadReport>) -> Result<Summary> {
+    pub(crate) fn finish(self, trainer: &mut Trainer, guard: &mut Guard, split: &Split, resumed: Option<crate::run::Resumed>) -> Result<Summary> {
         let cfg = self.cfg;
         let eval = self.last_eval.unwrap_or_else(|| trainer.evaluate());
         let steps = trainer.step;
@@ -399,6 +393,7 @@ impl<'a> Session<'a> {
         let workers = self.workers_summary(trainer);
         let t = self.tally;
         // A worker file named on its own is what the run resumed from.
+        let (resumed, resume_changes) = resumed.map_or((None, Vec::new()), |(r, c)| (Some(r), c));
         let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
         let threshold = cfg.detect.extreme_threshold;
         let health = workers_health(&trainer.workers, threshold);
@@ -432,6 +427,7 @@ impl<'a> Session<'a> {
             train_images: split.train.len(),
             test_images: split.test.len(),
             resumed_from,
+            resume_changes,
             checkpoint_mismatches,
             checkpoints: t.checkpoints,
             checkpoint_s: t.checkpoint_s,
