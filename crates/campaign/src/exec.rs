@@ -420,6 +420,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     if !preps.is_empty() {
         bar.set_message(format!("training {} base run(s)", preps.len()));
         let result = drive(&mut pool, preps, timeout_of, |reply| {
+            stop_for_machine(&reply, &opts.out)?;
             if reply.status != Status::Ok
                 && let Job::Prep { index } = reply.job
                 && let Some(s) = specs.get(&index)
@@ -466,6 +467,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
         }
     }
     let result = drive(&mut pool, runs, timeout_of, |reply| {
+        stop_for_machine(&reply, &opts.out)?;
         let Job::Run { index } = reply.job else { return Ok(()) };
         let Some(spec) = specs.get(&index) else { return Ok(()) };
         record(spec, reply.status, reply.message, reply.metrics, &mut outcome)
@@ -475,6 +477,20 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     bar.finish();
     outcome.wall_s = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// Stops the campaign when a run failed because of the machine (a full or read-only file
+/// system, an I/O error): the run is not recorded, so `--resume` runs it again.
+fn stop_for_machine(reply: &Reply, out: &Path) -> Result<()> {
+    if reply.status != Status::Infrastructure {
+        return Ok(());
+    }
+    let free = fs4::available_space(out).map_or_else(|_| "unknown".to_string(), |b| format!("{b} bytes"));
+    Err(Error::Config(format!(
+        "the campaign stopped: {} (the file system holding {} has {free} free). This is the machine, not the experiment: the run is not recorded, and `campaign --resume` runs it again once there is room",
+        reply.message.as_deref().unwrap_or("an infrastructure error"),
+        out.display()
+    )))
 }
 
 /// A dry run's figures.

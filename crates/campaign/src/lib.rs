@@ -50,6 +50,9 @@ pub enum Status {
     Timeout,
     /// Its base (or golden) run failed, so it did not run.
     BaseFailed,
+    /// The machine failed, not the experiment: a full, over-quota or read-only file system, or
+    /// an I/O error. Never recorded: the campaign stops, and `--resume` runs it again.
+    Infrastructure,
 }
 
 impl Status {
@@ -59,6 +62,7 @@ impl Status {
             Status::Ok => "ok",
             Status::Error => "error",
             Status::CorruptFile => "corrupt_file",
+            Status::Infrastructure => "infrastructure",
             Status::Panicked => "panicked",
             Status::Crashed => "crashed",
             Status::Timeout => "timeout",
@@ -236,3 +240,32 @@ pub enum Error {
 
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The operating-system errors that are the machine's, not the experiment's.
+const MACHINE_ERRNOS: &[(i32, &str)] = &[
+    (28, "No space left on device"),
+    (122, "Disk quota exceeded"),
+    (30, "Read-only file system"),
+    (5, "Input/output error"),
+];
+
+/// Whether `e` (or an error it wraps, or the text of one that only carries a message, as the
+/// HDF5 library's do) is a full, over-quota or read-only file system or an I/O error: the
+/// machine failing rather than the experiment. Returns that cause's description.
+pub fn infrastructure(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(code) = err.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error)
+            && let Some((_, what)) = MACHINE_ERRNOS.iter().find(|(c, _)| *c == code)
+        {
+            return Some(what);
+        }
+        next = err.source();
+    }
+    infrastructure_text(&e.to_string())
+}
+
+/// [`infrastructure`] for an error known only by its text.
+pub fn infrastructure_text(text: &str) -> Option<&'static str> {
+    MACHINE_ERRNOS.iter().find(|(_, what)| text.contains(what)).map(|(_, what)| *what)
+}

@@ -125,6 +125,7 @@ impl<'a> Worker<'a> {
         }));
         let (status, message, metrics) = match caught {
             Ok(Ok(m)) => (Status::Ok, None, m),
+            Ok(Err(e)) if crate::infrastructure(&e).is_some() => (Status::Infrastructure, Some(e.to_string()), Metrics::default()),
             Ok(Err(Error::CorruptFile(m))) => (Status::CorruptFile, Some(m), Metrics::default()),
             Ok(Err(e)) => (Status::Error, Some(e.to_string()), Metrics::default()),
             Err(p) => {
