@@ -166,3 +166,49 @@ fn a_lone_worker_file_names_what_is_missing_beside_it() {
     let o = run(&["train", "--config", two.to_str().unwrap(), "--out", d.path().join("again").to_str().unwrap(), "--quiet", "--resume", lone.to_str().unwrap()]);
     assert_clean_error(&o, &["lone.h5: is one worker's file", "which has no worker-1.h5"]);
 }
+
+#[test]
+fn faults_that_could_never_strike_are_errors() {
+    let beyond = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 9\n");
+    assert_clean_error(&train_with(&beyond, &[]), &["fault[0].at_step", "beyond the run's 8 step(s)"]);
+    let nowhere = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 2\nlocations_to_corrupt = [\"model/layer9\"]\n");
+    assert_clean_error(&train_with(&nowhere, &[]), &["fault[0].locations_to_corrupt", "\"model/layer9\" names no tensor", "model/"]);
+    let optimizer = format!("{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1/0/conv1/weight/exp_avg\"]\n");
+    assert_clean_error(&train_with(&optimizer, &[]), &["fault[0].locations_to_corrupt", "exp_avg\" names no tensor"]);
+    let fine = format!("{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1\"]\n\n[[fault]]\ntarget = \"gradients\"\nat_step = 3\nlocations_to_corrupt = [\"gradients/layer1/0/conv1\"]\n");
+    let o = train_with(&fine, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_does_not_block() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = write(d.path(), "r.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));
+    let out = d.path().join("run");
+    let train = |extra: &[&str]| {
+        let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    assert!(train(&[]).status.success());
+    let ckpt = out.join("checkpoints/step-00000004");
+    let before: Vec<Vec<u8>> = ["metrics.csv", "config.resolved.toml"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
+    let refused = train(&["--resume", ckpt.to_str().unwrap(), "--set", "optimizer.kind=\"adam\""]);
+    assert_clean_error(&refused, &["optimizer state holds momentum_buffer"]);
+    let after: Vec<Vec<u8>> = ["metrics.csv", "config.resolved.toml"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
+    assert_eq!(before, after, "a refused resume changed the run's files");
+    // The last metrics row cut in the middle, as a full disk leaves it: resume drops it and goes on.
+    let metrics = String::from_utf8(before[0].clone()).unwrap();
+    let last = metrics.trim_end().rfind('\n').unwrap() + 1;
+    let cut = last + (metrics.len() - last) / 2;
+    std::fs::write(out.join("metrics.csv"), &metrics[..cut]).unwrap();
+    let resumed = train(&["--resume", ckpt.to_str().unwrap()]);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("dropped a malformed row"));
+    // A temporary file of resilab's own left in a fresh directory is not foreign.
+    let fresh = d.path().join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    std::fs::write(fresh.join("summary.tmp"), "half").unwrap();
+    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", fresh.to_str().unwrap(), "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

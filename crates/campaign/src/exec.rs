@@ -110,7 +110,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         // A new campaign starts only in a new or empty directory: its clean-up (tmp/, stale
         // bases) must never reach files that are not the campaign's.
         if let Ok(mut entries) = std::fs::read_dir(out)
-            && let Some(e) = entries.find(|e| !e.as_ref().is_ok_and(|e| e.file_name() == resilab_runner::files::LOCK_FILE))
+            && let Some(e) = entries.find(|e| !e.as_ref().is_ok_and(|e| e.file_name() == resilab_runner::files::LOCK_FILE || e.file_name() == "campaign.tmp"))
         {
             let first = e.map_or_else(|_| String::from("?"), |e| e.path().display().to_string());
             return Err(Error::Config(format!(

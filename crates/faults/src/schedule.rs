@@ -305,6 +305,34 @@ pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) ->
     Ok(())
 }
 
+/// Checks that the `locations_to_corrupt` of every weights, gradients, reduced-gradients and
+/// optimizer entry name at least one tensor it can hit: `tensors` are the run's checkpoint
+/// paths (`model/layer1/0/conv1/weight`, `optimizer/<parameter path>/momentum_buffer`); a
+/// gradient entry's names are its parameters' paths under `gradients/`. The error names the
+/// entry's key and shows a few paths.
+pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[String]) -> Result<()> {
+    for e in entries {
+        let prefix = match e.target {
+            FaultTarget::Weights => "model/",
+            FaultTarget::Optimizer => "optimizer/",
+            FaultTarget::Gradients | FaultTarget::ReducedGradients => "gradients/",
+            _ => continue,
+        };
+        // Gradients are named as the trainable parameters are, under their own prefix.
+        let paths: Vec<String> = match prefix {
+            "gradients/" => tensors.iter().filter_map(|t| t.strip_prefix("model/")).map(|p| format!("gradients/{p}")).collect(),
+            _ => tensors.iter().filter(|t| t.starts_with(prefix)).cloned().collect(),
+        };
+        for loc in e.spec.locations.iter().flatten() {
+            if !paths.iter().any(|p| resilab_inject::config::location_matches(loc, p)) {
+                let some: Vec<&str> = paths.iter().take(4).map(String::as_str).collect();
+                return Err(bad(e.index, "locations_to_corrupt", format!("{loc:?} names no tensor a {} fault can hit (they are named like {}, ...)", e.target.name(), some.join(", "))));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that every pipeline-message entry can strike: messages exist only between pipeline
 /// stages (`stages` is `None` for other runs), the first stage receives no activation message
 /// and the last no gradient message. A fault at a fixed step without `stage` hits stage 0.
@@ -357,9 +385,10 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
             return Err(bad(e.index, "worker", format!("is {w}, but the run has {world} worker(s) or stage(s)")));
         }
         if let Some(step) = e.at_step {
-            if step <= total_steps {
-                out.push(FaultEvent { id: 0, step, rank: e.worker.unwrap_or(0), entry: e.index, target: e.target });
+            if step > total_steps {
+                return Err(bad(e.index, "at_step", format!("is {step}, beyond the run's {total_steps} step(s): the fault would never strike")));
             }
+            out.push(FaultEvent { id: 0, step, rank: e.worker.unwrap_or(0), entry: e.index, target: e.target });
             continue;
         }
         if let Some(k) = e.count {

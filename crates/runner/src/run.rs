@@ -274,7 +274,9 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
     let mut first = None;
     for e in entries {
         let name = e.map_err(|source| Error::Io { path: dir.to_path_buf(), source })?.file_name();
-        if name == crate::files::LOCK_FILE {
+        // The lock, and temporary files of resilab's own atomic writes (left by a write that
+        // failed: a full disk), are not foreign.
+        if name == crate::files::LOCK_FILE || own_temporary(&name.to_string_lossy(), own) {
             continue;
         }
         if own.iter().any(|o| name == *o) {
@@ -291,6 +293,13 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
             own.join(" or ")
         ))),
     }
+}
+
+/// Whether `name` is the temporary file [`write_atomic`] writes for one of the files in `own`
+/// or for the run's other atomic outputs (`summary.json`, `config.resolved.toml`).
+fn own_temporary(name: &str, own: &[&str]) -> bool {
+    let Some(stem) = name.strip_suffix(".tmp") else { return false };
+    own.iter().chain(&["summary.json", "config.resolved.toml", "campaign.json", "campaign.toml"]).any(|o| Path::new(o).file_stem().is_some_and(|s| s == stem))
 }
 
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename): the rename replaces a
@@ -316,7 +325,14 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv:
     let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
     let headers = reader.headers().map_err(csv_err)?.clone();
     for record in reader.records() {
-        let record = record.map_err(csv_err)?;
+        // A last row cut short (the disk filled, or the run was killed mid-write) is dropped.
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("resilab: warning: {}: dropped a malformed row and any after it ({e})", path.display());
+                break;
+            }
+        };
         if record.get(0).and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s <= step) {
             kept.push(record);
         }
@@ -356,7 +372,6 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
     // Held until the run ends: a second run on the same directory fails at once.
     let _out_lock = crate::files::lock_dir(out, "the output directory")?;
-    write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
@@ -372,6 +387,8 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
         false => None,
     };
     let golden = golden_run(cfg, opts)?;
+    // Only now, when nothing can refuse the run any more, are the directory's files replaced.
+    write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
     let mut session = Session::open(cfg, opts, &trainer, ckpt_root, golden, resumed.is_some())?;
     session.run(&mut trainer, &mut guard)?;
     let summary = session.finish(&mut trainer, &mut guard, &split, resumed)?;
@@ -471,6 +488,7 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
     resilab_faults::check_neuron_locations(&entries, &block_names).map_err(|e| config(&e))?;
+    resilab_faults::check_tensor_locations(&entries, &tensor_paths(trainer, &cfg.optimizer)).map_err(|e| config(&e))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
     resilab_faults::check_messages(&entries, stages).map_err(|e| config(&e))?;
     let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
@@ -478,6 +496,23 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
     let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
     guard.rebalance = cfg.recovery.rebalance;
     Ok(guard)
+}
+
+/// Every tensor's checkpoint path in the run: each worker's parameters and buffers under
+/// `model/`, and the optimizer buffers `optimizer` keeps for its trainable parameters.
+fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<String> {
+    let buffers = kept_buffers(optimizer);
+    let mut out = Vec::new();
+    for w in &trainer.workers {
+        for p in resilab_models::named_params(&w.net) {
+            let path = p.name.replace('.', "/");
+            if p.trainable {
+                out.extend(buffers.iter().map(|b| format!("optimizer/{path}/{b}")));
+            }
+            out.push(format!("model/{path}"));
+        }
+    }
+    out
 }
 
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.
