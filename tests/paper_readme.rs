@@ -87,16 +87,27 @@ fn the_committed_paper_readme_is_the_generators_output() {
 /// in the README is typed by hand.
 #[test]
 fn the_readmes_strategy_table_is_the_studys_report() {
+    readme_has_the_study("recovery", "## Which strategy when", 6);
+}
+
+#[test]
+fn the_readmes_permanent_loss_table_is_the_studys_report() {
+    readme_has_the_study("permanent-loss", "## Which `recovery` option when", 6);
+}
+
+/// Every row of the generated table under `heading` in `results/paper/<study>/report.md`, and
+/// each of its `hypotheses` verdict lines, appear verbatim in the README.
+fn readme_has_the_study(study: &str, heading: &str, hypotheses: usize) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let report = std::fs::read_to_string(root.join("results/paper/recovery/report.md")).unwrap();
+    let report = std::fs::read_to_string(root.join(format!("results/paper/{study}/report.md"))).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let section = report.split("## Which strategy when").nth(1).and_then(|s| s.split("\n## ").next()).expect("the report has the table");
+    let section = report.split(heading).nth(1).and_then(|s| s.split("\n## ").next()).expect("the report has the table");
     let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
     assert!(rows.len() > 2, "{section}");
-    let hypotheses = report.split("## Hypotheses").nth(1).expect("the report states its hypotheses");
-    let verdicts: Vec<&str> = hypotheses.lines().filter(|l| l.starts_with("- **")).collect();
-    assert_eq!(verdicts.len(), 6, "{hypotheses}");
+    let stated = report.split("## Hypotheses").nth(1).expect("the report states its hypotheses");
+    let verdicts: Vec<&str> = stated.lines().filter(|l| l.starts_with("- **")).collect();
+    assert_eq!(verdicts.len(), hypotheses, "{stated}");
     for row in rows.into_iter().chain(verdicts) {
-        assert!(readme.lines().any(|l| l == row), "README.md lacks the study's line {row:?}");
+        assert!(readme.lines().any(|l| l == row), "README.md lacks the {study} study's line {row:?}");
     }
 }
