@@ -388,13 +388,7 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
 /// Carries out the campaign (or this shard of it) in `opts.out`.
 pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     let start = Instant::now();
-    if opts.jobs == 0 {
-        return Err(Error::Config("--jobs must be at least 1".into()));
-    }
-    check_shard(opts.shard)?;
-    if let Some(t) = opts.timeout_s.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        return Err(Error::Config(format!("--timeout {t}: a run's time limit must be a positive number of seconds")));
-    }
+    check_options(opts)?;
     // Held until the campaign ends: a second campaign (or a --resume) on the directory fails
     // at once instead of interleaving rows.
     let _lock = resilab_runner::files::lock_dir(&opts.out, "--out")?;
@@ -415,26 +409,17 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let specs: HashMap<u64, crate::RunSpec> = todo.iter().map(|s| (s.index, s.clone())).collect();
-    let mut base_failures: HashMap<String, String> = HashMap::new();
     outcome.bases = preps.len() as u64;
     if !preps.is_empty() {
         bar.set_message(format!("training {} base run(s)", preps.len()));
-        let result = drive(&mut pool, preps, timeout_of, |reply| {
-            stop_for_machine(&reply, &opts.out)?;
-            if reply.status != Status::Ok
-                && let Job::Prep { index } = reply.job
-                && let Some(s) = specs.get(&index)
-            {
-                let what = if campaign.settings.kind == Kind::Train { "golden run" } else { "base run" };
-                base_failures.insert(s.base_key.clone(), format!("{what} {}: {}", reply.status.name(), reply.message.unwrap_or_default()));
-            }
-            Ok(())
-        });
-        if let Err(e) = result {
+    }
+    let base_failures = match run_bases(&mut pool, preps, &timeout_of, campaign, &specs, &opts.out) {
+        Ok(f) => f,
+        Err(e) => {
             pool.shutdown();
             return Err(e);
         }
-    }
+    };
     outcome.bases_s = start.elapsed().as_secs_f64();
     bar.set_message("");
     let mut appender = Appender::open(&opts.out, campaign.axis_keys())?;
@@ -477,6 +462,45 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     bar.finish();
     outcome.wall_s = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// `--jobs` and `--timeout` as given, and the shard.
+fn check_options(opts: &Options) -> Result<()> {
+    if opts.jobs == 0 {
+        return Err(Error::Config("--jobs must be at least 1".into()));
+    }
+    check_shard(opts.shard)?;
+    if let Some(t) = opts.timeout_s.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(Error::Config(format!("--timeout {t}: a run's time limit must be a positive number of seconds")));
+    }
+    Ok(())
+}
+
+/// Trains the base (or golden) runs `preps`; returns, by base key, why those that failed did.
+fn run_bases(
+    pool: &mut Pool,
+    preps: Vec<Job>,
+    timeout_of: &dyn Fn(&Job) -> Duration,
+    campaign: &Campaign,
+    specs: &HashMap<u64, crate::RunSpec>,
+    out: &Path,
+) -> Result<HashMap<String, String>> {
+    let mut failures = HashMap::new();
+    if preps.is_empty() {
+        return Ok(failures);
+    }
+    drive(pool, preps, timeout_of, |reply| {
+        stop_for_machine(&reply, out)?;
+        if reply.status != Status::Ok
+            && let Job::Prep { index } = reply.job
+            && let Some(s) = specs.get(&index)
+        {
+            let what = if campaign.settings.kind == Kind::Train { "golden run" } else { "base run" };
+            failures.insert(s.base_key.clone(), format!("{what} {}: {}", reply.status.name(), reply.message.unwrap_or_default()));
+        }
+        Ok(())
+    })?;
+    Ok(failures)
 }
 
 /// Stops the campaign when a run failed because of the machine (a full or read-only file
