@@ -212,3 +212,17 @@ fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_doe
     let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", fresh.to_str().unwrap(), "--quiet"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn an_hdf5_file_that_is_not_a_checkpoint_is_named_as_such() {
+    let d = tempfile::tempdir().unwrap();
+    let plain = d.path().join("plain.h5");
+    let w = resilab_h5::Writer::create(&plain).unwrap();
+    w.write_f32("/data", &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    w.close().unwrap();
+    let cfg = write(d.path(), "t.toml", TINY);
+    let eval = run(&["eval", plain.to_str().unwrap()]);
+    assert_clean_error(&eval, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
+    let resume = run(&["train", "--config", cfg.to_str().unwrap(), "--out", d.path().join("o").to_str().unwrap(), "--quiet", "--resume", plain.to_str().unwrap()]);
+    assert_clean_error(&resume, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
+}

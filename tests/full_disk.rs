@@ -65,3 +65,24 @@ fn a_full_disk_stops_the_campaign_and_resume_reruns_what_it_cut() {
         assert!(all.iter().all(|r| r["status"] == "ok"), "{size}: {all:?}");
     }
 }
+
+#[test]
+fn a_report_on_a_full_disk_names_the_file_and_the_cause() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = write(d.path(), "nev.toml", NEV);
+    let camp = d.path().join("c");
+    assert!(run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", camp.to_str().unwrap(), "--quiet"]).status.success());
+    let mnt = d.path().join("fs");
+    std::fs::create_dir(&mnt).unwrap();
+    let _fs = match SmallFs::mount(&mnt, "48k") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: cannot mount a small tmpfs here ({why})");
+            return;
+        }
+    };
+    let o = run(&["report", camp.to_str().unwrap(), "--out", mnt.join("r").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device") && !stderr.contains("ImageError") && !stderr.contains("Custom {"), "{stderr}");
+}

@@ -214,7 +214,7 @@ fn invalid(path: &Path, message: impl Into<String>) -> Error {
 /// `<group>@attributes`. Values that fail their digest are still range-checked by the caller
 /// before use ([`resilab_train::Trainer::restore`]).
 pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, u64, Vec<String>)> {
-    let r = Reader::open(path)?;
+    let r = open_checkpoint(path)?;
     let version = r.attr_u64("/", "format_version")?;
     if version != FORMAT_VERSION {
         return Err(invalid(path, format!("format_version {version}, this resilab reads {FORMAT_VERSION}")));
@@ -426,9 +426,23 @@ fn load_file(file: &Path, template: &TrainState, policy: OnMismatch, probe: Prob
     load_dir_with(dir, (!own).then_some((rank, file)), template, policy, &probe_rest, false)
 }
 
+/// Opens a worker file, refusing an HDF5 file that resilab did not write as a checkpoint (no
+/// `format_version` root attribute) with that said, rather than the first attribute or digest it
+/// lacks.
+fn open_checkpoint(path: &Path) -> Result<Reader> {
+    let r = Reader::open(path)?;
+    if !r.attr_names("/")?.iter().any(|a| a == "format_version") {
+        return Err(invalid(
+            path,
+            "is an HDF5 file but not a resilab checkpoint (it has no format_version attribute): resilab reads the worker files it wrote, step-*/worker-<rank>.h5",
+        ));
+    }
+    Ok(r)
+}
+
 /// The rank (worker or stage) a worker file was written by.
 pub fn file_rank(file: &Path) -> Result<usize> {
-    let rank = Reader::open(file)?.attr_u64("/", "rank")?;
+    let rank = open_checkpoint(file)?.attr_u64("/", "rank")?;
     usize::try_from(rank).map_err(|_| invalid(file, format!("rank {rank} is out of range")))
 }
 
@@ -496,7 +510,7 @@ pub fn primary_file(target: &Path) -> Result<PathBuf> {
 /// These facts decide what a checkpoint is evaluated or continued with, so they must pass the
 /// root attributes' digest: an altered configuration is an error, never silently used.
 pub fn read_meta(file: &Path) -> Result<Meta> {
-    let r = Reader::open(file)?;
+    let r = open_checkpoint(file)?;
     if r.verify_attrs("/")? != Some(true) {
         return Err(Error::Mismatch { path: file.to_path_buf(), datasets: vec!["/@attributes (the stored configuration, seed and model)".into()] });
     }

@@ -407,7 +407,9 @@ pub fn save(plot: &impl Plot, stem: &Path) -> Result<Vec<PathBuf>> {
     register_font()?;
     let png = stem.with_extension("png");
     let svg = stem.with_extension("svg");
-    let err = |p: &Path, e: String| Error::Plot(format!("{}: {e}", p.display()));
+    // A file the backend could not write says so in the operating system's words, not as the
+    // backend's nested error values.
+    let err = |p: &Path, e: String| Error::Plot(format!("{}: {}", p.display(), resilab_campaign::infrastructure_text(&e).map_or(e.clone(), |why| format!("could not write it: {why}"))));
     {
         let area = BitMapBackend::new(&png, plot.size()).into_drawing_area();
         plot.draw(&area).map_err(|e| err(&png, e.to_string()))?;
