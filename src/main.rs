@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use resilab_models::{Arch, ModelConfig};
 use resilab_inject::Spec;
+use resilab_models::{Arch, ModelConfig};
 use resilab_runner::{BackendKind, Provenance, RunConfig, RunOptions, default_out_dir};
 
 mod allocator;
@@ -517,7 +517,10 @@ fn tch_device() -> Result<(Device, String)> {
 fn wgpu_device(selector: &str) -> Result<(Device, String)> {
     use burn::tensor::DeviceKind;
     let (kind_name, index) = match selector.split_once(':') {
-        Some((k, n)) => (k, Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--wgpu-device {selector}: the adapter index must be a whole number"))?)),
+        Some((k, n)) => (
+            k,
+            Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--wgpu-device {selector}: the adapter index must be a whole number"))?),
+        ),
         None => (selector, None),
     };
     let kind = match (kind_name, index) {
@@ -571,10 +574,7 @@ fn set_threads(threads: Option<usize>) -> Result<()> {
         if n == 0 {
             bail!("--threads must be at least 1");
         }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .context("could not configure the CPU thread pool")?;
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("could not configure the CPU thread pool")?;
     }
     // libtorch keeps its own (OpenMP) thread pool: give it the same count.
     #[cfg(feature = "tch")]
@@ -595,7 +595,6 @@ fn provenance(backend: BackendKind, device: &str, threads: usize, seed: u64) -> 
         command: std::env::args().collect::<Vec<_>>().join(" "),
     }
 }
-
 
 fn compare(args: CompareArgs) -> Result<()> {
     let base = RunConfig::load(&args.train.config, &args.train.set)?;
@@ -775,7 +774,10 @@ fn project(args: ProjectArgs) -> Result<()> {
     let interval = args.interval_steps.map_or(Interval::Daly(args.daly_factor), Interval::Steps);
     let node_mtbf_s = args.node_mtbf_years * 365.25 * 86_400.0;
     if !args.json {
-        println!("{:>7} {:<19} {:>11} {:>12} {:>10} {:>9} {:>10} {:>9}", "workers", "strategy", "step s", "job MTBF s", "ckpt every", "steady", "per fail s", "overhead");
+        println!(
+            "{:>7} {:<19} {:>11} {:>12} {:>10} {:>9} {:>10} {:>9}",
+            "workers", "strategy", "step s", "job MTBF s", "ckpt every", "steady", "per fail s", "overhead"
+        );
     }
     for &n in &args.workers {
         for p in project(&cfg, n, Some(node_mtbf_s), args.system_mtbf_steps, interval)? {
@@ -787,7 +789,14 @@ fn project(args: ProjectArgs) -> Result<()> {
             let overhead = p.overhead.map_or_else(|| format!("fails ~{:.0} steps", p.steps_to_failure), |o| format!("{:.3}%", 100.0 * o));
             println!(
                 "{:>7} {:<19} {:>11.3e} {:>12.3e} {:>10} {:>8.3}% {:>10.3e} {:>9}",
-                n, strategy, p.step_s, p.system_mtbf_s, p.interval_steps, 100.0 * p.steady, p.per_failure_s, overhead
+                n,
+                strategy,
+                p.step_s,
+                p.system_mtbf_s,
+                p.interval_steps,
+                100.0 * p.steady,
+                p.per_failure_s,
+                overhead
             );
         }
     }
@@ -931,7 +940,11 @@ fn inspect(args: InspectArgs) -> Result<()> {
             writeln!(text, "{:<60} {:>16} {:>6} {}", d.info.path, format!("{:?}", d.info.shape), d.info.dtype.to_string(), d.hash_status)?;
         }
         let bad = report.datasets.iter().filter(|d| d.hash_status != "ok" && d.hash_status != "no-hash").count();
-        let attrs = if report.attributes_status == "ok" || report.attributes_status == "no-hash" { "" } else { "; the root attributes fail theirs" };
+        let attrs = if report.attributes_status == "ok" || report.attributes_status == "no-hash" {
+            ""
+        } else {
+            "; the root attributes fail theirs"
+        };
         writeln!(text, "{} datasets, {} failing their digest{attrs}", report.datasets.len(), bad)?;
     }
     print_all(&text)
@@ -996,7 +1009,8 @@ fn inject(args: InjectArgs) -> Result<()> {
     resilab_inject::check_distinct(&roles)?;
     // Raw byte flips over the whole file never open it with HDF5; everything else does, so a
     // file that could crash the library is read in a child process first.
-    let raw_bytes = spec.as_ref().is_some_and(|s| s.target == resilab_inject::TargetKind::Bytes && s.region == resilab_inject::Region::File);
+    let raw_bytes =
+        spec.as_ref().is_some_and(|s| s.target == resilab_inject::TargetKind::Bytes && s.region == resilab_inject::Region::File);
     if replay.is_some() || !raw_bytes {
         probe_in_child(&input)?;
     }
@@ -1012,7 +1026,11 @@ fn inject(args: InjectArgs) -> Result<()> {
                 replay_log.display(),
                 input.display(),
                 r.output.display(),
-                if r.differing > 0 { format!(" ({} found a different value than logged: not the same file)", r.differing) } else { String::new() }
+                if r.differing > 0 {
+                    format!(" ({} found a different value than logged: not the same file)", r.differing)
+                } else {
+                    String::new()
+                }
             );
         }
         return Ok(());
@@ -1086,7 +1104,12 @@ fn campaign(args: CampaignArgs) -> Result<()> {
         println!("campaign     {} ({}): {} runs in the grid", c.name(), c.settings.kind.name(), c.len());
         println!("this shard   {} runs, {} to do, {} base run(s) to train first", e.runs, e.todo, e.bases);
         for ((label, step), (_, eval)) in e.step_s.iter().zip(&e.eval_s) {
-            println!("measured     {label}: {:.1} ms per training step, {:.1} ms per evaluation ({} thread(s))", step * 1e3, eval * 1e3, args.threads);
+            println!(
+                "measured     {label}: {:.1} ms per training step, {:.1} ms per evaluation ({} thread(s))",
+                step * 1e3,
+                eval * 1e3,
+                args.threads
+            );
         }
         println!("estimate     {} with {jobs} worker process(es) of {} thread(s)", human_duration(e.eta_s), args.threads);
         return Ok(());
@@ -1213,11 +1236,7 @@ fn diff(args: DiffArgs) -> Result<()> {
     probe_in_child(&args.a)?;
     probe_in_child(&args.b)?;
     let d = resilab_inject::diff(&args.a, &args.b)?;
-    if args.json {
-        print_all(&format!("{}\n", serde_json::to_string_pretty(&d)?))
-    } else {
-        print_all(&d.table(args.all))
-    }
+    if args.json { print_all(&format!("{}\n", serde_json::to_string_pretty(&d)?)) } else { print_all(&d.table(args.all)) }
 }
 
 /// The files a one-shot command reads with HDF5, for the commands that run guarded (see
@@ -1263,7 +1282,10 @@ fn run_guarded(command: &Command, inputs: &[PathBuf]) -> i32 {
 fn main() {
     allocator::keep_freed_memory();
     // `--version` names the HDF5 library too: which one is linked decides how corrupt files fail.
-    let version: &'static str = Box::leak(format!("{} ({}, HDF5 {})", env!("CARGO_PKG_VERSION"), env!("RESILAB_GIT_REVISION"), resilab_h5::library_version()).into_boxed_str());
+    let version: &'static str = Box::leak(
+        format!("{} ({}, HDF5 {})", env!("CARGO_PKG_VERSION"), env!("RESILAB_GIT_REVISION"), resilab_h5::library_version())
+            .into_boxed_str(),
+    );
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
     if let Some(inputs) = hdf5_inputs(&cli.command)
         && !resilab_checkpoint::probe::is_guarded_child()

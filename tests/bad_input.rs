@@ -6,7 +6,6 @@ mod common;
 
 use common::{TINY, assert_clean_error, run, train_with};
 
-
 #[test]
 fn unknown_key() {
     let o = train_with(&TINY.replace("width = 0.25", "width = 0.25\nwidht = 2"), &[]);

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::{NEV, assert_clean_error, resilab, rows, run, table, write};
 
-
 fn campaign(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
+    let mut args =
+        vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
     args.extend_from_slice(extra);
     run(&args)
 }
@@ -66,7 +66,18 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     // Kill after a few runs are recorded, then resume.
     let killed = tmp.path().join("killed");
     let mut child = resilab()
-        .args(["campaign", "--config", cfg.to_str().unwrap(), "--out", killed.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"])
+        .args([
+            "campaign",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            killed.to_str().unwrap(),
+            "--jobs",
+            "2",
+            "--threads",
+            "1",
+            "--quiet",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -118,12 +129,16 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     // A shard from a node with another CPU: merge says so and counts the runs at risk.
     let other = |f: &str| std::fs::read_to_string(s1.join(f)).unwrap().replace(&platform, "native / cpu / Other CPU / x86-64-v4");
     std::fs::write(s1.join("campaign.json"), other("campaign.json")).unwrap();
-    let jsonl: Vec<String> = std::fs::read_to_string(s1.join("runs.jsonl")).unwrap().lines().map(|l| {
-        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let k = v["golden_key"].as_str().unwrap().split('@').next().unwrap().to_string();
-        v["golden_key"] = format!("{k}@0000000000000000").into();
-        v.to_string()
-    }).collect();
+    let jsonl: Vec<String> = std::fs::read_to_string(s1.join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let k = v["golden_key"].as_str().unwrap().split('@').next().unwrap().to_string();
+            v["golden_key"] = format!("{k}@0000000000000000").into();
+            v.to_string()
+        })
+        .collect();
     std::fs::write(s1.join("runs.jsonl"), jsonl.join("\n") + "\n").unwrap();
     let o = run(&["merge", "--out", tmp.path().join("mixed").to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
     assert!(o.status.success());
@@ -139,14 +154,18 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
 #[test]
 fn campaign_survives_panics_hangs_aborts_and_corrupt_files() {
     let tmp = tempfile::tempdir().unwrap();
-    let text = NEV.replace("repetitions = 10", "repetitions = 1").replace("[grid]\n\"inject.injection_tries\" = [1, 30]", "injection_tries = 1\n\n[grid]\nself_test = [\"none\", \"panic\", \"hang\", \"abort\"]");
+    let text = NEV.replace("repetitions = 10", "repetitions = 1").replace(
+        "[grid]\n\"inject.injection_tries\" = [1, 30]",
+        "injection_tries = 1\n\n[grid]\nself_test = [\"none\", \"panic\", \"hang\", \"abort\"]",
+    );
     let cfg = write(tmp.path(), "chaos.toml", &text);
     let out = tmp.path().join("chaos");
     let start = Instant::now();
     let o = campaign(&cfg, &out, &["--timeout", "8"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(start.elapsed() < Duration::from_secs(120));
-    let by: BTreeMap<String, serde_json::Value> = rows(&out).into_iter().map(|r| (r["coords"]["self_test"].as_str().unwrap().to_string(), r)).collect();
+    let by: BTreeMap<String, serde_json::Value> =
+        rows(&out).into_iter().map(|r| (r["coords"]["self_test"].as_str().unwrap().to_string(), r)).collect();
     assert_eq!(by.len(), 4);
     assert_eq!(by["none"]["status"], "ok");
     assert_eq!(by["panic"]["status"], "panicked");
@@ -159,7 +178,10 @@ fn campaign_survives_panics_hangs_aborts_and_corrupt_files() {
     // corrupt_file, the campaign goes on.
     let text = NEV
         .replace("repetitions = 10", "repetitions = 3")
-        .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "target = \"bytes\"\nbyte_region = \"metadata\"\nuse_random_locations = true\ninjection_tries = 400")
+        .replace(
+            "float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]",
+            "target = \"bytes\"\nbyte_region = \"metadata\"\nuse_random_locations = true\ninjection_tries = 400",
+        )
         .replace("\"inject.injection_tries\" = [1, 30]", "workers_hit = [1]");
     let out = finished(tmp.path(), "corrupt", &text);
     let rs = rows(&out);
@@ -231,7 +253,10 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
     assert!(rd.records().count() >= 4);
 
     // A fixed run length: collapsed runs train all their steps too.
-    let fixed = NEV.replace("repetitions = 10", "repetitions = 3").replace("[1, 30]", "[30]").replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");
+    let fixed = NEV
+        .replace("repetitions = 10", "repetitions = 3")
+        .replace("[1, 30]", "[30]")
+        .replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");
     let out = finished(tmp.path(), "fixed", &fixed);
     let rs = rows(&out);
     assert!(rs.iter().all(|r| r["steps"] == 2), "{rs:?}");
@@ -266,7 +291,8 @@ locations_to_corrupt = ["model/stem/bn/weight"]
 "recovery.strategy" = ["checkpoint_restart", "rollback"]
 "#;
     let out = finished(tmp.path(), "train", train);
-    let by: BTreeMap<String, serde_json::Value> = rows(&out).into_iter().map(|r| (r["coords"]["recovery.strategy"].as_str().unwrap().to_string(), r)).collect();
+    let by: BTreeMap<String, serde_json::Value> =
+        rows(&out).into_iter().map(|r| (r["coords"]["recovery.strategy"].as_str().unwrap().to_string(), r)).collect();
     assert_eq!(by.len(), 2);
     for r in by.values() {
         assert_eq!(r["status"], "ok", "{r}");
@@ -295,7 +321,10 @@ fn n_ev_is_decided_by_the_outcome_and_the_injected_extremes_are_a_column_of_thei
     let washed = NEV
         .replace("repetitions = 10", "repetitions = 3")
         .replace("steps = 2\n", "steps = 40\n")
-        .replace("first_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "scaling_factor = 1e11\nlocations_to_corrupt = [\"model/layer1/0/bn1/running_var\"]")
+        .replace(
+            "first_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]",
+            "scaling_factor = 1e11\nlocations_to_corrupt = [\"model/layer1/0/bn1/running_var\"]",
+        )
         .replace("\"inject.injection_tries\" = [1, 30]", "\"inject.injection_tries\" = [1]");
     let out = finished(tmp.path(), "washed", &washed);
     let rs = rows(&out);
@@ -309,7 +338,10 @@ fn n_ev_is_decided_by_the_outcome_and_the_injected_extremes_are_a_column_of_thei
     }
     // 30 exponent flips in the weights: the state becomes NaN/Inf, which no step removes, so a
     // run stops at once with N-EV decided (stop_at_collapse), at the step where it happened.
-    let nan = NEV.replace("repetitions = 10", "repetitions = 3").replace("first_bit = 0\nlast_bit = 8", "first_bit = 1\nlast_bit = 1").replace("[1, 30]", "[30]");
+    let nan = NEV
+        .replace("repetitions = 10", "repetitions = 3")
+        .replace("first_bit = 0\nlast_bit = 8", "first_bit = 1\nlast_bit = 1")
+        .replace("[1, 30]", "[30]");
     let out = finished(tmp.path(), "nan", &nan);
     let rs = rows(&out);
     assert!(rs.iter().any(|r| r["collapse_step"].is_u64()), "30 exponent flips collapse some run: {rs:?}");

@@ -57,7 +57,8 @@ fn keep_last_prunes_old_checkpoints() {
     let cfg = write(dir.path(), "k.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 2\nkeep_last = 2\n"));
     let out = dir.path().join("run");
     ok(&train(&cfg, &out, &[]));
-    let mut names: Vec<String> = std::fs::read_dir(out.join("checkpoints")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(out.join("checkpoints")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, [".resilab-checkpoints", "step-00000006", "step-00000008"]);
     assert_eq!(summary(&out)["checkpoints"], 4);
@@ -80,7 +81,7 @@ fn inspect_lists_layout_shapes_types_and_digests() {
     assert_eq!(w["hash_status"], "ok");
     assert_eq!(find("/model/layer1/0/bn1/running_var")["hash_status"], "ok");
     assert_eq!(find("/optimizer/layer1/0/conv1/weight/momentum_buffer")["shape"], serde_json::json!([4, 4, 3, 3]));
-    assert!(ds.iter().all(|d| !d["path"].as_str().unwrap().contains("running_mean/") ));
+    assert!(ds.iter().all(|d| !d["path"].as_str().unwrap().contains("running_mean/")));
     assert_eq!(find("/train_state/step")["dtype"], "u64");
     assert_eq!(find("/train_state/step")["hash_status"], "ok");
     assert_eq!(find("/train_state/rng_seed")["hash_status"], "ok");
@@ -159,10 +160,8 @@ fn corrupt_checkpoints_give_clean_errors() {
         seed ^= seed << 17;
         seed
     };
-    let mut cases: Vec<(String, Vec<u8>)> = vec![
-        ("empty".into(), Vec::new()),
-        ("garbage".into(), (0..good.len()).map(|_| next() as u8).collect()),
-    ];
+    let mut cases: Vec<(String, Vec<u8>)> =
+        vec![("empty".into(), Vec::new()), ("garbage".into(), (0..good.len()).map(|_| next() as u8).collect())];
     for frac in [0.1, 0.5, 0.9, 0.99] {
         cases.push((format!("truncated to {frac}"), good[..(good.len() as f64 * frac) as usize].to_vec()));
     }

@@ -14,7 +14,8 @@ use common::{TINY, assert_clean_error, resilab, run, write};
 
 /// A training run long enough to still hold its directory while the test runs another.
 fn start_long(cfg: &Path, out: &Path, extra: &[&str]) -> Child {
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "train.steps=100000"];
+    let mut args =
+        vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "train.steps=100000"];
     args.extend_from_slice(extra);
     resilab().args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
 }
@@ -53,7 +54,11 @@ fn a_second_run_on_a_held_directory_fails_at_once_and_leaves_the_first_intact() 
 fn two_runs_cannot_share_a_checkpoint_directory() {
     let d = tempfile::tempdir().unwrap();
     let ckpt = d.path().join("shared-checkpoints");
-    let cfg = write(d.path(), "tiny.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 1\nkeep_last = 1\ndir = {:?}\n", ckpt.to_str().unwrap()));
+    let cfg = write(
+        d.path(),
+        "tiny.toml",
+        &format!("{TINY}\n[checkpoint]\nevery_steps = 1\nkeep_last = 1\ndir = {:?}\n", ckpt.to_str().unwrap()),
+    );
     let mut first = start_long(&cfg, &d.path().join("a"), &[]);
     wait_for_lock(&ckpt, first.id());
     let b = d.path().join("b");
@@ -68,17 +73,34 @@ fn a_campaign_and_its_resume_cannot_run_at_once() {
     let d = tempfile::tempdir().unwrap();
     let text = format!(
         "[campaign]\nkind = \"train\"\nseeds = [1]\nrepetitions = 50\n\n[base]\n{}\n[grid]\n\"recovery.strategy\" = [\"none\"]\n",
-        TINY.replace("[data]", "[base.data]").replace("[model]", "[base.model]").replace("[train]", "[base.train]").replace("[optimizer]", "[base.optimizer]")
+        TINY.replace("[data]", "[base.data]")
+            .replace("[model]", "[base.model]")
+            .replace("[train]", "[base.train]")
+            .replace("[optimizer]", "[base.optimizer]")
     );
     let cfg = write(d.path(), "c.toml", &text);
     let out = d.path().join("camp");
-    let mut first = resilab().args(["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--jobs", "1"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut first = resilab()
+        .args(["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--jobs", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     wait_for_lock(&out, first.id());
     let resume = run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--resume"]);
     assert_clean_error(&resume, &["--out", "is in use by process"]);
     first.kill().unwrap();
     first.wait().unwrap();
-    let zero = run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", d.path().join("zero").to_str().unwrap(), "--quiet", "--timeout", "0"]);
+    let zero = run(&[
+        "campaign",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        d.path().join("zero").to_str().unwrap(),
+        "--quiet",
+        "--timeout",
+        "0",
+    ]);
     assert_clean_error(&zero, &["--timeout 0", "positive"]);
 }
 

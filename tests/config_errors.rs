@@ -10,7 +10,6 @@ use std::process::Output;
 
 use common::{TINY, assert_clean_error, resilab, run, train_with, write};
 
-
 fn first_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string()
 }
@@ -20,12 +19,19 @@ fn toml_errors_name_file_and_key_on_the_first_line() {
     let o = train_with(&TINY.replace("batch_size = 32", "batch_size = \"big\""), &[]);
     assert_clean_error(&o, &["bad.toml", "train.batch_size", "invalid type"]);
     let first = first_line(&o);
-    assert!(first.starts_with("error: ") && first.contains("bad.toml: train.batch_size: invalid type: string \"big\", expected usize (line 18, column 14)"), "{first}");
+    assert!(
+        first.starts_with("error: ")
+            && first.contains("bad.toml: train.batch_size: invalid type: string \"big\", expected usize (line 18, column 14)"),
+        "{first}"
+    );
 
     let o = train_with(&TINY.replace("width = 0.25", "width = 0.25\nwidht = 2"), &[]);
     assert_clean_error(&o, &["bad.toml", "unknown field `widht`", "width"]);
     let first = first_line(&o);
-    assert!(first.contains("bad.toml: model.widht: unknown field `widht`, expected one of") && first.contains("(line 15, column 1)"), "{first}");
+    assert!(
+        first.contains("bad.toml: model.widht: unknown field `widht`, expected one of") && first.contains("(line 15, column 1)"),
+        "{first}"
+    );
 
     // A syntax error names the file, line and column.
     let o = train_with(&TINY.replace("steps = 8", "steps = = 8"), &[]);
@@ -163,7 +169,16 @@ fn a_lone_worker_file_names_what_is_missing_beside_it() {
     assert!(run(&["train", "--config", two.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
     let lone = d.path().join("lone.h5");
     std::fs::copy(out.join("checkpoints/step-00000008/worker-0.h5"), &lone).unwrap();
-    let o = run(&["train", "--config", two.to_str().unwrap(), "--out", d.path().join("again").to_str().unwrap(), "--quiet", "--resume", lone.to_str().unwrap()]);
+    let o = run(&[
+        "train",
+        "--config",
+        two.to_str().unwrap(),
+        "--out",
+        d.path().join("again").to_str().unwrap(),
+        "--quiet",
+        "--resume",
+        lone.to_str().unwrap(),
+    ]);
     assert_clean_error(&o, &["lone.h5: is one worker's file", "which has no worker-1.h5"]);
 }
 
@@ -173,9 +188,13 @@ fn faults_that_could_never_strike_are_errors() {
     assert_clean_error(&train_with(&beyond, &[]), &["fault[0].at_step", "beyond the run's 8 step(s)"]);
     let nowhere = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 2\nlocations_to_corrupt = [\"model/layer9\"]\n");
     assert_clean_error(&train_with(&nowhere, &[]), &["fault[0].locations_to_corrupt", "\"model/layer9\" names no tensor", "model/"]);
-    let optimizer = format!("{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1/0/conv1/weight/exp_avg\"]\n");
+    let optimizer = format!(
+        "{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1/0/conv1/weight/exp_avg\"]\n"
+    );
     assert_clean_error(&train_with(&optimizer, &[]), &["fault[0].locations_to_corrupt", "exp_avg\" names no tensor"]);
-    let fine = format!("{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1\"]\n\n[[fault]]\ntarget = \"gradients\"\nat_step = 3\nlocations_to_corrupt = [\"gradients/layer1/0/conv1\"]\n");
+    let fine = format!(
+        "{TINY}momentum = 0.9\n\n[[fault]]\ntarget = \"optimizer\"\nat_step = 2\nlocations_to_corrupt = [\"optimizer/layer1\"]\n\n[[fault]]\ntarget = \"gradients\"\nat_step = 3\nlocations_to_corrupt = [\"gradients/layer1/0/conv1\"]\n"
+    );
     let o = train_with(&fine, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -223,6 +242,15 @@ fn an_hdf5_file_that_is_not_a_checkpoint_is_named_as_such() {
     let cfg = write(d.path(), "t.toml", TINY);
     let eval = run(&["eval", plain.to_str().unwrap()]);
     assert_clean_error(&eval, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
-    let resume = run(&["train", "--config", cfg.to_str().unwrap(), "--out", d.path().join("o").to_str().unwrap(), "--quiet", "--resume", plain.to_str().unwrap()]);
+    let resume = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        d.path().join("o").to_str().unwrap(),
+        "--quiet",
+        "--resume",
+        plain.to_str().unwrap(),
+    ]);
     assert_clean_error(&resume, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
 }

@@ -25,7 +25,16 @@ fn sigkill_during_checkpointing_leaves_a_loadable_newest_checkpoint() {
     while kills < 20 {
         attempts += 1;
         assert!(attempts < 60, "could not catch the process checkpointing");
-        let mut args = vec!["train".to_string(), "--config".into(), cfg.display().to_string(), "--out".into(), out.display().to_string(), "--quiet".into(), "--threads".into(), "1".into()];
+        let mut args = vec![
+            "train".to_string(),
+            "--config".into(),
+            cfg.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+            "--quiet".into(),
+            "--threads".into(),
+            "1".into(),
+        ];
         if ckpts.exists() {
             args.extend(["--resume".into(), ckpts.display().to_string()]);
         }
@@ -56,9 +65,24 @@ fn sigkill_during_checkpointing_leaves_a_loadable_newest_checkpoint() {
     }
     // ...and the run resumes from it (the next loop iteration did so each time; once more, two
     // steps past the newest checkpoint, to end).
-    let newest = std::fs::read_dir(&ckpts).unwrap().filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_prefix("step-")?.parse::<u64>().ok()).max().unwrap();
+    let newest = std::fs::read_dir(&ckpts)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_prefix("step-")?.parse::<u64>().ok())
+        .max()
+        .unwrap();
     let steps = format!("train.steps={}", newest + 2);
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--resume", ckpts.to_str().unwrap(), "--set", &steps]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--resume",
+        ckpts.to_str().unwrap(),
+        "--set",
+        &steps,
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["steps"], newest + 2);

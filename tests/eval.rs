@@ -22,7 +22,8 @@ fn json(o: &std::process::Output) -> serde_json::Value {
 fn train(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
     let cfg = write(dir, "c.toml", TINY);
     let out = dir.join("run");
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"];
+    let mut args =
+        vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"];
     args.extend(extra);
     ok(&run(&args));
     out
@@ -51,8 +52,23 @@ fn eval_reports_the_trained_accuracy_then_the_damage_of_an_injection() {
     // 40 flips of the exponent's top bit in the first residual stage: values below 1 in
     // magnitude become about 1e38 (extreme) and the digests no longer match.
     let file = step.join("worker-0.h5");
-    let cfg = write(d, "crit.toml", "injection_tries = 40\nfloat_precision = 32\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nsampling = \"per_element\"\nlocations_to_corrupt = [\"/model/layer1\"]\n");
-    ok(&run(&["inject", "-c", cfg.to_str().unwrap(), "-f", file.to_str().unwrap(), "--seed", "3", "--in-place", "--log", d.join("log.jsonl").to_str().unwrap()]));
+    let cfg = write(
+        d,
+        "crit.toml",
+        "injection_tries = 40\nfloat_precision = 32\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nsampling = \"per_element\"\nlocations_to_corrupt = [\"/model/layer1\"]\n",
+    );
+    ok(&run(&[
+        "inject",
+        "-c",
+        cfg.to_str().unwrap(),
+        "-f",
+        file.to_str().unwrap(),
+        "--seed",
+        "3",
+        "--in-place",
+        "--log",
+        d.join("log.jsonl").to_str().unwrap(),
+    ]));
     let hit = json(&run(&["eval", file.to_str().unwrap(), "--json"]));
     let bad = hit["nan"].as_u64().unwrap() + hit["inf"].as_u64().unwrap() + hit["extreme"].as_u64().unwrap();
     assert!((30..=40).contains(&bad), "40 flips of the critical bit: {hit}");
@@ -107,7 +123,11 @@ fn an_injected_copy_beside_the_clean_file_is_read_as_itself() {
     let out = train(d, &[]);
     let step = out.join("checkpoints/step-00000008");
     let clean_file = step.join("worker-0.h5");
-    let cfg = write(d, "crit.toml", "injection_tries = 40\nfloat_precision = 32\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nsampling = \"per_element\"\nlocations_to_corrupt = [\"/model/layer1\"]\n");
+    let cfg = write(
+        d,
+        "crit.toml",
+        "injection_tries = 40\nfloat_precision = 32\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\nsampling = \"per_element\"\nlocations_to_corrupt = [\"/model/layer1\"]\n",
+    );
     ok(&run(&["inject", "-c", cfg.to_str().unwrap(), "-f", clean_file.to_str().unwrap(), "--seed", "3"]));
     let injected = step.join("worker-0.injected.h5");
     assert!(injected.is_file(), "inject's default output");
@@ -123,7 +143,18 @@ fn an_injected_copy_beside_the_clean_file_is_read_as_itself() {
     let resume = |from: &Path, name: &str| -> serde_json::Value {
         let cfg = write(d, &format!("{name}.toml"), &TINY.replace("steps = 8", "steps = 10"));
         let o = d.join(name);
-        ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", o.to_str().unwrap(), "--quiet", "--resume", from.to_str().unwrap(), "--set", "checkpoint.on_mismatch=\"load\""]));
+        ok(&run(&[
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            o.to_str().unwrap(),
+            "--quiet",
+            "--resume",
+            from.to_str().unwrap(),
+            "--set",
+            "checkpoint.on_mismatch=\"load\"",
+        ]));
         serde_json::from_slice(&std::fs::read(o.join("summary.json")).unwrap()).unwrap()
     };
     let from_copy = resume(&injected, "from-copy");

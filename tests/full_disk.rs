@@ -17,7 +17,10 @@ struct SmallFs(PathBuf);
 
 impl SmallFs {
     fn mount(dir: &Path, size: &str) -> Result<Self, String> {
-        let o = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir.to_str().unwrap()]).output().map_err(|e| e.to_string())?;
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir.to_str().unwrap()])
+            .output()
+            .map_err(|e| e.to_string())?;
         if o.status.success() { Ok(Self(dir.to_path_buf())) } else { Err(String::from_utf8_lossy(&o.stderr).trim().to_string()) }
     }
 

@@ -62,10 +62,25 @@ fn inject_never_writes_over_its_input_or_its_other_output() {
     assert_clean_error(&o, &["--log"]);
     assert_eq!(std::fs::read(&input).unwrap(), original);
     // A log that cannot be written: the command fails and leaves no corrupted copy behind.
-    let o = run(&["inject", "--config", s(&cfg), "--file", s(&input), "--output", s(&out), "--log", s(&d.join("no/such/dir/x.log")), "--seed", "1"]);
+    let o = run(&[
+        "inject",
+        "--config",
+        s(&cfg),
+        "--file",
+        s(&input),
+        "--output",
+        s(&out),
+        "--log",
+        s(&d.join("no/such/dir/x.log")),
+        "--seed",
+        "1",
+    ]);
     assert_clean_error(&o, &["no/such/dir"]);
     assert!(!out.exists(), "a failed injection left {}", out.display());
-    assert!(std::fs::read_dir(d).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".resilab")), "staged files left behind");
+    assert!(
+        std::fs::read_dir(d).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".resilab")),
+        "staged files left behind"
+    );
     // And the ordinary case still works.
     ok(&run(&["inject", "--config", s(&cfg), "--file", s(&input), "--output", s(&out), "--seed", "1"]));
     assert!(out.is_file() && d.join("out.log.jsonl").is_file());
@@ -94,7 +109,20 @@ fn a_checkpoint_dir_with_user_files_is_refused_and_never_pruned() {
     assert!(!mine.join("step-00000004").exists());
     // --resume from the directory picks the run's newest checkpoint, not the foreign one.
     let again = d.join("again");
-    let o = run(&["train", "--config", s(&cfg), "--out", s(&again), "--quiet", "--resume", s(&mine), "--set", "train.steps=10", "--set", "checkpoint.dir=\"ck\""]);
+    let o = run(&[
+        "train",
+        "--config",
+        s(&cfg),
+        "--out",
+        s(&again),
+        "--quiet",
+        "--resume",
+        s(&mine),
+        "--set",
+        "train.steps=10",
+        "--set",
+        "checkpoint.dir=\"ck\"",
+    ]);
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stderr).contains("step-00000008"), "{}", String::from_utf8_lossy(&o.stderr));
     // A relative checkpoint.dir sits under --out.
@@ -107,8 +135,14 @@ fn empty_or_zero_checkpoint_settings_are_errors() {
     let d = dir.path();
     let cfg = write(d, "c.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 2\n"));
     let out = d.join("run");
-    assert_clean_error(&run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.dir=\"\""]), &["checkpoint.dir"]);
-    assert_clean_error(&run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.every_steps=0"]), &["checkpoint.every_steps = 0"]);
+    assert_clean_error(
+        &run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.dir=\"\""]),
+        &["checkpoint.dir"],
+    );
+    assert_clean_error(
+        &run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.every_steps=0"]),
+        &["checkpoint.every_steps = 0"],
+    );
 }
 
 /// Overwrites a u64 training-state value in every worker file of a checkpoint copy.
@@ -189,8 +223,27 @@ fn a_cycle_of_groups_is_one_clean_error_in_every_command() {
         vec!["inspect".into(), s(&file).into()],
         vec!["eval".into(), s(&file).into()],
         vec!["diff".into(), s(&ckpts.join("step-00000004/worker-0.h5")).into(), s(&file).into()],
-        vec!["inject".into(), "--config".into(), s(&cfg).into(), "--file".into(), s(&file).into(), "--output".into(), s(&out).into(), "--seed".into(), "1".into()],
-        vec!["train".into(), "--config".into(), s(&train_cfg).into(), "--out".into(), s(&d.join("r")).into(), "--quiet".into(), "--resume".into(), s(&looped).into()],
+        vec![
+            "inject".into(),
+            "--config".into(),
+            s(&cfg).into(),
+            "--file".into(),
+            s(&file).into(),
+            "--output".into(),
+            s(&out).into(),
+            "--seed".into(),
+            "1".into(),
+        ],
+        vec![
+            "train".into(),
+            "--config".into(),
+            s(&train_cfg).into(),
+            "--out".into(),
+            s(&d.join("r")).into(),
+            "--quiet".into(),
+            "--resume".into(),
+            s(&looped).into(),
+        ],
     ];
     for args in commands {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

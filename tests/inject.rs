@@ -14,7 +14,8 @@ use common::{TINY, assert_clean_error, run, write};
 fn train_checkpoint(dir: &Path) -> PathBuf {
     let cfg = write(dir, "c.toml", TINY);
     let out = dir.join("run");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
+    let o =
+        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out.join("checkpoints/step-00000008")
 }
@@ -75,9 +76,15 @@ const KEY_SETS: &[(&str, &str)] = &[
          allow_sign_change: True\nallow_NaN_values: False\nsave_injection_sequence: False\nuse_random_locations: True\n",
     ),
     ("float16.yaml", "injection_tries: 25\nfloat_precision: 16\nfirst_bit: 0\nlast_bit: 15\nuse_random_locations: true\n"),
-    ("float32.yaml", "injection_tries: 25\nfloat_precision: 32\nfirst_bit: 0\nlast_bit: 31\nallow_NaN_values: False\nuse_random_locations: true\n"),
+    (
+        "float32.yaml",
+        "injection_tries: 25\nfloat_precision: 32\nfirst_bit: 0\nlast_bit: 31\nallow_NaN_values: False\nuse_random_locations: true\n",
+    ),
     ("float64.yaml", "injection_tries: 25\nfloat_precision: 64\nfirst_bit: 0\nlast_bit: 63\nuse_random_locations: true\n"),
-    ("auto_percentage.toml", "injection_type = \"percentage\"\ninjection_tries = 2.5\nfloat_precision = \"auto\"\nsampling = \"per_element\"\nuse_random_locations = true\n"),
+    (
+        "auto_percentage.toml",
+        "injection_type = \"percentage\"\ninjection_tries = 2.5\nfloat_precision = \"auto\"\nsampling = \"per_element\"\nuse_random_locations = true\n",
+    ),
 ];
 
 #[test]
@@ -95,7 +102,18 @@ fn reference_key_sets_on_resilab_and_h5py_checkpoints() {
             let cfg_path = write(d, name, cfg);
             let out = d.join(format!("out-{i}-{name}.h5"));
             let log = d.join(format!("out-{i}-{name}.jsonl"));
-            let stdout = ok(&inject(&["--config", cfg_path.to_str().unwrap(), "--file", file.to_str().unwrap(), "--seed", "17", "--output", out.to_str().unwrap(), "--log", log.to_str().unwrap()]));
+            let stdout = ok(&inject(&[
+                "--config",
+                cfg_path.to_str().unwrap(),
+                "--file",
+                file.to_str().unwrap(),
+                "--seed",
+                "17",
+                "--output",
+                out.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+            ]));
             assert!(stdout.contains("corrupted"), "{stdout}");
             let checked = h5py(&[Path::new("check"), file, &out, &log]).expect("h5py is available");
             let summary: serde_json::Value = serde_json::from_str(checked.trim()).unwrap();
@@ -109,14 +127,18 @@ fn reference_key_sets_on_resilab_and_h5py_checkpoints() {
                 assert!(corrupted < n, "probability 0.5 passed over no attempt");
             }
             if name.starts_with("bit_range") {
-                for l in lines.iter().filter(|l| l["outcome"] == "corrupted" && l["dtype"] != "i64" && l["dtype"] != "u64" && l["dtype"] != "u8") {
+                for l in
+                    lines.iter().filter(|l| l["outcome"] == "corrupted" && l["dtype"] != "i64" && l["dtype"] != "u64" && l["dtype"] != "u8")
+                {
                     let bits: Vec<u64> = l["bits_reference"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
                     assert_eq!(bits.len(), 3, "{l}");
                     assert!(bits.iter().all(|b| *b == 0 || (1..=12).contains(b)), "{l}");
                 }
             }
             if name.starts_with("float32") {
-                assert!(lines.iter().filter(|l| l["kind"] == "attempt").all(|l| !l["nan"].as_bool().unwrap() && !l["inf"].as_bool().unwrap()));
+                assert!(
+                    lines.iter().filter(|l| l["kind"] == "attempt").all(|l| !l["nan"].as_bool().unwrap() && !l["inf"].as_bool().unwrap())
+                );
             }
         }
         assert_eq!(std::fs::read(file).unwrap(), before, "the input file must never change");
@@ -128,7 +150,11 @@ fn same_seed_gives_the_same_bytes_and_replay_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let file = train_checkpoint(d).join("worker-0.h5");
-    let cfg = write(d, "c.toml", "injection_tries = 300\nfirst_bit = 1\nlast_bit = 31\nburst = 2\ninjection_probability = 0.8\nuse_random_locations = true\n");
+    let cfg = write(
+        d,
+        "c.toml",
+        "injection_tries = 300\nfirst_bit = 1\nlast_bit = 31\nburst = 2\ninjection_probability = 0.8\nuse_random_locations = true\n",
+    );
     let go = |seed: &str, name: &str| {
         let out = d.join(format!("{name}.h5"));
         ok(&inject(&["-c", cfg.to_str().unwrap(), "-f", file.to_str().unwrap(), "--seed", seed, "-o", out.to_str().unwrap()]));
@@ -150,7 +176,8 @@ fn same_seed_gives_the_same_bytes_and_replay_is_exact() {
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&replayed).unwrap(), "replay must reproduce the corruption exactly");
 
     // diff agrees with the log: the datasets and element counts that changed.
-    let j: serde_json::Value = serde_json::from_slice(&run(&["diff", file.to_str().unwrap(), a.to_str().unwrap(), "--json"]).stdout).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_slice(&run(&["diff", file.to_str().unwrap(), a.to_str().unwrap(), "--json"]).stdout).unwrap();
     let lines = log_lines(&log);
     let mut changed = std::collections::HashMap::<(String, u64), (String, String)>::new();
     for l in lines.iter().filter(|l| l["outcome"] == "corrupted") {
@@ -171,10 +198,25 @@ fn byte_mode_flips_exactly_the_logged_bits() {
     let file = train_checkpoint(d).join("worker-0.h5");
     let original = std::fs::read(&file).unwrap();
     for region in ["file", "data", "metadata"] {
-        let cfg = write(d, "b.toml", &format!("target = \"bytes\"\nbyte_region = \"{region}\"\ninjection_tries = 60\nuse_random_locations = true\n"));
+        let cfg = write(
+            d,
+            "b.toml",
+            &format!("target = \"bytes\"\nbyte_region = \"{region}\"\ninjection_tries = 60\nuse_random_locations = true\n"),
+        );
         let out = d.join(format!("bytes-{region}.h5"));
         let log = d.join(format!("bytes-{region}.jsonl"));
-        ok(&inject(&["-c", cfg.to_str().unwrap(), "-f", file.to_str().unwrap(), "--seed", "3", "-o", out.to_str().unwrap(), "--log", log.to_str().unwrap()]));
+        ok(&inject(&[
+            "-c",
+            cfg.to_str().unwrap(),
+            "-f",
+            file.to_str().unwrap(),
+            "--seed",
+            "3",
+            "-o",
+            out.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ]));
         let corrupted = std::fs::read(&out).unwrap();
         let mut expect = original.clone();
         for l in log_lines(&log).iter().filter(|l| l["kind"] == "byte_attempt" && l["outcome"] == "corrupted") {
@@ -197,10 +239,27 @@ fn in_place_corrupts_the_input_and_resume_sees_it() {
     let file = step.join("worker-0.h5");
     let before = std::fs::read(&file).unwrap();
     // The critical bit (reference 1, the exponent's top bit) in the model's weights.
-    let cfg = write(d, "crit.yaml", "injection_tries: 3\nfloat_precision: 32\nfirst_bit: 1\nlast_bit: 1\nallow_sign_change: false\nlocations_to_corrupt:\n  - /model/layer1\n");
-    ok(&inject(&["-c", cfg.to_str().unwrap(), "-f", file.to_str().unwrap(), "--seed", "1", "--in-place", "--log", d.join("crit.jsonl").to_str().unwrap()]));
+    let cfg = write(
+        d,
+        "crit.yaml",
+        "injection_tries: 3\nfloat_precision: 32\nfirst_bit: 1\nlast_bit: 1\nallow_sign_change: false\nlocations_to_corrupt:\n  - /model/layer1\n",
+    );
+    ok(&inject(&[
+        "-c",
+        cfg.to_str().unwrap(),
+        "-f",
+        file.to_str().unwrap(),
+        "--seed",
+        "1",
+        "--in-place",
+        "--log",
+        d.join("crit.jsonl").to_str().unwrap(),
+    ]));
     assert_ne!(std::fs::read(&file).unwrap(), before);
-    assert!(std::fs::read_dir(&step).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp")), "no staged file left behind");
+    assert!(
+        std::fs::read_dir(&step).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp")),
+        "no staged file left behind"
+    );
     for l in log_lines(&d.join("crit.jsonl")).iter().filter(|l| l["kind"] == "attempt") {
         assert!(l["dataset"].as_str().unwrap().starts_with("/model/layer1/"), "{l}");
         assert_eq!(l["bits_reference"], serde_json::json!([1]));
@@ -208,9 +267,33 @@ fn in_place_corrupts_the_input_and_resume_sees_it() {
     }
     // The checkpoint's digests catch the alteration; on_mismatch = "load" resumes from it anyway.
     let cfg = write(d, "t.toml", TINY);
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--quiet", "--out", d.join("r1").to_str().unwrap(), "--resume", step.to_str().unwrap(), "--set", "train.steps=10"]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        d.join("r1").to_str().unwrap(),
+        "--resume",
+        step.to_str().unwrap(),
+        "--set",
+        "train.steps=10",
+    ]);
     assert_clean_error(&o, &["digest"]);
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--quiet", "--out", d.join("r2").to_str().unwrap(), "--resume", step.to_str().unwrap(), "--set", "train.steps=10", "--set", "checkpoint.on_mismatch=\"load\""]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        d.join("r2").to_str().unwrap(),
+        "--resume",
+        step.to_str().unwrap(),
+        "--set",
+        "train.steps=10",
+        "--set",
+        "checkpoint.on_mismatch=\"load\"",
+    ]);
     ok(&o);
 }
 
@@ -225,7 +308,10 @@ fn bad_input_is_a_clean_error_and_leaves_the_input_untouched() {
         ("injection_tries: 5\nuse_random_locations: true\ninjection_attempts: 5\n", &["unknown field", "injection_attempts"]),
         ("injection_tries: 5\nuse_random_locations: true\nbit_mask: \"101\"\nscaling_factor: 2\n", &["scaling_factor", "only one mode"]),
         ("injection_tries: 5\nuse_random_locations: true\nfirst_bit: 9\nlast_bit: 2\n", &["first_bit", "greater than last_bit"]),
-        ("injection_tries: 5\nuse_random_locations: true\nfloat_precision: 16\nbit_mask: \"11111111111111111\"\n", &["bit_mask", "17 bits"]),
+        (
+            "injection_tries: 5\nuse_random_locations: true\nfloat_precision: 16\nbit_mask: \"11111111111111111\"\n",
+            &["bit_mask", "17 bits"],
+        ),
         ("injection_tries: 5\nuse_random_locations: true\ninjection_probability: -0.1\n", &["injection_probability", "[0, 1]"]),
         ("injection_tries: 5\nlocations_to_corrupt:\n  - /model/conv9\n", &["/model/conv9", "matches no dataset"]),
         ("injection_tries: 5\nlocations_to_corrupt:\n  - /model/layer1/0/conv\n", &["/model/layer1/0/conv", "matches no dataset"]),
@@ -248,7 +334,8 @@ fn bad_input_is_a_clean_error_and_leaves_the_input_untouched() {
     let o = inject(&["-c", c.to_str().unwrap(), "-f", garbage.to_str().unwrap()]);
     assert_clean_error(&o, &["garbage.h5"]);
     assert_eq!(std::fs::read(&file).unwrap(), before, "the input must be untouched after every error");
-    let mut leftovers: Vec<String> = std::fs::read_dir(file.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut leftovers: Vec<String> =
+        std::fs::read_dir(file.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     leftovers.sort();
     assert_eq!(leftovers, [".resilab-checkpoint", "worker-0.h5"], "nothing written beside the input");
 }

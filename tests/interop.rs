@@ -16,7 +16,8 @@ fn checkpoint(dir: &Path) -> std::path::PathBuf {
     assert_ne!(adam, TINY);
     let cfg = write(dir, "c.toml", &adam);
     let out = dir.join("run");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
+    let o =
+        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out.join("checkpoints/step-00000008/worker-0.h5")
 }
@@ -58,7 +59,12 @@ fn h5py_reads_every_dataset_as_written() {
     let mut optimizer = 0;
     for info in &ours {
         let p = &datasets[&info.path];
-        assert_eq!(p["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect::<Vec<_>>(), info.shape, "{}", info.path);
+        assert_eq!(
+            p["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect::<Vec<_>>(),
+            info.shape,
+            "{}",
+            info.path
+        );
         let values = p["values"].as_array().unwrap();
         match info.dtype {
             resilab_h5::Dtype::F32 => {

@@ -31,10 +31,8 @@ const CASES: [(u64, u64, u64, u64); 5] = [(30, 100, 45, 100), (0, 21, 5, 21), (8
 
 #[test]
 fn the_generators_statistics_are_the_reports() {
-    let calls: Vec<String> = CASES
-        .iter()
-        .map(|(k1, n1, k2, n2)| format!("print(*p.two_proportions({k1}, {n1}, {k2}, {n2}), *p.wilson({k2}, {n2}))"))
-        .collect();
+    let calls: Vec<String> =
+        CASES.iter().map(|(k1, n1, k2, n2)| format!("print(*p.two_proportions({k1}, {n1}, {k2}, {n2}), *p.wilson({k2}, {n2}))")).collect();
     let program = format!(
         "import sys\nsys.path.insert(0, 'scripts')\nimport paper_readme as p\n{}\nprint(*p.holm([0.01, 0.04, 0.03, 0.5]))\n",
         calls.join("\n")
@@ -72,7 +70,11 @@ fn the_committed_paper_readme_is_the_generators_output() {
     let committed = std::fs::read_to_string(root.join("results/paper/README.md")).unwrap();
     let generated = String::from_utf8(o.stdout).unwrap();
     if generated != committed {
-        let line = generated.lines().zip(committed.lines()).position(|(a, b)| a != b).unwrap_or(generated.lines().count().min(committed.lines().count()));
+        let line = generated
+            .lines()
+            .zip(committed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(generated.lines().count().min(committed.lines().count()));
         panic!(
             "results/paper/README.md differs from `python3 scripts/paper_readme.py results/paper` from line {}: regenerate it\n generated: {:?}\n committed: {:?}",
             line + 1,

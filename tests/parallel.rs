@@ -70,8 +70,16 @@ fn data_parallel_checkpoints_one_file_per_replica_and_resumes_exactly() {
     let c = dir.path().join("c");
     let resume = a.join("checkpoints/step-00000004");
     let o = run(&[
-        "train", "--config", cfg.to_str().unwrap(), "--out", c.to_str().unwrap(), "--quiet",
-        "--set", "parallel.workers=2", "--resume", resume.to_str().unwrap(),
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        c.to_str().unwrap(),
+        "--quiet",
+        "--set",
+        "parallel.workers=2",
+        "--resume",
+        resume.to_str().unwrap(),
     ]);
     assert_clean_error(&o, &["written by 4 worker(s)", "this run has 2"]);
 }
@@ -111,8 +119,16 @@ fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
     // Cut elsewhere, the stages hold other blocks: the error names the file and what does not fit.
     let c = dir.path().join("c");
     let o = run(&[
-        "train", "--config", cfg.to_str().unwrap(), "--out", c.to_str().unwrap(), "--quiet",
-        "--set", "parallel.split_at=[1, 2]", "--resume", step.to_str().unwrap(),
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        c.to_str().unwrap(),
+        "--quiet",
+        "--set",
+        "parallel.split_at=[1, 2]",
+        "--resume",
+        step.to_str().unwrap(),
     ]);
     assert_clean_error(&o, &["worker-0.h5", "no such parameter in the model"]);
 }

@@ -13,10 +13,23 @@ use serde_json::{Value, json};
 
 /// `workers` replicas, checkpoints every 3 steps, and `extra` (faults, recovery).
 fn train(dir: &Path, name: &str, parallel: &str, extra: &str) -> Value {
-    let cfg = write(dir, &format!("{name}.toml"), &format!("{TINY}\n[parallel]\n{parallel}\ncompute = {{ gflops = 50.0 }}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"));
+    let cfg = write(
+        dir,
+        &format!("{name}.toml"),
+        &format!("{TINY}\n[parallel]\n{parallel}\ncompute = {{ gflops = 50.0 }}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"),
+    );
     let out = dir.join(name);
     let golden = dir.join("golden-cache");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        golden.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
@@ -24,7 +37,12 @@ fn train(dir: &Path, name: &str, parallel: &str, extra: &str) -> Value {
 /// Worker 2 of 4 lost for good at step 5, under lossy forward and `recovery`.
 fn lose_worker_2(dir: &Path, name: &str, parallel: &str, recovery: &str) -> Value {
     let fault = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 2\npermanent = true\n";
-    train(dir, name, &format!("workers = 4\n{parallel}"), &format!("{fault}\n[recovery]\nstrategy = \"lossy_forward\"\nrelaunch_s = 0.5\n{recovery}"))
+    train(
+        dir,
+        name,
+        &format!("workers = 4\n{parallel}"),
+        &format!("{fault}\n[recovery]\nstrategy = \"lossy_forward\"\nrelaunch_s = 0.5\n{recovery}"),
+    )
 }
 
 #[test]
@@ -33,7 +51,10 @@ fn each_policy_ends_a_permanent_loss_as_it_defines() {
     let d = dir.path();
     let respawn = lose_worker_2(d, "respawn", "", "on_permanent_loss = \"respawn\"\n");
     let w = &respawn["workers"];
-    assert_eq!((w["at_start"].clone(), w["at_end"].clone(), w["permanent_losses"].clone(), w["spares_used"].clone()), (json!(4), json!(4), json!(1), json!(1)));
+    assert_eq!(
+        (w["at_start"].clone(), w["at_end"].clone(), w["permanent_losses"].clone(), w["spares_used"].clone()),
+        (json!(4), json!(4), json!(1), json!(1))
+    );
     assert_eq!(w["steps_at_workers"], json!({"4": 8}));
     assert!(respawn["simulated_transfer_s"].as_f64().unwrap() > 0.0, "the spare got a replica's state over the network");
     assert_eq!(respawn["restarts"], json!([]));
@@ -75,15 +96,28 @@ fn each_policy_ends_a_permanent_loss_as_it_defines() {
 fn spares_run_out_and_a_shrunk_job_restarts_from_a_larger_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let two = "[[fault]]\ntarget = \"crash\"\npermanent = true\ncount = 2\n";
-    let s = train(dir.path(), "spares", "workers = 4\nspares = 1\n", &format!("{two}\n[recovery]\nstrategy = \"rollback\"\non_permanent_loss = \"respawn\"\n"));
+    let s = train(
+        dir.path(),
+        "spares",
+        "workers = 4\nspares = 1\n",
+        &format!("{two}\n[recovery]\nstrategy = \"rollback\"\non_permanent_loss = \"respawn\"\n"),
+    );
     let w = &s["workers"];
-    assert_eq!((w["permanent_losses"].clone(), w["spares_used"].clone(), w["spare_fallbacks"].clone(), w["at_end"].clone()), (json!(2), json!(1), json!(1), json!(3)));
+    assert_eq!(
+        (w["permanent_losses"].clone(), w["spares_used"].clone(), w["spare_fallbacks"].clone(), w["at_end"].clone()),
+        (json!(2), json!(1), json!(1), json!(3))
+    );
     assert_eq!(s["status"], "completed");
 
     // Checkpoint-restart and shrink: the loss at step 4 restarts from step 3 (4 files) and
     // shrinks to 3; the loss at step 5 restarts the 3 workers from that 4-worker checkpoint.
     let faults = "[[fault]]\ntarget = \"crash\"\nat_step = 4\nworker = 3\npermanent = true\n\n[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 0\npermanent = true\n";
-    let s = train(dir.path(), "restarts", "workers = 4\n", &format!("{faults}\n[recovery]\nstrategy = \"checkpoint_restart\"\non_permanent_loss = \"shrink\"\n"));
+    let s = train(
+        dir.path(),
+        "restarts",
+        "workers = 4\n",
+        &format!("{faults}\n[recovery]\nstrategy = \"checkpoint_restart\"\non_permanent_loss = \"shrink\"\n"),
+    );
     assert_eq!(s["status"], "completed");
     let to: Vec<&Value> = s["restarts"].as_array().unwrap().iter().map(|r| &r["to_step"]).collect();
     assert_eq!(to, [&json!(3), &json!(3)]);
@@ -95,12 +129,22 @@ fn spares_run_out_and_a_shrunk_job_restarts_from_a_larger_checkpoint() {
 fn a_job_with_no_worker_left_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let one = "[[fault]]\ntarget = \"crash\"\nat_step = 3\nworker = 1\npermanent = true\n";
-    let alone = train(dir.path(), "alone", "workers = 2\n", &format!("{one}\n[recovery]\nstrategy = \"lossy_forward\"\non_permanent_loss = \"shrink\"\n"));
+    let alone = train(
+        dir.path(),
+        "alone",
+        "workers = 2\n",
+        &format!("{one}\n[recovery]\nstrategy = \"lossy_forward\"\non_permanent_loss = \"shrink\"\n"),
+    );
     assert_eq!((alone["status"].clone(), alone["workers"]["at_end"].clone()), (json!("completed"), json!(1)));
     assert_eq!(alone["workers"]["steps_at_workers"], json!({"1": 5, "2": 3}));
 
     let both = "[[fault]]\ntarget = \"crash\"\npermanent = true\ncount = 2\n";
-    let gone = train(dir.path(), "gone", "workers = 2\n", &format!("{both}\n[recovery]\nstrategy = \"lossy_forward\"\non_permanent_loss = \"shrink\"\n"));
+    let gone = train(
+        dir.path(),
+        "gone",
+        "workers = 2\n",
+        &format!("{both}\n[recovery]\nstrategy = \"lossy_forward\"\non_permanent_loss = \"shrink\"\n"),
+    );
     assert_eq!(gone["status"], "failed");
     assert!(gone["failure"].as_str().unwrap().contains("the last one left"), "{}", gone["failure"]);
     assert!(gone["steps"].as_u64().unwrap() < 8);
@@ -113,15 +157,22 @@ fn a_job_with_no_worker_left_fails_clearly() {
     assert_eq!(failed["status"], "failed");
     assert!(failed["failure"].as_str().unwrap().contains("pipeline stage 1"), "{}", failed["failure"]);
     let spared = train(dir.path(), "pipe-spare", &format!("{pipe}spares = 1\n"), &format!("{stage}\n{recovery}"));
-    assert_eq!((spared["status"].clone(), spared["workers"]["spares_used"].clone(), spared["workers"]["at_end"].clone()), (json!("completed"), json!(1), json!(2)));
+    assert_eq!(
+        (spared["status"].clone(), spared["workers"]["spares_used"].clone(), spared["workers"]["at_end"].clone()),
+        (json!("completed"), json!(1), json!(2))
+    );
 }
 
 #[test]
 fn permanent_loss_settings_are_checked_when_read() {
     let crash = "[[fault]]\ntarget = \"crash\"\nat_step = 2\npermanent = true\n";
-    let pipe = format!("{TINY}\n[parallel]\nmode = \"pipeline\"\nstages = 2\n\n{crash}\n[recovery]\nstrategy = \"checkpoint_restart\"\non_permanent_loss = \"shrink\"\n");
+    let pipe = format!(
+        "{TINY}\n[parallel]\nmode = \"pipeline\"\nstages = 2\n\n{crash}\n[recovery]\nstrategy = \"checkpoint_restart\"\non_permanent_loss = \"shrink\"\n"
+    );
     assert_clean_error(&train_with(&pipe, &[]), &["recovery.on_permanent_loss", "pipeline"]);
-    let odd = format!("{TINY}\n[parallel]\nworkers = 3\n\n{crash}\n[recovery]\nstrategy = \"rollback\"\non_permanent_loss = \"shrink\"\nshrink_batch = \"keep_per_worker\"\n");
+    let odd = format!(
+        "{TINY}\n[parallel]\nworkers = 3\n\n{crash}\n[recovery]\nstrategy = \"rollback\"\non_permanent_loss = \"shrink\"\nshrink_batch = \"keep_per_worker\"\n"
+    );
     assert_clean_error(&train_with(&odd, &[]), &["recovery.shrink_batch", "not a multiple of parallel.workers = 3"]);
     let weights = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 2\npermanent = true\n");
     assert_clean_error(&train_with(&weights, &[]), &["fault[0].permanent", "only a crash"]);

@@ -19,7 +19,9 @@ fn crashes(workers: usize) -> String {
     let at = [(8, 0.1), (17, 0.7), (26, 0.3), (35, 0.9), (44, 0.5)];
     at.iter()
         .enumerate()
-        .map(|(i, (step, f))| format!("[[fault]]\ntarget = \"crash\"\nat_step = {step}\nat_fraction = {f}\nworker = {}\n", (i + 1) % workers))
+        .map(|(i, (step, f))| {
+            format!("[[fault]]\ntarget = \"crash\"\nat_step = {step}\nat_fraction = {f}\nworker = {}\n", (i + 1) % workers)
+        })
         .collect()
 }
 
@@ -36,7 +38,16 @@ fn simulated_overhead(dir: &Path, workers: usize, strategy: &str) -> f64 {
     let cfg = config(dir, workers, strategy, &crashes(workers));
     let out = dir.join(format!("{strategy}-{workers}"));
     let golden = dir.join("golden");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        golden.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["status"], "completed", "{s}");
@@ -48,7 +59,18 @@ fn projected(dir: &Path, workers: usize) -> Vec<serde_json::Value> {
     let cfg = config(dir, workers, "none", "");
     let n = workers.to_string();
     let mtbf = (STEPS / 5).to_string();
-    let o = run(&["project", "--config", cfg.to_str().unwrap(), "--workers", &n, "--system-mtbf-steps", &mtbf, "--interval-steps", &EVERY.to_string(), "--json"]);
+    let o = run(&[
+        "project",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--workers",
+        &n,
+        "--system-mtbf-steps",
+        &mtbf,
+        "--interval-steps",
+        &EVERY.to_string(),
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

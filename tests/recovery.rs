@@ -15,10 +15,23 @@ fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
 
 /// [`train`] with `parallel` added to the `[parallel]` table.
 fn train_with(dir: &Path, name: &str, parallel: &str, extra: &str) -> serde_json::Value {
-    let cfg = write(dir, &format!("{name}.toml"), &format!("{TINY}\n[parallel]\nworkers = 2\n{parallel}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"));
+    let cfg = write(
+        dir,
+        &format!("{name}.toml"),
+        &format!("{TINY}\n[parallel]\nworkers = 2\n{parallel}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"),
+    );
     let out = dir.join(name);
     let golden = dir.join("golden-cache");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()]);
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        golden.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
@@ -132,7 +145,11 @@ fn a_neuron_fault_is_logged_and_rolled_back() {
 fn a_checkpoint_fault_alters_the_file_and_training_restarts_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let golden = train(dir.path(), "golden", "");
-    let fault_in = |w: usize| format!("[[fault]]\ntarget = \"checkpoint\"\nat_step = 6\nworker = {w}\ninjection_tries = 10\nscaling_factor = 1000.0\nlocations_to_corrupt = [\"model/layer1\"]\n");
+    let fault_in = |w: usize| {
+        format!(
+            "[[fault]]\ntarget = \"checkpoint\"\nat_step = 6\nworker = {w}\ninjection_tries = 10\nscaling_factor = 1000.0\nlocations_to_corrupt = [\"model/layer1\"]\n"
+        )
+    };
     // Rank 1's weights are overwritten by rank 0's at the restart (DDP's broadcast): no trace.
     let erased = train(dir.path(), "erased", &fault_in(1));
     assert_eq!(erased["restarts"][0]["to_step"], 6);
@@ -299,7 +316,11 @@ fn late_detected_damage_is_beyond_rollback_so_it_resyncs_the_diverged_replica() 
     let cfg = |s: &str| format!("{silent}\n[recovery]\nstrategy = \"{s}\"\n\n{detect}");
     let rollback = train_with(dir.path(), "rollback", "", &cfg("rollback"));
     let d = &rollback["detections"][0];
-    assert_eq!((d["kind"].as_str(), d["step"].as_u64(), d["latency_steps"].as_u64()), (Some("replica_divergence"), Some(4), Some(2)), "{d}");
+    assert_eq!(
+        (d["kind"].as_str(), d["step"].as_u64(), d["latency_steps"].as_u64()),
+        (Some("replica_divergence"), Some(4), Some(2)),
+        "{d}"
+    );
     assert_eq!(d["decision"]["action"], "resync");
     assert_eq!(rollback["steps_recomputed"], 0, "no redo: the damage predates the copy");
     assert_eq!(rollback["status"], "completed");

@@ -36,8 +36,20 @@ fn campaign_workers_run_on_tch_and_repeat_exactly() {
     let go = |name: &str| {
         let out = dir.path().join(name);
         let o = run(&[
-            "campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--set", "campaign.repetitions=4",
-            "--jobs", "2", "--threads", "1", "--backend", "tch", "--quiet",
+            "campaign",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--set",
+            "campaign.repetitions=4",
+            "--jobs",
+            "2",
+            "--threads",
+            "1",
+            "--backend",
+            "tch",
+            "--quiet",
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("campaign.json")).unwrap()).unwrap();

@@ -45,7 +45,16 @@ fn train_writes_metrics_summary_and_resolved_config() {
     let resolved = std::fs::read_to_string(out.join("config.resolved.toml")).unwrap();
     assert!(resolved.contains("batch_size = 32") && resolved.contains("momentum = 0.9"), "{resolved}");
     // The resolved configuration is itself a valid configuration.
-    let again = run(&["train", "--config", write(dir.path(), "again.toml", &resolved).to_str().unwrap(), "--out", dir.path().join("again").to_str().unwrap(), "--quiet", "--set", "train.steps=1"]);
+    let again = run(&[
+        "train",
+        "--config",
+        write(dir.path(), "again.toml", &resolved).to_str().unwrap(),
+        "--out",
+        dir.path().join("again").to_str().unwrap(),
+        "--quiet",
+        "--set",
+        "train.steps=1",
+    ]);
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
@@ -83,8 +92,20 @@ fn the_native_backend_repeats_exactly_at_any_thread_count_and_learns_as_flex_doe
         let out = dir.path().join(format!("learn-{backend}"));
         let cfg = dir.path().join("tiny.toml");
         let o = run(&[
-            "train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--backend", backend,
-            "--set", "train.steps=60", "--set", "data.train_size=512", "--set", "data.difficulty=0.2",
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--backend",
+            backend,
+            "--set",
+            "train.steps=60",
+            "--set",
+            "data.train_size=512",
+            "--set",
+            "data.difficulty=0.2",
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
@@ -101,8 +122,18 @@ fn tiny_model_learns_the_synthetic_task() {
     let cfg = write(dir.path(), "tiny.toml", TINY);
     let out = dir.path().join("learn");
     let o = run(&[
-        "train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet",
-        "--set", "train.steps=60", "--set", "data.train_size=512", "--set", "data.difficulty=0.2",
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--set",
+        "train.steps=60",
+        "--set",
+        "data.train_size=512",
+        "--set",
+        "data.difficulty=0.2",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();

@@ -87,7 +87,14 @@ fn no_adapter_is_a_clear_error() {
     let out = dir.path().join("o");
     let args = ["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--backend", "wgpu"];
     // No Vulkan driver and no EGL (OpenGL) vendor library: wgpu finds no adapter at all.
-    let o = run(&args, &[("VK_ICD_FILENAMES", "/nonexistent.json"), ("VK_DRIVER_FILES", "/nonexistent.json"), ("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent.json")]);
+    let o = run(
+        &args,
+        &[
+            ("VK_ICD_FILENAMES", "/nonexistent.json"),
+            ("VK_DRIVER_FILES", "/nonexistent.json"),
+            ("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent.json"),
+        ],
+    );
     assert_clean_error(&o, &["no usable wgpu adapter", "--backend flex"]);
     // An adapter the machine lacks.
     let mut with_kind = args.to_vec();

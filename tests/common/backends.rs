@@ -46,7 +46,16 @@ pub fn faulty(strategy: &str) -> String {
 /// `extra` and checks it succeeded.
 pub fn command(cli: &dyn Fn(&[&str]) -> Output, command: &str, dir: &Path, cfg: &Path, out: &Path, extra: &[&str]) -> Output {
     let golden = dir.join("golden");
-    let mut args = vec![command, "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir", golden.to_str().unwrap()];
+    let mut args = vec![
+        command,
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        golden.to_str().unwrap(),
+    ];
     args.extend(extra);
     let o = cli(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -91,7 +100,13 @@ pub fn learns_repeats_and_agrees_with_flex(cli: &dyn Fn(&[&str]) -> Output, dir:
     assert_eq!(lo.iter().map(|r| r.0).collect::<Vec<_>>(), lf.iter().map(|r| r.0).collect::<Vec<_>>());
     for ((step, a), (_, b)) in lo.iter().zip(&lf) {
         let rel = (a - b).abs() / b.abs();
-        let bound = if *step <= 10 { 1e-3 } else if *step <= 20 { 1e-2 } else { 0.25 };
+        let bound = if *step <= 10 {
+            1e-3
+        } else if *step <= 20 {
+            1e-2
+        } else {
+            0.25
+        };
         assert!(rel <= bound, "step {step}: loss {backend} {a}, flex {b} (relative difference {rel:.2e} > {bound})");
     }
     // The same backend, the same numbers.

@@ -1,7 +1,6 @@
 //! Helpers for the integration tests: run the real `resilab` binary on tiny configurations.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
-
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -110,7 +110,8 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         // A new campaign starts only in a new or empty directory: its clean-up (tmp/, stale
         // bases) must never reach files that are not the campaign's.
         if let Ok(mut entries) = std::fs::read_dir(out)
-            && let Some(e) = entries.find(|e| !e.as_ref().is_ok_and(|e| e.file_name() == resilab_runner::files::LOCK_FILE || e.file_name() == "campaign.tmp"))
+            && let Some(e) = entries
+                .find(|e| !e.as_ref().is_ok_and(|e| e.file_name() == resilab_runner::files::LOCK_FILE || e.file_name() == "campaign.tmp"))
         {
             let first = e.map_or_else(|_| String::from("?"), |e| e.path().display().to_string());
             return Err(Error::Config(format!(
@@ -300,10 +301,7 @@ fn exit_description(child: &mut Child) -> String {
 }
 
 fn last_log_line(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string))
-        .unwrap_or_default()
+    std::fs::read_to_string(path).ok().and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string)).unwrap_or_default()
 }
 
 /// Runs `jobs` through the pool; `finish` gets each reply (synthesised for crashes and
@@ -341,7 +339,8 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
                 if line == READY_LINE {
                     slot.ready = true;
                 } else if let Some(json) = line.strip_prefix(REPLY_PREFIX) {
-                    let reply: Reply = serde_json::from_str(json).map_err(|e| Error::Config(format!("worker {i} sent a bad reply ({e}): {json}")))?;
+                    let reply: Reply =
+                        serde_json::from_str(json).map_err(|e| Error::Config(format!("worker {i} sent a bad reply ({e}): {json}")))?;
                     if slot.busy.is_some_and(|(j, _)| j == reply.job) {
                         slot.busy = None;
                         outstanding -= 1;
@@ -396,7 +395,8 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     let done: HashSet<String> = recorded.iter().map(|r| r.id.clone()).collect();
     let (total, todo) = pending(campaign, opts.shard, &done)?;
     let mut outcome = Outcome { total, skipped: total - todo.len() as u64, ..Outcome::default() };
-    let preps: Vec<Job> = bases_to_prepare(campaign, &opts.out, &todo, &opts.platform).iter().map(|s| Job::Prep { index: s.index }).collect();
+    let preps: Vec<Job> =
+        bases_to_prepare(campaign, &opts.out, &todo, &opts.platform).iter().map(|s| Job::Prep { index: s.index }).collect();
     let timeout = Duration::from_secs_f64(opts.timeout_s.unwrap_or(campaign.settings.timeout_s));
     let timeout_of = |j: &Job| match j {
         Job::Prep { .. } => timeout * 10,
@@ -423,27 +423,28 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     outcome.bases_s = start.elapsed().as_secs_f64();
     bar.set_message("");
     let mut appender = Appender::open(&opts.out, campaign.axis_keys())?;
-    let mut record = |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {
-        let row = Row {
-            id: spec.id.clone(),
-            index: spec.index,
-            coords: spec.coords.iter().cloned().collect(),
-            seed: spec.seed,
-            rep: spec.rep,
-            status,
-            message,
-            metrics,
+    let mut record =
+        |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {
+            let row = Row {
+                id: spec.id.clone(),
+                index: spec.index,
+                coords: spec.coords.iter().cloned().collect(),
+                seed: spec.seed,
+                rep: spec.rep,
+                status,
+                message,
+                metrics,
+            };
+            appender.append(&row)?;
+            outcome.done += 1;
+            if status != Status::Ok {
+                outcome.failed += 1;
+                bar.set_message(format!("{} not ok", outcome.failed));
+            }
+            *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
+            bar.inc(1);
+            Ok(())
         };
-        appender.append(&row)?;
-        outcome.done += 1;
-        if status != Status::Ok {
-            outcome.failed += 1;
-            bar.set_message(format!("{} not ok", outcome.failed));
-        }
-        *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
-        bar.inc(1);
-        Ok(())
-    };
     let mut runs = Vec::new();
     for s in &todo {
         match base_failures.get(&s.base_key) {
@@ -536,7 +537,14 @@ pub struct Estimate {
 
 /// Counts the runs and estimates the time from step and evaluation times measured here on
 /// `device` (one warm-up step, then three timed).
-pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs: usize, platform: &str, device: &Device) -> Result<Estimate> {
+pub fn estimate(
+    campaign: &Campaign,
+    out: &Path,
+    shard: Option<(u64, u64)>,
+    jobs: usize,
+    platform: &str,
+    device: &Device,
+) -> Result<Estimate> {
     let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
     let (runs, todo) = pending(campaign, shard, &done)?;
     let preps: HashSet<u64> = bases_to_prepare(campaign, out, &todo, platform).iter().map(|s| s.index).collect();
@@ -544,7 +552,13 @@ pub fn estimate(campaign: &Campaign, out: &Path, shard: Option<(u64, u64)>, jobs
     let (mut total, s) = (0.0f64, &campaign.settings);
     for spec in &todo {
         let c = &spec.config;
-        let setup = format!("{}|{}|{}|{}", toml::to_string(&c.model).unwrap_or_default(), toml::to_string(&c.data).unwrap_or_default(), toml::to_string(&c.parallel).unwrap_or_default(), c.train.batch_size);
+        let setup = format!(
+            "{}|{}|{}|{}",
+            toml::to_string(&c.model).unwrap_or_default(),
+            toml::to_string(&c.data).unwrap_or_default(),
+            toml::to_string(&c.parallel).unwrap_or_default(),
+            c.train.batch_size
+        );
         if !timing.contains_key(&setup) {
             let split = std::sync::Arc::new(resilab_data::load(&c.data).map_err(resilab_runner::Error::from)?);
             let mut trainer = resilab_runner::build_trainer(c, split, device)?;
@@ -656,7 +670,11 @@ fn mixed_golden_rows<'a>(campaign: &Campaign, rows: impl Iterator<Item = &'a Row
     for r in rows {
         let (Ok(spec), Some(k)) = (campaign.run(r.index), r.metrics.golden_key.as_ref()) else { continue };
         // The base a run was compared against: its golden configuration (train runs) or base key.
-        let base = if campaign.settings.kind == Kind::Train { resilab_runner::golden::golden_config(&spec.config).to_toml() } else { spec.base_key.clone() };
+        let base = if campaign.settings.kind == Kind::Train {
+            resilab_runner::golden::golden_config(&spec.config).to_toml()
+        } else {
+            spec.base_key.clone()
+        };
         let e = keys.entry(base).or_default();
         e.0.insert(k.clone());
         e.1 += 1;

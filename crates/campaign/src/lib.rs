@@ -242,12 +242,8 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// The operating-system errors that are the machine's, not the experiment's.
-const MACHINE_ERRNOS: &[(i32, &str)] = &[
-    (28, "No space left on device"),
-    (122, "Disk quota exceeded"),
-    (30, "Read-only file system"),
-    (5, "Input/output error"),
-];
+const MACHINE_ERRNOS: &[(i32, &str)] =
+    &[(28, "No space left on device"), (122, "Disk quota exceeded"), (30, "Read-only file system"), (5, "Input/output error")];
 
 /// Whether `e` (or an error it wraps, or the text of one that only carries a message, as the
 /// HDF5 library's do) is a full, over-quota or read-only file system or an I/O error: the

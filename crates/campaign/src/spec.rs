@@ -318,18 +318,27 @@ impl Campaign {
         match s.kind {
             Kind::Restart | Kind::Eval => {
                 if s.base_steps.is_none_or(|n| n == 0) {
-                    return Err(bad(format!("campaign.base_steps: a `{}` campaign needs the steps trained before the checkpoint (at least 1)", s.kind.name())));
+                    return Err(bad(format!(
+                        "campaign.base_steps: a `{}` campaign needs the steps trained before the checkpoint (at least 1)",
+                        s.kind.name()
+                    )));
                 }
                 if s.kind == Kind::Restart && s.steps.is_none_or(|n| n == 0) {
                     return Err(bad("campaign.steps: a `restart` campaign needs the steps trained after the restart (at least 1)".into()));
                 }
                 if file.inject.is_empty() && !axes.iter().any(|a| a.key.starts_with("inject")) {
-                    return Err(bad(format!("[inject]: a `{}` campaign needs the injector's keys (injection_tries, first_bit, ...)", s.kind.name())));
+                    return Err(bad(format!(
+                        "[inject]: a `{}` campaign needs the injector's keys (injection_tries, first_bit, ...)",
+                        s.kind.name()
+                    )));
                 }
             }
             Kind::Train => {
                 if let Some(a) = axes.iter().find(|a| a.key.starts_with("inject.") || a.key == "inject" || a.key == "workers_hit") {
-                    return Err(bad(format!("grid.{}: only `restart` and `eval` campaigns alter checkpoints; a `train` campaign's faults are its [[fault]] entries", a.key)));
+                    return Err(bad(format!(
+                        "grid.{}: only `restart` and `eval` campaigns alter checkpoints; a `train` campaign's faults are its [[fault]] entries",
+                        a.key
+                    )));
                 }
             }
         }
@@ -429,7 +438,11 @@ impl Campaign {
             coords.push((a.key.clone(), lab.clone()));
             let bad = |m: String| format!("grid.{} = {lab}: {m}", a.key);
             if a.key == "workers_hit" {
-                workers_hit = v.as_integer().and_then(|n| usize::try_from(n).ok()).filter(|&n| n >= 1).ok_or_else(|| bad("expected a whole number of workers, at least 1".into()))?;
+                workers_hit = v
+                    .as_integer()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad("expected a whole number of workers, at least 1".into()))?;
             } else if a.key == "self_test" {
                 self_test = v.clone().try_into().map_err(|_| bad("expected none, panic, hang or abort".into()))?;
             } else if a.key == "inject" {
@@ -471,10 +484,7 @@ impl Campaign {
         config.parallel.validate(config.train.batch_size).map_err(|e| format!("{where_}: {e}"))?;
         config.optimizer.validate().map_err(|e| format!("{where_}: {e}"))?;
         let (channels, size, classes) = config.data.shape();
-        config
-            .model
-            .validate(resilab_models::InputShape { channels, size }, classes)
-            .map_err(|e| format!("{where_}: {e}"))?;
+        config.model.validate(resilab_models::InputShape { channels, size }, classes).map_err(|e| format!("{where_}: {e}"))?;
         let world = config.parallel.workers.max(config.parallel.stages).max(1);
         let mut injector = None;
         if s.kind != Kind::Train {
@@ -561,13 +571,23 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
 
     #[test]
     fn an_option_sets_other_run_keys_with_with() {
-        let c = Campaign::parse(&SMALL.replace("vgg = { arch = \"vgg\", depth = 11 }", "vgg = { arch = \"vgg\", depth = 11, with = { \"optimizer.lr\" = 0.5, \"data.difficulty\" = 0.7 } }"), &[], "t").unwrap();
+        let c = Campaign::parse(
+            &SMALL.replace(
+                "vgg = { arch = \"vgg\", depth = 11 }",
+                "vgg = { arch = \"vgg\", depth = 11, with = { \"optimizer.lr\" = 0.5, \"data.difficulty\" = 0.7 } }",
+            ),
+            &[],
+            "t",
+        )
+        .unwrap();
         let (resnet, vgg) = (c.run(0).unwrap(), c.run(1).unwrap());
         assert_eq!(vgg.coords[1].1, "vgg");
         assert!(vgg.config.model.label().starts_with("vgg"));
         assert_eq!(vgg.config.optimizer.lr, 0.5);
         assert_ne!(resnet.config.optimizer.lr, 0.5, "only the option's own runs");
-        let e = Campaign::parse(&SMALL.replace("depth = 11 }", "depth = 11, with = { \"optimizer.lrr\" = 0.5 } }"), &[], "c.toml").unwrap_err().to_string();
+        let e = Campaign::parse(&SMALL.replace("depth = 11 }", "depth = 11, with = { \"optimizer.lrr\" = 0.5 } }"), &[], "c.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("model = vgg") && e.contains("lrr"), "{e}");
     }
 
@@ -596,19 +616,27 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         assert!(e.starts_with("c.toml: ") && e.ends_with("(line 6, column 14)"), "{e}");
         let e = first(Campaign::parse(SMALL, &["campaign.repetitions=\"x\"".into()], "c.toml").unwrap_err());
         assert_eq!(e, "c.toml (with --set overrides): campaign.repetitions: invalid type: string \"x\", expected u64");
-        let e = first(Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = \"big\" }"), &[], "c.toml").unwrap_err());
+        let e = first(
+            Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = \"big\" }"), &[], "c.toml").unwrap_err(),
+        );
         assert!(e.starts_with("c.toml: [base]") && e.contains(": train.batch_size: invalid type: string \"big\""), "{e}");
-        let e = first(Campaign::parse(&SMALL.replace("float_precision = 32", "float_precision = 32\nfirst_bit = \"one\""), &[], "c.toml").unwrap_err());
+        let e = first(
+            Campaign::parse(&SMALL.replace("float_precision = 32", "float_precision = 32\nfirst_bit = \"one\""), &[], "c.toml")
+                .unwrap_err(),
+        );
         assert!(e.starts_with("c.toml: inject.first_bit: invalid type: string \"one\""), "{e}");
         // A campaign sets its runs' steps: a base that gives epochs trains those steps instead.
-        let c = Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = 16, epochs = 3 }"), &[], "c.toml").unwrap();
+        let c = Campaign::parse(&SMALL.replace("train = { batch_size = 16 }", "train = { batch_size = 16, epochs = 3 }"), &[], "c.toml")
+            .unwrap();
         let run = c.run(0).unwrap();
         assert_eq!((run.config.train.steps, run.config.train.epochs), (Some(4), None));
     }
 
     #[test]
     fn overrides_resize_the_grid() {
-        let c = Campaign::parse(SMALL, &["campaign.repetitions=250".into(), "grid.\"inject.injection_tries\"=[1, 10, 100, 1000]".into()], "t").unwrap();
+        let c =
+            Campaign::parse(SMALL, &["campaign.repetitions=250".into(), "grid.\"inject.injection_tries\"=[1, 10, 100, 1000]".into()], "t")
+                .unwrap();
         assert_eq!(c.len(), 4 * 2 * 2 * 250);
         // The written text parses to the same campaign.
         let again = Campaign::parse(&c.text, &[], "t").unwrap();

@@ -81,9 +81,13 @@ pub fn mean_checkpoint_s(dir: &Path) -> Result<f64> {
     let bases = dir.join("bases");
     let entries = std::fs::read_dir(&bases)
         .map_err(|e| Error::Config(format!("{}: not a campaign directory with base runs ({e})", dir.display())))?;
-    let costs: Vec<f64> = entries.flatten().filter_map(|e| read_json::<BaseGolden>(&e.path().join("golden.json")).ok()).map(|g| g.checkpoint_s).collect();
+    let costs: Vec<f64> =
+        entries.flatten().filter_map(|e| read_json::<BaseGolden>(&e.path().join("golden.json")).ok()).map(|g| g.checkpoint_s).collect();
     if costs.is_empty() {
-        return Err(Error::Config(format!("{}: no base checkpoints measured (only restart and eval campaigns write them)", bases.display())));
+        return Err(Error::Config(format!(
+            "{}: no base checkpoints measured (only restart and eval campaigns write them)",
+            bases.display()
+        )));
     }
     Ok(costs.iter().sum::<f64>() / costs.len() as f64)
 }
@@ -129,7 +133,11 @@ impl<'a> Worker<'a> {
             Ok(Err(Error::CorruptFile(m))) => (Status::CorruptFile, Some(m), Metrics::default()),
             Ok(Err(e)) => (Status::Error, Some(e.to_string()), Metrics::default()),
             Err(p) => {
-                let m = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into());
+                let m = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".into());
                 (Status::Panicked, Some(m), Metrics::default())
             }
         };

@@ -128,10 +128,8 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
         }
         f.attr_u64(&group, "step", st.step)?;
     }
-    let word_pos = u64::try_from(w.rng.word_pos).map_err(|_| Error::Invalid {
-        path: path.to_path_buf(),
-        message: "random stream position beyond 2^64 words".into(),
-    })?;
+    let word_pos = u64::try_from(w.rng.word_pos)
+        .map_err(|_| Error::Invalid { path: path.to_path_buf(), message: "random stream position beyond 2^64 words".into() })?;
     for (k, v) in [
         ("step", step),
         ("epoch", w.cursor.epoch as u64),
@@ -270,7 +268,8 @@ fn read_tensors(
     let mut optim: BTreeMap<String, HostParamState> = BTreeMap::new();
     for d in datasets.iter().filter(|d| d.path.starts_with("/optimizer/")) {
         let rest = &d.path["/optimizer/".len()..];
-        let (param_path, buffer) = rest.rsplit_once('/').ok_or_else(|| invalid(path, format!("{}: not /optimizer/<parameter>/<buffer>", d.path)))?;
+        let (param_path, buffer) =
+            rest.rsplit_once('/').ok_or_else(|| invalid(path, format!("{}: not /optimizer/<parameter>/<buffer>", d.path)))?;
         if !resilab_models::OPTIMIZER_STATE_NAMES.contains(&buffer) {
             return Err(invalid(path, format!("{}: unknown optimizer buffer {buffer:?}", d.path)));
         }
@@ -292,7 +291,11 @@ fn read_tensors(
 
 /// `/train_state/*`: rank, random stream, data cursor and global step, each checked against its
 /// digest and converted without overflow.
-fn read_train_state(r: &Reader, infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>, mismatched: &mut Vec<String>) -> Result<(usize, RngState, Cursor, u64)> {
+fn read_train_state(
+    r: &Reader,
+    infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>,
+    mismatched: &mut Vec<String>,
+) -> Result<(usize, RngState, Cursor, u64)> {
     let path = r.path();
     let mut u = |k: &str| -> Result<u64> {
         let p = format!("/train_state/{k}");
@@ -303,7 +306,9 @@ fn read_train_state(r: &Reader, infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>
         }
         Ok(v)
     };
-    let to_usize = |k: &str, v: u64| -> Result<usize> { usize::try_from(v).map_err(|_| invalid(path, format!("/train_state/{k} = {v} is out of range"))) };
+    let to_usize = |k: &str, v: u64| -> Result<usize> {
+        usize::try_from(v).map_err(|_| invalid(path, format!("/train_state/{k} = {v} is out of range")))
+    };
     let rank = to_usize("rank", u("rank")?)?;
     let (stream, word_pos) = (u("rng_stream")?, u("rng_word_pos")?);
     let cursor = Cursor { epoch: to_usize("epoch", u("epoch")?)?, sample: to_usize("sample", u("sample")?)? };
@@ -362,7 +367,10 @@ fn load_dir_with(
                         file_name(t.rank)
                     ),
                 ),
-                None => invalid(&std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()), format!("missing {} (a checkpoint of {n} worker(s) is expected)", file_name(t.rank))),
+                None => invalid(
+                    &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+                    format!("missing {} (a checkpoint of {n} worker(s) is expected)", file_name(t.rank)),
+                ),
             });
         }
         probe(&path)?;
@@ -399,11 +407,8 @@ pub fn load(target: &Path, template: &TrainState, policy: OnMismatch, probe: Pro
     if !target.exists() {
         return Err(invalid(&target, "no such checkpoint"));
     }
-    let candidates: Vec<PathBuf> = if target.join(file_name(0)).exists() {
-        vec![target.clone()]
-    } else {
-        list(&target)?.into_iter().rev().map(|(_, p)| p).collect()
-    };
+    let candidates: Vec<PathBuf> =
+        if target.join(file_name(0)).exists() { vec![target.clone()] } else { list(&target)?.into_iter().rev().map(|(_, p)| p).collect() };
     if candidates.is_empty() {
         return Err(invalid(&target, "no checkpoint here (expected step-*/worker-*.h5)"));
     }
@@ -419,7 +424,10 @@ fn load_file(file: &Path, template: &TrainState, policy: OnMismatch, probe: Prob
     probe(file)?;
     let rank = file_rank(file)?;
     if template.workers.iter().all(|t| t.rank != rank) {
-        return Err(invalid(file, format!("holds rank {rank}, but this run has {} worker(s) or stage(s) (check [parallel])", template.workers.len())));
+        return Err(invalid(
+            file,
+            format!("holds rank {rank}, but this run has {} worker(s) or stage(s) (check [parallel])", template.workers.len()),
+        ));
     }
     let own = file.file_name().is_some_and(|n| n == file_name(rank).as_str());
     let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };
@@ -449,11 +457,24 @@ pub fn file_rank(file: &Path) -> Result<usize> {
 /// Loads the newest checkpoint in the directory of checkpoints `root` taken before step
 /// `before` (older ones when it fails to verify, under `fallback`). `Ok(None)` when there is
 /// none: the caller decides whether the initial state will do.
-pub fn load_before(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<Option<(TrainState, LoadReport)>> {
+pub fn load_before(
+    root: &Path,
+    before: u64,
+    template: &TrainState,
+    policy: OnMismatch,
+    probe: Probe<'_>,
+) -> Result<Option<(TrainState, LoadReport)>> {
     load_older(root, before, template, policy, probe, false)
 }
 
-fn load_older(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>, fewer: bool) -> Result<Option<(TrainState, LoadReport)>> {
+fn load_older(
+    root: &Path,
+    before: u64,
+    template: &TrainState,
+    policy: OnMismatch,
+    probe: Probe<'_>,
+    fewer: bool,
+) -> Result<Option<(TrainState, LoadReport)>> {
     let candidates: Vec<PathBuf> = list(root)?.into_iter().rev().filter(|(s, _)| *s < before).map(|(_, p)| p).collect();
     if candidates.is_empty() {
         return Ok(None);
@@ -464,13 +485,26 @@ fn load_older(root: &Path, before: u64, template: &TrainState, policy: OnMismatc
 /// [`load_before`] for a data-parallel job that lost workers for good and went on with fewer:
 /// a checkpoint written before the loss, by more workers, loads the ranks the job has now
 /// (replicas hold the same model; each rank reads its own file).
-pub fn load_replicas_before(root: &Path, before: u64, template: &TrainState, policy: OnMismatch, probe: Probe<'_>) -> Result<Option<(TrainState, LoadReport)>> {
+pub fn load_replicas_before(
+    root: &Path,
+    before: u64,
+    template: &TrainState,
+    policy: OnMismatch,
+    probe: Probe<'_>,
+) -> Result<Option<(TrainState, LoadReport)>> {
     load_older(root, before, template, policy, probe, true)
 }
 
 /// The first of `candidates` (newest first) that loads; under `fallback`, those that fail are
 /// skipped and named in the report.
-fn load_first(target: &Path, candidates: &[PathBuf], template: &TrainState, policy: OnMismatch, probe: Probe<'_>, fewer: bool) -> Result<(TrainState, LoadReport)> {
+fn load_first(
+    target: &Path,
+    candidates: &[PathBuf],
+    template: &TrainState,
+    policy: OnMismatch,
+    probe: Probe<'_>,
+    fewer: bool,
+) -> Result<(TrainState, LoadReport)> {
     let mut skipped = Vec::new();
     for (i, dir) in candidates.iter().enumerate() {
         match load_dir_with(dir, None, template, policy, probe, fewer) {
@@ -512,7 +546,10 @@ pub fn primary_file(target: &Path) -> Result<PathBuf> {
 pub fn read_meta(file: &Path) -> Result<Meta> {
     let r = open_checkpoint(file)?;
     if r.verify_attrs("/")? != Some(true) {
-        return Err(Error::Mismatch { path: file.to_path_buf(), datasets: vec!["/@attributes (the stored configuration, seed and model)".into()] });
+        return Err(Error::Mismatch {
+            path: file.to_path_buf(),
+            datasets: vec!["/@attributes (the stored configuration, seed and model)".into()],
+        });
     }
     Ok(Meta { seed: r.attr_u64("/", "seed")?, arch: r.attr_str("/", "arch")?, config: r.attr_str("/", "config")? })
 }

@@ -63,7 +63,10 @@ impl CheckpointConfig {
                 return Err(format!("checkpoint.daly_factor = {f} must be a number > 0"));
             }
             if self.every_steps.is_some() {
-                return Err("checkpoint.daly_factor and checkpoint.every_steps are both set: give one (daly_factor is resolved into every_steps)".into());
+                return Err(
+                    "checkpoint.daly_factor and checkpoint.every_steps are both set: give one (daly_factor is resolved into every_steps)"
+                        .into(),
+                );
             }
         }
         if self.dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {

@@ -57,7 +57,8 @@ impl ChildProbe {
 
     /// A probe through the running binary, with [`PROBE_TIMEOUT`].
     pub fn current() -> Result<Self> {
-        let exe = std::env::current_exe().map_err(|e| Error::Unsafe { path: PathBuf::new(), message: format!("cannot find the resilab binary to probe with: {e}") })?;
+        let exe = std::env::current_exe()
+            .map_err(|e| Error::Unsafe { path: PathBuf::new(), message: format!("cannot find the resilab binary to probe with: {e}") })?;
         Ok(Self::new(exe, PROBE_TIMEOUT))
     }
 
@@ -90,7 +91,10 @@ impl ChildProbe {
                 Ok(None) if start.elapsed() >= self.timeout => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(unsafe_file(file, format!("reading it did not finish within {} s (HDF5 hangs on some corrupt files)", self.timeout.as_secs())));
+                    return Err(unsafe_file(
+                        file,
+                        format!("reading it did not finish within {} s (HDF5 hangs on some corrupt files)", self.timeout.as_secs()),
+                    ));
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => return Err(unsafe_file(file, format!("probe process: {e}"))),
@@ -113,7 +117,10 @@ impl ChildProbe {
             Some(code) => Err(unsafe_file(file, format!("the process reading it failed (exit {code}): the file is corrupt"))),
             None => {
                 use std::os::unix::process::ExitStatusExt as _;
-                Err(unsafe_file(file, format!("reading it crashed the HDF5 library (signal {}): the file is corrupt", status.signal().unwrap_or(0))))
+                Err(unsafe_file(
+                    file,
+                    format!("reading it crashed the HDF5 library (signal {}): the file is corrupt", status.signal().unwrap_or(0)),
+                ))
             }
         }
     }
@@ -153,7 +160,8 @@ pub enum Guarded {
 /// standard error relayed once it ends, and a crash becomes [`Guarded::Crashed`], which the
 /// caller reports as one error line.
 pub fn rerun_guarded() -> Result<Guarded> {
-    let exe = std::env::current_exe().map_err(|e| Error::Unsafe { path: PathBuf::new(), message: format!("cannot find the resilab binary: {e}") })?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Unsafe { path: PathBuf::new(), message: format!("cannot find the resilab binary: {e}") })?;
     let child = std::process::Command::new(&exe)
         .args(std::env::args_os().skip(1))
         .env(GUARD_ENV, "1")
@@ -163,7 +171,9 @@ pub fn rerun_guarded() -> Result<Guarded> {
         .spawn()
         .map_err(|e| Error::Unsafe { path: exe.clone(), message: format!("cannot start the command's process: {e}") })?;
     let pid = child.id();
-    let out = child.wait_with_output().map_err(|e| Error::Unsafe { path: exe.clone(), message: format!("waiting for the command's process: {e}") })?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::Unsafe { path: exe.clone(), message: format!("waiting for the command's process: {e}") })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if let Some(code) = out.status.code() {
         use std::io::Write as _;

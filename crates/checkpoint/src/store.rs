@@ -69,7 +69,10 @@ pub fn claim(root: &Path, adopt: bool) -> Result<()> {
             ),
         ));
     }
-    let text = format!("resilab checkpoint directory (format {}): resilab lists, replaces and prunes only step-* directories holding {STEP_MARKER}\n", crate::FORMAT_VERSION);
+    let text = format!(
+        "resilab checkpoint directory (format {}): resilab lists, replaces and prunes only step-* directories holding {STEP_MARKER}\n",
+        crate::FORMAT_VERSION
+    );
     match std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
         Ok(mut f) => {
             use std::io::Write as _;
@@ -127,7 +130,8 @@ pub fn prune(root: &Path, keep: usize) -> Result<()> {
     for e in std::fs::read_dir(root).map_err(io(root))? {
         let e = e.map_err(io(root))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        let stale = name.starts_with(".step-") && name.ends_with(".tmp") && e.file_type().is_ok_and(|t| t.is_dir()) && is_checkpoint_dir(&e.path());
+        let stale =
+            name.starts_with(".step-") && name.ends_with(".tmp") && e.file_type().is_ok_and(|t| t.is_dir()) && is_checkpoint_dir(&e.path());
         if stale {
             std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
         }

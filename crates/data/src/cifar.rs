@@ -9,8 +9,7 @@ use crate::{Dataset, Error, Result};
 const RECORD: usize = 1 + 3 * 32 * 32;
 
 /// The training files, in order.
-pub const TRAIN_FILES: [&str; 5] =
-    ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"];
+pub const TRAIN_FILES: [&str; 5] = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"];
 /// The test file.
 pub const TEST_FILE: &str = "test_batch.bin";
 

@@ -148,10 +148,7 @@ pub fn load(cfg: &DataConfig) -> Result<Split> {
         }
         source => {
             let path = cfg.path.as_ref().ok_or_else(|| {
-                Error::Config(format!(
-                    "data.path is required for data.source = \"{}\" (see datasets/README.md)",
-                    source_name(source)
-                ))
+                Error::Config(format!("data.path is required for data.source = \"{}\" (see datasets/README.md)", source_name(source)))
             })?;
             if !path.is_dir() {
                 return Err(Error::Config(format!(

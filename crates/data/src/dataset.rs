@@ -84,10 +84,7 @@ impl Dataset {
             labels.push(i64::from(self.labels[i]));
         }
         let b = indices.len();
-        (
-            Tensor::from_data(TensorData::new(pixels, [b, c, s, s]), device),
-            Tensor::from_data(TensorData::new(labels, [b]), device),
-        )
+        (Tensor::from_data(TensorData::new(pixels, [b, c, s, s]), device), Tensor::from_data(TensorData::new(labels, [b]), device))
     }
 
     /// Builds a normalised batch from the images at `indices`.
@@ -140,11 +137,7 @@ impl Normalization {
         }
         let n = (data.len() * plane).max(1) as f64;
         let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
-        let std = sq
-            .iter()
-            .zip(&mean)
-            .map(|(q, m)| ((q / n - m * m).max(0.0).sqrt()).max(1e-3) as f32)
-            .collect();
+        let std = sq.iter().zip(&mean).map(|(q, m)| ((q / n - m * m).max(0.0).sqrt()).max(1e-3) as f32).collect();
         Self { mean: mean.into_iter().map(|m| m as f32).collect(), std }
     }
 }

@@ -50,10 +50,7 @@ impl Synthetic {
     /// Checks the parameters; errors name the `data.*` key.
     pub(crate) fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.difficulty) {
-            return Err(Error::Config(format!(
-                "data.difficulty = {} must be in [0, 1]",
-                self.difficulty
-            )));
+            return Err(Error::Config(format!("data.difficulty = {} must be in [0, 1]", self.difficulty)));
         }
         if !(2..=256).contains(&self.classes) {
             return Err(Error::Config(format!("data.classes = {} must be in 2..=256", self.classes)));

@@ -83,7 +83,11 @@ pub fn health(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> H
     match sum_and_max(tensors) {
         None => Health::Sound,
         Some((s, m)) if m.is_finite() && !s.is_nan() => {
-            if f64::from(m) > threshold { Health::Extreme } else { Health::Sound }
+            if f64::from(m) > threshold {
+                Health::Extreme
+            } else {
+                Health::Sound
+            }
         }
         Some(_) => Health::NonFinite,
     }

@@ -208,8 +208,12 @@ impl FaultInjector {
 
     /// Checkpoint faults due after `step` that have not struck; they are marked as struck.
     pub fn due_checkpoint(&mut self, step: u64) -> Vec<FaultEvent> {
-        let due: Vec<FaultEvent> =
-            self.events.iter().filter(|e| e.target == FaultTarget::Checkpoint && e.step == step && !self.fired.contains(&e.id)).copied().collect();
+        let due: Vec<FaultEvent> = self
+            .events
+            .iter()
+            .filter(|e| e.target == FaultTarget::Checkpoint && e.step == step && !self.fired.contains(&e.id))
+            .copied()
+            .collect();
         self.fired.extend(due.iter().map(|e| e.id));
         due
     }
@@ -237,7 +241,12 @@ impl FaultInjector {
             .filter(|(n, _)| spec.locations.as_ref().is_none_or(|locs| locs.iter().any(|l| resilab_inject::config::location_matches(l, n))))
             .collect();
         let total: u64 = candidates.iter().map(|(_, t)| t.dims()[0] as u64).sum();
-        let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: spec.tries.attempts(total), sampling: spec.sampling };
+        let plan = Plan {
+            model: spec.model.clone(),
+            probability: spec.probability,
+            attempts: spec.tries.attempts(total),
+            sampling: spec.sampling,
+        };
         let device: Vec<Device> = candidates.iter().map(|(_, t)| t.device()).collect();
         let mut values: Vec<(String, Vec<f32>)> = candidates.into_iter().map(|(n, t)| (n, host(t))).collect();
         let records = {

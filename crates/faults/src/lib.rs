@@ -15,7 +15,9 @@ mod hook;
 mod schedule;
 
 pub use hook::{FaultInjector, FaultLog};
-pub use schedule::{CrashAt, FaultEntry, FaultEvent, FaultTarget, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule};
+pub use schedule::{
+    CrashAt, FaultEntry, FaultEvent, FaultTarget, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule,
+};
 
 /// Errors of fault configuration.
 #[derive(Debug, thiserror::Error)]

@@ -150,15 +150,26 @@ fn when(i: usize, table: &toml::Table) -> Result<When> {
     if w.count == Some(0) {
         return Err(bad(i, "count", "must be at least 1 (leave the entry out for no faults)"));
     }
-    let given: Vec<&str> = [("at_step", w.at_step.is_some()), ("mtbf_steps", w.mtbf_steps.is_some()), ("system_mtbf_steps", w.system_mtbf_steps.is_some()), ("count", w.count.is_some())]
-        .into_iter()
-        .filter(|g| g.1)
-        .map(|g| g.0)
-        .collect();
+    let given: Vec<&str> = [
+        ("at_step", w.at_step.is_some()),
+        ("mtbf_steps", w.mtbf_steps.is_some()),
+        ("system_mtbf_steps", w.system_mtbf_steps.is_some()),
+        ("count", w.count.is_some()),
+    ]
+    .into_iter()
+    .filter(|g| g.1)
+    .map(|g| g.0)
+    .collect();
     match given.as_slice() {
-        [] => Err(bad(i, "at_step", "missing: give at_step (an explicit fault), mtbf_steps or system_mtbf_steps (random arrivals), or count (faults at random steps)")),
+        [] => Err(bad(
+            i,
+            "at_step",
+            "missing: give at_step (an explicit fault), mtbf_steps or system_mtbf_steps (random arrivals), or count (faults at random steps)",
+        )),
         [_] => Ok(w),
-        [first, second, ..] => Err(bad(i, second, format!("give one of at_step, mtbf_steps, system_mtbf_steps and count, not both {first} and {second}"))),
+        [first, second, ..] => {
+            Err(bad(i, second, format!("give one of at_step, mtbf_steps, system_mtbf_steps and count, not both {first} and {second}")))
+        }
     }
 }
 
@@ -166,7 +177,9 @@ fn when(i: usize, table: &toml::Table) -> Result<When> {
 fn permanent(i: usize, table: &toml::Table, target: FaultTarget) -> Result<bool> {
     match table.get("permanent") {
         None => Ok(false),
-        Some(_) if target != FaultTarget::Crash => Err(bad(i, "permanent", "only a crash can be permanent: use it with target = \"crash\"")),
+        Some(_) if target != FaultTarget::Crash => {
+            Err(bad(i, "permanent", "only a crash can be permanent: use it with target = \"crash\""))
+        }
         Some(toml::Value::Boolean(b)) => Ok(*b),
         Some(v) => Err(bad(i, "permanent", format!("must be true or false, got {v}"))),
     }
@@ -191,7 +204,11 @@ fn crash_at(i: usize, table: &toml::Table, target: FaultTarget) -> Result<Option
         (Some(v), None) => match v.as_float().or_else(|| v.as_integer().map(|n| n as f64)) {
             Some(f) if (0.0..1.0).contains(&f) && bucket.is_none() => Ok(Some(CrashAt::Fraction(f))),
             Some(_) if bucket.is_some() => Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\"")),
-            _ => Err(bad(i, "at_fraction", format!("must be a number with 0 <= at_fraction < 1 (a share of the step's simulated duration), got {v}"))),
+            _ => Err(bad(
+                i,
+                "at_fraction",
+                format!("must be a number with 0 <= at_fraction < 1 (a share of the step's simulated duration), got {v}"),
+            )),
         },
         (None, Some(v)) => {
             let p = match (v.as_str(), bucket) {
@@ -199,7 +216,9 @@ fn crash_at(i: usize, table: &toml::Table, target: FaultTarget) -> Result<Option
                 (Some("backward"), None) => Phase::Backward,
                 (Some("allreduce"), b) => Phase::Allreduce(b.unwrap_or(0)),
                 (Some("update"), b) => Phase::Update(b.unwrap_or(0)),
-                (Some("forward" | "backward"), Some(_)) => return Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\"")),
+                (Some("forward" | "backward"), Some(_)) => {
+                    return Err(bad(i, "bucket", "names a bucket of phase = \"allreduce\" or \"update\""));
+                }
                 _ => return Err(bad(i, "phase", format!("{v} is not one of forward, backward, allreduce, update"))),
             };
             Ok(Some(CrashAt::Phase(p)))
@@ -250,11 +269,16 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if permanent && worker.is_some() && count.is_some_and(|k| k > 1) {
         return Err(bad(i, "count", "a worker lost for good cannot be lost again: drop `worker` to lose distinct workers"));
     }
-    let mut rest: toml::Table = table.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut rest: toml::Table =
+        table.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     if target == FaultTarget::Crash
         && let Some(k) = rest.keys().next()
     {
-        return Err(bad(i, k, "a crash flips no bits: only target, at_step, mtbf_steps, system_mtbf_steps or count, worker, permanent, and at_fraction or phase (with bucket) apply"));
+        return Err(bad(
+            i,
+            k,
+            "a crash flips no bits: only target, at_step, mtbf_steps, system_mtbf_steps or count, worker, permanent, and at_fraction or phase (with bucket) apply",
+        ));
     }
     for k in ["hdf5_file", "injection_sequence_path", "byte_region", "seed"] {
         if rest.contains_key(k) {
@@ -277,7 +301,8 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
         // Tensors in training are f32: the bits asked for must lie in the word the fault sees.
         let width = spec.model.precision.fixed().unwrap_or(32);
         if let Err(message) = spec.model.check_width(width) {
-            let key = ["first_bit", "last_bit", "burst", "bit_mask"].into_iter().find(|k| message.starts_with(k)).unwrap_or("float_precision");
+            let key =
+                ["first_bit", "last_bit", "burst", "bit_mask"].into_iter().find(|k| message.starts_with(k)).unwrap_or("float_precision");
             return Err(bad(i, key, format!("{message} (training tensors are 32-bit floats)")));
         }
     }
@@ -326,7 +351,11 @@ pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[String]) -> Res
         for loc in e.spec.locations.iter().flatten() {
             if !paths.iter().any(|p| resilab_inject::config::location_matches(loc, p)) {
                 let some: Vec<&str> = paths.iter().take(4).map(String::as_str).collect();
-                return Err(bad(e.index, "locations_to_corrupt", format!("{loc:?} names no tensor a {} fault can hit (they are named like {}, ...)", e.target.name(), some.join(", "))));
+                return Err(bad(
+                    e.index,
+                    "locations_to_corrupt",
+                    format!("{loc:?} names no tensor a {} fault can hit (they are named like {}, ...)", e.target.name(), some.join(", ")),
+                ));
             }
         }
     }
@@ -345,7 +374,11 @@ pub fn check_messages(entries: &[FaultEntry], stages: Option<usize>) -> Result<(
             _ => continue,
         };
         let Some(n) = stages else {
-            return Err(bad(e.index, "target", format!("{:?} hits a pipeline message, but the run is not a pipeline (parallel.mode = \"pipeline\")", e.target.name())));
+            return Err(bad(
+                e.index,
+                "target",
+                format!("{:?} hits a pipeline message, but the run is not a pipeline (parallel.mode = \"pipeline\")", e.target.name()),
+            ));
         };
         if n < 2 {
             return Err(bad(e.index, "target", format!("{:?} needs at least 2 pipeline stages", e.target.name())));
@@ -386,7 +419,11 @@ pub fn schedule(entries: &[FaultEntry], total_steps: u64, world: usize, fault_se
         }
         if let Some(step) = e.at_step {
             if step > total_steps {
-                return Err(bad(e.index, "at_step", format!("is {step}, beyond the run's {total_steps} step(s): the fault would never strike")));
+                return Err(bad(
+                    e.index,
+                    "at_step",
+                    format!("is {step}, beyond the run's {total_steps} step(s): the fault would never strike"),
+                ));
             }
             out.push(FaultEvent { id: 0, step, rank: e.worker.unwrap_or(0), entry: e.index, target: e.target });
             continue;
@@ -435,7 +472,10 @@ fn counted(e: &FaultEntry, k: u64, total_steps: u64, world: usize, fault_seed: u
         Some(w) => vec![w; k],
         None => rand::seq::index::sample(&mut rng, world, k).into_vec(),
     };
-    Ok(ranks.into_iter().map(|rank| FaultEvent { id: 0, step: rng.random_range(1..=total_steps), rank, entry: e.index, target: e.target }).collect())
+    Ok(ranks
+        .into_iter()
+        .map(|rank| FaultEvent { id: 0, step: rng.random_range(1..=total_steps), rank, entry: e.index, target: e.target })
+        .collect())
 }
 
 /// The steps of a Poisson process's arrivals with mean gap `mtbf` steps, up to `total_steps`
@@ -478,7 +518,10 @@ mod tests {
 
     #[test]
     fn injector_keys_pass_through() {
-        let e = parse(&[table("target = \"gradients\"\nat_step = 4\nworker = 2\ninjection_tries = 3\nfirst_bit = 1\nlast_bit = 1\nfloat_precision = 32\n")]).unwrap();
+        let e = parse(&[table(
+            "target = \"gradients\"\nat_step = 4\nworker = 2\ninjection_tries = 3\nfirst_bit = 1\nlast_bit = 1\nfloat_precision = 32\n",
+        )])
+        .unwrap();
         assert_eq!(e[0].worker, Some(2));
         assert_eq!(e[0].spec.tries, resilab_inject::Tries::Count(3));
         assert_eq!(e[0].spec.model.mode, resilab_inject::Mode::BitRange { first: Some(1), last: Some(1), burst: 1 });
@@ -529,7 +572,10 @@ mod tests {
         let one = |t: &str| parse(&[table(t)]).map(|e| e[0].crash_at);
         assert_eq!(one("target = \"crash\"\nat_step = 3\n").unwrap(), None);
         assert_eq!(one("target = \"crash\"\nat_step = 3\nat_fraction = 0.25\n").unwrap(), Some(CrashAt::Fraction(0.25)));
-        assert_eq!(one("target = \"crash\"\nat_step = 3\nphase = \"update\"\nbucket = 2\n").unwrap(), Some(CrashAt::Phase(Phase::Update(2))));
+        assert_eq!(
+            one("target = \"crash\"\nat_step = 3\nphase = \"update\"\nbucket = 2\n").unwrap(),
+            Some(CrashAt::Phase(Phase::Update(2)))
+        );
         assert_eq!(one("target = \"crash\"\nat_step = 3\nphase = \"backward\"\n").unwrap(), Some(CrashAt::Phase(Phase::Backward)));
         let err = |t: &str| one(t).unwrap_err().to_string();
         assert!(err("target = \"crash\"\nat_step = 3\nat_fraction = 1.0\n").contains("fault[0].at_fraction"));

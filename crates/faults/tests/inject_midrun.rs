@@ -150,7 +150,9 @@ fn optimizer_faults_change_only_optimizer_state() {
     let after = WorkerState::capture(&t.workers[0]).optim;
     let changed: usize = momentum
         .iter()
-        .map(|(k, s)| s.buffers["momentum_buffer"].values.iter().zip(&after[k].buffers["momentum_buffer"].values).filter(|(a, b)| a != b).count())
+        .map(|(k, s)| {
+            s.buffers["momentum_buffer"].values.iter().zip(&after[k].buffers["momentum_buffer"].values).filter(|(a, b)| a != b).count()
+        })
         .sum();
     assert_eq!(changed, inj.log[0].corrupted);
     assert!(inj.log[0].records.iter().all(|r| r.dataset.starts_with("optimizer/") && r.dataset.ends_with("/momentum_buffer")));
@@ -255,8 +257,13 @@ fn a_neuron_fault_alters_exactly_the_logged_output_value_for_one_forward_pass() 
     assert_eq!(rec.dataset, format!("neurons/{}", block.replace('.', "/")));
     assert_eq!((rec.bits_reference.as_slice(), rec.bits_ieee.as_slice()), ([1u32].as_slice(), [30u32].as_slice()));
     let after = after.as_ref().unwrap();
-    let differing: Vec<(usize, u32)> =
-        before.iter().zip(after).enumerate().filter(|(_, (a, b))| a.to_bits() != b.to_bits()).map(|(i, (a, b))| (i, a.to_bits() ^ b.to_bits())).collect();
+    let differing: Vec<(usize, u32)> = before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+        .map(|(i, (a, b))| (i, a.to_bits() ^ b.to_bits()))
+        .collect();
     assert_eq!(differing, [(rec.index, 1 << 30)]);
     // The altered value (the exponent's top bit: 0 becomes 2, anything else huge) fed the rest of
     // the forward pass: the update differs on every replica, through the all-reduce.
@@ -285,12 +292,14 @@ fn a_neuron_fault_in_a_pipeline_hits_its_stage_first_micro_batch() {
 
 #[test]
 fn neuron_locations_must_name_a_block() {
-    let doc: toml::Table = toml::from_str("[[fault]]\ntarget = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer9\"]\n").unwrap();
+    let doc: toml::Table =
+        toml::from_str("[[fault]]\ntarget = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer9\"]\n").unwrap();
     let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
     let entries = parse(&tables).unwrap();
     let t = trainer(1);
     let err = resilab_faults::check_neuron_locations(&entries, &t.workers[0].net.block_names).unwrap_err().to_string();
     assert!(err.contains("fault[0].locations_to_corrupt") && err.contains("neurons/layer1/0"), "{err}");
-    let ok: Vec<toml::Table> = vec![toml::from_str("target = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer1\"]\n").unwrap()];
+    let ok: Vec<toml::Table> =
+        vec![toml::from_str("target = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer1\"]\n").unwrap()];
     resilab_faults::check_neuron_locations(&parse(&ok).unwrap(), &t.workers[0].net.block_names).unwrap();
 }

@@ -270,7 +270,19 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
         Target::Inject => {
             write(&dir.join("inj.toml"), INJECTOR_CONFIGS[index % INJECTOR_CONFIGS.len()])?;
             let seed = index.to_string();
-            let args = ["inject", "--config", "inj.toml", "--file", rel.as_str(), "--output", "out.h5", "--log", "out.log.jsonl", "--seed", seed.as_str()];
+            let args = [
+                "inject",
+                "--config",
+                "inj.toml",
+                "--file",
+                rel.as_str(),
+                "--output",
+                "out.h5",
+                "--log",
+                "out.log.jsonl",
+                "--seed",
+                seed.as_str(),
+            ];
             (strs(&args), vec![dir.join("inj.toml"), file])
         }
         Target::Resume | Target::Config => {

@@ -177,6 +177,8 @@ mod tests {
         assert_ne!(digest(d.path()).unwrap(), one);
         assert_eq!(digest(&d.path().join("a")), digest(&d.path().join("a")));
         assert_eq!(digest(&d.path().join("none")), None);
-        assert!(Invocation { program: "/x y".into(), args: vec!["it's".into()], dir: "/".into() }.shell_line().ends_with("'/x y' 'it'\\''s'"));
+        assert!(
+            Invocation { program: "/x y".into(), args: vec!["it's".into()], dir: "/".into() }.shell_line().ends_with("'/x y' 'it'\\''s'")
+        );
     }
 }

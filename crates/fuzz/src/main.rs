@@ -125,7 +125,8 @@ fn fuzz(args: &Args) -> anyhow::Result<bool> {
         if let Some(Ok(mut f)) = log.as_ref().map(Mutex::lock) {
             let _ = f.write_all(log_line(r).as_bytes());
         }
-        let n = failures.fetch_add(usize::from(r.class.is_failure()), std::sync::atomic::Ordering::Relaxed) + usize::from(r.class.is_failure());
+        let n =
+            failures.fetch_add(usize::from(r.class.is_failure()), std::sync::atomic::Ordering::Relaxed) + usize::from(r.class.is_failure());
         bar.set_message(format!("{n} failing"));
         bar.inc(1);
     })?;

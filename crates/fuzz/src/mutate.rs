@@ -252,8 +252,10 @@ mod tests {
 
     /// Extents at the given `(start, end)` byte ranges, sorted as `Reader::extents` sorts them.
     fn extents(data: &[(u64, u64)]) -> Vec<resilab_h5::Extent> {
-        let mut e: Vec<resilab_h5::Extent> =
-            data.iter().map(|&(s, t)| resilab_h5::Extent { path: format!("/d{s}"), dtype: resilab_h5::Dtype::F32, offset: s, size: t - s }).collect();
+        let mut e: Vec<resilab_h5::Extent> = data
+            .iter()
+            .map(|&(s, t)| resilab_h5::Extent { path: format!("/d{s}"), dtype: resilab_h5::Dtype::F32, offset: s, size: t - s })
+            .collect();
         e.sort_by_key(|x| x.offset);
         e
     }

@@ -156,7 +156,8 @@ mod tests {
     use proptest::prelude::*;
     use rand::SeedableRng as _;
 
-    const CFG: &str = "seed = 7\n\n[model]\narch = \"resnet\"\ndepth = 8\nwidth = 0.25\n\n[optimizer]\nlr = 5e-2\nbeta1 = 0.9\nmomentum = -0.5\n";
+    const CFG: &str =
+        "seed = 7\n\n[model]\narch = \"resnet\"\ndepth = 8\nwidth = 0.25\n\n[optimizer]\nlr = 5e-2\nbeta1 = 0.9\nmomentum = -0.5\n";
 
     #[test]
     fn numbers_are_found_whole() {

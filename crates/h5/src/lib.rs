@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hdf5::types::{VarLenUnicode, TypeDescriptor, FloatSize, IntSize};
+use hdf5::types::{FloatSize, IntSize, TypeDescriptor, VarLenUnicode};
 
 mod values;
 pub use values::{Editor, Extent};
@@ -368,7 +368,10 @@ impl Writer {
         for (group, attrs) in self.attrs.take() {
             let g = self.group(&group)?;
             let object = format!("{group}@{ATTRS_HASH_ATTR}");
-            g.new_attr::<u64>().create(ATTRS_HASH_ATTR).and_then(|a| a.write_scalar(&digest_attrs(&attrs))).map_err(|e| self.err(&object, e))?;
+            g.new_attr::<u64>()
+                .create(ATTRS_HASH_ATTR)
+                .and_then(|a| a.write_scalar(&digest_attrs(&attrs)))
+                .map_err(|e| self.err(&object, e))?;
         }
         self.file.flush().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })?;
         self.file.close().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })
@@ -394,10 +397,11 @@ impl Reader {
     /// Opens `path` read-only. Anything but a regular file (a FIFO would block) is refused.
     pub fn open(path: &Path) -> Result<Self> {
         require_regular_file(path)?;
-        let file = hdf5::File::with_options()
-            .with_fapl(|p| p.sieve_buf_size(values::SIEVE_BYTES))
-            .open(path)
-            .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
+        let file = hdf5::File::with_options().with_fapl(|p| p.sieve_buf_size(values::SIEVE_BYTES)).open(path).map_err(|e| Error::Hdf5 {
+            file: path.to_path_buf(),
+            object: "/".into(),
+            message: e.to_string(),
+        })?;
         Ok(Self { file, path: path.to_path_buf() })
     }
 

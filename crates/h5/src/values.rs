@@ -61,17 +61,50 @@ impl Bits for f64 {
 macro_rules! with_type {
     ($dtype:expr, $t:ident => $body:expr, $other:expr) => {
         match $dtype {
-            Dtype::F16 => { type $t = half::f16; $body }
-            Dtype::F32 => { type $t = f32; $body }
-            Dtype::F64 => { type $t = f64; $body }
-            Dtype::Int(1) => { type $t = i8; $body }
-            Dtype::Int(2) => { type $t = i16; $body }
-            Dtype::Int(4) => { type $t = i32; $body }
-            Dtype::Int(8) => { type $t = i64; $body }
-            Dtype::Uint(1) => { type $t = u8; $body }
-            Dtype::Uint(2) => { type $t = u16; $body }
-            Dtype::Uint(4) => { type $t = u32; $body }
-            Dtype::Uint(8) => { type $t = u64; $body }
+            Dtype::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            Dtype::F32 => {
+                type $t = f32;
+                $body
+            }
+            Dtype::F64 => {
+                type $t = f64;
+                $body
+            }
+            Dtype::Int(1) => {
+                type $t = i8;
+                $body
+            }
+            Dtype::Int(2) => {
+                type $t = i16;
+                $body
+            }
+            Dtype::Int(4) => {
+                type $t = i32;
+                $body
+            }
+            Dtype::Int(8) => {
+                type $t = i64;
+                $body
+            }
+            Dtype::Uint(1) => {
+                type $t = u8;
+                $body
+            }
+            Dtype::Uint(2) => {
+                type $t = u16;
+                $body
+            }
+            Dtype::Uint(4) => {
+                type $t = u32;
+                $body
+            }
+            Dtype::Uint(8) => {
+                type $t = u64;
+                $body
+            }
             _ => $other,
         }
     };
@@ -94,7 +127,11 @@ fn check_points(file: &Path, ds: &hdf5::Dataset, path: &str, dtype: Dtype, indic
     let shape = ds.shape();
     let len: usize = shape.iter().product();
     if let Some(&bad) = indices.iter().find(|&&i| i >= len) {
-        return Err(Error::Invalid { file: file.to_path_buf(), object: path.into(), message: format!("element {bad} is out of range ({len} elements)") });
+        return Err(Error::Invalid {
+            file: file.to_path_buf(),
+            object: path.into(),
+            message: format!("element {bad} is out of range ({len} elements)"),
+        });
     }
     if !dtype.is_numeric() {
         return Err(Error::Invalid { file: file.to_path_buf(), object: path.into(), message: "not a number dataset".into() });
@@ -209,7 +246,11 @@ impl Editor {
     pub fn write_points(&self, path: &str, dtype: Dtype, indices: &[usize], raw: &[u64]) -> Result<()> {
         let err = |e: hdf5::Error| Error::Hdf5 { file: self.path.clone(), object: path.into(), message: e.to_string() };
         if indices.len() != raw.len() {
-            return Err(Error::Invalid { file: self.path.clone(), object: path.into(), message: format!("{} indices for {} values", indices.len(), raw.len()) });
+            return Err(Error::Invalid {
+                file: self.path.clone(),
+                object: path.into(),
+                message: format!("{} indices for {} values", indices.len(), raw.len()),
+            });
         }
         let ds = self.file.dataset(path).map_err(err)?;
         let shape = check_points(&self.path, &ds, path, dtype, indices)?;
@@ -258,7 +299,11 @@ mod tests {
         let r = Reader::open(&p).unwrap();
         let all = r.read_f32("/model/w", &[2, 3, 4]).unwrap();
         for (i, v) in all.iter().enumerate() {
-            let want = match i { 5 => -1.5, 23 => 2.5, _ => i as f32 };
+            let want = match i {
+                5 => -1.5,
+                23 => 2.5,
+                _ => i as f32,
+            };
             assert_eq!(*v, want, "element {i}");
         }
         assert_eq!(r.read_u64("/train_state/step").unwrap(), 9);

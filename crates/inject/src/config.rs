@@ -182,7 +182,9 @@ impl RawConfig {
         let parsed = match ext.as_str() {
             "yaml" | "yml" => Self::from_reference_yaml(&text),
             "toml" => toml_from_str(&text).map_err(|e| e.to_string()),
-            _ => return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() }),
+            _ => {
+                return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() });
+            }
         };
         parsed.map_err(|message| Error::Parse { path: path.to_path_buf(), message: message.trim().to_string() })
     }
@@ -269,21 +271,30 @@ impl RawConfig {
         }
         let kind = self.injection_type.unwrap_or_default();
         let tries = match (kind, self.injection_tries) {
-            (_, None) if self.injection_sequence_path.is_none() => return Err(bad("injection_tries", "is required (the number of attempts, or a percentage)")),
+            (_, None) if self.injection_sequence_path.is_none() => {
+                return Err(bad("injection_tries", "is required (the number of attempts, or a percentage)"));
+            }
             (_, None) => Tries::Count(0),
             (InjectionType::Count, Some(n)) => {
                 if !(n >= 1.0 && n.fract() == 0.0) {
-                    return Err(bad("injection_tries", format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}")));
+                    return Err(bad(
+                        "injection_tries",
+                        format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}"),
+                    ));
                 }
                 // `as` saturates: a count past u64::MAX reads as u64::MAX, which no memory holds.
                 let n = n as u64;
                 let bytes = n.checked_mul(ATTEMPT_BYTES);
-                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt").map_err(|m| bad("injection_tries", m))?;
+                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt")
+                    .map_err(|m| bad("injection_tries", m))?;
                 Tries::Count(n)
             }
             (InjectionType::Percentage, Some(p)) => {
                 if !(p > 0.0 && p <= 100.0) {
-                    return Err(bad("injection_tries", format!("must be a percentage in (0, 100] for injection_type = percentage, got {p}")));
+                    return Err(bad(
+                        "injection_tries",
+                        format!("must be a percentage in (0, 100] for injection_type = percentage, got {p}"),
+                    ));
                 }
                 Tries::Percent(p)
             }
@@ -297,7 +308,10 @@ impl RawConfig {
                 return Err(bad("locations_to_corrupt", "is empty and use_random_locations is false: nothing to corrupt"));
             }
             if let Some(b) = l.iter().find(|s| s.trim_matches('/').is_empty()) {
-                return Err(bad("locations_to_corrupt", format!("{b:?} is not a path (use use_random_locations = true for the whole file)")));
+                return Err(bad(
+                    "locations_to_corrupt",
+                    format!("{b:?} is not a path (use use_random_locations = true for the whole file)"),
+                ));
             }
             Some(l)
         };
@@ -476,7 +490,10 @@ mod tests {
             ("injection_tries: 1\nuse_random_locations: true\nbogus: 1\n", "bogus"),
             ("injection_tries: 1\nuse_random_locations: true\nbit_mask: \"101\"\nscaling_factor: 2\n", "only one mode"),
             ("injection_tries: 1\nuse_random_locations: true\nfirst_bit: 5\nlast_bit: 3\n", "first_bit (5) is greater than last_bit (3)"),
-            ("injection_tries: 1\nuse_random_locations: true\nfloat_precision: 16\nbit_mask: \"10000000000000001\"\n", "bit_mask has 17 bits"),
+            (
+                "injection_tries: 1\nuse_random_locations: true\nfloat_precision: 16\nbit_mask: \"10000000000000001\"\n",
+                "bit_mask has 17 bits",
+            ),
             ("injection_tries: 1\nuse_random_locations: true\ninjection_probability: 1.5\n", "injection_probability"),
             ("injection_tries: 1\nuse_random_locations: false\n", "locations_to_corrupt"),
             ("injection_tries: 0\nuse_random_locations: true\n", "injection_tries"),

@@ -9,8 +9,8 @@ use std::path::Path;
 use resilab_h5::{DatasetInfo, Reader};
 use serde::Serialize;
 
-use crate::model;
 use crate::Result;
+use crate::model;
 
 /// How one dataset differs between two files.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -161,10 +161,15 @@ fn bits_text(bits: &BTreeMap<u32, u64>) -> String {
 impl FileDiff {
     /// A plain-text table of the datasets that differ (all of them with `all`).
     pub fn table(&self, all: bool) -> String {
-        let rows: Vec<&DatasetDiff> = self.datasets.iter().filter(|d| all || d.differ > 0 || d.nan_a != d.nan_b || d.inf_a != d.inf_b).collect();
+        let rows: Vec<&DatasetDiff> =
+            self.datasets.iter().filter(|d| all || d.differ > 0 || d.nan_a != d.nan_b || d.inf_a != d.inf_b).collect();
         let w = rows.iter().map(|d| d.path.len()).max().unwrap_or(7).max(7);
         let mut s = String::new();
-        let _ = writeln!(s, "{:<w$}  {:>5}  {:>10}  {:>8}  {:>8}  {:>11}  {:>11}  {:>9}  bits (reference numbering, 0 = sign: bit x count)", "dataset", "dtype", "elements", "differ", "share %", "max |abs|", "max rel", "nan/inf");
+        let _ = writeln!(
+            s,
+            "{:<w$}  {:>5}  {:>10}  {:>8}  {:>8}  {:>11}  {:>11}  {:>9}  bits (reference numbering, 0 = sign: bit x count)",
+            "dataset", "dtype", "elements", "differ", "share %", "max |abs|", "max rel", "nan/inf"
+        );
         for d in &rows {
             let _ = writeln!(
                 s,
@@ -181,7 +186,14 @@ impl FileDiff {
                 bits_text(&d.bits_reference)
             );
         }
-        let _ = writeln!(s, "{} of {} elements differ in {} of {} datasets", self.differ, self.elements, self.datasets.iter().filter(|d| d.differ > 0).count(), self.datasets.len());
+        let _ = writeln!(
+            s,
+            "{} of {} elements differ in {} of {} datasets",
+            self.differ,
+            self.elements,
+            self.datasets.iter().filter(|d| d.differ > 0).count(),
+            self.datasets.len()
+        );
         for p in &self.only_in_a {
             let _ = writeln!(s, "only in {}: {p}", self.a);
         }

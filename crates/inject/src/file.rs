@@ -124,19 +124,31 @@ pub fn targets(reader: &Reader, spec: &Spec) -> Result<(Vec<Target>, u64)> {
                     });
                 }
                 if !hits.iter().any(usable) {
-                    return Err(Error::Location { location: loc.clone(), file: reader.path().to_path_buf(), message: "matches only datasets that are empty or not numbers".into() });
+                    return Err(Error::Location {
+                        location: loc.clone(),
+                        file: reader.path().to_path_buf(),
+                        message: "matches only datasets that are empty or not numbers".into(),
+                    });
                 }
             }
             infos.iter().filter(usable).filter(|d| locations.iter().any(|l| location_matches(l, &d.path))).collect()
         }
     };
     if chosen.is_empty() {
-        return Err(Error::Location { location: "/".into(), file: reader.path().to_path_buf(), message: "the file holds no number datasets to corrupt".into() });
+        return Err(Error::Location {
+            location: "/".into(),
+            file: reader.path().to_path_buf(),
+            message: "the file holds no number datasets to corrupt".into(),
+        });
     }
     for d in &chosen {
         if d.dtype.is_float() {
             let p = spec.model.precision.bits_for(d.dtype);
-            spec.model.check_width(p).map_err(|m| Error::Location { location: d.path.clone(), file: reader.path().to_path_buf(), message: format!("{} dataset: {m}", d.dtype) })?;
+            spec.model.check_width(p).map_err(|m| Error::Location {
+                location: d.path.clone(),
+                file: reader.path().to_path_buf(),
+                message: format!("{} dataset: {m}", d.dtype),
+            })?;
         }
     }
     let targets = chosen.into_iter().map(|d| Target { path: d.path.clone(), dtype: d.dtype, len: d.len() }).collect();
@@ -159,7 +171,10 @@ pub fn remove_staged(dir: &Path, pid: u32) -> usize {
     let mut removed = 0;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if prefixes.iter().any(|p| name.starts_with(p.as_str())) && e.file_type().is_ok_and(|t| t.is_file()) && std::fs::remove_file(e.path()).is_ok() {
+        if prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(e.path()).is_ok()
+        {
             removed += 1;
         }
     }
@@ -207,7 +222,11 @@ fn parent_dir(path: &Path) -> PathBuf {
 /// truncation), which keeps ext4 from flushing it on close.
 fn stage(input: &Path, output: &Path, durable: bool, edit: impl FnOnce(&Path) -> Result<()>) -> Result<Staged> {
     let dir = parent_dir(output);
-    let mut tmp = tempfile::Builder::new().prefix(&staged_prefix(STAGED_COPY, std::process::id())).suffix(".h5.tmp").tempfile_in(&dir).map_err(io(&dir))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&staged_prefix(STAGED_COPY, std::process::id()))
+        .suffix(".h5.tmp")
+        .tempfile_in(&dir)
+        .map_err(io(&dir))?;
     let mut src = std::fs::File::open(input).map_err(io(input))?;
     std::io::copy(&mut src, tmp.as_file_mut()).map_err(io(tmp.path()))?;
     drop(src);
@@ -253,7 +272,10 @@ fn describe_model(spec: &Spec) -> String {
         Mode::Scaling { factor } => format!("scaling_factor {factor}"),
     };
     let precision = m.precision.fixed().map_or("auto".to_string(), |p| p.to_string());
-    format!("{mode}; float_precision={precision}; allow_sign_change={}; allow_NaN_values={}; max_redraws={}", m.allow_sign_change, m.allow_nan, m.max_redraws)
+    format!(
+        "{mode}; float_precision={precision}; allow_sign_change={}; allow_NaN_values={}; max_redraws={}",
+        m.allow_sign_change, m.allow_nan, m.max_redraws
+    )
 }
 
 /// The number of attempts `spec` makes on a file of `total` elements (or bytes), checked against
@@ -282,7 +304,12 @@ pub fn prepare_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Re
     }
     let reader = Reader::open(input)?;
     let (targets, total) = targets(&reader, spec)?;
-    let plan = Plan { model: spec.model.clone(), probability: spec.probability, attempts: checked_attempts(spec, total)?, sampling: spec.sampling };
+    let plan = Plan {
+        model: spec.model.clone(),
+        probability: spec.probability,
+        attempts: checked_attempts(spec, total)?,
+        sampling: spec.sampling,
+    };
     let draws = run::draw(&plan, &targets, seed);
     let touched = run::touched(draws.iter().map(|d| (d.target, d.index)), targets.len());
     let mut values = read_values(&reader, &targets, &touched)?;
@@ -347,11 +374,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<P
     // Region = file needs no dataset extents, so the file is not opened with HDF5 at all (it
     // may be too damaged for the library); the other regions need them. Where a file opens,
     // extents still tell data bytes from metadata in the log.
-    let extents = if spec.region == crate::config::Region::File {
-        Vec::new()
-    } else {
-        Reader::open(input).and_then(|r| r.extents())?
-    };
+    let extents = if spec.region == crate::config::Region::File { Vec::new() } else { Reader::open(input).and_then(|r| r.extents())? };
     let intervals = bytes::region_intervals(spec.region, len, &extents);
     let total: u64 = intervals.iter().map(|(s, t)| t - s).sum();
     if total == 0 {
@@ -478,7 +501,11 @@ pub fn read_log(path: &Path) -> Result<Vec<LogLine>> {
         out.push(parsed);
     }
     if !matches!(out.first(), Some(LogLine::Header(_))) {
-        return Err(Error::Replay { path: path.to_path_buf(), line: 1, message: "a resilab injection log starts with a header line".into() });
+        return Err(Error::Replay {
+            path: path.to_path_buf(),
+            line: 1,
+            message: "a resilab injection log starts with a header line".into(),
+        });
     }
     Ok(out)
 }
@@ -492,8 +519,10 @@ pub fn replay_file(log: &Path, lines: &[LogLine], input: &Path, output: &Output)
     existing(input)?;
     let output = out_path(input, output);
     let bad = |line: usize, message: String| Error::Replay { path: log.to_path_buf(), line, message };
-    let byte_lines: Vec<(usize, &ByteRecord)> = lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::ByteAttempt(r) = l { Some((i + 1, r)) } else { None }).collect();
-    let value_lines: Vec<(usize, &Record)> = lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::Attempt(r) = l { Some((i + 1, r)) } else { None }).collect();
+    let byte_lines: Vec<(usize, &ByteRecord)> =
+        lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::ByteAttempt(r) = l { Some((i + 1, r)) } else { None }).collect();
+    let value_lines: Vec<(usize, &Record)> =
+        lines.iter().enumerate().filter_map(|(i, l)| if let LogLine::Attempt(r) = l { Some((i + 1, r)) } else { None }).collect();
     let mut replay = Replay { applied: 0, differing: 0, records: Vec::new(), output: output.clone() };
     if !byte_lines.is_empty() {
         let len = std::fs::metadata(input).map_err(io(input))?.len();
@@ -539,7 +568,8 @@ pub fn replay_file(log: &Path, lines: &[LogLine], input: &Path, output: &Output)
     for &(n, t, i, ref flip, logged) in &todo {
         let dtype = targets[t].dtype;
         let old = values[&(t, i)];
-        let new = model::apply(dtype, old, flip).ok_or_else(|| bad(n, format!("the flip does not fit element {i} of {}", targets[t].path)))?;
+        let new =
+            model::apply(dtype, old, flip).ok_or_else(|| bad(n, format!("the flip does not fit element {i} of {}", targets[t].path)))?;
         replay.differing += u64::from(logged.raw().is_none_or(|(o, _)| o != old));
         let mut rec = logged.clone();
         rec.old = run::Num(model::value_of(dtype, old));

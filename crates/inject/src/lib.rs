@@ -39,9 +39,12 @@ pub mod run;
 pub use bytes::{ByteRecord, region_intervals};
 pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
 pub use diff::{DatasetDiff, FileDiff, diff};
-pub use file::{Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, prepare_file, read_log, remove_staged, replay_file, stage_log, targets, write_log};
-pub use paths::{check_distinct, same_file};
+pub use file::{
+    Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, prepare_file, read_log, remove_staged, replay_file,
+    stage_log, targets, write_log,
+};
 pub use model::{FaultModel, Flip, Mode, Precision};
+pub use paths::{check_distinct, same_file};
 pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32};
 
 /// Errors of fault injection.

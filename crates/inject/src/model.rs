@@ -337,7 +337,9 @@ impl FaultModel {
                 }
                 let n = self.range_bits(p).len() as u32;
                 if *burst > n {
-                    return Err(format!("burst {burst} is larger than the {n} candidate bit(s) of the range at {p} bits; bits of one value are distinct"));
+                    return Err(format!(
+                        "burst {burst} is larger than the {n} candidate bit(s) of the range at {p} bits; bits of one value are distinct"
+                    ));
                 }
                 Ok(())
             }
@@ -421,7 +423,13 @@ mod tests {
     #[test]
     fn nan_free_redraws_are_bounded_and_reported() {
         // Only the critical bit is a candidate: 1.0 becomes Inf every time, so it is rejected.
-        let m = FaultModel { mode: Mode::BitRange { first: Some(1), last: Some(1), burst: 1 }, allow_sign_change: false, allow_nan: false, max_redraws: 5, ..Default::default() };
+        let m = FaultModel {
+            mode: Mode::BitRange { first: Some(1), last: Some(1), burst: 1 },
+            allow_sign_change: false,
+            allow_nan: false,
+            max_redraws: 5,
+            ..Default::default()
+        };
         let c = m.corrupt(Dtype::F32, 1.0f32.to_bits() as u64, &mut ChaCha8Rng::seed_from_u64(1));
         assert_eq!((c.new_raw, c.redraws), (None, 5));
     }

@@ -76,7 +76,9 @@ mod tests {
         assert!(!same_file(&input, &d.join("other.h5")));
         assert!(!same_file(&d.join("a.log"), &d.join("b.log")));
 
-        let err = check_distinct(&[("the input", &input), ("--output", &d.join("out.h5")), ("--log", &d.join("sub/../link.h5"))]).unwrap_err().to_string();
+        let err = check_distinct(&[("the input", &input), ("--output", &d.join("out.h5")), ("--log", &d.join("sub/../link.h5"))])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--log") && err.contains("the input"), "{err}");
         check_distinct(&[("the input", &input), ("--output", &d.join("out.h5")), ("--log", &d.join("out.log"))]).unwrap();
     }

@@ -395,7 +395,11 @@ pub fn touched(elements: impl IntoIterator<Item = (usize, usize)>, n_targets: us
 /// Runs a plan over in-memory f32 tensors (weights, gradients, optimizer state, activations):
 /// the same draws and bits as on a file holding the same tensors as f32 datasets in this order.
 pub fn inject_f32(plan: &Plan, tensors: &mut [(&str, &mut [f32])], seed: u64) -> Vec<Record> {
-    let targets: Vec<Target> = tensors.iter().filter(|(_, v)| !v.is_empty()).map(|(n, v)| Target { path: n.to_string(), dtype: Dtype::F32, len: v.len() }).collect();
+    let targets: Vec<Target> = tensors
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| Target { path: n.to_string(), dtype: Dtype::F32, len: v.len() })
+        .collect();
     let mut slots: Vec<&mut [f32]> = tensors.iter_mut().filter(|(_, v)| !v.is_empty()).map(|(_, v)| &mut **v).collect();
     let draws = draw(plan, &targets, seed);
     let mut values: Values = draws.iter().map(|d| ((d.target, d.index), slots[d.target][d.index].to_bits() as u64)).collect();
@@ -420,12 +424,23 @@ mod tests {
         let mut a = vec![1.0f32; 100];
         let mut b = vec![-2.0f32; 10];
         let mut t: Vec<(&str, &mut [f32])> = vec![("a", &mut a), ("b", &mut b)];
-        let p = Plan { model: FaultModel { mode: Mode::BitRange { first: Some(9), last: Some(31), burst: 2 }, allow_sign_change: false, ..Default::default() }, ..plan(20, 1.0, Sampling::PerTensor) };
+        let p = Plan {
+            model: FaultModel {
+                mode: Mode::BitRange { first: Some(9), last: Some(31), burst: 2 },
+                allow_sign_change: false,
+                ..Default::default()
+            },
+            ..plan(20, 1.0, Sampling::PerTensor)
+        };
         let recs = inject_f32(&p, &mut t, 7);
         assert_eq!(recs.len(), 20);
         let changed: std::collections::HashSet<(String, usize)> = recs.iter().map(|r| (r.dataset.clone(), r.index)).collect();
         for (i, v) in a.iter().enumerate() {
-            assert_eq!(*v != 1.0, changed.contains(&("a".to_string(), i)) && recs.iter().rev().find(|r| r.dataset == "a" && r.index == i).is_some_and(|r| r.new_bits != "0x3f800000"));
+            assert_eq!(
+                *v != 1.0,
+                changed.contains(&("a".to_string(), i))
+                    && recs.iter().rev().find(|r| r.dataset == "a" && r.index == i).is_some_and(|r| r.new_bits != "0x3f800000")
+            );
         }
         assert!(recs.iter().all(|r| r.bits_ieee.len() == 2 && r.bits_reference.iter().all(|&b| b >= 9)));
     }

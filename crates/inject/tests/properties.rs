@@ -167,7 +167,9 @@ fn corruption_count_is_binomial() {
     let t = targets(&[1000]);
     let n = 2000u64;
     for p in [0.01, 0.1, 0.5, 0.9] {
-        let counts: Vec<f64> = (0..40).map(|seed| run::draw(&plan(n, p, Sampling::PerTensor), &t, seed).iter().filter(|d| d.selected).count() as f64).collect();
+        let counts: Vec<f64> = (0..40)
+            .map(|seed| run::draw(&plan(n, p, Sampling::PerTensor), &t, seed).iter().filter(|d| d.selected).count() as f64)
+            .collect();
         let (mean, var) = (n as f64 * p, n as f64 * p * (1.0 - p));
         for c in &counts {
             assert!((c - mean).abs() < 4.0 * var.sqrt(), "p={p}: count {c}, mean {mean}");
@@ -220,7 +222,10 @@ fn sampling_is_uniform() {
 #[test]
 fn same_seed_same_corruption() {
     let values: Vec<f32> = (0..500).map(|i| i as f32 * 0.01 - 2.0).collect();
-    let p = Plan { model: FaultModel { mode: Mode::BitRange { first: Some(1), last: Some(20), burst: 2 }, ..Default::default() }, ..plan(300, 0.7, Sampling::PerElement) };
+    let p = Plan {
+        model: FaultModel { mode: Mode::BitRange { first: Some(1), last: Some(20), burst: 2 }, ..Default::default() },
+        ..plan(300, 0.7, Sampling::PerElement)
+    };
     let go = |seed| {
         let mut a = values.clone();
         let r = resilab_inject::inject_f32(&p, &mut [("a", &mut a[..])], seed);

@@ -18,11 +18,14 @@ pub fn relu_grad_new(y: &[f32], dy: &[f32]) -> Vec<f32> {
     const RUN: usize = 1 << 14;
     Out::New(y.len().min(dy.len())).write(RUN, |i, out| {
         let (y, dy) = (&y[i * RUN..][..out.len()], &dy[i * RUN..][..out.len()]);
-        vectorized(#[inline(always)] || {
-            for ((o, &yv), &d) in out.iter_mut().zip(y).zip(dy) {
-                *o = if yv <= 0.0 { 0.0 } else { d };
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((o, &yv), &d) in out.iter_mut().zip(y).zip(dy) {
+                    *o = if yv <= 0.0 { 0.0 } else { d };
+                }
+            },
+        );
     })
 }
 

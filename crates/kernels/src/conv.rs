@@ -248,54 +248,57 @@ impl Conv2d {
         let [oh, ow] = self.out_hw();
         let (p, hw, s, kk) = (oh * ow, self.h * self.w, self.stride[1], self.kernel[0] * self.kernel[1]);
         let mut rows = col.chunks_mut(ld).take(self.k()).map(|row| &mut row[..p]);
-        vectorized(#[inline(always)] || {
-            for plane in x.chunks_exact(hw).take(self.c_in) {
-                match &taps.table {
-                    Some(table) => {
-                        for (dst, tap) in rows.by_ref().take(kk).zip(table.chunks_exact(p)) {
-                            dst.iter_mut().zip(tap).for_each(|(d, &i)| *d = plane.get(i).copied().unwrap_or(0.0));
+        vectorized(
+            #[inline(always)]
+            || {
+                for plane in x.chunks_exact(hw).take(self.c_in) {
+                    match &taps.table {
+                        Some(table) => {
+                            for (dst, tap) in rows.by_ref().take(kk).zip(table.chunks_exact(p)) {
+                                dst.iter_mut().zip(tap).for_each(|(d, &i)| *d = plane.get(i).copied().unwrap_or(0.0));
+                            }
                         }
-                    }
-                    None => {
-                        for (dst, run) in rows.by_ref().take(kk).zip(&taps.runs) {
-                            let ((ylo, yhi), (xlo, xhi)) = (run.y, run.x);
-                            if xlo == xhi || ylo == yhi {
-                                dst.fill(0.0);
-                                continue;
-                            }
-                            if let Some((lo, hi, from)) = run.shifted {
-                                // One copy for all rows, then the columns that wrapped round
-                                // from the neighbouring rows are zeroed.
-                                dst[..lo].fill(0.0);
-                                dst[hi..].fill(0.0);
-                                dst[lo..hi].copy_from_slice(&plane[from..][..hi - lo]);
-                                if xlo > 0 || xhi < ow {
-                                    for line in dst.chunks_exact_mut(ow).take(yhi).skip(ylo) {
-                                        line[..xlo].fill(0.0);
-                                        line[xhi..].fill(0.0);
-                                    }
+                        None => {
+                            for (dst, run) in rows.by_ref().take(kk).zip(&taps.runs) {
+                                let ((ylo, yhi), (xlo, xhi)) = (run.y, run.x);
+                                if xlo == xhi || ylo == yhi {
+                                    dst.fill(0.0);
+                                    continue;
                                 }
-                                continue;
-                            }
-                            dst[..ylo * ow].fill(0.0);
-                            dst[yhi * ow..].fill(0.0);
-                            let step = self.stride[0] * self.w;
-                            for (oy, line) in dst.chunks_exact_mut(ow).enumerate().take(yhi).skip(ylo) {
-                                line[..xlo].fill(0.0);
-                                line[xhi..].fill(0.0);
-                                let src = &plane[run.from + (oy - ylo) * step..];
-                                let line = &mut line[xlo..xhi];
-                                if s == 1 {
-                                    line.copy_from_slice(&src[..line.len()]);
-                                } else {
-                                    line.iter_mut().zip(src.iter().step_by(s)).for_each(|(d, v)| *d = *v);
+                                if let Some((lo, hi, from)) = run.shifted {
+                                    // One copy for all rows, then the columns that wrapped round
+                                    // from the neighbouring rows are zeroed.
+                                    dst[..lo].fill(0.0);
+                                    dst[hi..].fill(0.0);
+                                    dst[lo..hi].copy_from_slice(&plane[from..][..hi - lo]);
+                                    if xlo > 0 || xhi < ow {
+                                        for line in dst.chunks_exact_mut(ow).take(yhi).skip(ylo) {
+                                            line[..xlo].fill(0.0);
+                                            line[xhi..].fill(0.0);
+                                        }
+                                    }
+                                    continue;
+                                }
+                                dst[..ylo * ow].fill(0.0);
+                                dst[yhi * ow..].fill(0.0);
+                                let step = self.stride[0] * self.w;
+                                for (oy, line) in dst.chunks_exact_mut(ow).enumerate().take(yhi).skip(ylo) {
+                                    line[..xlo].fill(0.0);
+                                    line[xhi..].fill(0.0);
+                                    let src = &plane[run.from + (oy - ylo) * step..];
+                                    let line = &mut line[xlo..xhi];
+                                    if s == 1 {
+                                        line.copy_from_slice(&src[..line.len()]);
+                                    } else {
+                                        line.iter_mut().zip(src.iter().step_by(s)).for_each(|(d, v)| *d = *v);
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
     }
 
     /// Adds the `K x P` matrix at the start of `col`, rows `ld` apart, back onto one image's
@@ -305,51 +308,54 @@ impl Conv2d {
         let [oh, ow] = self.out_hw();
         let (p, hw, s, kk) = (oh * ow, self.h * self.w, self.stride[1], self.kernel[0] * self.kernel[1]);
         let mut rows = col.chunks_mut(ld).take(self.k()).map(|row| &mut row[..p]);
-        vectorized(#[inline(always)] || {
-            for plane in dx.chunks_exact_mut(hw).take(self.c_in) {
-                match taps.table.as_ref().filter(|_| p <= SCATTER_POSITIONS) {
-                    Some(table) => {
-                        for (src, tap) in rows.by_ref().take(kk).zip(table.chunks_exact(p)) {
-                            src.iter().zip(tap).for_each(|(v, &i)| {
-                                if let Some(d) = plane.get_mut(i) {
-                                    *d += *v;
-                                }
-                            });
-                        }
-                    }
-                    None => {
-                        for (src, run) in rows.by_ref().take(kk).zip(&taps.runs) {
-                            let ((ylo, yhi), (xlo, xhi)) = (run.y, run.x);
-                            if xlo == xhi || ylo == yhi {
-                                continue;
-                            }
-                            if let Some((lo, hi, to)) = run.shifted {
-                                // Zero the entries on padding columns, then one addition for
-                                // all rows.
-                                if xlo > 0 || xhi < ow {
-                                    for line in src.chunks_exact_mut(ow).take(yhi).skip(ylo) {
-                                        line[..xlo].fill(0.0);
-                                        line[xhi..].fill(0.0);
+        vectorized(
+            #[inline(always)]
+            || {
+                for plane in dx.chunks_exact_mut(hw).take(self.c_in) {
+                    match taps.table.as_ref().filter(|_| p <= SCATTER_POSITIONS) {
+                        Some(table) => {
+                            for (src, tap) in rows.by_ref().take(kk).zip(table.chunks_exact(p)) {
+                                src.iter().zip(tap).for_each(|(v, &i)| {
+                                    if let Some(d) = plane.get_mut(i) {
+                                        *d += *v;
                                     }
-                                }
-                                plane[to..][..hi - lo].iter_mut().zip(&src[lo..hi]).for_each(|(d, v)| *d += *v);
-                                continue;
+                                });
                             }
-                            let step = self.stride[0] * self.w;
-                            for (oy, line) in src.chunks_exact(ow).enumerate().take(yhi).skip(ylo) {
-                                let dst = &mut plane[run.from + (oy - ylo) * step..];
-                                let line = &line[xlo..xhi];
-                                if s == 1 {
-                                    dst[..line.len()].iter_mut().zip(line).for_each(|(d, v)| *d += *v);
-                                } else {
-                                    dst.iter_mut().step_by(s).zip(line).for_each(|(d, v)| *d += *v);
+                        }
+                        None => {
+                            for (src, run) in rows.by_ref().take(kk).zip(&taps.runs) {
+                                let ((ylo, yhi), (xlo, xhi)) = (run.y, run.x);
+                                if xlo == xhi || ylo == yhi {
+                                    continue;
+                                }
+                                if let Some((lo, hi, to)) = run.shifted {
+                                    // Zero the entries on padding columns, then one addition for
+                                    // all rows.
+                                    if xlo > 0 || xhi < ow {
+                                        for line in src.chunks_exact_mut(ow).take(yhi).skip(ylo) {
+                                            line[..xlo].fill(0.0);
+                                            line[xhi..].fill(0.0);
+                                        }
+                                    }
+                                    plane[to..][..hi - lo].iter_mut().zip(&src[lo..hi]).for_each(|(d, v)| *d += *v);
+                                    continue;
+                                }
+                                let step = self.stride[0] * self.w;
+                                for (oy, line) in src.chunks_exact(ow).enumerate().take(yhi).skip(ylo) {
+                                    let dst = &mut plane[run.from + (oy - ylo) * step..];
+                                    let line = &line[xlo..xhi];
+                                    if s == 1 {
+                                        dst[..line.len()].iter_mut().zip(line).for_each(|(d, v)| *d += *v);
+                                    } else {
+                                        dst.iter_mut().step_by(s).zip(line).for_each(|(d, v)| *d += *v);
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
     }
 
     /// At stride 1 with as many output columns as input columns, output `d = oy * ow + ox` of
@@ -445,18 +451,21 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu:
             }
         }
         if bias.is_some() || relu {
-            vectorized(#[inline(always)] || {
-                for y in ys.chunks_exact_mut(image_out) {
-                    for (o, plane) in y.chunks_exact_mut(p).enumerate() {
-                        let b = bias.map_or(0.0, |b| b[o]);
-                        match (bias.is_some(), relu) {
-                            (true, false) => plane.iter_mut().for_each(|v| *v += b),
-                            (true, true) => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v + b)),
-                            _ => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v)),
+            vectorized(
+                #[inline(always)]
+                || {
+                    for y in ys.chunks_exact_mut(image_out) {
+                        for (o, plane) in y.chunks_exact_mut(p).enumerate() {
+                            let b = bias.map_or(0.0, |b| b[o]);
+                            match (bias.is_some(), relu) {
+                                (true, false) => plane.iter_mut().for_each(|v| *v += b),
+                                (true, true) => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v + b)),
+                                _ => plane.iter_mut().for_each(|v| *v = crate::act::relu(*v)),
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
         }
     }))
 }
@@ -548,7 +557,12 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
                     s.im2col(&taps, &x[n * image_in..][..image_in], &mut col[i * p..], ld);
                 }
                 s.stage(dy, images, wide);
-                matmul(weight_view(acc, s.c_out, k, transposed), MatRef::row_major(wide, s.c_out, ld), MatRef::transposed(col, ld, k), false);
+                matmul(
+                    weight_view(acc, s.c_out, k, transposed),
+                    MatRef::row_major(wide, s.c_out, ld),
+                    MatRef::transposed(col, ld, k),
+                    false,
+                );
             });
             return;
         }
@@ -581,11 +595,14 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
         partials.par_iter_mut().enumerate().for_each(|(c, b)| partial(c, &mut b[..nw]));
         let Some((sum, rest)) = partials.split_first_mut() else { return };
         let sum = &mut sum[..nw];
-        vectorized(#[inline(always)] || {
-            for b in rest.iter() {
-                sum.iter_mut().zip(&b[..nw]).for_each(|(d, v)| *d += v);
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for b in rest.iter() {
+                    sum.iter_mut().zip(&b[..nw]).for_each(|(d, v)| *d += v);
+                }
+            },
+        );
         if transposed {
             for (j, column) in sum.chunks_exact(s.c_out).enumerate() {
                 for (o, v) in column.iter().enumerate() {
@@ -621,7 +638,10 @@ pub fn channel_sums(t: &[f32], channels: usize, plane: usize) -> Vec<f32> {
     if image == 0 {
         return vec![0.0; channels];
     }
-    (0..channels).into_par_iter().map(|c| t.chunks_exact(image).map(|im| im[c * plane..][..plane].iter().sum::<f32>()).fold(0.0, |d, v| d + v)).collect()
+    (0..channels)
+        .into_par_iter()
+        .map(|c| t.chunks_exact(image).map(|im| im[c * plane..][..plane].iter().sum::<f32>()).fold(0.0, |d, v| d + v))
+        .collect()
 }
 
 #[cfg(test)]
@@ -689,7 +709,13 @@ mod tests {
     }
 
     /// `[batch, c_in, c_out]`, `[h, w]`, kernel, `[stride, dilation]`, padding.
-    fn shape([batch, c_in, c_out]: [usize; 3], [h, w]: [usize; 2], kernel: [usize; 2], [stride, dilation]: [usize; 2], padding: [usize; 2]) -> Conv2d {
+    fn shape(
+        [batch, c_in, c_out]: [usize; 3],
+        [h, w]: [usize; 2],
+        kernel: [usize; 2],
+        [stride, dilation]: [usize; 2],
+        padding: [usize; 2],
+    ) -> Conv2d {
         Conv2d { batch, c_in, h, w, c_out, kernel, stride: [stride, stride], padding, dilation: [dilation, dilation] }
     }
 
@@ -783,7 +809,10 @@ mod tests {
     #[test]
     fn bad_shapes_and_buffers_name_what_is_wrong() {
         let s = shape([1, 1, 1], [2, 2], [5, 5], [1, 1], [0, 0]);
-        assert_eq!(forward(&s, &[0.0; 4], &[0.0; 25], None, &mut []), Err(ShapeError::Shape(Box::new(s), "kernel larger than the padded input")));
+        assert_eq!(
+            forward(&s, &[0.0; 4], &[0.0; 25], None, &mut []),
+            Err(ShapeError::Shape(Box::new(s), "kernel larger than the padded input"))
+        );
         let s = shape([2, 1, 1], [4, 4], [3, 3], [1, 1], [1, 1]);
         let err = weight_grad(&s, &[0.0; 32], &[0.0; 31], &mut [0.0; 9], None).unwrap_err();
         assert!(err.to_string().contains("output gradient holds 31 values, the shape needs 32"), "{err}");

@@ -78,7 +78,12 @@ fn transpose_new(t: &[f32], rows: usize, cols: usize, f: impl Fn(usize, f32) -> 
 impl Linear {
     /// Checks the lengths of a `batch x d_in` buffer (`input`), the weight and a `batch x
     /// d_out` buffer (`output`), each given as `(name, length)` where the caller has one.
-    fn check(&self, input: Option<(&'static str, usize)>, weight: Option<usize>, output: Option<(&'static str, usize)>) -> Result<(), LengthError> {
+    fn check(
+        &self,
+        input: Option<(&'static str, usize)>,
+        weight: Option<usize>,
+        output: Option<(&'static str, usize)>,
+    ) -> Result<(), LengthError> {
         if let Some((name, len)) = input {
             check(name, len, self.batch * self.d_in)?;
         }
@@ -155,13 +160,16 @@ pub fn weight_grad_new(s: &Linear, x: &[f32], dy: &[f32]) -> Result<Vec<f32>, Le
 pub fn bias_grad(s: &Linear, dy: &[f32]) -> Result<Vec<f32>, LengthError> {
     s.check(None, None, Some(("output gradient", dy.len())))?;
     let mut sums = vec![0.0f32; s.d_out];
-    vectorized(#[inline(always)] || {
-        for row in dy.chunks_exact(s.d_out.max(1)) {
-            for (d, &v) in sums.iter_mut().zip(row) {
-                *d += v;
+    vectorized(
+        #[inline(always)]
+        || {
+            for row in dy.chunks_exact(s.d_out.max(1)) {
+                for (d, &v) in sums.iter_mut().zip(row) {
+                    *d += v;
+                }
             }
-        }
-    });
+        },
+    );
     Ok(sums)
 }
 
@@ -225,7 +233,8 @@ mod tests {
         assert_eq!(block_rows(530, 3 * 1500), 144);
         let s = SHAPES[3];
         let (x, w, dy) = (values(s.batch * s.d_in, 0.2), values(s.d_out * s.d_in, 0.4), values(s.batch * s.d_out, 0.6));
-        let run = || (forward_new(&s, &x, &w, None, true).unwrap(), input_grad_new(&s, &dy, &w).unwrap(), weight_grad_new(&s, &x, &dy).unwrap());
+        let run =
+            || (forward_new(&s, &x, &w, None, true).unwrap(), input_grad_new(&s, &dy, &w).unwrap(), weight_grad_new(&s, &x, &dy).unwrap());
         let at = |threads: usize| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(run);
         let bits = |r: (Vec<f32>, Vec<f32>, Vec<f32>)| [r.0, r.1, r.2].map(|v| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>());
         assert_eq!(bits(at(1)), bits(at(3)));

@@ -88,7 +88,15 @@ pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu:
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, residual: Option<&[f32]>) -> Result<(Vec<f32>, Stats), NormError> {
+pub fn forward_new(
+    s: &Norm,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f64,
+    relu: bool,
+    residual: Option<&[f32]>,
+) -> Result<(Vec<f32>, Stats), NormError> {
     if let Some(r) = residual {
         s.check("residual", r.len(), s.values())?;
     }
@@ -96,7 +104,16 @@ pub fn forward_new(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, r
 }
 
 #[allow(clippy::too_many_arguments)] // as `forward`, with the residual and the output
-fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, residual: Option<&[f32]>, y: Out<'_>) -> Result<(Vec<f32>, Stats), NormError> {
+fn forward_to(
+    s: &Norm,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f64,
+    relu: bool,
+    residual: Option<&[f32]>,
+    y: Out<'_>,
+) -> Result<(Vec<f32>, Stats), NormError> {
     s.check("input", x.len(), s.values())?;
     s.check("output", y.len(), s.values())?;
     s.check("gamma", gamma.len(), s.channels)?;
@@ -105,22 +122,25 @@ fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: 
     let stats: Vec<(f32, f32, f32)> = (0..s.channels)
         .into_par_iter()
         .map(|c| {
-            vectorized(#[inline(always)] || {
-                let mut sum = Sums::<1>::default();
-                for p in s.planes(x, c) {
-                    sum.add(p, |v| [v.map(f64::from)]);
-                }
-                let mean = sum.totals()[0] / m;
-                let mut sq = Sums::<1>::default();
-                for p in s.planes(x, c) {
-                    sq.add(p, |v| [v.map(|v| (f64::from(v) - mean).powi(2))]);
-                }
-                // 1/std from the variance as stored, in f32 (as PyTorch's CPU kernel has it): a
-                // variance past f32's range gives 1/std = 0, so the channel outputs its shift,
-                // never a subnormal scale.
-                let var = (sq.totals()[0] / m) as f32;
-                (mean as f32, var, (1.0 / (f64::from(var) + eps).sqrt()) as f32)
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    let mut sum = Sums::<1>::default();
+                    for p in s.planes(x, c) {
+                        sum.add(p, |v| [v.map(f64::from)]);
+                    }
+                    let mean = sum.totals()[0] / m;
+                    let mut sq = Sums::<1>::default();
+                    for p in s.planes(x, c) {
+                        sq.add(p, |v| [v.map(|v| (f64::from(v) - mean).powi(2))]);
+                    }
+                    // 1/std from the variance as stored, in f32 (as PyTorch's CPU kernel has it): a
+                    // variance past f32's range gives 1/std = 0, so the channel outputs its shift,
+                    // never a subnormal scale.
+                    let var = (sq.totals()[0] / m) as f32;
+                    (mean as f32, var, (1.0 / (f64::from(var) + eps).sqrt()) as f32)
+                },
+            )
         })
         .collect();
     let step = s.channels * s.plane;
@@ -130,12 +150,19 @@ fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: 
         let (scale, shift) = (gamma[c] * inv_std, beta[c] - gamma[c] * inv_std * mean);
         let at = (i / s.channels) * step + c * s.plane;
         let src = &x[at..][..s.plane];
-        vectorized(#[inline(always)] || match (relu, residual) {
-            (false, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift),
-            (true, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = crate::act::relu(v * scale + shift)),
-            (false, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = (v * scale + shift) + r),
-            (true, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = crate::act::relu((v * scale + shift) + r)),
-        });
+        vectorized(
+            #[inline(always)]
+            || match (relu, residual) {
+                (false, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * scale + shift),
+                (true, None) => out.iter_mut().zip(src).for_each(|(o, &v)| *o = crate::act::relu(v * scale + shift)),
+                (false, Some(r)) => out.iter_mut().zip(src).zip(&r[at..][..s.plane]).for_each(|((o, &v), &r)| *o = (v * scale + shift) + r),
+                (true, Some(r)) => out
+                    .iter_mut()
+                    .zip(src)
+                    .zip(&r[at..][..s.plane])
+                    .for_each(|((o, &v), &r)| *o = crate::act::relu((v * scale + shift) + r)),
+            },
+        );
     });
     let stats = Stats {
         mean: stats.iter().map(|s| s.0).collect(),
@@ -151,7 +178,18 @@ fn forward_to(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: 
 /// # Errors
 /// When a buffer's length does not match the shape.
 #[allow(clippy::too_many_arguments)] // the op's inputs and outputs, each a plain slice
-pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dx: &mut [f32], dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<(), NormError> {
+pub fn backward(
+    s: &Norm,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    gamma: &[f32],
+    stats: &Stats,
+    relu: bool,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) -> Result<(), NormError> {
     backward_to(s, x, y, dy, gamma, stats, relu, Out::Into(dx), dgamma, dbeta).map(drop)
 }
 
@@ -160,16 +198,43 @@ pub fn backward(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats
 /// # Errors
 /// When a buffer's length does not match the shape.
 #[allow(clippy::too_many_arguments)] // as `backward`
-pub fn backward_new(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<Vec<f32>, NormError> {
+pub fn backward_new(
+    s: &Norm,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    gamma: &[f32],
+    stats: &Stats,
+    relu: bool,
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) -> Result<Vec<f32>, NormError> {
     backward_to(s, x, y, dy, gamma, stats, relu, Out::New(s.values()), dgamma, dbeta)
 }
 
 #[allow(clippy::too_many_arguments)] // as `backward`
-fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats: &Stats, relu: bool, dx: Out<'_>, dgamma: &mut [f32], dbeta: &mut [f32]) -> Result<Vec<f32>, NormError> {
+fn backward_to(
+    s: &Norm,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    gamma: &[f32],
+    stats: &Stats,
+    relu: bool,
+    dx: Out<'_>,
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) -> Result<Vec<f32>, NormError> {
     for (name, len) in [("input", x.len()), ("output", y.len()), ("output gradient", dy.len()), ("input gradient", dx.len())] {
         s.check(name, len, s.values())?;
     }
-    for (name, len) in [("gamma", gamma.len()), ("gamma gradient", dgamma.len()), ("beta gradient", dbeta.len()), ("mean", stats.mean.len()), ("inv_std", stats.inv_std.len())] {
+    for (name, len) in [
+        ("gamma", gamma.len()),
+        ("gamma gradient", dgamma.len()),
+        ("beta gradient", dbeta.len()),
+        ("mean", stats.mean.len()),
+        ("inv_std", stats.inv_std.len()),
+    ] {
         s.check(name, len, s.channels)?;
     }
     let g = |yv: f32, d: f32| if relu && yv <= 0.0 { 0.0 } else { d };
@@ -177,17 +242,20 @@ fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats:
         .into_par_iter()
         .map(|c| {
             let (mean, inv_std) = (stats.mean[c], stats.inv_std[c]);
-            vectorized(#[inline(always)] || {
-                let mut sums = Sums::<2>::default();
-                for ((xp, yp), dp) in s.planes(x, c).zip(s.planes(y, c)).zip(s.planes(dy, c)) {
-                    sums.add3(xp, yp, dp, |xv, yv, d| {
-                        let gv: [f64; LANES] = std::array::from_fn(|l| f64::from(g(yv[l], d[l])));
-                        [gv, std::array::from_fn(|l| gv[l] * f64::from((xv[l] - mean) * inv_std))]
-                    });
-                }
-                let [sum, dot] = sums.totals();
-                (sum as f32, dot as f32)
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    let mut sums = Sums::<2>::default();
+                    for ((xp, yp), dp) in s.planes(x, c).zip(s.planes(y, c)).zip(s.planes(dy, c)) {
+                        sums.add3(xp, yp, dp, |xv, yv, d| {
+                            let gv: [f64; LANES] = std::array::from_fn(|l| f64::from(g(yv[l], d[l])));
+                            [gv, std::array::from_fn(|l| gv[l] * f64::from((xv[l] - mean) * inv_std))]
+                        });
+                    }
+                    let [sum, dot] = sums.totals();
+                    (sum as f32, dot as f32)
+                },
+            )
         })
         .collect();
     for (c, &(sum, dot)) in sums.iter().enumerate() {
@@ -202,12 +270,15 @@ fn backward_to(s: &Norm, x: &[f32], y: &[f32], dy: &[f32], gamma: &[f32], stats:
         let k = gamma[c] * inv_std / m;
         let at = n * step + c * s.plane;
         let (xp, yp, dp) = (&x[at..][..s.plane], &y[at..][..s.plane], &dy[at..][..s.plane]);
-        vectorized(#[inline(always)] || {
-            for (((o, &xv), &yv), &d) in out.iter_mut().zip(xp).zip(yp).zip(dp) {
-                let xhat = (xv - mean) * inv_std;
-                *o = k * (m * g(yv, d) - sum - xhat * dot);
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for (((o, &xv), &yv), &d) in out.iter_mut().zip(xp).zip(yp).zip(dp) {
+                    let xhat = (xv - mean) * inv_std;
+                    *o = k * (m * g(yv, d) - sum - xhat * dot);
+                }
+            },
+        );
     }))
 }
 

@@ -99,20 +99,26 @@ impl SgdRun {
     }
 
     fn apply<const WD: bool, const FIRST: bool, const KEEP: bool, const NEST: bool>(self, p: &mut [f32], g: &[f32], b: &mut [f32]) {
-        vectorized(#[inline(always)] || {
-            for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
-                (*p, *b) = self.step::<WD, FIRST, KEEP, NEST>(*p, g, *b);
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
+                    (*p, *b) = self.step::<WD, FIRST, KEEP, NEST>(*p, g, *b);
+                }
+            },
+        );
     }
 
     fn plain<const WD: bool>(self, p: &mut [f32], g: &[f32]) {
-        vectorized(#[inline(always)] || {
-            for (p, &g) in p.iter_mut().zip(g) {
-                let g = if WD { g + *p * self.decay } else { g };
-                *p -= g * self.lr;
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for (p, &g) in p.iter_mut().zip(g) {
+                    let g = if WD { g + *p * self.decay } else { g };
+                    *p -= g * self.lr;
+                }
+            },
+        );
     }
 }
 
@@ -153,15 +159,18 @@ pub fn sgd(s: &Sgd, param: &mut [f32], grad: &[f32], buf: Option<&mut [f32]>, st
 /// Adam's loop with its choices as const parameters (see [`SgdRun`]).
 fn adam_run<const WD: bool, const FIRST: bool>(a: Adam, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
     let decay = a.weight_decay.unwrap_or(0.0);
-    vectorized(#[inline(always)] || {
-        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-            let g = if WD { g + *p * decay } else { g };
-            let (gm, gv) = (g * a.one_minus_beta1, (g * g) * a.one_minus_beta2);
-            (*m, *v) = if FIRST { (gm, gv) } else { (*m * a.beta1 + gm, *v * a.beta2 + gv) };
-            let denom = (*v / a.correction2).sqrt() + a.eps;
-            *p -= (*m / denom) * a.step_size;
-        }
-    });
+    vectorized(
+        #[inline(always)]
+        || {
+            for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                let g = if WD { g + *p * decay } else { g };
+                let (gm, gv) = (g * a.one_minus_beta1, (g * g) * a.one_minus_beta2);
+                (*m, *v) = if FIRST { (gm, gv) } else { (*m * a.beta1 + gm, *v * a.beta2 + gv) };
+                let denom = (*v / a.correction2).sqrt() + a.eps;
+                *p -= (*m / denom) * a.step_size;
+            }
+        },
+    );
 }
 
 /// One Adam update of `param` with gradient `grad` and moments `m` (`exp_avg`) and `v`
@@ -274,7 +283,16 @@ mod tests {
         assert!(sgd(&s, &mut p, &[0.0; 3], Some(&mut [0.0; 4]), State::First).is_err());
         assert!(sgd(&s, &mut p, &[0.0; 4], Some(&mut [0.0; 5]), State::First).is_err());
         assert!(sgd(&s, &mut p, &[0.0; 4], None, State::First).is_err());
-        let a = Adam { beta1: 0.9, one_minus_beta1: 0.1, beta2: 0.99, one_minus_beta2: 0.01, correction2: 1.0, step_size: 1.0, eps: 1e-8, weight_decay: None };
+        let a = Adam {
+            beta1: 0.9,
+            one_minus_beta1: 0.1,
+            beta2: 0.99,
+            one_minus_beta2: 0.01,
+            correction2: 1.0,
+            step_size: 1.0,
+            eps: 1e-8,
+            weight_decay: None,
+        };
         assert!(adam(&a, &mut p, &[0.0; 4], &mut [0.0; 4], &mut [0.0; 3], State::First).is_err());
     }
 }

@@ -75,21 +75,24 @@ pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<()
     }
     y.par_chunks_mut(oh * ow).zip(arg.par_chunks_mut(oh * ow)).enumerate().for_each(|(i, (y, arg))| {
         let plane = &x[i * h * w..][..h * w];
-        vectorized(#[inline(always)] || {
-            for (oy, (yr, ar)) in y.chunks_exact_mut(ow).zip(arg.chunks_exact_mut(ow)).enumerate() {
-                let (top, bottom) = (&plane[2 * oy * w..][..2 * ow], &plane[(2 * oy + 1) * w..][..2 * ow]);
-                for (ox, (o, a)) in yr.iter_mut().zip(ar.iter_mut()).enumerate() {
-                    let window = [top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]];
-                    let (mut best, mut at) = (window[0], 0u8);
-                    for (j, &v) in (1u8..).zip(&window[1..]) {
-                        if v > best || v.is_nan() {
-                            (best, at) = (v, j);
+        vectorized(
+            #[inline(always)]
+            || {
+                for (oy, (yr, ar)) in y.chunks_exact_mut(ow).zip(arg.chunks_exact_mut(ow)).enumerate() {
+                    let (top, bottom) = (&plane[2 * oy * w..][..2 * ow], &plane[(2 * oy + 1) * w..][..2 * ow]);
+                    for (ox, (o, a)) in yr.iter_mut().zip(ar.iter_mut()).enumerate() {
+                        let window = [top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]];
+                        let (mut best, mut at) = (window[0], 0u8);
+                        for (j, &v) in (1u8..).zip(&window[1..]) {
+                            if v > best || v.is_nan() {
+                                (best, at) = (v, j);
+                            }
                         }
+                        (*o, *a) = (best, at);
                     }
-                    (*o, *a) = (best, at);
                 }
-            }
-        });
+            },
+        );
     });
     Ok(())
 }
@@ -121,22 +124,25 @@ fn backward_to(s: &Pool2, dy: &[f32], arg: &[u8], dx: Out<'_>) -> Result<Vec<f32
     }
     Ok(dx.write(h * w, |i, plane| {
         let (dy, arg) = (&dy[i * oh * ow..][..oh * ow], &arg[i * oh * ow..][..oh * ow]);
-        vectorized(#[inline(always)] || {
-            for (oy, rows) in plane.chunks_exact_mut(2 * w).enumerate().take(oh) {
-                let (top, bottom) = rows.split_at_mut(w);
-                let (dy, arg) = (&dy[oy * ow..][..ow], &arg[oy * ow..][..ow]);
-                for (ox, (&g, &a)) in dy.iter().zip(arg).enumerate() {
-                    let pick = |j: u8| if a == j { g } else { 0.0 };
-                    (top[2 * ox], top[2 * ox + 1]) = (pick(0), pick(1));
-                    (bottom[2 * ox], bottom[2 * ox + 1]) = (pick(2), pick(3));
+        vectorized(
+            #[inline(always)]
+            || {
+                for (oy, rows) in plane.chunks_exact_mut(2 * w).enumerate().take(oh) {
+                    let (top, bottom) = rows.split_at_mut(w);
+                    let (dy, arg) = (&dy[oy * ow..][..ow], &arg[oy * ow..][..ow]);
+                    for (ox, (&g, &a)) in dy.iter().zip(arg).enumerate() {
+                        let pick = |j: u8| if a == j { g } else { 0.0 };
+                        (top[2 * ox], top[2 * ox + 1]) = (pick(0), pick(1));
+                        (bottom[2 * ox], bottom[2 * ox + 1]) = (pick(2), pick(3));
+                    }
+                    // A dropped odd last column.
+                    top[2 * ow..].fill(0.0);
+                    bottom[2 * ow..].fill(0.0);
                 }
-                // A dropped odd last column.
-                top[2 * ow..].fill(0.0);
-                bottom[2 * ow..].fill(0.0);
-            }
-            // A dropped odd last row.
-            plane[2 * oh * w..].fill(0.0);
-        });
+                // A dropped odd last row.
+                plane[2 * oh * w..].fill(0.0);
+            },
+        );
     }))
 }
 
@@ -174,7 +180,11 @@ mod tests {
 
     #[test]
     fn forward_and_backward_follow_the_definition_on_odd_sizes_and_nans() {
-        for s in [Pool2 { batch: 2, channels: 3, h: 7, w: 9 }, Pool2 { batch: 1, channels: 5, h: 8, w: 6 }, Pool2 { batch: 3, channels: 1, h: 1, w: 4 }] {
+        for s in [
+            Pool2 { batch: 2, channels: 3, h: 7, w: 9 },
+            Pool2 { batch: 1, channels: 5, h: 8, w: 6 },
+            Pool2 { batch: 3, channels: 1, h: 1, w: 4 },
+        ] {
             let (nx, ny) = s.lens();
             let mut x = values(nx, 0.3);
             // Ties, and NaNs (one, and two in one window).
@@ -194,9 +204,17 @@ mod tests {
             for (g, &at) in dy.iter().zip(&want_at) {
                 want_dx[at] = *g;
             }
-            assert_eq!(dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
+            assert_eq!(
+                dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{s:?}"
+            );
             let dx = backward_new(&s, &dy, &arg).unwrap();
-            assert_eq!(dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{s:?}");
+            assert_eq!(
+                dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want_dx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{s:?}"
+            );
         }
     }
 

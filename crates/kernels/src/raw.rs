@@ -133,7 +133,16 @@ impl<'a> MatMut<'a> {
 /// # Panics
 /// When the shapes do not agree.
 pub fn matmul(dst: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    assert!(a.rows == dst.rows && b.cols == dst.cols && a.cols == b.rows, "matmul {}x{} = {}x{} * {}x{}", dst.rows, dst.cols, a.rows, a.cols, b.rows, b.cols);
+    assert!(
+        a.rows == dst.rows && b.cols == dst.cols && a.cols == b.rows,
+        "matmul {}x{} = {}x{} * {}x{}",
+        dst.rows,
+        dst.cols,
+        a.rows,
+        a.cols,
+        b.rows,
+        b.cols
+    );
     let (m, n, k) = (dst.rows, dst.cols, a.cols);
     if m == 0 || n == 0 {
         return;

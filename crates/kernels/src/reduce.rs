@@ -111,23 +111,26 @@ fn sum_range(out: &mut [f32], terms: &[&[f32]], divide: Option<f32>, scale: Opti
     let n = out.len();
     for_runs(n, out.par_chunks_mut(RUN).enumerate(), |(i, o)| {
         let at = i * RUN;
-        vectorized(#[inline(always)] || {
-            let first = &terms[0][at..at + o.len()];
-            match divide {
-                Some(d) => o.iter_mut().zip(first).for_each(|(o, &x)| *o = x / d),
-                None => o.copy_from_slice(first),
-            }
-            for t in &terms[1..] {
-                let t = &t[at..at + o.len()];
+        vectorized(
+            #[inline(always)]
+            || {
+                let first = &terms[0][at..at + o.len()];
                 match divide {
-                    Some(d) => o.iter_mut().zip(t).for_each(|(o, &x)| *o += x / d),
-                    None => o.iter_mut().zip(t).for_each(|(o, &x)| *o += x),
+                    Some(d) => o.iter_mut().zip(first).for_each(|(o, &x)| *o = x / d),
+                    None => o.copy_from_slice(first),
                 }
-            }
-            if let Some(s) = scale {
-                o.iter_mut().for_each(|o| *o *= s);
-            }
-        });
+                for t in &terms[1..] {
+                    let t = &t[at..at + o.len()];
+                    match divide {
+                        Some(d) => o.iter_mut().zip(t).for_each(|(o, &x)| *o += x / d),
+                        None => o.iter_mut().zip(t).for_each(|(o, &x)| *o += x),
+                    }
+                }
+                if let Some(s) = scale {
+                    o.iter_mut().for_each(|o| *o *= s);
+                }
+            },
+        );
     });
 }
 
@@ -163,7 +166,9 @@ mod tests {
         let lens = [3usize, 1, 70_001, 5, 300_000, 2];
         for k in [2usize, 3, 8] {
             let parts: Vec<Vec<Vec<f32>>> = (0..k)
-                .map(|r| lens.iter().enumerate().map(|(s, &n)| (0..n).map(|i| [1e8, 1.0, -1e8, 0.1, 3e38][(i + r + s) % 5]).collect()).collect())
+                .map(|r| {
+                    lens.iter().enumerate().map(|(s, &n)| (0..n).map(|i| [1e8, 1.0, -1e8, 0.1, 3e38][(i + r + s) % 5]).collect()).collect()
+                })
                 .collect();
             let views: Vec<Vec<&[f32]>> = parts.iter().map(|p| p.iter().map(|v| &v[..]).collect()).collect();
             for order in [Order::Ranks, Order::Ring] {
@@ -180,8 +185,11 @@ mod tests {
     fn sums_add_the_parts_in_order() {
         // 1e8 + 1 - 1e8 is 0 in f32 when added left to right, 1 in another order.
         let lens = [2usize, 300_001];
-        let parts: Vec<Vec<Vec<f32>>> =
-            [1e8f32, 1.0, -1e8, 0.1].iter().enumerate().map(|(r, &x)| lens.iter().map(|&n| (0..n).map(|i| if i % 3 == 0 { x } else { x * (r + i) as f32 }).collect()).collect()).collect();
+        let parts: Vec<Vec<Vec<f32>>> = [1e8f32, 1.0, -1e8, 0.1]
+            .iter()
+            .enumerate()
+            .map(|(r, &x)| lens.iter().map(|&n| (0..n).map(|i| if i % 3 == 0 { x } else { x * (r + i) as f32 }).collect()).collect())
+            .collect();
         let views: Vec<Vec<&[f32]>> = parts.iter().map(|p| p.iter().map(|v| &v[..]).collect()).collect();
         let got = sum(&views).unwrap();
         for (s, seg) in got.iter().enumerate() {

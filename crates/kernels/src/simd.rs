@@ -40,7 +40,13 @@ impl<const K: usize> Sums<K> {
     /// # Panics
     /// When the slices' lengths differ.
     #[inline(always)]
-    pub(crate) fn add3(&mut self, a: &[f32], b: &[f32], c: &[f32], f: impl Fn([f32; LANES], [f32; LANES], [f32; LANES]) -> [[f64; LANES]; K]) {
+    pub(crate) fn add3(
+        &mut self,
+        a: &[f32],
+        b: &[f32],
+        c: &[f32],
+        f: impl Fn([f32; LANES], [f32; LANES], [f32; LANES]) -> [[f64; LANES]; K],
+    ) {
         assert!(a.len() == b.len() && a.len() == c.len(), "slices of different lengths");
         let ((ca, ra), (cb, rb), (cc, rc)) = (a.as_chunks::<LANES>(), b.as_chunks::<LANES>(), c.as_chunks::<LANES>());
         for ((a, b), c) in ca.iter().zip(cb).zip(cc) {

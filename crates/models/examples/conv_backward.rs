@@ -91,7 +91,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let flex_dx = time_ms(&mut || drop(flex_input_grad().into_data()));
         let flex_dw = time_ms(&mut || drop(flex_weight_grad().into_data()));
 
-        let s = Conv2d { batch: BATCH, c_in: ci, h: hw, w: hw, c_out: co, kernel: [k, k], stride: [1, 1], padding: [pad, pad], dilation: [1, 1] };
+        let s = Conv2d {
+            batch: BATCH,
+            c_in: ci,
+            h: hw,
+            w: hw,
+            c_out: co,
+            kernel: [k, k],
+            stride: [1, 1],
+            padding: [pad, pad],
+            dilation: [1, 1],
+        };
         let (xs, ws, dys) = (host(x.clone())?, host(w.clone())?, host(dy.clone())?);
         let (nx, nw, ny) = s.lens();
         let (mut y, mut dx, mut dw) = (vec![0.0; ny], vec![0.0; nx], vec![0.0; nw]);
@@ -114,7 +124,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{shape:>18} ({gflop:.3} GFLOP): forward {flex_forward:6.2} -> {ours_forward:6.2} ms, input grad {flex_dx:6.2} -> \
              {ours_dx:6.2} ms, weight grad {flex_dw:6.2} -> {ours_dw:6.2} ms (flex -> resilab)"
         );
-        csv.push_str(&format!("{shape},{gflop:.4},{flex_forward:.3},{flex_dx:.3},{flex_dw:.3},{ours_forward:.3},{ours_dx:.3},{ours_dw:.3}\n"));
+        csv.push_str(&format!(
+            "{shape},{gflop:.4},{flex_forward:.3},{flex_dx:.3},{flex_dw:.3},{ours_forward:.3},{ours_dx:.3},{ours_dw:.3}\n"
+        ));
     }
     if let Some(path) = out {
         std::fs::write(path, csv).map_err(|e| format!("cannot write {path}: {e}"))?;

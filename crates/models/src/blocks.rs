@@ -57,11 +57,7 @@ impl ConvUnit {
     /// Builds the unit (zero-initialised parameters). `bias` adds a convolution bias (VGG and
     /// AlexNet keep it even with BatchNorm, as torchvision does; the ResNet stem has none).
     pub fn new(c_in: usize, c_out: usize, k: usize, bias: bool, batch_norm: bool, pool: bool, device: &Device) -> Self {
-        Self {
-            conv: conv(c_in, c_out, k, 1, bias, device),
-            bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)),
-            pool,
-        }
+        Self { conv: conv(c_in, c_out, k, 1, bias, device), bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)), pool }
     }
 
     fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
@@ -101,10 +97,8 @@ pub struct BasicBlock {
 impl BasicBlock {
     /// Builds a block from `c_in` to `c_out` channels with the given stride.
     pub fn new(c_in: usize, c_out: usize, stride: usize, device: &Device) -> Self {
-        let downsample = (stride != 1 || c_in != c_out).then(|| Downsample {
-            conv: conv(c_in, c_out, 1, stride, false, device),
-            bn: BatchNorm2d::new(c_out, device),
-        });
+        let downsample = (stride != 1 || c_in != c_out)
+            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride, false, device), bn: BatchNorm2d::new(c_out, device) });
         Self {
             conv1: conv(c_in, c_out, 3, stride, false, device),
             bn1: BatchNorm2d::new(c_out, device),

@@ -55,7 +55,11 @@ pub fn conv2d(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options:
 pub fn conv2d_then(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, options: ConvOptions<2>, relu: bool) -> Tensor<4> {
     let device = x.device().without_autodiff();
     let bias_fits = bias.as_ref().is_none_or(|b| b.dims() == [weight.dims()[0]] && b.dtype() == DType::F32);
-    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || shape(&x.dims(), &weight.dims(), &options).is_none() || x.dtype() != DType::F32 || !bias_fits {
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_))
+        || shape(&x.dims(), &weight.dims(), &options).is_none()
+        || x.dtype() != DType::F32
+        || !bias_fits
+    {
         let y = burn::tensor::module::conv2d(x, weight, bias, options);
         return if relu { burn::tensor::activation::relu(y) } else { y };
     }
@@ -69,11 +73,23 @@ pub fn conv2d_then(x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>, opt
 /// Training-mode batch normalisation of `x` (`[N, C, H, W]`), plus `residual` when given,
 /// followed, when `relu`, by a ReLU: `(output, batch mean, biased batch variance)`. One fused
 /// op on the flex device, Burn's `batch_norm_train` (then the addition and `relu`) elsewhere.
-pub fn batch_norm_train(x: Tensor<4>, gamma: Tensor<1>, beta: Tensor<1>, eps: f64, residual: Option<Tensor<4>>, relu: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+pub fn batch_norm_train(
+    x: Tensor<4>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    eps: f64,
+    residual: Option<Tensor<4>>,
+    relu: bool,
+) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
     let device = x.device().without_autodiff();
     let c = x.dims()[1];
     let fits = residual.as_ref().is_none_or(|r| r.dims() == x.dims() && r.dtype() == DType::F32);
-    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 || gamma.dims() != [c] || beta.dims() != [c] || !fits {
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_))
+        || x.dtype() != DType::F32
+        || gamma.dims() != [c]
+        || beta.dims() != [c]
+        || !fits
+    {
         let out = burn::tensor::module::batch_norm_train(x, gamma, beta, eps);
         let y = match residual {
             Some(r) => out.output + r,
@@ -166,7 +182,13 @@ pub trait ConvKernels: burn::backend::Backend {
     fn resilab_conv2d(x: FloatTensor<Self>, weight: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self>;
 
     /// The forward pass with a bias, then a ReLU when `relu`.
-    fn resilab_conv2d_bias(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self>;
+    fn resilab_conv2d_bias(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        relu: bool,
+    ) -> FloatTensor<Self>;
 
     /// Training-mode batch norm (then a ReLU when `relu`): output, batch mean, biased
     /// variance.
@@ -271,7 +293,14 @@ fn norm_shape(dims: &[usize]) -> Norm {
 }
 
 /// The fused forward pass on flex tensors: the output and the statistics.
-fn bn_forward(x: &FlexTensor, gamma: &FlexTensor, beta: &FlexTensor, eps: f64, residual: Option<&FlexTensor>, relu: bool) -> (FlexTensor, Stats) {
+fn bn_forward(
+    x: &FlexTensor,
+    gamma: &FlexTensor,
+    beta: &FlexTensor,
+    eps: f64,
+    residual: Option<&FlexTensor>,
+    relu: bool,
+) -> (FlexTensor, Stats) {
     let d = dims(x);
     let residual = residual.map(host);
     // The public wrapper checked the shapes (rank 4, gamma and beta of C values, a residual
@@ -317,13 +346,26 @@ fn vector(v: Vec<f32>) -> FlexTensor {
 }
 
 impl ConvKernels for Flex {
-    fn resilab_batch_norm_train(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, eps: f64, relu: bool) -> (FlexTensor, FlexTensor, FlexTensor) {
+    fn resilab_batch_norm_train(
+        x: FlexTensor,
+        gamma: FlexTensor,
+        beta: FlexTensor,
+        eps: f64,
+        relu: bool,
+    ) -> (FlexTensor, FlexTensor, FlexTensor) {
         let (x, gamma, beta) = (host(&x), host(&gamma), host(&beta));
         let (y, stats) = bn_forward(&x, &gamma, &beta, eps, None, relu);
         (y, vector(stats.mean), vector(stats.var))
     }
 
-    fn resilab_batch_norm_add_train(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, eps: f64, residual: FlexTensor, relu: bool) -> (FlexTensor, FlexTensor, FlexTensor) {
+    fn resilab_batch_norm_add_train(
+        x: FlexTensor,
+        gamma: FlexTensor,
+        beta: FlexTensor,
+        eps: f64,
+        residual: FlexTensor,
+        relu: bool,
+    ) -> (FlexTensor, FlexTensor, FlexTensor) {
         let (x, gamma, beta) = (host(&x), host(&gamma), host(&beta));
         let (y, stats) = bn_forward(&x, &gamma, &beta, eps, Some(&residual), relu);
         (y, vector(stats.mean), vector(stats.var))
@@ -355,11 +397,23 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
         autodiff_conv2d::<C>(x, weight, None, options, relu)
     }
 
-    fn resilab_conv2d_bias(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, options: ConvOptions<2>, relu: bool) -> FloatTensor<Self> {
+    fn resilab_conv2d_bias(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        options: ConvOptions<2>,
+        relu: bool,
+    ) -> FloatTensor<Self> {
         autodiff_conv2d::<C>(x, weight, Some(bias), options, relu)
     }
 
-    fn resilab_batch_norm_train(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, eps: f64, relu: bool) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+    fn resilab_batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         autodiff_batch_norm::<C>(x, gamma, beta, eps, None, relu)
     }
 
@@ -419,7 +473,8 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
                 let dy = host(&grads.consume::<Flex>(&ops.node));
                 let (arg, d) = ops.state;
                 let Some(node) = node else { return };
-                let dx = pool::backward_new(&pool_shape(&d), values(&dy), &arg).unwrap_or_else(|e| panic!("resilab max pool backward on the shape its forward pass took: {e}"));
+                let dx = pool::backward_new(&pool_shape(&d), values(&dy), &arg)
+                    .unwrap_or_else(|e| panic!("resilab max pool backward on the shape its forward pass took: {e}"));
                 grads.register::<Flex>(node.id, tensor(dx, [d[0], d[1], d[2], d[3]]));
             }
         }
@@ -479,12 +534,12 @@ type AdTensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
 /// The fused batch norm (plus residual, then ReLU) under autodiff, with its backward step.
 fn autodiff_batch_norm<C: CheckpointStrategy>(
-x: AdTensor<C>,
-gamma: AdTensor<C>,
-beta: AdTensor<C>,
-eps: f64,
-residual: Option<AdTensor<C>>,
-relu: bool,
+    x: AdTensor<C>,
+    gamma: AdTensor<C>,
+    beta: AdTensor<C>,
+    eps: f64,
+    residual: Option<AdTensor<C>>,
+    relu: bool,
 ) -> (AdTensor<C>, AdTensor<C>, AdTensor<C>) {
     /// The fused op's backward step: input, scale and shift gradients in two passes, and
     /// the residual's (its fourth parent, when it has one) in a third.
@@ -502,7 +557,11 @@ relu: bool,
             let d = dims(&x);
             let (s, c) = (norm_shape(&d), d[1]);
             if let Some(node) = node_r {
-                let dr = if relu { norm::residual_grad_new(&s, values(&y), values(&dy)).unwrap_or_else(|e| panic!("resilab batch norm backward: {e}")) } else { values(&dy).to_vec() };
+                let dr = if relu {
+                    norm::residual_grad_new(&s, values(&y), values(&dy)).unwrap_or_else(|e| panic!("resilab batch norm backward: {e}"))
+                } else {
+                    values(&dy).to_vec()
+                };
                 grads.register::<Flex>(node.id, tensor(dr, [d[0], d[1], d[2], d[3]]));
             }
             let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);

@@ -91,14 +91,7 @@ impl BatchNorm2d {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C, H, W]`
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        batch_norm(
-            x,
-            self.weight.val(),
-            self.bias.val(),
-            self.running_mean.val(),
-            self.running_var.val(),
-            BN_EPSILON,
-        )
+        batch_norm(x, self.weight.val(), self.bias.val(), self.running_mean.val(), self.running_var.val(), BN_EPSILON)
     }
 }
 
@@ -114,10 +107,7 @@ pub struct Linear {
 impl Linear {
     /// A zero-initialised layer (values are set by [`crate::init`]).
     pub fn new(d_in: usize, d_out: usize, device: &Device) -> Self {
-        Self {
-            weight: Param::from_tensor(Tensor::zeros([d_out, d_in], device)),
-            bias: Param::from_tensor(Tensor::zeros([d_out], device)),
-        }
+        Self { weight: Param::from_tensor(Tensor::zeros([d_out, d_in], device)), bias: Param::from_tensor(Tensor::zeros([d_out], device)) }
     }
 
     /// # Shapes
@@ -133,7 +123,11 @@ impl Linear {
     /// `[N, in] -> [N, out]`
     pub fn forward_then(&self, x: Tensor<2>, relu: bool) -> Tensor<2> {
         let (weight, bias) = (self.weight.val(), self.bias.val());
-        if crate::kernels::enabled() { crate::kernels::linear_then(x, weight, bias, relu) } else { crate::kernels::burn_linear(x, weight, bias, relu) }
+        if crate::kernels::enabled() {
+            crate::kernels::linear_then(x, weight, bias, relu)
+        } else {
+            crate::kernels::burn_linear(x, weight, bias, relu)
+        }
     }
 }
 

@@ -24,8 +24,8 @@ pub use blocks::{BasicBlock, Block, ConvUnit, Downsample, MlpHead, Mode, PoolHea
 pub use init::{init_parameters, stream_seed};
 pub use layers::{BN_EPSILON, BN_MOMENTUM, BatchNorm2d, Linear};
 pub use naming::{
-    LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param, is_trainable,
-    map_params, named_params, update_params,
+    LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param, is_trainable, map_params, named_params,
+    update_params,
 };
 pub use net::{Arch, BlockCost, InputShape, ModelConfig, Net};
 

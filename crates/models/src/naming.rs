@@ -71,19 +71,13 @@ pub fn burn_path_to_name(stack: &[(String, String)], block_names: &[String]) -> 
         }
         if name == "blocks"
             && container == "Struct:Net"
-            && let Some(block) = stack
-                .get(i + 1)
-                .and_then(|(idx, _)| idx.parse::<usize>().ok())
-                .and_then(|idx| block_names.get(idx))
+            && let Some(block) = stack.get(i + 1).and_then(|(idx, _)| idx.parse::<usize>().ok()).and_then(|idx| block_names.get(idx))
         {
             parts.push(block);
             i += 2;
             continue;
         }
-        let leaf = NAME_TABLE
-            .iter()
-            .find(|(burn, _)| *burn == name)
-            .map_or(name.as_str(), |(_, torch)| torch);
+        let leaf = NAME_TABLE.iter().find(|(burn, _)| *burn == name).map_or(name.as_str(), |(_, torch)| torch);
         parts.push(leaf);
         i += 1;
     }

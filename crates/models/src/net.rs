@@ -64,8 +64,7 @@ pub struct InputShape {
 }
 
 const VGG11: &[usize] = &[64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0];
-const VGG16: &[usize] =
-    &[64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
+const VGG16: &[usize] = &[64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
 
 impl ModelConfig {
     /// A short readable name such as `resnet20`, `vgg11-bn-w0.25` or `alexnet-w0.5`.
@@ -87,22 +86,13 @@ impl ModelConfig {
     /// Checks the configuration without building anything.
     pub fn validate(&self, input: InputShape, classes: usize) -> Result<()> {
         if !(self.width.is_finite() && self.width > 0.0 && self.width <= 16.0) {
-            return Err(Error::Config(format!(
-                "model.width = {} must be in (0, 16]",
-                self.width
-            )));
+            return Err(Error::Config(format!("model.width = {} must be in (0, 16]", self.width)));
         }
         if !matches!(input.channels, 1 | 3) {
-            return Err(Error::Config(format!(
-                "input channels = {} (allowed: 1, 3)",
-                input.channels
-            )));
+            return Err(Error::Config(format!("input channels = {} (allowed: 1, 3)", input.channels)));
         }
         if !(8..=64).contains(&input.size) {
-            return Err(Error::Config(format!(
-                "image size = {} (supported: 8 to 64; 28 and 32 are the tested sizes)",
-                input.size
-            )));
+            return Err(Error::Config(format!("image size = {} (supported: 8 to 64; 28 and 32 are the tested sizes)", input.size)));
         }
         if classes < 2 {
             return Err(Error::Config(format!("{classes} classes: need at least 2")));
@@ -117,17 +107,12 @@ impl ModelConfig {
             }
             (Arch::Vgg, Some(11 | 16)) => {}
             (Arch::Vgg, d) => {
-                return Err(Error::Config(format!(
-                    "model.depth = {d:?} for arch \"vgg\" (allowed: 11, 16)"
-                )));
+                return Err(Error::Config(format!("model.depth = {d:?} for arch \"vgg\" (allowed: 11, 16)")));
             }
             (Arch::Alexnet, _) => {}
         }
         if self.arch == Arch::Resnet && self.batch_norm == Some(false) {
-            return Err(Error::Config(
-                "model.batch_norm = false is not supported for resnet (BasicBlocks use BatchNorm)"
-                    .into(),
-            ));
+            return Err(Error::Config("model.batch_norm = false is not supported for resnet (BasicBlocks use BatchNorm)".into()));
         }
         Ok(())
     }
@@ -155,10 +140,7 @@ impl ModelConfig {
                     let out = self.ch(w);
                     for bi in 0..n {
                         let stride = if li > 0 && bi == 0 { 2 } else { 1 };
-                        push(
-                            format!("layer{}.{bi}", li + 1),
-                            Block::Basic(BasicBlock::new(c, out, stride, device)),
-                        );
+                        push(format!("layer{}.{bi}", li + 1), Block::Basic(BasicBlock::new(c, out, stride, device)));
                         c = out;
                     }
                 }
@@ -268,11 +250,7 @@ impl Net {
 
     /// Number of trainable scalars.
     pub fn num_trainable(&self) -> usize {
-        crate::naming::named_params(self)
-            .iter()
-            .filter(|p| p.trainable)
-            .map(|p| p.numel())
-            .sum()
+        crate::naming::named_params(self).iter().filter(|p| p.trainable).map(|p| p.numel()).sum()
     }
 }
 
@@ -317,11 +295,7 @@ impl Net {
         let mut hw = input.size;
         let mut out = Vec::with_capacity(self.blocks.len());
         for (i, (block, name)) in self.blocks.iter().zip(&self.block_names).enumerate() {
-            let params = crate::naming::named_params(&self.slice(i..i + 1))
-                .iter()
-                .filter(|p| p.trainable)
-                .map(|p| p.numel())
-                .sum();
+            let params = crate::naming::named_params(&self.slice(i..i + 1)).iter().filter(|p| p.trainable).map(|p| p.numel()).sum();
             let (flops, c) = match block {
                 Block::Conv(u) => {
                     let f = conv_flops(&u.conv, hw);

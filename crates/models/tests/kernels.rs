@@ -125,7 +125,8 @@ fn fused_batch_norm_matches_burns_batch_norm_add_and_relu_with_gradients() {
     for (n, c, h, w) in [(1, 3, 5, 7), (4, 17, 6, 6), (3, 8, 1, 1), (2, 5, 9, 4)] {
         for (relu, residual) in [(false, false), (true, false), (true, true), (false, true)] {
             let v = values(n * c * h * w, 0.1);
-            let (ours, burn) = (fused_bn(&dev, [n, c, h, w], &v, relu, residual, true), fused_bn(&dev, [n, c, h, w], &v, relu, residual, false));
+            let (ours, burn) =
+                (fused_bn(&dev, [n, c, h, w], &v, relu, residual, true), fused_bn(&dev, [n, c, h, w], &v, relu, residual, false));
             let names = ["output", "mean", "variance", "input gradient", "scale gradient", "shift gradient", "residual gradient"];
             for (what, (a, b)) in names.iter().zip(ours.iter().zip(&burn)) {
                 let e = rel(a, b);
@@ -193,7 +194,11 @@ fn max_pool_matches_burns_bit_for_bit_with_nans_and_odd_sizes() {
         (v[2 * w + 2], v[3 * w + 3]) = (f32::NAN, f32::NAN);
         let run = |ours: bool| {
             let x = Tensor::<4>::from_data(TensorData::new(v.clone(), dims), &dev).require_grad();
-            let y = if ours { kernels::max_pool2(x.clone()) } else { burn::tensor::module::max_pool2d(x.clone(), burn::tensor::ops::MaxPoolOptions::new([2, 2])) };
+            let y = if ours {
+                kernels::max_pool2(x.clone())
+            } else {
+                burn::tensor::module::max_pool2d(x.clone(), burn::tensor::ops::MaxPoolOptions::new([2, 2]))
+            };
             let r = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.8), y.dims()), &dev);
             let grads = (y.clone() * r).sum().backward();
             let bits = |t: Vec<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -283,7 +288,9 @@ fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
             0 => (y * u).sum().backward(),
             1 => kernels::backward_from(y, u),
             2 => kernels::backward_from(y, u.autodiff()),
-            _ => (Tensor::<1>::from_dispatch(<Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), u.autodiff().into_dispatch())) * 3.0).backward(),
+            _ => (Tensor::<1>::from_dispatch(<Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), u.autodiff().into_dispatch()))
+                * 3.0)
+                .backward(),
         };
         let bits = |t: Vec<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         [bits(host(x.grad(&grads).unwrap())), bits(host(wt.grad(&grads).unwrap()))]
@@ -294,7 +301,8 @@ fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
     // Three times the upstream gradient: the convolution's gradients scale by 3 (to rounding).
     let scaled = run(3);
     for (a, b) in scaled.iter().zip(&want) {
-        let (a, b): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| f32::from_bits(v)).collect(), b.iter().map(|&v| 3.0 * f32::from_bits(v)).collect());
+        let (a, b): (Vec<f32>, Vec<f32>) =
+            (a.iter().map(|&v| f32::from_bits(v)).collect(), b.iter().map(|&v| 3.0 * f32::from_bits(v)).collect());
         assert!(rel(&a, &b) < 1e-5);
     }
 }

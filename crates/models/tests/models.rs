@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use burn::prelude::*;
-use resilab_models::{Arch, InputShape, ModelConfig, Mode, init_parameters, named_params};
+use resilab_models::{Arch, InputShape, Mode, ModelConfig, init_parameters, named_params};
 
 fn cfg(arch: Arch, depth: Option<usize>, width: f64, batch_norm: Option<bool>) -> ModelConfig {
     ModelConfig { arch, depth, width, batch_norm }

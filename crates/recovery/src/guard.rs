@@ -63,7 +63,14 @@ pub struct DetectConfig {
 
 impl Default for DetectConfig {
     fn default() -> Self {
-        Self { nan_loss: true, nan_gradients: true, nan_weights: true, extreme_threshold: extreme(), loss_spike: None, divergence_every: None }
+        Self {
+            nan_loss: true,
+            nan_gradients: true,
+            nan_weights: true,
+            extreme_threshold: extreme(),
+            loss_spike: None,
+            divergence_every: None,
+        }
     }
 }
 

@@ -139,10 +139,7 @@ pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situati
         Strategy::CheckpointRestart => D::RestartFromCheckpoint,
         Strategy::Rollback => match detection {
             E::Crash => match situation.healthy() {
-                Some(from) => D::Both { steps: vec![
-                    D::RedoStep { without: ranks.clone() },
-                    D::Resync { ranks, from, next_step: true },
-                ] },
+                Some(from) => D::Both { steps: vec![D::RedoStep { without: ranks.clone() }, D::Resync { ranks, from, next_step: true }] },
                 None => D::RestartFromCheckpoint,
             },
             E::ReplicaDivergence => resync_or_restart(ranks, situation),
@@ -151,10 +148,9 @@ pub fn decide(strategy: Strategy, detection: Detection, ranks: &[usize], situati
         },
         Strategy::LossyForward => match detection {
             E::Crash => match situation.healthy() {
-                Some(from) => D::Both { steps: vec![
-                    D::DropContribution { ranks: ranks.clone() },
-                    D::Resync { ranks, from, next_step: true },
-                ] },
+                Some(from) => {
+                    D::Both { steps: vec![D::DropContribution { ranks: ranks.clone() }, D::Resync { ranks, from, next_step: true }] }
+                }
                 None => D::RestartFromCheckpoint,
             },
             d if d.before_update() && !ranks.is_empty() && situation.healthy().is_some() => D::DropContribution { ranks },
@@ -267,29 +263,43 @@ mod tests {
             decide(Strategy::Rollback, E::Crash, &[0], &four(&[0])),
             D::Both { steps: vec![D::RedoStep { without: vec![0] }, D::Resync { ranks: vec![0], from: 1, next_step: true }] }
         );
-        assert_eq!(decide(Strategy::Rollback, E::ReplicaDivergence, &[2], &four(&[2])), D::Resync { ranks: vec![2], from: 0, next_step: false });
+        assert_eq!(
+            decide(Strategy::Rollback, E::ReplicaDivergence, &[2], &four(&[2])),
+            D::Resync { ranks: vec![2], from: 0, next_step: false }
+        );
         // A single worker that crashed has no healthy replica to respawn from.
-        assert_eq!(decide(Strategy::Rollback, E::Crash, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);
+        assert_eq!(
+            decide(Strategy::Rollback, E::Crash, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }),
+            D::RestartFromCheckpoint
+        );
     }
 
     #[test]
     fn lossy_forward_drops_resyncs_and_respawns() {
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[1], &four(&[1])), D::DropContribution { ranks: vec![1] });
         assert_eq!(decide(Strategy::LossyForward, E::LossSpike, &[1], &four(&[1])), D::DropContribution { ranks: vec![1] });
-        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteWeights, &[0], &four(&[0])), D::Resync { ranks: vec![0], from: 1, next_step: false });
+        assert_eq!(
+            decide(Strategy::LossyForward, E::NonFiniteWeights, &[0], &four(&[0])),
+            D::Resync { ranks: vec![0], from: 1, next_step: false }
+        );
         assert_eq!(
             decide(Strategy::LossyForward, E::Crash, &[2], &four(&[2])),
             D::Both { steps: vec![D::DropContribution { ranks: vec![2] }, D::Resync { ranks: vec![2], from: 0, next_step: true }] }
         );
         // Nothing healthy to continue from: restart.
-        assert_eq!(decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }), D::RestartFromCheckpoint);
+        assert_eq!(
+            decide(Strategy::LossyForward, E::NonFiniteGradients, &[0], &Situation { replicas: 1, unhealthy: vec![0], redos: 0 }),
+            D::RestartFromCheckpoint
+        );
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteLoss, &[], &four(&[])), D::RestartFromCheckpoint);
     }
 
     #[test]
     fn a_permanent_loss_takes_a_spare_until_none_is_left_then_shrinks() {
         use LossAction as A;
-        for (policy, with_spare) in [(LossPolicy::Respawn, A::Respawn), (LossPolicy::Reinit, A::Reinit), (LossPolicy::Shrink, A::Shrink { fallback: false })] {
+        for (policy, with_spare) in
+            [(LossPolicy::Respawn, A::Respawn), (LossPolicy::Reinit, A::Reinit), (LossPolicy::Shrink, A::Shrink { fallback: false })]
+        {
             assert_eq!(on_loss(policy, None, 16, false), with_spare, "{policy:?}, unlimited spares");
             assert_eq!(on_loss(policy, Some(1), 16, false), with_spare, "{policy:?}, one spare");
         }

@@ -80,7 +80,9 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
     };
     rate("nev_pct", &|r| r.metrics.nev.unwrap_or(false), &mut out);
     let rwc = |r: &Row| match (r.metrics.final_acc, r.metrics.golden_acc) {
-        (Some(acc), Some(golden)) => classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) == Class::RestartWithoutChange,
+        (Some(acc), Some(golden)) => {
+            classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) == Class::RestartWithoutChange
+        }
         _ => false,
     };
     if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
@@ -111,7 +113,13 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
 
 /// Every pairwise difference along each of `axes` (option order as in `order`), tested and
 /// Holm-adjusted together.
-pub fn comparisons(rows: &[Row], axes: &[String], order: &BTreeMap<String, Vec<String>>, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Comparison> {
+pub fn comparisons(
+    rows: &[Row],
+    axes: &[String],
+    order: &BTreeMap<String, Vec<String>>,
+    chance: &dyn Fn(&Row) -> f64,
+    tolerance_points: f64,
+) -> Vec<Comparison> {
     let cells: BTreeMap<BTreeMap<String, String>, Side> = groups(rows)
         .into_iter()
         .map(|(k, v)| {
@@ -207,10 +215,14 @@ mod tests {
             rows.push(row("v", "1", seed, i % 20 == 0, 0.80 + 0.001 * (i % 6) as f64));
             rows.push(row("v", "100", seed, i % 19 == 0, 0.80 + 0.001 * (i % 4) as f64));
         }
-        let order: BTreeMap<String, Vec<String>> =
-            [("flips".to_string(), vec!["1".to_string(), "100".to_string()]), ("model".to_string(), vec!["r".to_string(), "v".to_string()])].into();
+        let order: BTreeMap<String, Vec<String>> = [
+            ("flips".to_string(), vec!["1".to_string(), "100".to_string()]),
+            ("model".to_string(), vec!["r".to_string(), "v".to_string()]),
+        ]
+        .into();
         let cs = comparisons(&rows, &["flips".to_string(), "model".to_string()], &order, &|_| 0.1, 0.5);
-        let get = |axis: &str, fixed: &str, metric: &str| cs.iter().find(|c| c.axis == axis && c.fixed == fixed && c.metric == metric).unwrap();
+        let get =
+            |axis: &str, fixed: &str, metric: &str| cs.iter().find(|c| c.axis == axis && c.fixed == fixed && c.metric == metric).unwrap();
         let big = get("flips", "model=r", "nev_pct");
         assert_eq!((big.value_a, big.value_b), (5.0, 80.0));
         assert_eq!(big.verdict, "shown");
@@ -219,10 +231,14 @@ mod tests {
         assert!(small.p_holm >= small.p);
         assert_eq!(get("flips", "model=r", "acc").verdict, "shown");
         // The same data on one seed is never called shown.
-        let one: Vec<Row> = rows.iter().cloned().map(|mut r| {
-            r.seed = 0;
-            r
-        }).collect();
+        let one: Vec<Row> = rows
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.seed = 0;
+                r
+            })
+            .collect();
         let cs = comparisons(&one, &["flips".to_string()], &order, &|_| 0.1, 0.5);
         assert!(cs.iter().all(|c| c.verdict != "shown"));
         assert!(cs.iter().any(|c| c.verdict.contains("fewer than 3 seeds")));

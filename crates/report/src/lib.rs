@@ -96,9 +96,53 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     let mut h: Vec<String> = axes.to_vec();
     h.extend(
         [
-            "runs", "ok", "not_ok", "seeds", "acc", "std", "cv", "acc_all", "golden_acc", "hit_acc", "replica_divergence", "diverged", "diverged_pct", "diverged_lo", "diverged_hi", "nan", "nan_pct", "nan_lo", "nan_hi", "nev", "nev_pct", "nev_lo", "nev_hi",
-            "ev_injected", "ev_injected_pct", "ev_injected_lo", "ev_injected_hi", "rwc", "rwc_pct", "rwc_lo", "rwc_hi", "accr", "accr_pct", "accr_lo", "accr_hi", "tf", "tf_pct",
-            "tf_lo", "tf_hi", "worst_margin", "acc_loss", "time_overhead_pct", "sim_overhead_pct", "steps_lost", "steps_recomputed", "detection_latency", "collapse_step",
+            "runs",
+            "ok",
+            "not_ok",
+            "seeds",
+            "acc",
+            "std",
+            "cv",
+            "acc_all",
+            "golden_acc",
+            "hit_acc",
+            "replica_divergence",
+            "diverged",
+            "diverged_pct",
+            "diverged_lo",
+            "diverged_hi",
+            "nan",
+            "nan_pct",
+            "nan_lo",
+            "nan_hi",
+            "nev",
+            "nev_pct",
+            "nev_lo",
+            "nev_hi",
+            "ev_injected",
+            "ev_injected_pct",
+            "ev_injected_lo",
+            "ev_injected_hi",
+            "rwc",
+            "rwc_pct",
+            "rwc_lo",
+            "rwc_hi",
+            "accr",
+            "accr_pct",
+            "accr_lo",
+            "accr_hi",
+            "tf",
+            "tf_pct",
+            "tf_lo",
+            "tf_hi",
+            "worst_margin",
+            "acc_loss",
+            "time_overhead_pct",
+            "sim_overhead_pct",
+            "steps_lost",
+            "steps_recomputed",
+            "detection_latency",
+            "collapse_step",
         ]
         .map(String::from),
     );
@@ -106,8 +150,21 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     for c in cells {
         let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
         r.extend([c.runs.to_string(), c.ok.to_string(), c.not_ok.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";")]);
-        r.extend([c.seeds.to_string(), f(c.acc, 3), f(c.std, 3), f(c.cv, 4), f(c.acc_all, 3), f(c.golden_acc, 3), f(c.hit_acc, 3), f(c.replica_divergence, 4)]);
-        if c.diverged.of > 0 { r.extend(share_csv(&c.diverged)) } else { r.extend([String::new(), String::new(), String::new(), String::new()]) }
+        r.extend([
+            c.seeds.to_string(),
+            f(c.acc, 3),
+            f(c.std, 3),
+            f(c.cv, 4),
+            f(c.acc_all, 3),
+            f(c.golden_acc, 3),
+            f(c.hit_acc, 3),
+            f(c.replica_divergence, 4),
+        ]);
+        if c.diverged.of > 0 {
+            r.extend(share_csv(&c.diverged))
+        } else {
+            r.extend([String::new(), String::new(), String::new(), String::new()])
+        }
         for s in [&c.nan, &c.nev, &c.ev_injected, &c.rwc, &c.accr, &c.tf] {
             r.extend(share_csv(s));
         }
@@ -139,7 +196,10 @@ fn comparisons_csv(cs: &[Comparison]) -> String {
         let _ = w.serialize(c);
     }
     if cs.is_empty() {
-        let _ = w.write_record(["axis", "fixed", "a", "b", "metric", "test", "value_a", "value_b", "n_a", "n_b", "seeds", "diff", "ci_lo", "ci_hi", "p", "p_holm", "verdict"]);
+        let _ = w.write_record([
+            "axis", "fixed", "a", "b", "metric", "test", "value_a", "value_b", "n_a", "n_b", "seeds", "diff", "ci_lo", "ci_hi", "p",
+            "p_holm", "verdict",
+        ]);
     }
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
@@ -214,13 +274,28 @@ impl Tally {
 fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
     let mut rows = Vec::new();
     for ((p, b), t) in by_bit {
-        let (others, others_nev) = by_bit.iter().filter(|((q, c), _)| q == p && c != b).fold((0, 0), |(n, k), (_, o)| (n + o.runs, k + o.nev));
+        let (others, others_nev) =
+            by_bit.iter().filter(|((q, c), _)| q == p && c != b).fold((0, 0), |(n, k), (_, o)| (n + o.runs, k + o.nev));
         let test = stats::two_proportions(others_nev, others, t.nev, t.runs);
         rows.push((p.clone(), *b, t, others, others_nev, test));
     }
     let adjusted = stats::holm(&rows.iter().map(|r| r.5.map_or(1.0, |t| t.p)).collect::<Vec<_>>());
     let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(["precision", "bit", "runs", "nev", "nev_pct", "nev_lo", "nev_hi", "nan", "others_nev_pct", "diff_vs_others", "p", "p_holm", "verdict"]);
+    let _ = w.write_record([
+        "precision",
+        "bit",
+        "runs",
+        "nev",
+        "nev_pct",
+        "nev_lo",
+        "nev_hi",
+        "nan",
+        "others_nev_pct",
+        "diff_vs_others",
+        "p",
+        "p_holm",
+        "verdict",
+    ]);
     for ((p, b, t, others, others_nev, test), ph) in rows.iter().zip(adjusted) {
         let s = Share::of(t.nev, t.runs);
         let verdict = match test {
@@ -257,7 +332,14 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     let mut md = String::new();
     let _ = writeln!(md, "# Campaign `{}` ({})\n", c.name(), s.kind.name());
     let statuses: Vec<String> = by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let _ = writeln!(md, "{runs} runs recorded of {} in the grid ({}); seeds {:?}, {} repetition(s) per cell and seed.\n", c.len(), statuses.join(", "), s.seeds, s.repetitions);
+    let _ = writeln!(
+        md,
+        "{runs} runs recorded of {} in the grid ({}); seeds {:?}, {} repetition(s) per cell and seed.\n",
+        c.len(),
+        statuses.join(", "),
+        s.seeds,
+        s.repetitions
+    );
     let _ = writeln!(
         md,
         "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC; **ACC all** is the mean over every run, collapsed runs counted at chance. **NaN**: runs that ended with a NaN/Inf loss or a NaN/Inf in their state (collapsed). **N-EV**, decided by the outcome: {} **EV injected**: runs whose injection itself left a NaN/Inf or a value above {:e} in the state; reported beside N-EV, never instead. Of the runs without N-EV: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's (boundaries compared with a tolerance of {:e}, so 0.5 points above and below are alike). Shares read `count (% [low, high])`, with the Wilson 95% interval; the normal-approximation margin at p = 0.5 (Leveugle et al. 2009) is given per cell for planning.\n",
@@ -309,7 +391,10 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
 /// The N-EV rule of a campaign kind, in words.
 fn nev_rule(kind: Kind, threshold: f64) -> String {
     match kind {
-        Kind::Eval => "nothing trains after the injection, so the outcome is the evaluation itself: runs whose test loss is NaN/Inf (NaN/Inf logits).".into(),
+        Kind::Eval => {
+            "nothing trains after the injection, so the outcome is the evaluation itself: runs whose test loss is NaN/Inf (NaN/Inf logits)."
+                .into()
+        }
         _ => format!(
             "runs whose continued training ended (or was stopped, once its state held a NaN/Inf, which no later step removes) with a NaN/Inf loss, or with a NaN/Inf or a value above {threshold:e} in magnitude in a parameter, buffer or optimizer value. A NaN/Inf loss that training recovered from, or an injected extreme value it washed out, does not count."
         ),
@@ -362,7 +447,8 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
     written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, &cells))?);
     let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
-    let order: BTreeMap<String, Vec<String>> = campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
+    let order: BTreeMap<String, Vec<String>> =
+        campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
     let chance = |r: &Row| chance_of.get(&r.index).copied().unwrap_or(0.1);
     // A study with stated hypotheses tests those alone; otherwise every pair of options.
     let study = study::study(&campaign, &rows);
@@ -415,7 +501,9 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
                 let p = dir.join("runs").join(&r.id).join("compare.csv");
                 let Ok(mut rd) = csv::Reader::from_path(&p) else { continue };
                 for rec in rd.records().flatten() {
-                    let (Some(step), Some(acc)) = (rec.get(0).and_then(|s| s.parse::<u64>().ok()), rec.get(1).and_then(num)) else { continue };
+                    let (Some(step), Some(acc)) = (rec.get(0).and_then(|s| s.parse::<u64>().ok()), rec.get(1).and_then(num)) else {
+                        continue;
+                    };
                     let e = sum.entry(step).or_insert((0.0, 0));
                     e.0 += acc;
                     e.1 += 1;
@@ -425,18 +513,34 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
                 }
             }
             if !sum.is_empty() {
-                series.push(Series { label: label(&c.coords, &[]), points: sum.iter().map(|(s, (a, n))| (*s as f64, 100.0 * a / *n as f64, None)).collect(), reference: false });
+                series.push(Series {
+                    label: label(&c.coords, &[]),
+                    points: sum.iter().map(|(s, (a, n))| (*s as f64, 100.0 * a / *n as f64, None)).collect(),
+                    reference: false,
+                });
             }
         }
         if !series.is_empty() {
-            series.push(Series { label: "golden (fault-free)".into(), points: golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect(), reference: true });
-            let chart = LineChart { title: format!("Test accuracy vs step ({})", campaign.name()), x_label: "training step".into(), y_label: "test accuracy (%)".into(), log_x: false, y_range: None, series };
+            series.push(Series {
+                label: "golden (fault-free)".into(),
+                points: golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect(),
+                reference: true,
+            });
+            let chart = LineChart {
+                title: format!("Test accuracy vs step ({})", campaign.name()),
+                x_label: "training step".into(),
+                y_label: "test accuracy (%)".into(),
+                log_x: false,
+                y_range: None,
+                series,
+            };
             figures.push(("Test accuracy vs step, mean over runs, with the golden run", save(&chart, &plots.join("acc_vs_step"))?));
         }
     }
 
     // Accuracy loss vs overhead in simulated time.
-    let pts: Vec<(String, f64, f64)> = cells.iter().filter_map(|c| Some((label(&c.coords, &[]), c.sim_overhead_pct?, c.acc_loss?))).collect();
+    let pts: Vec<(String, f64, f64)> =
+        cells.iter().filter_map(|c| Some((label(&c.coords, &[]), c.sim_overhead_pct?, c.acc_loss?))).collect();
     if campaign.settings.kind == Kind::Train && !pts.is_empty() && study.is_none() {
         let chart = Scatter {
             title: format!("Accuracy loss vs simulated overhead ({})", campaign.name()),
@@ -444,7 +548,10 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             y_label: "accuracy loss vs golden run (points)".into(),
             points: pts,
         };
-        figures.push(("Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)", save(&chart, &plots.join("loss_vs_overhead"))?));
+        figures.push((
+            "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)",
+            save(&chart, &plots.join("loss_vs_overhead"))?,
+        ));
     }
 
     // Per-layer and per-bit views of single-value runs.
@@ -470,10 +577,23 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             x_label: x.into(),
             bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),
         };
-        let nev = bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| e.pct(e.nev));
-        figures.push(("Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)", save(&nev, &plots.join("layers_nev"))?));
-        let loss = bars(&format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()), "mean accuracy loss after one flip in the layer (points)", &|e| (e.mean_loss().unwrap_or(0.0), None));
-        figures.push(("Per-layer vulnerability: mean accuracy loss of single-flip runs per layer", save(&loss, &plots.join("layers_acc_loss"))?));
+        let nev =
+            bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| {
+                e.pct(e.nev)
+            });
+        figures.push((
+            "Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)",
+            save(&nev, &plots.join("layers_nev"))?,
+        ));
+        let loss = bars(
+            &format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()),
+            "mean accuracy loss after one flip in the layer (points)",
+            &|e| (e.mean_loss().unwrap_or(0.0), None),
+        );
+        figures.push((
+            "Per-layer vulnerability: mean accuracy loss of single-flip runs per layer",
+            save(&loss, &plots.join("layers_acc_loss"))?,
+        ));
     }
     let bits: std::collections::BTreeSet<u64> = by_bit.keys().map(|k| k.1).collect();
     if bits.len() >= 4 {
@@ -491,9 +611,30 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             }
         }
         let charts = [
-            ("N-EV", "runs with NaN/Inf/extreme values (%)", Some((-2.0, 102.0)), nev, "bits_nev", "Per-bit sensitivity: N-EV share per bit position (Wilson 95% intervals)"),
-            ("NaN/Inf", "runs with NaN/Inf values (%)", Some((-2.0, 102.0)), nan, "bits_nan", "Per-bit sensitivity: NaN/Inf share per bit position (Wilson 95% intervals)"),
-            ("accuracy loss", "mean accuracy loss, runs without NaN (points)", None, loss, "bits_acc_loss", "Per-bit sensitivity: mean accuracy loss per bit position"),
+            (
+                "N-EV",
+                "runs with NaN/Inf/extreme values (%)",
+                Some((-2.0, 102.0)),
+                nev,
+                "bits_nev",
+                "Per-bit sensitivity: N-EV share per bit position (Wilson 95% intervals)",
+            ),
+            (
+                "NaN/Inf",
+                "runs with NaN/Inf values (%)",
+                Some((-2.0, 102.0)),
+                nan,
+                "bits_nan",
+                "Per-bit sensitivity: NaN/Inf share per bit position (Wilson 95% intervals)",
+            ),
+            (
+                "accuracy loss",
+                "mean accuracy loss, runs without NaN (points)",
+                None,
+                loss,
+                "bits_acc_loss",
+                "Per-bit sensitivity: mean accuracy loss per bit position",
+            ),
         ];
         for (what, y_label, y_range, series, stem, caption) in charts {
             let chart = LineChart {

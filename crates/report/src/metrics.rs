@@ -176,7 +176,8 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
         }
         let n = ok.len() as u64;
         let survivors = survivor_accs(&ok);
-        let all: Vec<f64> = ok.iter().filter_map(|r| if collapsed(r) { Some(100.0 * chance(r)) } else { r.metrics.final_acc.map(|a| 100.0 * a) }).collect();
+        let all: Vec<f64> =
+            ok.iter().filter_map(|r| if collapsed(r) { Some(100.0 * chance(r)) } else { r.metrics.final_acc.map(|a| 100.0 * a) }).collect();
         let (mut nev, mut rwc, mut accr, mut tf) = (0, 0, 0, 0);
         for r in &ok {
             let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
@@ -191,7 +192,9 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
                 Class::Other => {}
             }
         }
-        let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> { ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect() };
+        let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
+            ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect()
+        };
         let acc = mean(&survivors);
         let sd = std(&survivors);
         let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
@@ -210,7 +213,10 @@ pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) 
             acc_all: mean(&all),
             golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
             hit_acc: mean(&vals(&|r| r.metrics.hit_acc.map(|a| 100.0 * a), false)),
-            diverged: Share::of(count(&|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0)), ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64),
+            diverged: Share::of(
+                count(&|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0)),
+                ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64,
+            ),
             replica_divergence: mean(&vals(&|r| r.metrics.replica_divergence.filter(|d| d.is_finite()), false)),
             nan: Share::of(count(&collapsed), n),
             nev: Share::of(nev, n),
@@ -285,7 +291,14 @@ mod tests {
             rep: 0,
             status,
             message: None,
-            metrics: Metrics { final_acc: Some(acc), golden_acc: Some(0.8), acc_loss: Some(0.8 - acc), nev: Some(nev), collapsed: Some(collapsed), ..Metrics::default() },
+            metrics: Metrics {
+                final_acc: Some(acc),
+                golden_acc: Some(0.8),
+                acc_loss: Some(0.8 - acc),
+                nev: Some(nev),
+                collapsed: Some(collapsed),
+                ..Metrics::default()
+            },
         }
     }
 

@@ -197,7 +197,15 @@ impl Plot for LineChart {
         let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
         let (x0, x1) = range(xs, 0.05);
         let (y0, y1) = self.y_range.unwrap_or_else(|| {
-            range(self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| { let (lo, hi) = p.2.unwrap_or((p.1, p.1)); [lo, hi] })), 0.08)
+            range(
+                self.series.iter().flat_map(|s| {
+                    s.points.iter().flat_map(|p| {
+                        let (lo, hi) = p.2.unwrap_or((p.1, p.1));
+                        [lo, hi]
+                    })
+                }),
+                0.08,
+            )
         });
         let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
         let log_x = self.log_x;
@@ -271,7 +279,13 @@ fn dot<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), c: RGBColo
 
 /// The legend, boxed, at `position`.
 fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, position: SeriesLabelPosition) -> DrawResult<DB> {
-    chart.configure_series_labels().label_font((FONT, 16)).background_style(WHITE.mix(0.85)).border_style(BLACK.mix(0.4)).position(position).draw()
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .position(position)
+        .draw()
 }
 
 impl Plot for Scatter {
@@ -298,10 +312,23 @@ impl Plot for Pareto {
             let (xs, ys) = self.extent();
             (range(xs.into_iter().chain([0.0]), 0.1), range(ys.into_iter().chain([0.0]), 0.1))
         });
-        let missing: Vec<&str> = self.points.iter().filter(|p| p.overhead.is_none() || p.loss.is_none()).map(|p| p.label.as_str()).collect();
-        let title = if missing.is_empty() { self.title.clone() } else { format!("{} (not drawn, no overhead: {})", self.title, missing.join(", ")) };
-        let mut chart = ChartBuilder::on(area).caption(title, (FONT, 18)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1)?;
-        let (xd, yd) = self.axes.clone().unwrap_or_else(|| ("simulated overhead, % (95% interval)".into(), "accuracy loss, points (95% interval)".into()));
+        let missing: Vec<&str> =
+            self.points.iter().filter(|p| p.overhead.is_none() || p.loss.is_none()).map(|p| p.label.as_str()).collect();
+        let title = if missing.is_empty() {
+            self.title.clone()
+        } else {
+            format!("{} (not drawn, no overhead: {})", self.title, missing.join(", "))
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, (FONT, 18))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y0..y1)?;
+        let (xd, yd) = self
+            .axes
+            .clone()
+            .unwrap_or_else(|| ("simulated overhead, % (95% interval)".into(), "accuracy loss, points (95% interval)".into()));
         mesh(&mut chart, &xd, &yd)?;
         for &(i, p, (x, xe), (y, ye)) in &shown {
             let c = color(i);
@@ -409,7 +436,13 @@ pub fn save(plot: &impl Plot, stem: &Path) -> Result<Vec<PathBuf>> {
     let svg = stem.with_extension("svg");
     // A file the backend could not write says so in the operating system's words, not as the
     // backend's nested error values.
-    let err = |p: &Path, e: String| Error::Plot(format!("{}: {}", p.display(), resilab_campaign::infrastructure_text(&e).map_or(e.clone(), |why| format!("could not write it: {why}"))));
+    let err = |p: &Path, e: String| {
+        Error::Plot(format!(
+            "{}: {}",
+            p.display(),
+            resilab_campaign::infrastructure_text(&e).map_or(e.clone(), |why| format!("could not write it: {why}"))
+        ))
+    };
     {
         let area = BitMapBackend::new(&png, plot.size()).into_drawing_area();
         plot.draw(&area).map_err(|e| err(&png, e.to_string()))?;

@@ -178,7 +178,8 @@ fn measure(m: HypothesisMetric) -> Measure {
 type Groups<'a> = Vec<(String, Vec<(String, Vec<&'a Row>)>)>;
 
 fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
-    let options: Vec<String> = campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.clone()).collect()).unwrap_or_default();
+    let options: Vec<String> =
+        campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.clone()).collect()).unwrap_or_default();
     let mut ordered: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok).collect();
     ordered.sort_by_key(|r| r.index);
     let mut out: Groups = Vec::new();
@@ -255,7 +256,16 @@ fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<Hypot
             let (na, nb) = (a.len() as u64, b.len() as u64);
             let ci = newcombe(k(a), na, k(b), nb)?;
             let p = two_proportions(k(a), na, k(b), nb)?.p;
-            Some(base(name, "newcombe", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, a.len(), b.len(), (100.0 * ci.0, 100.0 * ci.1), p))
+            Some(base(
+                name,
+                "newcombe",
+                100.0 * k(a) as f64 / na as f64,
+                100.0 * k(b) as f64 / nb as f64,
+                a.len(),
+                b.len(),
+                (100.0 * ci.0, 100.0 * ci.1),
+                p,
+            ))
         }
         Measure::Mean(get) => {
             let (va, vb): (Vec<f64>, Vec<f64>) = (a.iter().filter_map(|r| get(r)).collect(), b.iter().filter_map(|r| get(r)).collect());
@@ -337,7 +347,15 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     );
     let _ = writeln!(md, "| condition | choice | sim. overhead % | acc. loss (points) | ruled out |\n|---|---|---|---|---|");
     for c in &s.choices {
-        let _ = writeln!(md, "| {} | {} | {} | {} | {} |", c.condition, if c.choice.is_empty() { "none qualifies" } else { &c.choice }, opt(c.sim_overhead, 2), opt(c.acc_loss, 2), c.ruled_out);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            c.condition,
+            if c.choice.is_empty() { "none qualifies" } else { &c.choice },
+            opt(c.sim_overhead, 2),
+            opt(c.acc_loss, 2),
+            c.ruled_out
+        );
     }
     let _ = writeln!(md, "\n## Hypotheses (Holm over {} tests)\n", s.tests.len());
     for h in &campaign.settings.hypotheses {
@@ -356,7 +374,10 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
             of.len()
         );
     }
-    let _ = writeln!(md, "\nEvery test with its interval and adjusted p is in `comparisons.csv`; per option and condition, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time.png` every condition side by side (up to 9).");
+    let _ = writeln!(
+        md,
+        "\nEvery test with its interval and adjusted p is in `comparisons.csv`; per option and condition, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time.png` every condition side by side (up to 9)."
+    );
     md
 }
 
@@ -364,7 +385,8 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
 /// condition under `out`; returns the files.
 pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
-    for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)] {
+    for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)]
+    {
         files.push(crate::write(&out.join(name), &rows)?);
     }
     let plots = out.join("plots");
@@ -376,7 +398,11 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
             .iter()
             .filter(|c| &&c.condition == cond)
             .map(|c| ParetoPoint {
-                label: if c.failed > 0 { format!("{} ({} of {} runs completed)", c.option, c.runs - c.failed, c.runs) } else { c.option.clone() },
+                label: if c.failed > 0 {
+                    format!("{} ({} of {} runs completed)", c.option, c.runs - c.failed, c.runs)
+                } else {
+                    c.option.clone()
+                },
                 overhead: c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))),
                 loss: c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi))),
             })
@@ -411,7 +437,10 @@ fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
                     loss: c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi))),
                 })
                 .collect(),
-            axes: Some(("simulated overhead, % of the golden run (95% interval)".into(), "accuracy lost against the golden run, points (95%)".into())),
+            axes: Some((
+                "simulated overhead, % of the golden run (95% interval)".into(),
+                "accuracy lost against the golden run, points (95%)".into(),
+            )),
             bounds: None,
         })
         .collect();

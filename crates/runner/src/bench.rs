@@ -63,7 +63,13 @@ pub struct StepTiming {
 
 /// A trainer for `model` on `batch` synthetic 3x32x32 images (one batch per epoch), default SGD
 /// with momentum 0.9, for `steps` steps, and the configuration it was built from.
-fn bench_trainer(model: &ModelConfig, batch: usize, steps: usize, parallel: ParallelConfig, device: &Device) -> Result<(RunConfig, Trainer)> {
+fn bench_trainer(
+    model: &ModelConfig,
+    batch: usize,
+    steps: usize,
+    parallel: ParallelConfig,
+    device: &Device,
+) -> Result<(RunConfig, Trainer)> {
     let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
     let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
     let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
@@ -166,7 +172,14 @@ fn bench_dir(dir: &std::path::Path) -> Result<(std::path::PathBuf, std::path::Pa
 }
 
 /// `steps` training steps at batch `batch`) in `dir`, `reps` times each, against raw writes.
-pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, dir: &std::path::Path, device: &Device) -> Result<CheckpointBench> {
+pub fn checkpoint(
+    model: &ModelConfig,
+    batch: usize,
+    steps: usize,
+    reps: usize,
+    dir: &std::path::Path,
+    device: &Device,
+) -> Result<CheckpointBench> {
     use std::io::{Read, Write};
     let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), device)?;
     trainer.step()?;
@@ -207,7 +220,8 @@ pub fn checkpoint(model: &ModelConfig, batch: usize, steps: usize, reps: usize, 
         raw_write.push(t.elapsed().as_secs_f64());
 
         let t = Instant::now();
-        let (_loaded, _) = resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error, &resilab_checkpoint::no_probe)?;
+        let (_loaded, _) =
+            resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error, &resilab_checkpoint::no_probe)?;
         read.push(t.elapsed().as_secs_f64());
 
         let t = Instant::now();
@@ -417,7 +431,14 @@ pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usiz
     let parallel = ParallelConfig { workers, ..ParallelConfig::default() };
     let (_, mut a) = bench_trainer(model, batch, warmup + steps, parallel.clone(), device)?;
     let (_, mut b) = bench_trainer(model, batch, warmup + steps, parallel, device)?;
-    let none = DetectConfig { nan_loss: false, nan_gradients: false, nan_weights: false, loss_spike: None, divergence_every: None, ..DetectConfig::default() };
+    let none = DetectConfig {
+        nan_loss: false,
+        nan_gradients: false,
+        nan_weights: false,
+        loss_spike: None,
+        divergence_every: None,
+        ..DetectConfig::default()
+    };
     let all = DetectConfig {
         nan_loss: true,
         nan_gradients: true,

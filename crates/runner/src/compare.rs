@@ -78,7 +78,20 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
     let _ = writeln!(
         t,
         "{:<20} {:<9} {:>8} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}",
-        "strategy", "status", "test acc", "acc loss", "faults", "detect", "restarts", "lost", "recomp", "collapsed", "sim ovh", "steps ovh", "wall s", "wall ovh"
+        "strategy",
+        "status",
+        "test acc",
+        "acc loss",
+        "faults",
+        "detect",
+        "restarts",
+        "lost",
+        "recomp",
+        "collapsed",
+        "sim ovh",
+        "steps ovh",
+        "wall s",
+        "wall ovh"
     );
     for r in rows {
         let _ = writeln!(

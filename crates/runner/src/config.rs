@@ -160,9 +160,7 @@ impl RecoveryConfig {
 /// `0.1`, `true`, `"text"`, `[1, 2]`) and otherwise as a string. As with [`set_value`], setting
 /// `train.steps` removes `train.epochs` and the other way round.
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
-    let (key, value) = assignment
-        .split_once('=')
-        .ok_or_else(|| Error::Config(format!("--set {assignment}: expected key=value")))?;
+    let (key, value) = assignment.split_once('=').ok_or_else(|| Error::Config(format!("--set {assignment}: expected key=value")))?;
     let value = value.trim();
     let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
@@ -203,7 +201,9 @@ pub fn set_value(table: &mut toml::Table, key: &str, value: toml::Value) -> std:
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     // The `train` table this assignment sets a run length in, and the length keys it sets.
     let (train_path, set_keys): (&[&str], Vec<&str>) = match (parts.split_last(), &value) {
-        (Some((&"train", _)), toml::Value::Table(t)) => (&parts[..], EXCLUSIVE.iter().map(|e| e.0).filter(|k| t.contains_key(*k)).collect()),
+        (Some((&"train", _)), toml::Value::Table(t)) => {
+            (&parts[..], EXCLUSIVE.iter().map(|e| e.0).filter(|k| t.contains_key(*k)).collect())
+        }
         (Some((last, rest)), _) if rest.last() == Some(&"train") && EXCLUSIVE.iter().any(|e| e.0 == *last) => (rest, vec![*last]),
         _ => (&[], Vec::new()),
     };
@@ -450,9 +450,7 @@ pub fn default_out_dir(name: &str) -> PathBuf {
 
 /// The current UTC time as `YYYYMMDD-HHMMSS`.
 pub fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -547,7 +545,8 @@ mod tests {
         let e = first_line(RunConfig::from_toml(&format!("{MIN}widht = 2\n"), &[], "f.toml").unwrap_err());
         assert!(e.starts_with("f.toml: model.widht: unknown field `widht`, expected one of") && e.contains("`width`"), "{e}");
         assert!(e.ends_with("(line 4, column 1)"), "{e}");
-        let e = first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n[[fault]]\ntarget = 3\n", &[], "f.toml").unwrap_err());
+        let e =
+            first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n[[fault]]\ntarget = 3\n", &[], "f.toml").unwrap_err());
         assert!(e.starts_with("f.toml: fault[0].target:") || e.contains("fault"), "{e}");
         // A syntax error names the file, line and column.
         let e = first_line(RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = = 8\n", &[], "f.toml").unwrap_err());
@@ -599,7 +598,10 @@ mod tests {
         for bad in ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "a\u{0}b", "a\u{1b}[31mred", "two\nlines"] {
             let text = format!("name = {}\n{MIN}", toml::Value::String(bad.into()));
             let e = RunConfig::from_toml(&text, &[], "f.toml").unwrap_err().to_string();
-            assert!(e.starts_with(&format!("f.toml: name = {bad:?} cannot name the run's directory under results/runs: it ")), "{bad:?}: {e}");
+            assert!(
+                e.starts_with(&format!("f.toml: name = {bad:?} cannot name the run's directory under results/runs: it ")),
+                "{bad:?}: {e}"
+            );
         }
         RunConfig::from_toml(&format!("name = \"ok-run_1.b\"\n{MIN}"), &[], "f.toml").unwrap();
         let dir = tempfile::tempdir().unwrap();

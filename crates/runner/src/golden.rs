@@ -67,7 +67,13 @@ impl Golden {
                 curve.insert(step, acc);
             }
         }
-        Ok(Self { dir: dir.to_path_buf(), final_test_acc: num("final_test_acc")?, wall_s: num("wall_s")?, simulated_s: v["simulated_s"].as_f64(), curve })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            final_test_acc: num("final_test_acc")?,
+            wall_s: num("wall_s")?,
+            simulated_s: v["simulated_s"].as_f64(),
+            curve,
+        })
     }
 
     /// The golden model's parameters at `step`, if it evaluated there, in the shape of `template`.

@@ -2,9 +2,9 @@
 
 pub mod bench;
 pub mod compare;
-pub mod files;
-mod eval;
 mod config;
+mod eval;
+pub mod files;
 pub mod golden;
 pub mod platform;
 pub mod project;
@@ -13,7 +13,10 @@ mod session;
 
 pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{EvalReport, eval};
-pub use run::{FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, check_output_dir, params_digest, stage_blocks, train, write_atomic};
+pub use run::{
+    FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, check_output_dir, params_digest, stage_blocks, train,
+    write_atomic,
+};
 pub use session::WorkersSummary;
 
 use std::path::PathBuf;

@@ -65,7 +65,13 @@ pub struct Projection {
 /// The projections of the four strategies for `cfg`'s model on `workers` workers, each keeping
 /// `cfg`'s per-worker batch, with a per-node MTBF of `node_mtbf_s` seconds (or a system MTBF of
 /// `system_mtbf_steps` steps when given). Needs `parallel.compute.gflops`.
-pub fn project(cfg: &RunConfig, workers: usize, node_mtbf_s: Option<f64>, system_mtbf_steps: Option<f64>, interval: Interval) -> Result<Vec<Projection>> {
+pub fn project(
+    cfg: &RunConfig,
+    workers: usize,
+    node_mtbf_s: Option<f64>,
+    system_mtbf_steps: Option<f64>,
+    interval: Interval,
+) -> Result<Vec<Projection>> {
     let model = step_model(cfg, workers)?;
     let step_s = model.timeline.end_s;
     let system_mtbf_s = match (system_mtbf_steps, node_mtbf_s) {
@@ -81,7 +87,9 @@ pub fn project(cfg: &RunConfig, workers: usize, node_mtbf_s: Option<f64>, system
     };
     let ckpt = checkpoint_s / (interval_steps as f64 * step_s);
     let (copy, transfer) = (compute.copy_s(model.state_bytes), cfg.parallel.network.send_s(model.state_bytes));
-    let lossy_delay = (0..CRASH_POINTS).map(|i| model.end_after_crash((i as f64 + 0.5) / CRASH_POINTS as f64 * step_s) - step_s).sum::<f64>() / CRASH_POINTS as f64;
+    let lossy_delay =
+        (0..CRASH_POINTS).map(|i| model.end_after_crash((i as f64 + 0.5) / CRASH_POINTS as f64 * step_s) - step_s).sum::<f64>()
+            / CRASH_POINTS as f64;
     let rows = [
         (Strategy::None, 0.0, 0.0),
         (Strategy::CheckpointRestart, ckpt, interval_steps as f64 * step_s / 2.0 + cfg.recovery.relaunch_s + checkpoint_s),
@@ -124,7 +132,9 @@ pub fn resolve_daly(cfg: &RunConfig) -> Result<RunConfig> {
         })
         .sum();
     if rate <= 0.0 {
-        return Err(Error::Config("checkpoint.daly_factor needs random-arrival faults (mtbf_steps or system_mtbf_steps) to know the MTBF".into()));
+        return Err(Error::Config(
+            "checkpoint.daly_factor needs random-arrival faults (mtbf_steps or system_mtbf_steps) to know the MTBF".into(),
+        ));
     }
     let model = step_model(cfg, workers).map_err(|e| Error::Config(format!("checkpoint.daly_factor: {e}")))?;
     let step_s = model.timeline.end_s;
@@ -161,7 +171,8 @@ mod tests {
         RunConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    const BASE: &str = "[model]\narch = \"resnet\"\ndepth = 8\n[parallel]\nworkers = 4\ncompute = { gflops = 50.0 }\n[recovery]\nrelaunch_s = 30.0\n";
+    const BASE: &str =
+        "[model]\narch = \"resnet\"\ndepth = 8\n[parallel]\nworkers = 4\ncompute = { gflops = 50.0 }\n[recovery]\nrelaunch_s = 30.0\n";
 
     #[test]
     fn strategies_order_as_their_costs_say_at_scale() {
@@ -171,7 +182,11 @@ mod tests {
             let p = project(&c, workers, Some(three_years), None, Interval::Daly(1.0)).unwrap_or_else(|e| panic!("{e}"));
             let o = |s: Strategy| p.iter().find(|x| x.strategy == s).and_then(|x| x.overhead);
             assert_eq!(o(Strategy::None), None);
-            let (cr, rb, lf) = (o(Strategy::CheckpointRestart).unwrap_or(0.0), o(Strategy::Rollback).unwrap_or(0.0), o(Strategy::LossyForward).unwrap_or(0.0));
+            let (cr, rb, lf) = (
+                o(Strategy::CheckpointRestart).unwrap_or(0.0),
+                o(Strategy::Rollback).unwrap_or(0.0),
+                o(Strategy::LossyForward).unwrap_or(0.0),
+            );
             assert!(cr > rb && rb > lf && lf > 0.0, "{cr} {rb} {lf}");
             assert!((p[0].system_mtbf_s - three_years / workers as f64).abs() < 1e-6);
         }

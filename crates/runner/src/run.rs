@@ -9,8 +9,8 @@ use std::sync::Arc;
 use burn::prelude::*;
 use resilab_checkpoint::{LoadReport, OnMismatch};
 use resilab_data::Split;
-use resilab_models::{InputShape, Net, init_parameters};
 use resilab_faults::{FaultInjector, FaultTarget};
+use resilab_models::{InputShape, Net, init_parameters};
 use resilab_recovery::{DetectionRecord, Guard};
 use resilab_train::{OptimizerConfig, OptimizerKind, ParallelMode, TrainSpec, TrainState, Trainer};
 use serde::Serialize;
@@ -299,7 +299,9 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
 /// or for the run's other atomic outputs (`summary.json`, `config.resolved.toml`).
 fn own_temporary(name: &str, own: &[&str]) -> bool {
     let Some(stem) = name.strip_suffix(".tmp") else { return false };
-    own.iter().chain(&["summary.json", "config.resolved.toml", "campaign.json", "campaign.toml"]).any(|o| Path::new(o).file_stem().is_some_and(|s| s == stem))
+    own.iter()
+        .chain(&["summary.json", "config.resolved.toml", "campaign.json", "campaign.toml"])
+        .any(|o| Path::new(o).file_stem().is_some_and(|s| s == stem))
 }
 
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename): the rename replaces a
@@ -421,7 +423,9 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
         eprintln!("resilab: loaded {} dataset(s) whose digest differs: {}", report.mismatched.len(), report.mismatched.join(", "));
     }
     match &report.file {
-        Some(f) => eprintln!("resilab: resumed from {} (with {} read for its rank) at step {}", report.dir.display(), f.display(), trainer.step),
+        Some(f) => {
+            eprintln!("resilab: resumed from {} (with {} read for its rank) at step {}", report.dir.display(), f.display(), trainer.step)
+        }
         None => eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step),
     }
     Ok(Some((report, changes)))
@@ -461,7 +465,10 @@ fn check_optimizer_state(state: &TrainState, opt: &OptimizerConfig, policy: OnMi
 /// `key: old -> new`.
 fn changed_settings(report: &LoadReport, cfg: &RunConfig) -> Vec<String> {
     let file = report.file.clone().unwrap_or_else(|| report.dir.join(resilab_checkpoint::file_name(0)));
-    let Ok(old) = resilab_checkpoint::read_meta(&file).and_then(|m| toml::from_str::<RunConfig>(&m.config).map_err(|e| resilab_checkpoint::Error::Invalid { path: file.clone(), message: e.to_string() })) else {
+    let Ok(old) = resilab_checkpoint::read_meta(&file).and_then(|m| {
+        toml::from_str::<RunConfig>(&m.config)
+            .map_err(|e| resilab_checkpoint::Error::Invalid { path: file.clone(), message: e.to_string() })
+    }) else {
         return Vec::new();
     };
     let pairs = [
@@ -491,7 +498,8 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
     resilab_faults::check_tensor_locations(&entries, &tensor_paths(trainer, &cfg.optimizer)).map_err(|e| config(&e))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
     resilab_faults::check_messages(&entries, stages).map_err(|e| config(&e))?;
-    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
+    let events =
+        resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
     let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
     guard.rebalance = cfg.recovery.rebalance;

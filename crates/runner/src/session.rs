@@ -93,14 +93,24 @@ fn csv_err(path: &Path) -> impl FnOnce(csv::Error) -> Error + '_ {
 impl<'a> Session<'a> {
     /// Opens the run's files in `opts.out` (appending to `metrics.csv` and `faults.jsonl` when
     /// `resumed`) and takes the trainer's initial state.
-    pub(crate) fn open(cfg: &'a RunConfig, opts: &'a RunOptions, trainer: &Trainer, ckpt_root: PathBuf, golden: Option<Golden>, resumed: bool) -> Result<Self> {
+    pub(crate) fn open(
+        cfg: &'a RunConfig,
+        opts: &'a RunOptions,
+        trainer: &Trainer,
+        ckpt_root: PathBuf,
+        golden: Option<Golden>,
+        resumed: bool,
+    ) -> Result<Self> {
         let out = &opts.out;
         let compare = match &golden {
             Some(_) => Some(csv::Writer::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
             None => None,
         };
         let faults_path = out.join("faults.jsonl");
-        let faults_file = crate::files::open_no_follow(&faults_path, std::fs::OpenOptions::new().create(true).append(resumed).write(true).truncate(!resumed))?;
+        let faults_file = crate::files::open_no_follow(
+            &faults_path,
+            std::fs::OpenOptions::new().create(true).append(resumed).write(true).truncate(!resumed),
+        )?;
         let metrics = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
         let bar = if opts.progress { ProgressBar::new(trainer.total_steps()) } else { ProgressBar::hidden() };
         bar.set_style(
@@ -306,7 +316,14 @@ impl<'a> Session<'a> {
     /// The state to continue from after a fault altered checkpoint `dir`: the altered
     /// checkpoint if it verifies, or as the guard decides when its digests no longer match
     /// (load it anyway, or fall back to an older checkpoint or the initial state).
-    fn reload_struck(&self, trainer: &Trainer, guard: &mut Guard, dir: &Path, event: &FaultEvent, step: u64) -> Result<(TrainState, Option<PathBuf>)> {
+    fn reload_struck(
+        &self,
+        trainer: &Trainer,
+        guard: &mut Guard,
+        dir: &Path,
+        event: &FaultEvent,
+        step: u64,
+    ) -> Result<(TrainState, Option<PathBuf>)> {
         let template = trainer.snapshot();
         let probe = self.opts.probe.as_ref();
         match resilab_checkpoint::load(dir, &template, OnMismatch::Error, probe) {
@@ -373,7 +390,13 @@ impl<'a> Session<'a> {
             let distance = g.state_at(step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
             self.final_distance = distance;
             let golden_acc = g.curve.get(&step).copied();
-            let row = CompareRow { step, test_acc: e.accuracy, golden_test_acc: golden_acc, acc_loss: golden_acc.map(|a| a - e.accuracy), param_distance: distance };
+            let row = CompareRow {
+                step,
+                test_acc: e.accuracy,
+                golden_test_acc: golden_acc,
+                acc_loss: golden_acc.map(|a| a - e.accuracy),
+                param_distance: distance,
+            };
             let path = self.opts.out.join("compare.csv");
             w.serialize(&row).map_err(csv_err(&path))?;
             w.flush().map_err(io(&path))?;
@@ -385,7 +408,13 @@ impl<'a> Session<'a> {
     }
 
     /// The run's summary.
-    pub(crate) fn finish(self, trainer: &mut Trainer, guard: &mut Guard, split: &Split, resumed: Option<crate::run::Resumed>) -> Result<Summary> {
+    pub(crate) fn finish(
+        self,
+        trainer: &mut Trainer,
+        guard: &mut Guard,
+        split: &Split,
+        resumed: Option<crate::run::Resumed>,
+    ) -> Result<Summary> {
         let cfg = self.cfg;
         let eval = self.last_eval.unwrap_or_else(|| trainer.evaluate());
         let steps = trainer.step;

@@ -62,7 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("vgg11-w0.25", ModelConfig { arch: Arch::Vgg, depth: Some(11), width: 0.25, batch_norm: Some(false) }),
         ("alexnet-w0.5", ModelConfig { arch: Arch::Alexnet, depth: None, width: 0.5, batch_norm: Some(false) }),
     ];
-    let mut rows = vec!["model,params,workers,tensor_reduce_ms,fused_reduce_ms,reduce_speedup,tensor_update_ms,fused_update_ms,update_speedup".to_string()];
+    let mut rows = vec![
+        "model,params,workers,tensor_reduce_ms,fused_reduce_ms,reduce_speedup,tensor_update_ms,fused_update_ms,update_speedup".to_string(),
+    ];
     println!("{:<14} {:>9} {:>21} {:>21}", "model", "params", "all-reduce ms (x)", "8 updates ms (x)");
     for (name, cfg) in models {
         let net = cfg.build(InputShape { channels: 3, size: 32 }, 10, &device)?;

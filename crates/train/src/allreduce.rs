@@ -123,7 +123,12 @@ impl ReducePlan {
 /// formulation below) when resilab's kernels are on and every contribution is an f32 vector of
 /// the planned length on the flex device; `None` (nothing taken) otherwise. The gradients'
 /// buffers are read where they are (copied only when something else holds them).
-fn fused_average(contributions: &mut [Grads], present: &[&(String, usize)], kind: AllReduceKind, predivide: bool) -> Option<Vec<(String, Tensor<1>)>> {
+fn fused_average(
+    contributions: &mut [Grads],
+    present: &[&(String, usize)],
+    kind: AllReduceKind,
+    predivide: bool,
+) -> Option<Vec<(String, Tensor<1>)>> {
     let order = match kind {
         AllReduceKind::RankOrder => Order::Ranks,
         AllReduceKind::Ring => Order::Ring,
@@ -294,7 +299,8 @@ mod tests {
         let mib = 1024 * 1024 / 4;
         let params: Vec<(String, usize)> =
             [("a", mib / 2), ("b", 70 * mib), ("c", mib / 2), ("d", 3 * mib / 4)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
-        let names = |p: &ReducePlan| p.buckets.iter().map(|b| b.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join("")).collect::<Vec<_>>();
+        let names =
+            |p: &ReducePlan| p.buckets.iter().map(|b| b.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join("")).collect::<Vec<_>>();
         // DDP: first bucket 1 MiB (d alone, c would overflow it), then 25 MiB buckets; b is
         // larger than any bucket and goes alone (under Horovod too).
         let ddp = ParallelConfig { bucket_mb: Some(25.0), ..ParallelConfig::default() };

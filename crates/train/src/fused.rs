@@ -25,10 +25,23 @@ pub trait OptimKernels: burn::backend::Backend {
     fn resilab_sgd_step(param: FloatTensor<Self>, grad: FloatTensor<Self>, sgd: Sgd) -> FloatTensor<Self>;
 
     /// One SGD update with momentum: the new parameter and momentum buffer.
-    fn resilab_sgd_momentum_step(param: FloatTensor<Self>, grad: FloatTensor<Self>, buf: FloatTensor<Self>, sgd: Sgd, state: State) -> (FloatTensor<Self>, FloatTensor<Self>);
+    fn resilab_sgd_momentum_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        buf: FloatTensor<Self>,
+        sgd: Sgd,
+        state: State,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// One Adam update: the new parameter, `exp_avg` and `exp_avg_sq`.
-    fn resilab_adam_step(param: FloatTensor<Self>, grad: FloatTensor<Self>, m: FloatTensor<Self>, v: FloatTensor<Self>, adam: Adam, state: State) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    fn resilab_adam_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        adam: Adam,
+        state: State,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// `t` as a contiguous tensor starting at offset 0 of its buffer (copied when strided), and
@@ -63,7 +76,14 @@ impl OptimKernels for Flex {
         (p, b)
     }
 
-    fn resilab_adam_step(param: FlexTensor, grad: FlexTensor, m: FlexTensor, v: FlexTensor, adam: Adam, state: State) -> (FlexTensor, FlexTensor, FlexTensor) {
+    fn resilab_adam_step(
+        param: FlexTensor,
+        grad: FlexTensor,
+        m: FlexTensor,
+        v: FlexTensor,
+        adam: Adam,
+        state: State,
+    ) -> (FlexTensor, FlexTensor, FlexTensor) {
         let ((mut p, n), (mut m, _), (mut v, _), g) = (writable(param), writable(m), writable(v), grad.to_contiguous());
         let g = g.as_slice::<f32>().unwrap_or_default();
         optim::adam(&adam, values_mut(&mut p, n), g, values_mut(&mut m, n), values_mut(&mut v, n), state)

@@ -8,9 +8,9 @@
 //! replica copies address it by name.
 
 mod allreduce;
+mod fused;
 mod grads;
 mod hooks;
-mod fused;
 mod optim;
 mod parallel;
 mod pipeline;
@@ -20,14 +20,17 @@ mod timeline;
 mod trainer;
 mod worker;
 
+pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
 pub use grads::{Grads, named_grads};
+pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
 pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, tensor_update, update};
+pub use parallel::{
+    AllReduceKind, Balance, BatchRule, Broadcast, ComputeConfig, DEFAULT_BUCKET_MB, NetworkConfig, ParallelConfig, ParallelMode,
+    PipeSchedule, SyncKind,
+};
+pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
-pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
-pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
-pub use parallel::{DEFAULT_BUCKET_MB, AllReduceKind, Balance, BatchRule, Broadcast, ComputeConfig, NetworkConfig, ParallelConfig, ParallelMode, PipeSchedule, SyncKind};
-pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};
 pub use trainer::{MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
 pub use worker::{Cursor, Evaluation, LocalPass, Worker, count_correct, evaluate, forward_watched};

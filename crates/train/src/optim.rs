@@ -106,9 +106,7 @@ impl OptimizerConfig {
         check((0.0..1.0).contains(&self.beta2), "beta2", self.beta2, "in [0, 1)")?;
         check(self.eps > 0.0, "eps", self.eps, "> 0")?;
         if self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
-            return Err(crate::Error::Config(
-                "optimizer.nesterov = true needs momentum > 0 and dampening = 0".into(),
-            ));
+            return Err(crate::Error::Config("optimizer.nesterov = true needs momentum > 0 and dampening = 0".into()));
         }
         Ok(())
     }

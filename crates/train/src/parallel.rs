@@ -383,12 +383,7 @@ impl ParallelConfig {
                 if let Some(s) = &self.split_at
                     && s.len() + 1 != self.stages
                 {
-                    return bad(format!(
-                        "parallel.split_at has {} entries; {} stages need {}",
-                        s.len(),
-                        self.stages,
-                        self.stages - 1
-                    ));
+                    return bad(format!("parallel.split_at has {} entries; {} stages need {}", s.len(), self.stages, self.stages - 1));
                 }
             }
         }
@@ -407,7 +402,13 @@ mod tests {
         assert!(p.validate(63).is_ok());
         p.stages = 2;
         assert!(p.validate(63).unwrap_err().to_string().contains("parallel.stages"));
-        let p = ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 4, split_at: Some(vec![2]), ..ParallelConfig::default() };
+        let p = ParallelConfig {
+            mode: ParallelMode::Pipeline,
+            stages: 3,
+            micro_batches: 4,
+            split_at: Some(vec![2]),
+            ..ParallelConfig::default()
+        };
         assert!(p.validate(64).unwrap_err().to_string().contains("split_at has 1"));
         let p = ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 5, ..ParallelConfig::default() };
         assert!(p.validate(64).unwrap_err().to_string().contains("micro_batches = 5"));

@@ -58,10 +58,12 @@ pub fn stage_ranges(costs: &[BlockCost], cfg: &ParallelConfig) -> Result<Vec<Ran
 /// (ties: the earliest cuts). Returns the start index of runs 1.. .
 pub fn balanced_cuts(weights: &[u64], parts: usize) -> Vec<usize> {
     let n = weights.len();
-    let prefix: Vec<u64> = std::iter::once(0).chain(weights.iter().scan(0u64, |s, w| {
-        *s += w;
-        Some(*s)
-    })).collect();
+    let prefix: Vec<u64> = std::iter::once(0)
+        .chain(weights.iter().scan(0u64, |s, w| {
+            *s += w;
+            Some(*s)
+        }))
+        .collect();
     let sum = |a: usize, b: usize| prefix[b] - prefix[a];
     // best[p][i]: smallest max-run sum of the first i weights in p runs; from[p][i]: last cut.
     let mut best = vec![vec![u64::MAX; n + 1]; parts + 1];

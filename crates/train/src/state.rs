@@ -111,11 +111,7 @@ impl WorkerState {
             .iter()
             .map(|(name, st)| {
                 let shape = params.get(name).map(|p: &HostTensor| p.shape.clone()).unwrap_or_default();
-                let buffers = st
-                    .buffers
-                    .iter()
-                    .map(|(b, t)| (b.clone(), HostTensor::from_tensor(shape.clone(), t.clone())))
-                    .collect();
+                let buffers = st.buffers.iter().map(|(b, t)| (b.clone(), HostTensor::from_tensor(shape.clone(), t.clone()))).collect();
                 (name.clone(), HostParamState { step: st.step, buffers })
             })
             .collect();
@@ -134,11 +130,9 @@ impl WorkerState {
         for (name, shape) in &expected {
             match self.params.get(name) {
                 None => problems.push(format!("missing {name}")),
-                Some(t) if &t.shape != shape || t.values.len() != shape.iter().product::<usize>() => problems.push(format!(
-                    "{name}: shape {:?} with {} values, model expects {shape:?}",
-                    t.shape,
-                    t.values.len()
-                )),
+                Some(t) if &t.shape != shape || t.values.len() != shape.iter().product::<usize>() => {
+                    problems.push(format!("{name}: shape {:?} with {} values, model expects {shape:?}", t.shape, t.values.len()))
+                }
                 Some(_) => {}
             }
         }
@@ -198,7 +192,10 @@ impl Trainer {
     fn check_in_range(&self, state: &TrainState) -> Result<()> {
         let (total, len, batch) = (self.total_steps(), self.data.train.len(), self.global_batch_size());
         if state.step > total {
-            return Err(Error::State(format!("the state is at step {}, beyond this run's last step {total} (train.steps / train.epochs)", state.step)));
+            return Err(Error::State(format!(
+                "the state is at step {}, beyond this run's last step {total} (train.steps / train.epochs)",
+                state.step
+            )));
         }
         for w in &state.workers {
             let c = w.cursor;
@@ -209,7 +206,10 @@ impl Trainer {
                 )));
             }
             if c.epoch as u64 > state.step {
-                return Err(Error::State(format!("worker {}'s data cursor is in epoch {}, after only {} steps", w.rank, c.epoch, state.step)));
+                return Err(Error::State(format!(
+                    "worker {}'s data cursor is in epoch {}, after only {} steps",
+                    w.rank, c.epoch, state.step
+                )));
             }
         }
         if self.stage_ranges().is_none() && state.workers.windows(2).any(|p| p[0].cursor != p[1].cursor) {
@@ -224,11 +224,7 @@ impl Trainer {
     /// changed if any worker's state does not fit or a counter is out of range.
     pub fn restore(&mut self, state: &TrainState) -> Result<()> {
         if state.workers.len() != self.workers.len() {
-            return Err(Error::State(format!(
-                "state has {} workers, the trainer has {}",
-                state.workers.len(),
-                self.workers.len()
-            )));
+            return Err(Error::State(format!("state has {} workers, the trainer has {}", state.workers.len(), self.workers.len())));
         }
         for (s, w) in state.workers.iter().zip(&self.workers) {
             s.check_fits(w)?;

@@ -99,23 +99,24 @@ impl Timeline {
     pub fn build(costs: &StepCosts) -> Self {
         let start = costs.start_s;
         let forward_end: Vec<Option<f64>> = costs.forward_s.iter().map(|f| f.map(|f| start + f)).collect();
-        let backward_end: Vec<Option<f64>> =
-            forward_end.iter().zip(&costs.backward_s).map(|(f, b)| f.map(|f| f + b)).collect();
+        let backward_end: Vec<Option<f64>> = forward_end.iter().zip(&costs.backward_s).map(|(f, b)| f.map(|f| f + b)).collect();
         let mut buckets = Vec::with_capacity(costs.ready_frac.len());
         let (mut reduce_free, mut update_free) = (start, start);
         for (k, frac) in costs.ready_frac.iter().enumerate() {
-            let ready = forward_end
-                .iter()
-                .zip(&costs.backward_s)
-                .filter_map(|(f, b)| f.map(|f| f + frac * b))
-                .fold(start, f64::max);
+            let ready = forward_end.iter().zip(&costs.backward_s).filter_map(|(f, b)| f.map(|f| f + frac * b)).fold(start, f64::max);
             let not_before = costs.not_before_s.get(k).copied().unwrap_or(0.0);
             let reduce_start = ready.max(reduce_free).max(not_before);
             let reduce_end = reduce_start + costs.reduce_s.get(k).copied().unwrap_or(0.0);
             let update_start = reduce_end.max(update_free);
             let update_end = update_start + costs.update_s.get(k).copied().unwrap_or(0.0);
             (reduce_free, update_free) = (reduce_end, update_end);
-            buckets.push(BucketTimes { ready_s: ready, reduce_start_s: reduce_start, reduce_end_s: reduce_end, update_start_s: update_start, update_end_s: update_end });
+            buckets.push(BucketTimes {
+                ready_s: ready,
+                reduce_start_s: reduce_start,
+                reduce_end_s: reduce_end,
+                update_start_s: update_start,
+                update_end_s: update_end,
+            });
         }
         let last_backward = backward_end.iter().flatten().copied().fold(start, f64::max);
         Self { start_s: start, forward_end_s: forward_end, backward_end_s: backward_end, buckets, end_s: update_free.max(last_backward) }

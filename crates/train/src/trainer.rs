@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
-use crate::timeline::{StepCosts, Timeline};
 use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
+use crate::timeline::{StepCosts, Timeline};
 use crate::{
     BatchRule, Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
     Worker, count_correct, evaluate, forward_watched, named_grads,
@@ -136,7 +136,8 @@ impl TrainConfig {
             )));
         }
         // An f32 per pixel and an i64 label per image.
-        let per_image = resilab_data::limits::checked_product(&[channels as u64, size as u64, size as u64, 4]).and_then(|b| b.checked_add(8));
+        let per_image =
+            resilab_data::limits::checked_product(&[channels as u64, size as u64, size as u64, 4]).and_then(|b| b.checked_add(8));
         let eval = test_len.map_or(self.eval_batch_size, |n| self.eval_batch_size.min(n));
         for (key, value, images, what) in [
             ("train.batch_size", self.batch_size, self.batch_size, "a training batch"),
@@ -346,13 +347,21 @@ pub struct StepModel {
 impl StepModel {
     /// The step of `net` on `workers` workers with `shard` images each, under `parallel`'s
     /// cost model; `None` unless `parallel.compute.gflops` models the compute.
-    pub fn new(net: &Net, input: InputShape, parallel: &ParallelConfig, optimizer: &OptimizerConfig, shard: usize, workers: usize) -> Option<Self> {
+    pub fn new(
+        net: &Net,
+        input: InputShape,
+        parallel: &ParallelConfig,
+        optimizer: &OptimizerConfig,
+        shard: usize,
+        workers: usize,
+    ) -> Option<Self> {
         let flops: u64 = net.block_costs(input).iter().map(|b| b.flops).sum();
         let compute = parallel.compute.flops_s(3.0 * flops as f64 * shard as f64)?;
         let parallel = ParallelConfig { workers, ..parallel.clone() };
         let layout = data::DataPlan::new(net, &parallel, input);
         let bytes = &layout.bucket_bytes;
-        let start_s = if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, layout.buffer_bytes, workers) } else { 0.0 };
+        let start_s =
+            if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, layout.buffer_bytes, workers) } else { 0.0 };
         let costs = StepCosts {
             start_s,
             forward_s: vec![Some(compute / 3.0); workers],
@@ -394,7 +403,12 @@ fn ready_fractions(net: &Net, plan: &ReducePlan, input: InputShape) -> Vec<f64> 
     let costs = net.block_costs(input);
     let total: u64 = costs.iter().map(|c| c.flops).sum::<u64>().max(1);
     let block_of = |param: &str| {
-        costs.iter().enumerate().filter(|(_, c)| param.starts_with(&format!("{}.", c.name))).max_by_key(|(_, c)| c.name.len()).map_or(0, |(i, _)| i)
+        costs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| param.starts_with(&format!("{}.", c.name)))
+            .max_by_key(|(_, c)| c.name.len())
+            .map_or(0, |(i, _)| i)
     };
     plan.buckets
         .iter()
@@ -667,7 +681,8 @@ impl Trainer {
         let mut grads: Vec<Vec<Option<Grads>>> = vec![vec![None; nm]; ns];
         let mut dropped = vec![false; nm];
         let zeros = || vec![vec![0.0f64; nm]; ns];
-        let mut times = PipeTimes { forward: zeros(), backward: zeros(), act_bytes: vec![vec![0; nm]; ns], grad_bytes: vec![vec![0; nm]; ns] };
+        let mut times =
+            PipeTimes { forward: zeros(), backward: zeros(), act_bytes: vec![vec![0; nm]; ns], grad_bytes: vec![vec![0; nm]; ns] };
         let ce = CrossEntropyLossConfig::new().init(device);
         let (mut loss_sum, mut correct, mut skipped) = (0.0, 0usize, 0u32);
         let mut next = vec![0usize; ns];
@@ -707,7 +722,8 @@ impl Trainer {
                                 continue;
                             }
                             if s + 1 < ns {
-                                let mut msg = Message { kind: MessageKind::Activation, from: s, to: s + 1, tensor: y.clone().without_autodiff() };
+                                let mut msg =
+                                    Message { kind: MessageKind::Activation, from: s, to: s + 1, tensor: y.clone().without_autodiff() };
                                 times.act_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
                                 times.forward[s][m] = t.elapsed().as_secs_f64();
                                 outputs[s][m] = Some(y);
@@ -884,7 +900,8 @@ mod config_tests {
         let data = DataConfig::default();
         let ok = TrainConfig::default();
         ok.check_sizes(&data).unwrap();
-        let e = TrainConfig { batch_size: 1 << 40, ..ok.clone() }.check_sizes(&DataConfig { train_size: Some(usize::MAX >> 8), ..data.clone() });
+        let e = TrainConfig { batch_size: 1 << 40, ..ok.clone() }
+            .check_sizes(&DataConfig { train_size: Some(usize::MAX >> 8), ..data.clone() });
         let e = e.unwrap_err().to_string();
         assert!(e.starts_with("train.batch_size = 1099511627776 needs 13519594975133696 bytes"), "{e}");
         let e = TrainConfig { batch_size: 6000, ..ok.clone() }.check_sizes(&data).unwrap_err().to_string();

@@ -107,11 +107,7 @@ impl Worker {
         hooks: &mut dyn Hooks,
         ctx: &Ctx,
     ) -> (LocalPass, Control) {
-        let (x, y) = if augment {
-            data.batch_augmented(indices, norm, &mut self.rng, device)
-        } else {
-            data.batch(indices, norm, device)
-        };
+        let (x, y) = if augment { data.batch_augmented(indices, norm, &mut self.rng, device) } else { data.batch(indices, norm, device) };
         let blocks = self.net.blocks.len();
         let (out, control) = forward_watched(&mut self.net, 0..blocks, x, hooks, ctx);
         let [b, k, _, _] = out.dims();
@@ -129,7 +125,13 @@ impl Worker {
 /// replacement it sets: elements that differ become constants (their gradient stops there,
 /// as after an in-place write), the rest keep theirs. Returns the output and the first control
 /// other than `Continue` (a `Skip` lets the pass finish; anything else ends it early).
-pub fn forward_watched(net: &mut Net, range: std::ops::Range<usize>, x: Tensor<4>, hooks: &mut dyn Hooks, ctx: &Ctx) -> (Tensor<4>, Control) {
+pub fn forward_watched(
+    net: &mut Net,
+    range: std::ops::Range<usize>,
+    x: Tensor<4>,
+    hooks: &mut dyn Hooks,
+    ctx: &Ctx,
+) -> (Tensor<4>, Control) {
     let ctx = Ctx { point: Point::Forward, ..*ctx };
     if !hooks.watch_forward(&ctx) {
         return (net.forward_blocks(range, x, Mode::Train), Control::Continue);

@@ -120,7 +120,9 @@ fn state_and_gradients_made_on_an_autodiff_device_are_updated_as_data() {
     for cfg in configs() {
         let buffers = |d: &Device| match cfg.kind {
             OptimizerKind::Sgd => [("momentum_buffer".to_string(), tensor(values(500, 9), d))].into(),
-            OptimizerKind::Adam => [("exp_avg".to_string(), tensor(values(500, 9), d)), ("exp_avg_sq".to_string(), tensor(values(500, 11), d))].into(),
+            OptimizerKind::Adam => {
+                [("exp_avg".to_string(), tensor(values(500, 9), d)), ("exp_avg_sq".to_string(), tensor(values(500, 11), d))].into()
+            }
         };
         let mut fs = ParamState { step: 2, buffers: buffers(&tracked) };
         let mut rs = ParamState { step: 2, buffers: buffers(&plain) };

@@ -14,7 +14,8 @@ fn grads(params: &[(String, usize)], r: usize, device: &Device) -> Grads {
         .iter()
         .enumerate()
         .map(|(s, (name, n))| {
-            let v: Vec<f32> = (0..*n).map(|i| [1e8, 1.0, -1e8, 0.3, 3e38, -2.5, f32::INFINITY, f32::NAN][(i * 7 + r * 3 + s) % 8]).collect();
+            let v: Vec<f32> =
+                (0..*n).map(|i| [1e8, 1.0, -1e8, 0.3, 3e38, -2.5, f32::INFINITY, f32::NAN][(i * 7 + r * 3 + s) % 8]).collect();
             (name.clone(), Tensor::from_data(TensorData::new(v, [*n]), device))
         })
         .collect()
@@ -29,7 +30,8 @@ fn the_fused_average_computes_the_tensor_formulas_bits() {
     let device = Device::flex();
     // Several buckets under DDP's 1 MiB first bucket (the 300,000-value parameter fills one
     // alone), odd lengths that cut the ring chunks anywhere.
-    let params: Vec<(String, usize)> = [("a", 7usize), ("b", 300_000), ("c", 1), ("d", 40_003), ("e", 5)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
+    let params: Vec<(String, usize)> =
+        [("a", 7usize), ("b", 300_000), ("c", 1), ("d", 40_003), ("e", 5)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
     for workers in [2usize, 3, 8] {
         for sync in [SyncKind::Ddp, SyncKind::Horovod] {
             for allreduce in [AllReduceKind::Ring, AllReduceKind::RankOrder] {

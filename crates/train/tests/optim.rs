@@ -8,7 +8,7 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, GradientsParams, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::{Distribution, Int};
-use resilab_models::{Arch, InputShape, ModelConfig, Mode, Net, for_each_param, init_parameters};
+use resilab_models::{Arch, InputShape, Mode, ModelConfig, Net, for_each_param, init_parameters};
 use resilab_train::{OptimState, OptimizerConfig, OptimizerKind, named_grads};
 
 fn tiny_net(device: &Device) -> Net {
@@ -56,9 +56,7 @@ fn compare(cfg: &OptimizerConfig, mut burn_optim: burn::optim::ModuleOptimizer) 
         let mut a_fwd2 = a.clone();
         let grads_named = named_grads(&a_fwd2.clone(), loss(&mut a_fwd2, x, y, &device).backward());
         // Running statistics come from the forward pass; both nets take them from it.
-        b = resilab_models::map_params(b, |info, _| {
-            if info.trainable { None } else { values_of(&a_fwd, &info.name) }
-        });
+        b = resilab_models::map_params(b, |info, _| if info.trainable { None } else { values_of(&a_fwd, &info.name) });
         a = burn_optim.step(cfg.lr, a_fwd, grads_burn);
         b = ours.step(cfg, cfg.lr, b, &grads_named);
         worst = worst.max(max_diff(&a, &b));
@@ -91,9 +89,7 @@ fn sgd_momentum_matches_burn() {
 #[test]
 fn nesterov_matches_burn() {
     let cfg = OptimizerConfig { kind: OptimizerKind::Sgd, lr: 0.05, momentum: 0.8, nesterov: true, ..Default::default() };
-    let burn = SgdConfig::new()
-        .with_momentum(Some(MomentumConfig { momentum: 0.8, dampening: 0.0, nesterov: true }))
-        .init();
+    let burn = SgdConfig::new().with_momentum(Some(MomentumConfig { momentum: 0.8, dampening: 0.0, nesterov: true })).init();
     let d = compare(&cfg, burn);
     assert!(d < 1e-6, "max difference {d}");
 }

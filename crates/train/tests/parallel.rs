@@ -375,9 +375,7 @@ fn pipeline_messages_can_be_corrupted_or_dropped() {
     assert!(p[1] != clean[1] && p[0] != clean[0]);
 
     let mut t = trainer(&plain(), pipeline(2, 4, PipeSchedule::Gpipe), data);
-    let StepOutcome::Done(s) = t.step_with(&mut OnMessage { scale: None, drop: true }).unwrap() else {
-        panic!("step did not complete")
-    };
+    let StepOutcome::Done(s) = t.step_with(&mut OnMessage { scale: None, drop: true }).unwrap() else { panic!("step did not complete") };
     assert_eq!(s.skipped, 1);
     assert!(replica_params(&t)[0] != clean[0]);
 }

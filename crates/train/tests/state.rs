@@ -21,7 +21,8 @@ fn trainer(kind: OptimizerKind, parallel: ParallelConfig, data: Arc<Split>) -> T
     let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
     let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 9, &device);
     let train = TrainConfig { steps: Some(10), batch_size: 32, augment: true, ..TrainConfig::default() };
-    let optimizer = OptimizerConfig { kind, lr: if kind == OptimizerKind::Adam { 1e-3 } else { 0.05 }, weight_decay: 1e-4, ..Default::default() };
+    let optimizer =
+        OptimizerConfig { kind, lr: if kind == OptimizerKind::Adam { 1e-3 } else { 0.05 }, weight_decay: 1e-4, ..Default::default() };
     let schedule = ScheduleConfig { kind: ScheduleKind::Cosine, ..Default::default() };
     Trainer::new(net, TrainSpec { train, optimizer, schedule, parallel, seed: 5 }, data, device).unwrap()
 }

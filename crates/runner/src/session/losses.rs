@@ -123,7 +123,9 @@ impl Session<'_> {
 
 fn fail_reason(workers: usize, pipeline: bool, rank: usize) -> String {
     if pipeline {
-        format!("pipeline stage {rank} was lost for good and no spare node is left (parallel.spares): a pipeline cannot go on without a stage")
+        format!(
+            "pipeline stage {rank} was lost for good and no spare node is left (parallel.spares): a pipeline cannot go on without a stage"
+        )
     } else if workers <= 1 {
         format!("worker {rank}, the last one left, was lost for good: no worker is left to train")
     } else {

@@ -107,7 +107,8 @@ impl Trainer {
         let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref());
         let next = self.next_cursor(cursor, global.len());
         let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref(), next));
-        let survivors = passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
+        let survivors =
+            passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
         if let Some(c) = &crashed {
             let again: Vec<f64> = layout.bucket_bytes.iter().map(|&b| ring_allreduce_s(&self.parallel.network, b, survivors)).collect();
             costs = costs.after_crash(c.at_s, c.completed, &again);
@@ -115,8 +116,12 @@ impl Trainer {
         costs.update_s = self.bucket_update_s(&layout, Some(update_s.clone()));
         let timeline = Timeline::build(&costs);
         self.step += 1;
-        let kept: Vec<&Pass> =
-            passes.iter().enumerate().filter(|(r, _)| crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).filter_map(|(_, p)| p.as_ref()).collect();
+        let kept: Vec<&Pass> = passes
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| crashed.as_ref().is_none_or(|c| !c.ranks.contains(r)))
+            .filter_map(|(_, p)| p.as_ref())
+            .collect();
         let (loss, correct, count) = kept.iter().fold((0.0, 0, 0), |(l, c, k), p| (l + p.loss.loss, c + p.loss.correct, k + p.loss.count));
         let k = kept.len();
         Ok(Flow::Done(StepStats {
@@ -157,7 +162,13 @@ impl Trainer {
 
     /// Forward and backward of every worker that goes on, on its shard of `global`: with
     /// [`Hooks::rebalance`], the global batch is spread over the workers that go on.
-    fn passes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, global: &[usize], live: &[bool]) -> Phase<Vec<Option<Pass>>> {
+    fn passes(
+        &mut self,
+        hooks: &mut dyn Hooks,
+        ctx: &dyn Fn(usize, Point) -> Ctx,
+        global: &[usize],
+        live: &[bool],
+    ) -> Phase<Vec<Option<Pass>>> {
         let shards = shards(global.len(), live, hooks.rebalance());
         let mut out = Vec::with_capacity(shards.len());
         for (r, range) in shards.into_iter().enumerate() {
@@ -167,8 +178,15 @@ impl Trainer {
             };
             let shard = &global[range];
             let t = Instant::now();
-            let (pass, c) =
-                self.workers[r].forward_backward_with(&self.data.train, &self.data.norm, shard, self.config.augment, &self.device, hooks, &ctx(r, Point::Forward));
+            let (pass, c) = self.workers[r].forward_backward_with(
+                &self.data.train,
+                &self.data.norm,
+                shard,
+                self.config.augment,
+                &self.device,
+                hooks,
+                &ctx(r, Point::Forward),
+            );
             sync(&self.device)?;
             let flops = 3.0 * self.fwd_flops[r] as f64 * shard.len() as f64;
             let compute_s = self.parallel.compute.flops_s(flops).unwrap_or_else(|| t.elapsed().as_secs_f64());
@@ -217,8 +235,11 @@ impl Trainer {
     /// layers' FLOPs at [`PLACEMENT_GFLOPS`] (communication and updates as modelled), so that
     /// what a crash leaves behind depends on the configuration and seed, never on measured times.
     fn placement_costs(&self, layout: &DataPlan, costs: &StepCosts, passes: &[Option<Pass>]) -> StepCosts {
-        let compute: Vec<Option<f64>> =
-            passes.iter().enumerate().map(|(r, p)| p.as_ref().map(|p| 3.0 * self.fwd_flops[r] as f64 * p.images as f64 / (PLACEMENT_GFLOPS * 1e9))).collect();
+        let compute: Vec<Option<f64>> = passes
+            .iter()
+            .enumerate()
+            .map(|(r, p)| p.as_ref().map(|p| 3.0 * self.fwd_flops[r] as f64 * p.images as f64 / (PLACEMENT_GFLOPS * 1e9)))
+            .collect();
         StepCosts {
             forward_s: compute.iter().map(|c| c.map(|c| c / 3.0)).collect(),
             backward_s: compute.iter().map(|c| c.map_or(0.0, |c| 2.0 * c / 3.0)).collect(),
@@ -231,7 +252,14 @@ impl Trainer {
     /// then [`Hooks::on_crash`] for each that crashes: a second crash in the step is taken to
     /// strike with the first. The crash's share of `place` is charged as that share of the
     /// step's own `step_s`.
-    fn crashes(&mut self, hooks: &mut dyn Hooks, ctx: &dyn Fn(usize, Point) -> Ctx, live: &[bool], place: &Timeline, step_s: f64) -> Phase<Option<Crashed>> {
+    fn crashes(
+        &mut self,
+        hooks: &mut dyn Hooks,
+        ctx: &dyn Fn(usize, Point) -> Ctx,
+        live: &[bool],
+        place: &Timeline,
+        step_s: f64,
+    ) -> Phase<Option<Crashed>> {
         let mut hit = Vec::new();
         for r in (0..live.len()).filter(|&r| live[r]) {
             if let Some(t) = hooks.crash_time(&ctx(r, Point::Crash), place) {
