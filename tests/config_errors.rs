@@ -254,3 +254,35 @@ fn an_hdf5_file_that_is_not_a_checkpoint_is_named_as_such() {
     ]);
     assert_clean_error(&resume, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
 }
+
+#[test]
+fn a_row_lost_between_a_checkpoint_and_its_logging_is_written_again() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = write(d.path(), "r.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\n"));
+    let out = d.path().join("run");
+    let train = |extra: &[&str]| {
+        let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    assert!(train(&[]).status.success());
+    let full = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    // Killed after writing checkpoint 4, before its row: the file ends at step 2's row.
+    let upto2: String = full.lines().take(2).map(|l| format!("{l}\n")).collect();
+    assert!(upto2.lines().last().unwrap().starts_with("2,"), "{upto2}");
+    std::fs::write(out.join("metrics.csv"), &upto2).unwrap();
+    let resumed = train(&["--resume", out.join("checkpoints/step-00000004").to_str().unwrap()]);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("no row for step 4"));
+    let rows: Vec<Vec<String>> = std::fs::read_to_string(out.join("metrics.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(), ["2", "4", "6", "8"], "every logged step once");
+    let four = &rows[1];
+    let original: Vec<String> = full.lines().nth(2).unwrap().split(',').map(str::to_string).collect();
+    assert_eq!((four[2].as_str(), four[3].as_str()), ("", ""), "the window's loss and accuracy are not in the checkpoint: empty");
+    assert_eq!(four[4], original[4], "the evaluation at step 4 is the checkpoint's model's, as the run measured it");
+}

@@ -26,20 +26,22 @@ pub struct MetricsRow {
     pub step: u64,
     /// Epoch of the last step (0-based).
     pub epoch: usize,
-    /// Mean training loss since the previous row.
-    pub loss: f64,
-    /// Training accuracy since the previous row.
-    pub train_acc: f64,
+    /// Mean training loss since the previous row (empty in a row recreated on resume: the
+    /// losses of the steps before it are not in the checkpoint).
+    pub loss: Option<f64>,
+    /// Training accuracy since the previous row (empty in a recreated row).
+    pub train_acc: Option<f64>,
     /// Test accuracy, when evaluated at this step.
     pub test_acc: Option<f64>,
     /// Test loss, when evaluated at this step.
     pub test_loss: Option<f64>,
-    /// Learning rate of the last step.
-    pub lr: f64,
-    /// Seconds since training started (evaluation included).
-    pub wall_s: f64,
-    /// Simulated seconds of the parallel run so far (steps only; see the cost model).
-    pub sim_s: f64,
+    /// Learning rate of the last step (empty in a recreated row).
+    pub lr: Option<f64>,
+    /// Seconds since training started (evaluation included; empty in a recreated row).
+    pub wall_s: Option<f64>,
+    /// Simulated seconds of the parallel run so far (steps only; see the cost model; empty in
+    /// a recreated row).
+    pub sim_s: Option<f64>,
 }
 
 /// `summary.json`.
@@ -318,10 +320,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Opens `metrics.csv` for writing. When resuming at step `resume_step` into a directory that
 /// already has one, the rows up to that step are kept and later rows (from the interrupted run,
 /// about to be recomputed) are dropped, so the file reads as one uninterrupted run.
-pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv::Writer<std::fs::File>> {
+/// Returns the writer and, when resuming, the last step that has a row.
+pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv::Writer<std::fs::File>, Option<u64>)> {
     let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
     let Some(step) = resume_step.filter(|_| path.exists()) else {
-        return Ok(csv::Writer::from_writer(crate::files::create_output(path)?));
+        return Ok((csv::Writer::from_writer(crate::files::create_output(path)?), None));
     };
     let mut kept = Vec::new();
     let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
@@ -339,6 +342,7 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv:
             kept.push(record);
         }
     }
+    let last = kept.last().and_then(|r| r.get(0)).and_then(|s| s.parse::<u64>().ok());
     let mut w = csv::Writer::from_writer(crate::files::create_output(path)?);
     w.write_record(&headers).map_err(csv_err)?;
     for r in &kept {
@@ -346,7 +350,7 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<csv:
     }
     w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     let file = crate::files::append_output(path)?;
-    Ok(csv::WriterBuilder::new().has_headers(false).from_writer(file))
+    Ok((csv::WriterBuilder::new().has_headers(false).from_writer(file), last))
 }
 
 /// Appends the fault log's entries from `from` on to `file` (JSON lines, flushed); returns the

@@ -78,6 +78,8 @@ pub(crate) struct Session<'a> {
     last_loss: f64,
     final_distance: Option<f64>,
     first_step: u64,
+    /// The resumed step's `metrics.csv` row is missing and is written again before training.
+    missing_row: bool,
     bar: ProgressBar,
     start: Instant,
 }
@@ -111,7 +113,9 @@ impl<'a> Session<'a> {
             &faults_path,
             std::fs::OpenOptions::new().create(true).append(resumed).write(true).truncate(!resumed),
         )?;
-        let metrics = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
+        let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
+        // A run killed between its checkpoint and that step's row resumes without the row.
+        let missing_row = resumed && trainer.step > 0 && last_row != Some(trainer.step) && row_due(trainer, trainer.step);
         let bar = if opts.progress { ProgressBar::new(trainer.total_steps()) } else { ProgressBar::hidden() };
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
@@ -136,6 +140,7 @@ impl<'a> Session<'a> {
             last_loss: 0.0,
             final_distance: None,
             first_step: trainer.step,
+            missing_row,
             bar,
             start: Instant::now(),
         })
@@ -143,6 +148,9 @@ impl<'a> Session<'a> {
 
     /// Trains until the schedule ends or the guard gives up.
     pub(crate) fn run(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<()> {
+        if self.missing_row {
+            self.recreate_row(trainer)?;
+        }
         while !trainer.done() {
             let t = Instant::now();
             let outcome = trainer.step_with(guard)?;
@@ -345,33 +353,56 @@ impl<'a> Session<'a> {
     /// Evaluates when due, compares with the golden run, and writes a `metrics.csv` row every
     /// `log_every` steps and at each evaluation.
     fn log_step(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
-        let eval_now = match trainer.config.eval_every {
-            Some(k) => s.step.is_multiple_of(k),
-            None => s.epoch_end,
-        } || trainer.done();
-        if !(s.step.is_multiple_of(trainer.config.log_every) || eval_now) {
+        if !row_due(trainer, s.step) {
             return Ok(());
         }
-        let eval = if eval_now { Some(self.evaluate(trainer, s.step)?) } else { None };
+        let eval = if eval_due(trainer, s.step) { Some(self.evaluate(trainer, s.step)?) } else { None };
         self.final_train_loss = self.window.loss / self.window.steps as f64;
         let row = MetricsRow {
             step: s.step,
             epoch: s.epoch,
-            loss: self.final_train_loss,
-            train_acc: self.window.acc / self.window.steps as f64,
+            loss: Some(self.final_train_loss),
+            train_acc: Some(self.window.acc / self.window.steps as f64),
             test_acc: eval.map(|e| e.accuracy),
             test_loss: eval.map(|e| e.loss),
-            lr: s.lr,
-            wall_s: self.start.elapsed().as_secs_f64(),
-            sim_s: self.tally.sim_s,
+            lr: Some(s.lr),
+            wall_s: Some(self.start.elapsed().as_secs_f64()),
+            sim_s: Some(self.tally.sim_s),
         };
-        let path = self.opts.out.join("metrics.csv");
-        self.metrics.serialize(&row).map_err(csv_err(&path))?;
-        self.metrics.flush().map_err(io(&path))?;
+        self.write_row(&row)?;
         let test = self.last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
-        self.bar.set_message(format!("loss {:.3} acc {:.3}{test}", row.loss, row.train_acc));
+        self.bar.set_message(format!("loss {:.3} acc {:.3}{test}", self.final_train_loss, self.window.acc / self.window.steps as f64));
         self.window = Window::default();
         Ok(())
+    }
+
+    fn write_row(&mut self, row: &MetricsRow) -> Result<()> {
+        let path = self.opts.out.join("metrics.csv");
+        self.metrics.serialize(row).map_err(csv_err(&path))?;
+        self.metrics.flush().map_err(io(&path))
+    }
+
+    /// Writes the row of the step a run resumed at, which the interrupted run checkpointed but
+    /// never logged: what the checkpoint determines (the evaluation when one was due), with the
+    /// training window's means, learning rate and times left empty (they are not in it).
+    fn recreate_row(&mut self, trainer: &Trainer) -> Result<()> {
+        let step = trainer.step;
+        let eval = if eval_due(trainer, step) { Some(self.evaluate(trainer, step)?) } else { None };
+        let cursor = trainer.workers[0].cursor;
+        let epoch = if cursor.sample == 0 { cursor.epoch.saturating_sub(1) } else { cursor.epoch };
+        let row = MetricsRow {
+            step,
+            epoch,
+            loss: None,
+            train_acc: None,
+            test_acc: eval.map(|e| e.accuracy),
+            test_loss: eval.map(|e| e.loss),
+            lr: None,
+            wall_s: None,
+            sim_s: None,
+        };
+        eprintln!("resilab: metrics.csv had no row for step {step}, where the run resumed: written again from the checkpoint");
+        self.write_row(&row)
     }
 
     /// Evaluates the model; with a golden run, writes a `compare.csv` row; with
@@ -480,4 +511,23 @@ impl<'a> Session<'a> {
             provenance: self.opts.provenance.clone(),
         })
     }
+}
+
+/// Whether step `step` (just completed) ends an epoch: the data cursor stands at an epoch's start.
+fn epoch_ended(trainer: &Trainer, step: u64) -> bool {
+    step > 0 && trainer.workers[0].cursor.sample == 0
+}
+
+/// Whether the test set is evaluated after step `step`.
+fn eval_due(trainer: &Trainer, step: u64) -> bool {
+    let scheduled = match trainer.config.eval_every {
+        Some(k) => step.is_multiple_of(k),
+        None => epoch_ended(trainer, step),
+    };
+    scheduled || step >= trainer.total_steps()
+}
+
+/// Whether step `step` has a `metrics.csv` row.
+fn row_due(trainer: &Trainer, step: u64) -> bool {
+    step.is_multiple_of(trainer.config.log_every) || eval_due(trainer, step)
 }
