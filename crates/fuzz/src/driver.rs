@@ -36,6 +36,12 @@ pub enum Target {
     /// child-process guard, so its own crashes and hangs count. For comparing HDF5 builds; not
     /// in [`Target::ALL`].
     Probe,
+    /// Two `resilab train` processes on one `--out` (see [`crate::collide`]); not in
+    /// [`Target::ALL`].
+    Writers,
+    /// `resilab train` on a small tmpfs that fills (see [`crate::collide`]); needs root; not in
+    /// [`Target::ALL`].
+    FullDisk,
 }
 
 impl Target {
@@ -52,6 +58,8 @@ impl Target {
             Target::Resume => "resume",
             Target::Config => "config",
             Target::Probe => "probe",
+            Target::Writers => "writers",
+            Target::FullDisk => "full-disk",
         }
     }
 
@@ -71,7 +79,7 @@ impl std::fmt::Display for Target {
 impl std::str::FromStr for Target {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let known: Vec<Target> = Target::ALL.into_iter().chain([Target::Probe]).collect();
+        let known: Vec<Target> = Target::ALL.into_iter().chain([Target::Probe, Target::Writers, Target::FullDisk]).collect();
         let names: Vec<&str> = known.iter().map(|t| t.name()).collect();
         known.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown command `{s}` (known: {})", names.join(", ")))
     }
@@ -242,6 +250,9 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 /// Writes case `index` of `target`'s inputs into `dir` (which must exist) and returns it. The
 /// same seed, target and index give the same inputs in any directory.
 pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir: &Path) -> anyhow::Result<Case> {
+    if let Some(case) = crate::collide::case(opts, target, index, dir)? {
+        return Ok(case);
+    }
     let mut rng = case_rng(opts.seed, target, index);
     let strs = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
     let train = ["--out", "out", "--quiet", "--threads", "1", "--golden-dir", "golden"];
@@ -285,7 +296,7 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
             ];
             (strs(&args), vec![dir.join("inj.toml"), file])
         }
-        Target::Resume | Target::Config => {
+        Target::Resume | Target::Config | Target::Writers | Target::FullDisk => {
             let cfg = BASE_CONFIG.replace("\nsteps = 4\n", &format!("\nsteps = {}\n", CHECKPOINT_STEP + 2));
             write(&dir.join("resume.toml"), &cfg)?;
             let name = step_dir_name();
@@ -328,6 +339,10 @@ pub fn run_case(opts: &Options, base: &Base, target: Target, index: usize) -> an
         std::fs::remove_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+    if let Some(r) = crate::collide::run(opts, target, index, &dir)? {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        return Ok(r);
+    }
     let case = make_case(opts, base, target, index, &dir)?;
     let before: Vec<Option<u64>> = case.inputs.iter().map(|p| exec::digest(p)).collect();
     let done = exec::run(&case.invocation, &opts.limits).with_context(|| case.invocation.shell_line())?;

@@ -12,12 +12,15 @@
 //! - [`driver`]: makes a tiny checkpoint with `resilab train`, then runs `inspect`, `eval`,
 //!   `diff`, `inject`, `train --resume` on mutated copies and `train` on mutated configs, in
 //!   parallel, deterministically from a seed, keeping the first failing inputs.
+//! - [`collide`]: the machine around a run: two writers on one directory, a file system that
+//!   fills.
 //! - [`report`]: the table and the CSV row per command.
 //!
 //! The `resilab-fuzz` binary and the root package's `tests/fuzz.rs` (a bounded slice for CI)
 //! both call [`driver::prepare`] and [`driver::run`]; `scripts/fuzz.sh` runs the long fuzz.
 
 pub mod classify;
+pub mod collide;
 pub mod driver;
 pub mod exec;
 pub mod mutate;

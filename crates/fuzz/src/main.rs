@@ -30,8 +30,10 @@ struct Args {
     /// Cases per command.
     #[arg(long, value_name = "N", default_value_t = 100)]
     cases: usize,
-    /// Commands to fuzz, comma-separated: inspect, eval, diff, inject, resume, config, and
-    /// probe (the HDF5 library reading inspect's files with no child-process guard).
+    /// Commands to fuzz, comma-separated: inspect, eval, diff, inject, resume, config; probe
+    /// (the HDF5 library reading inspect's files with no child-process guard); writers (two
+    /// `train` processes on one --out, the second a drawn delay after the first) and full-disk
+    /// (`train` on a tmpfs of a drawn size; needs root and permission to mount).
     #[arg(long, value_delimiter = ',', default_value = "inspect,eval,diff,inject,resume,config")]
     commands: Vec<Target>,
     /// Seed of every mutation (case i of a command draws from its own ChaCha8 stream).
