@@ -13,6 +13,10 @@
 # one row per command to results/bench/fuzz.csv (date, revision, HDF5 version, command, cases,
 # ok, clean_error, messy_error, panic, signal, hang, input_modified, seconds).
 #
+# COMMANDS=writers,full-disk CSV=results/bench/fuzz_collisions.csv fuzzes the machine around a
+# run instead: two `train` processes on one --out, and `train` on a small tmpfs that fills
+# (root only; see crates/fuzz/src/collide.rs).
+#
 # Environment: CASES (per command, default 10000), COMMANDS (default all six), SEED (default 1),
 # JOBS (cases run at once, default 2), TIMEOUT (seconds per command, default 90), SCRATCH
 # (default target/fuzz), CSV (default results/bench/fuzz.csv).

@@ -604,8 +604,8 @@ fn compare(args: CompareArgs) -> Result<()> {
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
     let mut own: Vec<&str> = args.strategies.iter().map(String::as_str).collect();
     own.extend(["strategies.csv", "table.txt"]);
-    resilab_runner::check_output_dir(&root, &own, "--out")?;
     let _lock = resilab_runner::files::lock_dir(&root, "--out")?;
+    resilab_runner::check_output_dir(&root, &own, "--out")?;
     let mut rows = Vec::new();
     let mut golden = None;
     for strategy in &args.strategies {

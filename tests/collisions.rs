@@ -123,3 +123,25 @@ fn no_output_is_written_through_a_link() {
         std::fs::remove_file(&link).unwrap();
     }
 }
+
+#[test]
+fn campaign_and_report_files_are_never_written_through_a_link() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = write(d.path(), "nev.toml", common::NEV);
+    let camp = d.path().join("c");
+    assert!(run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", camp.to_str().unwrap(), "--quiet"]).status.success());
+    let victim = d.path().join("victim.md");
+    std::fs::write(&victim, "precious").unwrap();
+    let report = d.path().join("r");
+    std::fs::create_dir(&report).unwrap();
+    std::os::unix::fs::symlink(&victim, report.join("report.md")).unwrap();
+    let o = run(&["report", camp.to_str().unwrap(), "--out", report.to_str().unwrap()]);
+    assert_clean_error(&o, &["is a symbolic link"]);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    // The campaign's own record: a link planted as runs.jsonl is refused on --resume.
+    std::fs::remove_file(camp.join("runs.csv")).unwrap();
+    std::os::unix::fs::symlink(&victim, camp.join("runs.csv")).unwrap();
+    let o = run(&["campaign", "--config", cfg.to_str().unwrap(), "--out", camp.to_str().unwrap(), "--quiet", "--resume"]);
+    assert!(!o.status.success() || std::fs::read_to_string(&victim).unwrap() == "precious", "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}

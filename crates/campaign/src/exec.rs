@@ -217,7 +217,7 @@ impl Pool {
     fn spawn(&mut self, i: usize) -> Result<()> {
         let (program, args) = self.worker.split_first().ok_or_else(|| Error::Config("no worker command".into()))?;
         let log_path = self.log_path(i);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(io(&log_path))?;
+        let log = resilab_runner::files::append_output(&log_path)?;
         let mut child = Command::new(program)
             .args(args)
             .arg("--dir")
@@ -646,8 +646,8 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<Merged> {
             rows.entry(r.index).or_insert(r);
         }
     }
-    resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
     let _lock = resilab_runner::files::lock_dir(out, "--out")?;
+    resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
     if out.join(CAMPAIGN_FILE).exists() && text_of(out)? != text {
         return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
     }

@@ -123,10 +123,7 @@ pub(crate) struct Appender {
 impl Appender {
     /// Opens both files in `dir` for appending (the CSV must already have its header).
     pub(crate) fn open(dir: &Path, axes: Vec<String>) -> Result<Self> {
-        let open = |name: &str| {
-            let p = dir.join(name);
-            std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|source| Error::Io { path: p, source })
-        };
+        let open = |name: &str| resilab_runner::files::append_output(&dir.join(name));
         let csv = csv::WriterBuilder::new().has_headers(false).from_writer(open(crate::RUNS_CSV)?);
         Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, dir: dir.to_path_buf() })
     }

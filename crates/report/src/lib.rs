@@ -60,7 +60,9 @@ fn write(path: &Path, text: &str) -> Result<PathBuf> {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).map_err(|source| Error::Io { path: p.to_path_buf(), source })?;
     }
-    std::fs::write(path, text).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    // Never through a link: a link in the report's directory is an error naming it.
+    let mut f = resilab_runner::files::create_output(path).map_err(|e| Error::Empty(e.to_string()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     Ok(path.to_path_buf())
 }
 
@@ -419,8 +421,8 @@ fn num(s: &str) -> Option<f64> {
 
 /// Reads a campaign directory and writes its report into `out`.
 pub fn report(dir: &Path, out: &Path) -> Result<Written> {
-    resilab_runner::check_output_dir(out, &["report.md", "cells.csv"], "--out").map_err(|e| Error::Empty(e.to_string()))?;
     let _lock = resilab_runner::files::lock_dir(out, "--out").map_err(|e| Error::Empty(e.to_string()))?;
+    resilab_runner::check_output_dir(out, &["report.md", "cells.csv"], "--out").map_err(|e| Error::Empty(e.to_string()))?;
     let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
     let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
     let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;

@@ -375,9 +375,10 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let resolved = crate::project::resolve_daly(cfg)?;
     let cfg = &resolved;
     let out = &opts.out;
-    check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
-    // Held until the run ends: a second run on the same directory fails at once.
+    // Held until the run ends: a second run on the same directory fails at once, before it
+    // looks at what the first has begun to write.
     let _out_lock = crate::files::lock_dir(out, "the output directory")?;
+    check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
