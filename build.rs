@@ -13,6 +13,11 @@ fn main() {
     println!("cargo:rustc-env=RESILAB_GIT_REVISION={rev}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // An edit anywhere in the sources makes the tree dirty: cargo scans these directories, so
+    // the recorded revision never names a commit the binary's code differs from.
+    for path in ["src", "crates", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={path}");
+    }
     // A commit moves the branch's ref, which `.git/HEAD` only names: watch that file too (and
     // packed refs), where they exist (a missing path would rerun this script on every build).
     let head = std::fs::read_to_string(".git/HEAD").unwrap_or_default();
