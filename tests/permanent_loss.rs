@@ -8,30 +8,16 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, assert_clean_error, run, train_with, write};
+use common::{TINY, assert_clean_error, train_summary, train_with};
 use serde_json::{Value, json};
 
 /// `workers` replicas, checkpoints every 3 steps, and `extra` (faults, recovery).
 fn train(dir: &Path, name: &str, parallel: &str, extra: &str) -> Value {
-    let cfg = write(
+    train_summary(
         dir,
-        &format!("{name}.toml"),
+        name,
         &format!("{TINY}\n[parallel]\n{parallel}\ncompute = {{ gflops = 50.0 }}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"),
-    );
-    let out = dir.join(name);
-    let golden = dir.join("golden-cache");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        golden.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+    )
 }
 
 /// Worker 2 of 4 lost for good at step 5, under lossy forward and `recovery`.

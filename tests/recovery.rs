@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{TINY, assert_clean_error, run, train_summary, write};
 
 /// Two replicas, checkpoints at steps 3 and 6, and `extra` (faults, recovery).
 fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
@@ -15,25 +15,11 @@ fn train(dir: &Path, name: &str, extra: &str) -> serde_json::Value {
 
 /// [`train`] with `parallel` added to the `[parallel]` table.
 fn train_with(dir: &Path, name: &str, parallel: &str, extra: &str) -> serde_json::Value {
-    let cfg = write(
+    train_summary(
         dir,
-        &format!("{name}.toml"),
+        name,
         &format!("{TINY}\n[parallel]\nworkers = 2\n{parallel}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{extra}"),
-    );
-    let out = dir.join(name);
-    let golden = dir.join("golden-cache");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        golden.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+    )
 }
 
 /// The exponent's top bit of 40 values in worker 1's first residual block at step 5: values

@@ -95,6 +95,27 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// Runs `resilab train` on the configuration `text` (written to `dir/<name>.toml`) into
+/// `dir/<name>`, with the golden runs cached in `dir/golden-cache`; asserts it exited 0 and
+/// returns its `summary.json`.
+pub fn train_summary(dir: &Path, name: &str, text: &str) -> serde_json::Value {
+    let cfg = write(dir, &format!("{name}.toml"), text);
+    let out = dir.join(name);
+    let golden = dir.join("golden-cache");
+    let o = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        golden.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
 /// Runs `resilab` with `args` and returns its output.
 pub fn run(args: &[&str]) -> Output {
     resilab().args(args).output().expect("run resilab")
