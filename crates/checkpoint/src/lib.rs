@@ -357,20 +357,18 @@ fn load_dir_with(
         };
         if !path.exists() {
             let n = template.workers.len();
+            let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
             return Err(match instead {
                 // A worker file named on its own reads its checkpoint's other ranks beside it.
                 Some((_, file)) => invalid(
                     file,
                     format!(
                         "is one worker's file; this run has {n} worker(s), whose other files are read from its directory {}, which has no {}",
-                        std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).display(),
+                        shown.display(),
                         file_name(t.rank)
                     ),
                 ),
-                None => invalid(
-                    &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
-                    format!("missing {} (a checkpoint of {n} worker(s) is expected)", file_name(t.rank)),
-                ),
+                None => invalid(&shown, format!("missing {} (a checkpoint of {n} worker(s) is expected)", file_name(t.rank))),
             });
         }
         probe(&path)?;

@@ -65,12 +65,15 @@ impl Plan {
 /// The case's config and command line (the second writer runs the same one), written into
 /// `dir`; `None` for the other targets.
 pub fn case(opts: &Options, target: Target, index: usize, dir: &Path) -> anyhow::Result<Option<Case>> {
-    let Some(plan) = plan(opts, target, index) else { return Ok(None) };
+    plan(opts, target, index).map(|p| case_of(opts, &p, dir)).transpose()
+}
+
+fn case_of(opts: &Options, plan: &Plan, dir: &Path) -> anyhow::Result<Case> {
     let config = BASE_CONFIG.replace("\nsteps = 4\n", &format!("\nsteps = {}\n", plan.steps()));
     std::fs::write(dir.join("base.toml"), config).with_context(|| format!("{}", dir.display()))?;
     let args = ["train", "--config", "base.toml", "--out", plan.out(), "--quiet", "--threads", "1", "--golden-dir", "golden"];
     let invocation = Invocation { program: opts.resilab.clone(), args: args.iter().map(OsString::from).collect(), dir: dir.to_path_buf() };
-    Ok(Some(Case { mutation: plan.describe(), invocation, inputs: vec![dir.join("base.toml")] }))
+    Ok(Case { mutation: plan.describe(), invocation, inputs: vec![dir.join("base.toml")] })
 }
 
 /// A tmpfs mounted at a directory, unmounted when dropped.
@@ -100,7 +103,7 @@ impl Drop for Mount {
 /// Runs case `index` of `writers` or `full-disk` in `dir`; `None` for the other targets.
 pub fn run(opts: &Options, target: Target, index: usize, dir: &Path) -> anyhow::Result<Option<CaseResult>> {
     let Some(plan) = plan(opts, target, index) else { return Ok(None) };
-    let Some(case) = case(opts, target, index, dir)? else { return Ok(None) };
+    let case = case_of(opts, &plan, dir)?;
     let (class, stderr, seconds) = match plan {
         Plan::Writers { steps, delay_ms } => writers(opts, &case, steps, delay_ms)?,
         Plan::FullDisk { steps, kib } => {

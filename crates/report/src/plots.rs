@@ -127,9 +127,29 @@ pub struct Facets {
     pub columns: usize,
 }
 
+impl Facets {
+    /// `panels` on shared axes, `columns` to a row: the span of every panel's points and
+    /// intervals (0 included on x), padded by a tenth and at least half a unit on each side.
+    pub fn shared(title: String, panels: Vec<Pareto>, columns: usize) -> Self {
+        let (mut xs, mut ys) = (vec![0.0], Vec::new());
+        for (x, y) in panels.iter().map(Pareto::extent) {
+            xs.extend(x);
+            ys.extend(y);
+        }
+        let padded = |v: Vec<f64>| {
+            span(v.into_iter()).map_or((0.0, 1.0), |(lo, hi)| {
+                let pad = ((hi - lo) * 0.1).max(0.5);
+                (lo - pad, hi + pad)
+            })
+        };
+        let bounds = Some((padded(xs), padded(ys)));
+        Self { title, panels: panels.into_iter().map(|p| Pareto { bounds, ..p }).collect(), columns }
+    }
+}
+
 impl Pareto {
     /// The ends of the intervals of the points drawn, `(x, y)`.
-    pub fn extent(&self) -> (Vec<f64>, Vec<f64>) {
+    fn extent(&self) -> (Vec<f64>, Vec<f64>) {
         let ends = |v: &Valued| [v.0, v.1.0.unwrap_or(v.0), v.1.1.unwrap_or(v.0)];
         let shown = self.points.iter().filter_map(|p| Some((p.overhead?, p.loss?)));
         shown.fold((Vec::new(), Vec::new()), |(mut xs, mut ys), (x, y)| {
@@ -174,15 +194,14 @@ pub trait Plot {
     }
 }
 
+/// The smallest and largest finite values, if any.
+fn span(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let (lo, hi) = values.filter(|v| v.is_finite()).fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
+    lo.is_finite().then_some((lo, hi))
+}
+
 fn range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for v in values.filter(|v| v.is_finite()) {
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
-    if !lo.is_finite() {
-        return (0.0, 1.0);
-    }
+    let Some((lo, hi)) = span(values) else { return (0.0, 1.0) };
     if hi - lo < 1e-12 {
         return (lo - 1.0, hi + 1.0);
     }

@@ -444,24 +444,7 @@ fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
             bounds: None,
         })
         .collect();
-    let (xs, ys) = panels.iter().map(Pareto::extent).fold((vec![0.0], Vec::new()), |(mut xs, mut ys), (x, y)| {
-        xs.extend(x);
-        ys.extend(y);
-        (xs, ys)
-    });
-    let bounds = Some((range(&xs), range(&ys)));
-    let panels = panels.into_iter().map(|p| Pareto { bounds, ..p }).collect();
-    Facets { title: "Accuracy lost against simulated time, per option and condition".into(), panels, columns: conditions.len().min(2) }
-}
-
-/// `values`' span, padded by a tenth on each side.
-fn range(values: &[f64]) -> (f64, f64) {
-    let (lo, hi) = values.iter().filter(|v| v.is_finite()).fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| (l.min(v), h.max(v)));
-    if !lo.is_finite() {
-        return (0.0, 1.0);
-    }
-    let pad = ((hi - lo) * 0.1).max(0.5);
-    (lo - pad, hi + pad)
+    Facets::shared("Accuracy lost against simulated time, per option and condition".into(), panels, conditions.len().min(2))
 }
 
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {

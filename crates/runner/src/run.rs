@@ -12,7 +12,7 @@ use resilab_data::Split;
 use resilab_faults::{FaultInjector, FaultTarget};
 use resilab_models::{InputShape, Net, init_parameters};
 use resilab_recovery::{DetectionRecord, Guard};
-use resilab_train::{OptimizerConfig, OptimizerKind, ParallelMode, TrainSpec, TrainState, Trainer};
+use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 use serde::Serialize;
 
 use crate::session::Session;
@@ -436,22 +436,13 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
     Ok(Some((report, changes)))
 }
 
-/// The optimizer buffers `opt` keeps per parameter.
-fn kept_buffers(opt: &OptimizerConfig) -> BTreeSet<&'static str> {
-    match opt.kind {
-        OptimizerKind::Sgd if opt.momentum > 0.0 => BTreeSet::from(["momentum_buffer"]),
-        OptimizerKind::Sgd => BTreeSet::new(),
-        OptimizerKind::Adam => BTreeSet::from(["exp_avg", "exp_avg_sq"]),
-    }
-}
-
 /// Refuses a checkpoint whose optimizer state the configured optimizer would silently drop
 /// (buffers it does not keep: another optimizer kind) or start again from zero (a stepped
 /// optimizer without the buffers it keeps), unless `policy` is `load`.
 fn check_optimizer_state(state: &TrainState, opt: &OptimizerConfig, policy: OnMismatch) -> Result<()> {
     let params = || state.workers.iter().flat_map(|w| w.optim.values());
     let held: BTreeSet<&str> = params().flat_map(|p| p.buffers.keys().map(String::as_str)).collect();
-    let kept = kept_buffers(opt);
+    let kept: BTreeSet<&str> = opt.buffer_names().iter().copied().collect();
     let stepped = params().any(|p| p.step > 0);
     if held == kept || policy == OnMismatch::Load || (held.is_empty() && !stepped) {
         return Ok(());
@@ -514,11 +505,11 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
 /// Every tensor's checkpoint path in the run: each worker's parameters and buffers under
 /// `model/`, and the optimizer buffers `optimizer` keeps for its trainable parameters.
 fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<String> {
-    let buffers = kept_buffers(optimizer);
+    let buffers = optimizer.buffer_names();
     let mut out = Vec::new();
     for w in &trainer.workers {
         for p in resilab_models::named_params(&w.net) {
-            let path = p.name.replace('.', "/");
+            let path = resilab_checkpoint::name_to_path(&p.name);
             if p.trainable {
                 out.extend(buffers.iter().map(|b| format!("optimizer/{path}/{b}")));
             }

@@ -93,6 +93,16 @@ impl Default for OptimizerConfig {
 }
 
 impl OptimizerConfig {
+    /// The buffers this optimizer keeps per parameter, by their PyTorch names: none for plain
+    /// SGD, `momentum_buffer` for SGD with momentum, `exp_avg` and `exp_avg_sq` for Adam.
+    pub fn buffer_names(&self) -> &'static [&'static str] {
+        match self.kind {
+            OptimizerKind::Sgd if self.momentum > 0.0 => &["momentum_buffer"],
+            OptimizerKind::Sgd => &[],
+            OptimizerKind::Adam => &["exp_avg", "exp_avg_sq"],
+        }
+    }
+
     /// Checks ranges; the message names the key.
     pub fn validate(&self) -> crate::Result<()> {
         let check = |ok: bool, key: &str, v: f64, range: &str| {

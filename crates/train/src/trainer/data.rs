@@ -13,7 +13,7 @@ use super::{Flow, StepStats, Topology, Trainer, broadcast_buffers, early, modell
 use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, trainable_sizes};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
 use crate::timeline::{StepCosts, Timeline};
-use crate::{Error, Grads, OptimizerConfig, OptimizerKind, ParallelConfig, Result, SyncKind};
+use crate::{Error, Grads, OptimizerConfig, ParallelConfig, Result, SyncKind};
 
 /// A phase's result: go on with a value, or end the step with a flow.
 type Phase<T> = Result<ControlFlow<Flow, T>>;
@@ -358,11 +358,7 @@ impl Trainer {
 
 /// Optimizer buffers per parameter: momentum for SGD with momentum, two moments for Adam.
 pub(crate) fn optimizer_buffers(optimizer: &OptimizerConfig) -> u64 {
-    match optimizer.kind {
-        OptimizerKind::Sgd if optimizer.momentum > 0.0 => 1,
-        OptimizerKind::Sgd => 0,
-        OptimizerKind::Adam => 2,
-    }
+    optimizer.buffer_names().len() as u64
 }
 
 /// Modelled seconds of each bucket's update: its parameters and optimizer state read and
