@@ -10,6 +10,13 @@ use std::process::Output;
 
 use common::{TINY, assert_clean_error, resilab, run, train_with, write};
 
+/// `resilab train --config cfg --out out --quiet` with `extra` arguments.
+fn train_into(cfg: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Output {
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn first_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string()
 }
@@ -138,14 +145,12 @@ fn a_resume_that_would_drop_optimizer_state_is_an_error() {
     assert!(run(&["train", "--config", sgd.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
     let ckpt = out.join("checkpoints");
     let resume = |name: &str, set: &[&str]| {
-        let mut args = vec!["train", "--config", sgd.to_str().unwrap(), "--out"];
         let o = d.path().join(name);
-        args.push(o.to_str().unwrap());
-        args.extend(["--quiet", "--resume", ckpt.to_str().unwrap(), "--set", "train.steps=12"]);
+        let mut args = vec!["--resume", ckpt.to_str().unwrap(), "--set", "train.steps=12"];
         for s in set {
             args.extend(["--set", s]);
         }
-        (run(&args), o)
+        (train_into(&sgd, &o, &args), o)
     };
     let (adam, _) = resume("adam", &["optimizer.kind=\"adam\""]);
     assert_clean_error(&adam, &["optimizer state holds momentum_buffer", "Adam", "exp_avg, exp_avg_sq", "checkpoint.on_mismatch"]);
@@ -204,11 +209,7 @@ fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_doe
     let d = tempfile::tempdir().unwrap();
     let cfg = write(d.path(), "r.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("run");
-    let train = |extra: &[&str]| {
-        let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let train = |extra: &[&str]| train_into(&cfg, &out, extra);
     assert!(train(&[]).status.success());
     let ckpt = out.join("checkpoints/step-00000004");
     let before: Vec<Vec<u8>> = ["metrics.csv", "config.resolved.toml"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
@@ -260,11 +261,7 @@ fn a_row_lost_between_a_checkpoint_and_its_logging_is_written_again() {
     let d = tempfile::tempdir().unwrap();
     let cfg = write(d.path(), "r.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("run");
-    let train = |extra: &[&str]| {
-        let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let train = |extra: &[&str]| train_into(&cfg, &out, extra);
     assert!(train(&[]).status.success());
     let full = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     // Killed after writing checkpoint 4, before its row: the file ends at step 2's row.

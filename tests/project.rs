@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, run, write};
+use common::{TINY, run, train_config, write};
 
 const STEPS: u64 = 50;
 const EVERY: u64 = 5;
@@ -37,19 +37,7 @@ fn config(dir: &Path, workers: usize, strategy: &str, faults: &str) -> std::path
 fn simulated_overhead(dir: &Path, workers: usize, strategy: &str) -> f64 {
     let cfg = config(dir, workers, strategy, &crashes(workers));
     let out = dir.join(format!("{strategy}-{workers}"));
-    let golden = dir.join("golden");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        golden.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let s = train_config(&cfg, &out, &dir.join("golden"));
     assert_eq!(s["status"], "completed", "{s}");
     assert_eq!(s["detections"].as_array().unwrap().len(), 5, "{}", s["detections"]);
     s["simulated_overhead_vs_golden"].as_f64().unwrap()

@@ -100,8 +100,12 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 /// returns its `summary.json`.
 pub fn train_summary(dir: &Path, name: &str, text: &str) -> serde_json::Value {
     let cfg = write(dir, &format!("{name}.toml"), text);
-    let out = dir.join(name);
-    let golden = dir.join("golden-cache");
+    train_config(&cfg, &dir.join(name), &dir.join("golden-cache"))
+}
+
+/// Runs `resilab train --config cfg --out out --golden-dir golden`; asserts it exited 0 and
+/// returns its `summary.json`.
+pub fn train_config(cfg: &Path, out: &Path, golden: &Path) -> serde_json::Value {
     let o = run(&[
         "train",
         "--config",
