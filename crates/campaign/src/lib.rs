@@ -83,8 +83,13 @@ pub struct Metrics {
     pub steps: Option<u64>,
     /// Final test accuracy in `[0, 1]`.
     pub final_acc: Option<f64>,
-    /// Final test loss.
+    /// Final test loss (`NaN`, `inf` or `-inf` when not finite).
+    #[serde(default, with = "non_finite")]
     pub final_loss: Option<f64>,
+    /// Loss of the last training step (`restart` and `train` runs; `NaN`, `inf` or `-inf` when
+    /// not finite).
+    #[serde(default, with = "non_finite")]
+    pub final_train_loss: Option<f64>,
     /// The golden (fault-free) run's final test accuracy.
     pub golden_acc: Option<f64>,
     /// `golden_acc - final_acc`.
@@ -92,7 +97,14 @@ pub struct Metrics {
     /// Data parallel: test accuracy of the first replica hit (`final_acc` is rank 0's).
     pub hit_acc: Option<f64>,
     /// Data parallel: test loss of the first replica hit.
+    #[serde(default, with = "non_finite")]
     pub hit_loss: Option<f64>,
+    /// Data parallel: the lowest test accuracy of any replica.
+    pub replica_acc_min: Option<f64>,
+    /// Data parallel: the mean test accuracy of the replicas.
+    pub replica_acc_mean: Option<f64>,
+    /// Data parallel: the highest test accuracy of any replica.
+    pub replica_acc_max: Option<f64>,
     /// Data parallel: largest Euclidean distance between a replica's trainable parameters and
     /// rank 0's at the end (0: identical replicas).
     pub replica_divergence: Option<f64>,
@@ -100,11 +112,39 @@ pub struct Metrics {
     pub replicas_diverged: Option<u64>,
     /// N-EV by the outcome (METRICS.md): the run ends (or is stopped) with a NaN/Inf loss, or
     /// with a NaN/Inf or extreme parameter, buffer or optimizer value. In `eval` campaigns,
-    /// where nothing trains after the injection, the evaluation's loss is NaN/Inf.
+    /// where nothing trains after the injection, the evaluation's loss is NaN/Inf. The
+    /// worker's verdict; the report decides from the evidence columns below, which say the same.
     pub nev: Option<bool>,
-    /// The injection itself left a NaN/Inf or extreme value in the state (what the altered
-    /// checkpoint holds, or what a mid-run fault wrote): reported beside N-EV, never instead.
+    /// The injection itself left a NaN/Inf or extreme value in the state: what the altered
+    /// checkpoint files hold, read before any restart broadcast, or what a mid-run fault wrote.
+    /// Reported beside N-EV (the rate the injection alone predicts), never instead.
     pub ev_injected: Option<bool>,
+    /// Largest finite |value| of the parameters (every replica or stage) at the end.
+    #[serde(default, with = "non_finite")]
+    pub param_max_abs: Option<f64>,
+    /// Largest finite |value| of the buffers (BatchNorm running statistics) at the end.
+    #[serde(default, with = "non_finite")]
+    pub buffer_max_abs: Option<f64>,
+    /// Largest finite |value| of the optimizer state at the end.
+    #[serde(default, with = "non_finite")]
+    pub optim_max_abs: Option<f64>,
+    /// NaN/Inf parameter values at the end.
+    pub param_non_finite: Option<u64>,
+    /// NaN/Inf buffer values at the end.
+    pub buffer_non_finite: Option<u64>,
+    /// NaN/Inf optimizer values at the end.
+    pub optim_non_finite: Option<u64>,
+    /// Largest |value| of the whole state at the restart or after any step (`inf` when one was
+    /// infinite; steps whose state held a NaN are left out).
+    #[serde(default, with = "non_finite")]
+    pub peak_abs: Option<f64>,
+    /// The extreme-value threshold the run's N-EV used (METRICS.md: 1e10).
+    pub extreme_threshold: Option<f64>,
+    /// The step the base checkpoint was written at (`restart` and `eval` runs).
+    pub base_step: Option<u64>,
+    /// The step counter as the altered checkpoint restored it: differs from `base_step` when a
+    /// flip hit the counter, which changes how many steps the continuation trains.
+    pub restart_step: Option<u64>,
     /// Steps after the restart at which the state first held a NaN/Inf (0: the altered
     /// checkpoint already did); a NaN/Inf in the state never goes away.
     pub collapse_step: Option<u64>,
@@ -114,8 +154,10 @@ pub struct Metrics {
     pub values_corrupted: Option<u64>,
     /// Of those, values left NaN/Inf/extreme by the injection itself.
     pub non_finite_or_extreme_injected: Option<u64>,
-    /// Ranks whose checkpoint files were altered, `;`-separated.
-    pub workers_hit: Option<String>,
+    /// Ranks whose checkpoint files were altered, `;`-separated (the grid's `workers_hit` is
+    /// how many).
+    #[serde(alias = "workers_hit")]
+    pub ranks_hit: Option<String>,
     /// Layers (parameter paths) hit, `;`-separated.
     pub layers: Option<String>,
     /// Bits flipped (reference numbering, 0 = sign), `;`-separated, every one.
@@ -175,19 +217,33 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "steps",
     "final_acc",
     "final_loss",
+    "final_train_loss",
     "golden_acc",
     "acc_loss",
     "hit_acc",
     "hit_loss",
+    "replica_acc_min",
+    "replica_acc_mean",
+    "replica_acc_max",
     "replica_divergence",
     "replicas_diverged",
     "nev",
     "ev_injected",
+    "param_max_abs",
+    "buffer_max_abs",
+    "optim_max_abs",
+    "param_non_finite",
+    "buffer_non_finite",
+    "optim_non_finite",
+    "peak_abs",
+    "extreme_threshold",
+    "base_step",
+    "restart_step",
     "collapse_step",
     "collapsed",
     "values_corrupted",
     "non_finite_or_extreme_injected",
-    "workers_hit",
+    "ranks_hit",
     "layers",
     "bits",
     "faults",
@@ -212,6 +268,54 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "digest",
     "golden_key",
 ];
+
+/// Serde for a float that may be NaN or infinite: finite values as JSON numbers, the others as
+/// the strings `NaN`, `inf` and `-inf` (which pandas and spreadsheets read as such in the CSV),
+/// so a non-finite loss or value is recorded as what it was, never as an empty field.
+pub mod non_finite {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `v`.
+    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(x) if x.is_finite() => s.serialize_f64(*x),
+            Some(x) => s.serialize_str(text(*x)),
+        }
+    }
+
+    /// The spelling of a non-finite value.
+    pub fn text(x: f64) -> &'static str {
+        if x.is_nan() {
+            "NaN"
+        } else if x > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Number(f64),
+        Text(String),
+    }
+
+    /// Reads a number, `NaN`, `inf`, `-inf` or null.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        Ok(match Option::<Value>::deserialize(d)? {
+            None => None,
+            Some(Value::Number(x)) => Some(x),
+            Some(Value::Text(t)) => Some(match t.as_str() {
+                "NaN" | "nan" => f64::NAN,
+                "inf" | "Infinity" => f64::INFINITY,
+                "-inf" | "-Infinity" => f64::NEG_INFINITY,
+                other => return Err(serde::de::Error::custom(format!("not a number: {other:?}"))),
+            }),
+        })
+    }
+}
 
 /// Errors of campaigns.
 #[derive(Debug, thiserror::Error)]

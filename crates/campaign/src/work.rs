@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use resilab_checkpoint::{OnMismatch, Probe};
 use resilab_data::Split;
-use resilab_faults::detect::{Health, Outcome, workers_health};
+use resilab_faults::detect::{Health, Outcome, StateEvidence, state_evidence, workers_health, workers_scan};
 use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
@@ -295,9 +295,8 @@ impl<'a> Worker<'a> {
         let t0 = Instant::now();
         let base = base_dir(&self.dir, &spec.base_key);
         let golden: BaseGolden = read_json(&base.join("golden.json"))?;
-        let src = resilab_checkpoint::list(&base.join("ckpt"))?
+        let (base_step, src) = resilab_checkpoint::list(&base.join("ckpt"))?
             .pop()
-            .map(|(_, d)| d)
             .ok_or_else(|| Error::Config(format!("{}: no checkpoint", base.display())))?;
         // One scratch directory per attempt (run id and process), so that an attempt still
         // running in a process the campaign gave up on never shares files with a new one.
@@ -305,6 +304,7 @@ impl<'a> Worker<'a> {
         let result = self.alter_and_measure(spec, &src, &work);
         let _ = std::fs::remove_dir_all(&work);
         let mut m = result?;
+        m.base_step = Some(base_step);
         m.wall_s = Some(t0.elapsed().as_secs_f64());
         m.golden_acc = Some(golden.test_acc);
         m.acc_loss = m.final_acc.map(|a| golden.test_acc - a);
@@ -338,7 +338,7 @@ impl<'a> Worker<'a> {
         let mut hit: Vec<usize> = sample(&mut rng, world, spec.workers_hit.min(world)).into_vec();
         hit.sort_unstable();
         let inj = spec.injector.as_ref().ok_or_else(|| Error::Config("[inject]: a train run alters no checkpoint".into()))?;
-        let mut m = Metrics { workers_hit: Some(hit.iter().map(usize::to_string).collect::<Vec<_>>().join(";")), ..Metrics::default() };
+        let mut m = Metrics { ranks_hit: Some(hit.iter().map(usize::to_string).collect::<Vec<_>>().join(";")), ..Metrics::default() };
         let (mut corrupted, mut bad_values) = (0u64, 0u64);
         let mut layers = std::collections::BTreeSet::new();
         let mut bits = Vec::new();
@@ -361,41 +361,64 @@ impl<'a> Worker<'a> {
         m.non_finite_or_extreme_injected = Some(bad_values);
         m.layers = Some(layers.into_iter().collect::<Vec<_>>().join(";"));
         m.bits = Some(bits.join(";"));
-        // An evaluation reads every replica's file as it is; a restart synchronises the
-        // replicas as `parallel.broadcast_on_restart` says.
+        let trainer = self.restore_altered(spec, &step_dir, &mut m)?;
+        self.measure(trainer, &hit, m)
+    }
+
+    /// Builds the run's trainer and restores the altered checkpoint into it. `ev_injected` and
+    /// `restart_step` (the step counter as restored) are read from the state as the files hold
+    /// it, before a restart's broadcast from rank 0 (which could overwrite the replica hit); a
+    /// `restart` run then synchronises its replicas as `parallel.broadcast_on_restart` says, an
+    /// `eval` run reads every replica as it is.
+    fn restore_altered(&mut self, spec: &RunSpec, step_dir: &Path, m: &mut Metrics) -> Result<Trainer> {
         let mut cfg = spec.config.clone();
-        if self.campaign.settings.kind == Kind::Eval {
-            cfg.parallel.broadcast_on_restart = Some(resilab_train::Broadcast::Nothing);
-        }
-        let cfg = &cfg;
-        let split = self.split(cfg)?;
-        let mut trainer = build_trainer(cfg, split.clone(), &self.device)?;
+        cfg.parallel.broadcast_on_restart = Some(resilab_train::Broadcast::Nothing);
+        let split = self.split(&cfg)?;
+        let mut trainer = build_trainer(&cfg, split, &self.device)?;
         let template = trainer.snapshot();
-        let (state, _) = resilab_checkpoint::load(&step_dir, &template, OnMismatch::Load, &|_: &Path| Ok(()))
+        let (state, _) = resilab_checkpoint::load(step_dir, &template, OnMismatch::Load, &|_: &Path| Ok(()))
             .map_err(|e| Error::CorruptFile(e.to_string()))?;
         trainer.restore(&state).map_err(|e| Error::CorruptFile(e.to_string()))?;
         let threshold = self.campaign.settings.extreme_threshold;
-        let health = |t: &Trainer| workers_health(&t.workers, threshold);
-        let at_restart = health(&trainer);
-        m.ev_injected = Some(at_restart != Health::Sound);
+        m.ev_injected = Some(workers_health(&trainer.workers, threshold) != Health::Sound);
+        m.restart_step = Some(state.step);
+        m.extreme_threshold = Some(threshold);
+        if self.campaign.settings.kind == Kind::Restart && trainer.stage_ranges().is_none() {
+            trainer.broadcast_from_rank0(spec.config.parallel.broadcast());
+        }
+        Ok(trainer)
+    }
+
+    /// Continues (`restart`) or evaluates (`eval`) the restored run and records its outcome and
+    /// the evidence it rests on.
+    fn measure(&self, mut trainer: Trainer, hit: &[usize], mut m: Metrics) -> Result<Metrics> {
+        let threshold = self.campaign.settings.extreme_threshold;
         if self.campaign.settings.kind == Kind::Restart {
-            let outcome = continue_training(&mut trainer, at_restart, self.campaign.settings.stop_at_collapse, &health)?;
-            m.steps = Some(outcome.0);
-            let o = outcome.1;
-            let e = trainer.evaluate();
-            m.final_acc = Some(e.accuracy);
-            m.final_loss = Some(e.loss);
-            m.nev = Some(o.nev());
-            m.collapsed = Some(o.collapsed());
+            let scan = |t: &Trainer| workers_scan(&t.workers, threshold);
+            let (steps, o) = continue_training(&mut trainer, self.campaign.settings.stop_at_collapse, &scan)?;
+            m.steps = Some(steps);
+            m.final_train_loss = o.last_loss;
             m.collapse_step = o.collapse_step;
-            replicas(&trainer, &hit, &split, cfg, &mut m);
+            m.peak_abs = Some(o.peak_abs);
+        }
+        // A restarted replica is judged as its next forward pass sees it (under DDP with rank
+        // 0's buffers); an evaluated checkpoint's replicas as their files hold them.
+        let evals = trainer.evaluate_replicas(self.campaign.settings.kind == Kind::Restart);
+        let e = evals[0];
+        m.final_acc = Some(e.accuracy);
+        m.final_loss = Some(e.loss);
+        replicas(&trainer, &evals, hit, &mut m);
+        let evidence = state_evidence(&trainer.workers);
+        record_evidence(&evidence, &mut m);
+        if self.campaign.settings.kind == Kind::Restart {
+            // N-EV by the outcome: a NaN/Inf loss (the last step's or the test set's) or a
+            // NaN/Inf or extreme value in the state at the end.
+            let losses_finite = m.final_train_loss.is_none_or(f64::is_finite) && e.loss.is_finite();
+            m.collapsed = Some(!losses_finite || evidence.non_finite());
+            m.nev = Some(!losses_finite || evidence.non_finite() || evidence.extreme(threshold));
         } else {
             // Nothing trains after the injection: the outcome is the evaluation itself (NaN/Inf
             // logits give a NaN/Inf loss), of the replica hit.
-            let e = trainer.evaluate();
-            m.final_acc = Some(e.accuracy);
-            m.final_loss = Some(e.loss);
-            replicas(&trainer, &hit, &split, cfg, &mut m);
             let hit_loss = if trainer.stage_ranges().is_some() { e.loss } else { m.hit_loss.unwrap_or(e.loss) };
             m.nev = Some(!hit_loss.is_finite());
             m.collapsed = Some(!hit_loss.is_finite());
@@ -403,6 +426,16 @@ impl<'a> Worker<'a> {
         m.digest = Some(resilab_runner::params_digest(&trainer.model()));
         Ok(m)
     }
+}
+
+/// Copies the state's evidence into the run's columns.
+fn record_evidence(e: &StateEvidence, m: &mut Metrics) {
+    m.param_max_abs = Some(e.param_max_abs);
+    m.buffer_max_abs = Some(e.buffer_max_abs);
+    m.optim_max_abs = Some(e.optim_max_abs);
+    m.param_non_finite = Some(e.param_non_finite);
+    m.buffer_non_finite = Some(e.buffer_non_finite);
+    m.optim_non_finite = Some(e.optim_non_finite);
 }
 
 /// The layer (parameter path without its last component) of a checkpoint dataset path:
@@ -415,31 +448,35 @@ fn layer_of(dataset: &str) -> String {
     }
 }
 
-/// Data-parallel runs: the first hit replica's test accuracy and loss, and how far the replicas
-/// are from rank 0 (largest Euclidean distance of the trainable parameters, and how many differ).
-fn replicas(trainer: &Trainer, hit: &[usize], split: &Split, cfg: &RunConfig, m: &mut Metrics) {
-    if trainer.stage_ranges().is_some() || trainer.workers.len() < 2 {
+/// Data-parallel runs: the first hit replica's test accuracy and loss, every replica's lowest,
+/// mean and highest accuracy (`evals`, in rank order), and how far the replicas are from rank 0
+/// (largest Euclidean distance of the trainable parameters, and how many differ).
+fn replicas(trainer: &Trainer, evals: &[resilab_train::Evaluation], hit: &[usize], m: &mut Metrics) {
+    if trainer.stage_ranges().is_some() || evals.len() < 2 {
         return;
     }
-    let r = hit.first().copied().unwrap_or(0).min(trainer.workers.len() - 1);
-    let e = resilab_train::evaluate(&trainer.workers[r].net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
-    m.hit_acc = Some(e.accuracy);
-    m.hit_loss = Some(e.loss);
+    let r = hit.first().copied().unwrap_or(0).min(evals.len() - 1);
+    m.hit_acc = Some(evals[r].accuracy);
+    m.hit_loss = Some(evals[r].loss);
+    let accs: Vec<f64> = evals.iter().map(|e| e.accuracy).collect();
+    m.replica_acc_min = accs.iter().copied().reduce(f64::min);
+    m.replica_acc_max = accs.iter().copied().reduce(f64::max);
+    m.replica_acc_mean = Some(accs.iter().sum::<f64>() / accs.len() as f64);
     let states: Vec<resilab_train::WorkerState> = trainer.workers.iter().map(resilab_train::WorkerState::capture).collect();
     let d: Vec<f64> = states[1..].iter().map(|s| resilab_runner::golden::param_distance(&states[0], s)).collect();
     m.replica_divergence = Some(d.iter().copied().fold(0.0, |a, b| if b.is_nan() || a.is_nan() { f64::NAN } else { a.max(b) }));
     m.replicas_diverged = Some(d.iter().filter(|x| !(**x == 0.0)).count() as u64);
 }
 
-/// Trains to the end of the run from a restart whose state has `at_restart`'s health; with
-/// `stop`, stops as soon as the outcome is decided (a NaN/Inf in the state, which is
-/// absorbing). Returns the steps run and the outcome.
-fn continue_training(trainer: &mut Trainer, at_restart: Health, stop: bool, health: &dyn Fn(&Trainer) -> Health) -> Result<(u64, Outcome)> {
+/// Trains to the end of the run from the restored state; with `stop`, stops as soon as the
+/// outcome is decided (a NaN/Inf in the state, which is absorbing). `scan` gives the state's
+/// health and largest |value|. Returns the steps run and the outcome.
+fn continue_training(trainer: &mut Trainer, stop: bool, scan: &dyn Fn(&Trainer) -> (Health, f64)) -> Result<(u64, Outcome)> {
     let start = trainer.step;
-    let mut o = Outcome::start(at_restart);
+    let mut o = Outcome::start(scan(trainer));
     while !(trainer.done() || (stop && o.decided())) {
         let s = trainer.step().map_err(resilab_runner::Error::from)?;
-        o.step(trainer.step - start, s.loss, health(trainer));
+        o.step(trainer.step - start, s.loss, scan(trainer));
     }
     Ok((trainer.step - start, o))
 }

@@ -117,18 +117,31 @@ pub struct Outcome {
     pub collapse_step: Option<u64>,
     /// Health of the state now.
     pub state: Health,
+    /// Largest |value| of the state at the start or after any step (`inf` when one was
+    /// infinite); a scan that met a NaN is left out.
+    pub peak_abs: f64,
 }
 
 impl Outcome {
-    /// The outcome before any step, from the state's health at the start.
-    pub fn start(state: Health) -> Self {
-        Self { last_loss: None, collapse_step: (state == Health::NonFinite).then_some(0), state }
+    /// The outcome before any step, from the state's health and largest |value| at the start
+    /// (see [`workers_scan`]).
+    pub fn start((state, peak): (Health, f64)) -> Self {
+        Self {
+            last_loss: None,
+            collapse_step: (state == Health::NonFinite).then_some(0),
+            state,
+            peak_abs: if peak.is_nan() { 0.0 } else { peak },
+        }
     }
 
-    /// Records step `n` (counted from the start): its loss and the state's health after it.
-    pub fn step(&mut self, n: u64, loss: f64, state: Health) {
+    /// Records step `n` (counted from the start): its loss and the state's health and largest
+    /// |value| after it.
+    pub fn step(&mut self, n: u64, loss: f64, (state, peak): (Health, f64)) {
         self.last_loss = Some(loss);
         self.state = state;
+        if !peak.is_nan() {
+            self.peak_abs = self.peak_abs.max(peak);
+        }
         if state == Health::NonFinite {
             self.collapse_step.get_or_insert(n);
         }
@@ -152,7 +165,90 @@ impl Outcome {
 
 /// The worst value of several workers' whole trained state (see [`state_health`]).
 pub fn workers_health(workers: &[Worker], threshold: f64) -> Health {
-    workers.iter().map(|w| state_health(w, threshold)).max().unwrap_or(Health::Sound)
+    workers_scan(workers, threshold).0
+}
+
+/// [`workers_health`] and the largest |value| of the state (`inf` when a value is infinite, NaN
+/// when the reduction met a NaN): the same two reductions per tensor and one read-back per worker.
+pub fn workers_scan(workers: &[Worker], threshold: f64) -> (Health, f64) {
+    let mut worst = (Health::Sound, 0.0f64);
+    for w in workers {
+        let mut tensors = Vec::new();
+        for_each_param(&w.net, |_, t| tensors.push(t.without_autodiff()));
+        tensors.extend(w.optim.params.values().flat_map(|p| p.buffers.values().cloned()));
+        let Some((s, m)) = sum_and_max(tensors) else { continue };
+        let h = match (m.is_finite() && !s.is_nan(), f64::from(m) > threshold) {
+            (false, _) => Health::NonFinite,
+            (true, true) => Health::Extreme,
+            (true, false) => Health::Sound,
+        };
+        let m = if s.is_nan() { f64::NAN } else { f64::from(m) };
+        worst = (worst.0.max(h), if worst.1.is_nan() || m.is_nan() { f64::NAN } else { worst.1.max(m) });
+    }
+    worst
+}
+
+/// What the state holds at the end of a run, per kind of value, read on the host so that every
+/// N-EV and NaN verdict can be recomputed from these numbers: the largest finite |value| and the
+/// count of NaN/Inf values of the parameters, the buffers (BatchNorm running statistics) and the
+/// optimizer state, over every worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StateEvidence {
+    /// Largest finite |parameter|.
+    pub param_max_abs: f64,
+    /// Largest finite |buffer value|.
+    pub buffer_max_abs: f64,
+    /// Largest finite |optimizer value|.
+    pub optim_max_abs: f64,
+    /// NaN/Inf parameter values.
+    pub param_non_finite: u64,
+    /// NaN/Inf buffer values.
+    pub buffer_non_finite: u64,
+    /// NaN/Inf optimizer values.
+    pub optim_non_finite: u64,
+}
+
+impl StateEvidence {
+    /// Whether any value is NaN/Inf.
+    pub fn non_finite(&self) -> bool {
+        self.param_non_finite + self.buffer_non_finite + self.optim_non_finite > 0
+    }
+
+    /// Whether any finite value exceeds `threshold` in magnitude.
+    pub fn extreme(&self, threshold: f64) -> bool {
+        self.param_max_abs.max(self.buffer_max_abs).max(self.optim_max_abs) > threshold
+    }
+}
+
+/// Largest finite |value| and NaN/Inf count of `t`, on the host.
+fn scan_host(t: Tensor<1>) -> (f64, u64) {
+    let data = t.into_data().convert::<f32>();
+    let values = data.as_slice::<f32>().unwrap_or(&[]);
+    values.iter().fold((0.0f64, 0u64), |(m, n), v| if v.is_finite() { (m.max(f64::from(v.abs())), n) } else { (m, n + 1) })
+}
+
+/// The [`StateEvidence`] of `workers`' state.
+pub fn state_evidence(workers: &[Worker]) -> StateEvidence {
+    let mut e = StateEvidence::default();
+    let fold = |max: &mut f64, count: &mut u64, t: Tensor<1>| {
+        let (m, n) = scan_host(t);
+        *max = max.max(m);
+        *count += n;
+    };
+    for w in workers {
+        for_each_param(&w.net, |info, t| {
+            let t = t.without_autodiff();
+            if info.trainable {
+                fold(&mut e.param_max_abs, &mut e.param_non_finite, t);
+            } else {
+                fold(&mut e.buffer_max_abs, &mut e.buffer_non_finite, t);
+            }
+        });
+        for t in w.optim.params.values().flat_map(|p| p.buffers.values()) {
+            fold(&mut e.optim_max_abs, &mut e.optim_non_finite, t.clone());
+        }
+    }
+    e
 }
 
 /// A loss far above its recent average.
@@ -253,31 +349,49 @@ mod tests {
     fn n_ev_is_decided_at_the_end_of_training() {
         use Health::*;
         // An Inf loss that training recovers from is not N-EV.
-        let mut o = Outcome::start(Sound);
+        let mut o = Outcome::start((Sound, 1.0));
         for (n, l) in [(1, 1.0), (2, f64::INFINITY), (3, 2.0), (4, 1.5)] {
-            o.step(n, l, Sound);
+            o.step(n, l, (Sound, 1.0));
         }
         assert!(!o.nev() && !o.collapsed() && o.collapse_step.is_none());
         // An injected extreme value washed out by training is not N-EV either.
-        let mut o = Outcome::start(Extreme);
+        let mut o = Outcome::start((Extreme, 1.0));
         assert!(o.nev() && !o.decided(), "judged now it would count");
-        o.step(1, 1.0, Extreme);
-        o.step(2, 1.0, Sound);
+        o.step(1, 1.0, (Extreme, 1.0));
+        o.step(2, 1.0, (Sound, 1.0));
         assert!(!o.nev());
         // A NaN loss at the end is, and so is an extreme value left at the end.
-        let mut o = Outcome::start(Sound);
-        o.step(1, f64::NAN, Sound);
+        let mut o = Outcome::start((Sound, 1.0));
+        o.step(1, f64::NAN, (Sound, 1.0));
         assert!(o.nev() && o.collapsed());
-        let mut o = Outcome::start(Sound);
-        o.step(1, 1.0, Extreme);
+        let mut o = Outcome::start((Sound, 1.0));
+        o.step(1, 1.0, (Extreme, 1.0));
         assert!(o.nev() && !o.collapsed());
         // NaN/Inf in the state decides the outcome, at the step where it appeared.
-        let mut o = Outcome::start(Sound);
-        o.step(1, 1.0, Sound);
-        o.step(2, f64::NAN, NonFinite);
+        let mut o = Outcome::start((Sound, 1.0));
+        o.step(1, 1.0, (Sound, 1.0));
+        o.step(2, f64::NAN, (NonFinite, 1.0));
         assert!(o.decided() && o.nev() && o.collapsed());
         assert_eq!(o.collapse_step, Some(2));
-        assert_eq!(Outcome::start(NonFinite).collapse_step, Some(0));
+        assert_eq!(Outcome::start((NonFinite, 1.0)).collapse_step, Some(0));
+        // The peak keeps the largest |value| seen, infinite ones included, NaN scans left out.
+        let mut o = Outcome::start((Sound, 2.0));
+        o.step(1, 1.0, (Extreme, 5e11));
+        o.step(2, 1.0, (Sound, 3.0));
+        o.step(3, 1.0, (NonFinite, f64::NAN));
+        assert_eq!(o.peak_abs, 5e11);
+        o.step(4, 1.0, (NonFinite, f64::INFINITY));
+        assert_eq!(o.peak_abs, f64::INFINITY);
+    }
+
+    #[test]
+    fn evidence_counts_non_finite_values_and_keeps_the_largest_finite_one() {
+        assert_eq!(scan_host(t(&[1.0, -3.0, f32::NAN, f32::INFINITY, 2.0])), (3.0, 2));
+        assert_eq!(scan_host(t(&[])), (0.0, 0));
+        let e = StateEvidence { param_max_abs: 2e10, ..StateEvidence::default() };
+        assert!(e.extreme(1e10) && !e.extreme(3e10) && !e.non_finite());
+        let e = StateEvidence { optim_non_finite: 1, ..StateEvidence::default() };
+        assert!(e.non_finite() && !e.extreme(1e10));
     }
 
     #[test]

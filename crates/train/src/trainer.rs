@@ -849,6 +849,45 @@ impl Trainer {
     pub fn evaluate(&self) -> Evaluation {
         evaluate(&self.model(), &self.data.test, &self.data.norm, self.config.eval_batch_size, &self.device)
     }
+
+    /// Test-set evaluation of every data-parallel replica, in rank order (one evaluation of the
+    /// joined stages for a pipeline). With `next_forward`, each replica as its next forward pass
+    /// sees it: under DDP with rank 0's buffers (PyTorch's `broadcast_buffers`), under Horovod
+    /// with its own; without, every replica as it is.
+    pub fn evaluate_replicas(&self, next_forward: bool) -> Vec<Evaluation> {
+        if self.stage_ranges().is_some() || self.workers.len() < 2 {
+            return vec![self.evaluate()];
+        }
+        let mut workers: Vec<Worker> = self.workers.clone();
+        if next_forward && self.parallel.sync == SyncKind::Ddp {
+            broadcast_buffers(&mut workers);
+        }
+        // Replicas with the same parameters and buffers give the same evaluation: each distinct
+        // one is evaluated once (after a DDP restart, usually all of them are alike).
+        let mut seen: Vec<(Vec<u32>, Evaluation)> = Vec::new();
+        let mut out = Vec::with_capacity(workers.len());
+        for w in &workers {
+            let bits = net_bits(&w.net);
+            let e = match seen.iter().find(|(b, _)| *b == bits) {
+                Some((_, e)) => *e,
+                None => {
+                    let e = evaluate(&w.net, &self.data.test, &self.data.norm, self.config.eval_batch_size, &self.device);
+                    seen.push((bits, e));
+                    e
+                }
+            };
+            out.push(e);
+        }
+        out
+    }
+}
+
+/// Every parameter and buffer of `net`, as bits in visiting order: equal for two nets exactly
+/// when they compute the same function (a NaN equals itself here).
+fn net_bits(net: &Net) -> Vec<u32> {
+    let mut bits = Vec::new();
+    for_each_param(net, |_, t| bits.extend(t.into_data().convert::<f32>().iter::<f32>().map(f32::to_bits)));
+    bits
 }
 
 /// Copies rank 0's buffers (BatchNorm running statistics) into every other replica, as DDP does
