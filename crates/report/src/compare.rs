@@ -1,5 +1,6 @@
 //! Differences between cells, each with its own test: for every axis, every pair of its
-//! options with the other coordinates held fixed. Rates (N-EV) by the two-proportion z test,
+//! options with the other coordinates held fixed. Rates (N-EV, RWC) by the two-proportion z
+//! test with Newcombe's interval,
 //! mean accuracies by Welch's t test; p-values Holm-adjusted over the whole report. A difference
 //! is "shown" when its adjusted p is below [`ALPHA`] and both cells rest on at least
 //! [`MIN_SEEDS`] training seeds.
@@ -9,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
-use crate::metrics::{Class, classify, collapsed, groups, survivor_accs};
+use crate::metrics::{Class, classify, classify_replicas, collapsed, groups, nev, step_altered, survivor_accs};
 use crate::stats::{ALPHA, Test, holm, two_proportions, welch};
 
 /// Training seeds (base models) each side of a difference needs before it can be called shown.
@@ -26,12 +27,13 @@ pub struct Comparison {
     pub a: String,
     /// Second option.
     pub b: String,
-    /// `nev_pct` (N-EV share, %), `rwc_pct` (restart-without-change share, %), `diverged_pct`
+    /// `nev_pct` (N-EV share, %), `rwc_pct` (restart-without-change share on rank 0, %),
+    /// `rwc_all_pct` (data parallel: every replica within the tolerance, %), `diverged_pct`
     /// (data parallel: share of runs whose replicas differ from rank 0's at the end), `acc` (mean
     /// accuracy of the runs that did not collapse, %), `acc_all` (mean accuracy of every run,
     /// collapsed runs at chance, %) or `sim_overhead_pct` (mean overhead in simulated time, %).
     pub metric: &'static str,
-    /// Test used: `two_proportions` or `welch`.
+    /// Test used: `two_proportions` (pooled z, Newcombe's interval) or `welch`.
     pub test: &'static str,
     /// Value in cell a.
     pub value_a: f64,
@@ -78,15 +80,22 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
             out.push((name, "two_proportions", 100.0 * k(a) as f64 / na as f64, 100.0 * k(b) as f64 / nb as f64, na, nb, pct(t)));
         }
     };
-    rate("nev_pct", &|r| r.metrics.nev.unwrap_or(false), &mut out);
-    let rwc = |r: &Row| match (r.metrics.final_acc, r.metrics.golden_acc) {
-        (Some(acc), Some(golden)) => {
-            classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) == Class::RestartWithoutChange
+    rate("nev_pct", &|r| !step_altered(r) && nev(r), &mut out);
+    let class = |r: &Row| match (r.metrics.final_acc, r.metrics.golden_acc) {
+        (Some(acc), Some(golden)) if !step_altered(r) => Some(classify(nev(r), acc, golden, chance(r), tolerance_points)),
+        _ => None,
+    };
+    if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
+        rate("rwc_pct", &|r| class(r) == Some(Class::RestartWithoutChange), &mut out);
+    }
+    let every_replica = |r: &Row| match (r.metrics.replica_acc_min, r.metrics.replica_acc_max, r.metrics.golden_acc) {
+        (Some(min), Some(max), Some(golden)) if !step_altered(r) => {
+            classify_replicas(nev(r), min, max, golden, chance(r), tolerance_points) == Class::RestartWithoutChange
         }
         _ => false,
     };
-    if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
-        rate("rwc_pct", &rwc, &mut out);
+    if a.rows.iter().chain(&b.rows).all(|r| r.metrics.replica_acc_min.is_some()) {
+        rate("rwc_all_pct", &every_replica, &mut out);
     }
     if a.rows.iter().chain(&b.rows).all(|r| r.metrics.replicas_diverged.is_some()) {
         rate("diverged_pct", &|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0), &mut out);

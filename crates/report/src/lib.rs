@@ -93,61 +93,86 @@ fn share_point(s: &Share) -> (f64, Interval) {
     (s.pct, Some((s.lo_pct, s.hi_pct)))
 }
 
+/// The columns of `cells.csv` after the axes, in order.
+const CELL_COLUMNS: &[&str] = &[
+    "runs",
+    "ok",
+    "not_ok",
+    "seeds",
+    "acc",
+    "std",
+    "cv",
+    "acc_all",
+    "golden_acc",
+    "hit_acc",
+    "replica_acc_min",
+    "replica_divergence",
+    "diverged",
+    "diverged_pct",
+    "diverged_lo",
+    "diverged_hi",
+    "nan",
+    "nan_pct",
+    "nan_lo",
+    "nan_hi",
+    "nev",
+    "nev_pct",
+    "nev_lo",
+    "nev_hi",
+    "ev_injected",
+    "ev_injected_pct",
+    "ev_injected_lo",
+    "ev_injected_hi",
+    "rwc",
+    "rwc_pct",
+    "rwc_lo",
+    "rwc_hi",
+    "accr",
+    "accr_pct",
+    "accr_lo",
+    "accr_hi",
+    "tf",
+    "tf_pct",
+    "tf_lo",
+    "tf_hi",
+    "rwc_all",
+    "rwc_all_pct",
+    "rwc_all_lo",
+    "rwc_all_hi",
+    "accr_all",
+    "accr_all_pct",
+    "accr_all_lo",
+    "accr_all_hi",
+    "tf_all",
+    "tf_all_pct",
+    "tf_all_lo",
+    "tf_all_hi",
+    "step_altered",
+    "step_altered_pct",
+    "step_altered_lo",
+    "step_altered_hi",
+    "step_altered_steps",
+    "load_failed",
+    "load_failed_pct",
+    "load_failed_lo",
+    "load_failed_hi",
+    "nev_vs_ev_p",
+    "nev_vs_ev_p_holm",
+    "nev_vs_ev",
+    "worst_margin",
+    "acc_loss",
+    "time_overhead_pct",
+    "sim_overhead_pct",
+    "steps_lost",
+    "steps_recomputed",
+    "detection_latency",
+    "collapse_step",
+];
+
 fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut h: Vec<String> = axes.to_vec();
-    h.extend(
-        [
-            "runs",
-            "ok",
-            "not_ok",
-            "seeds",
-            "acc",
-            "std",
-            "cv",
-            "acc_all",
-            "golden_acc",
-            "hit_acc",
-            "replica_divergence",
-            "diverged",
-            "diverged_pct",
-            "diverged_lo",
-            "diverged_hi",
-            "nan",
-            "nan_pct",
-            "nan_lo",
-            "nan_hi",
-            "nev",
-            "nev_pct",
-            "nev_lo",
-            "nev_hi",
-            "ev_injected",
-            "ev_injected_pct",
-            "ev_injected_lo",
-            "ev_injected_hi",
-            "rwc",
-            "rwc_pct",
-            "rwc_lo",
-            "rwc_hi",
-            "accr",
-            "accr_pct",
-            "accr_lo",
-            "accr_hi",
-            "tf",
-            "tf_pct",
-            "tf_lo",
-            "tf_hi",
-            "worst_margin",
-            "acc_loss",
-            "time_overhead_pct",
-            "sim_overhead_pct",
-            "steps_lost",
-            "steps_recomputed",
-            "detection_latency",
-            "collapse_step",
-        ]
-        .map(String::from),
-    );
+    h.extend(CELL_COLUMNS.iter().map(|c| c.to_string()));
     let _ = w.write_record(&h);
     for c in cells {
         let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
@@ -160,6 +185,7 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
             f(c.acc_all, 3),
             f(c.golden_acc, 3),
             f(c.hit_acc, 3),
+            f(c.replica_acc_min, 3),
             f(c.replica_divergence, 4),
         ]);
         if c.diverged.of > 0 {
@@ -170,6 +196,13 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
         for s in [&c.nan, &c.nev, &c.ev_injected, &c.rwc, &c.accr, &c.tf] {
             r.extend(share_csv(s));
         }
+        for s in [&c.rwc_all, &c.accr_all, &c.tf_all] {
+            r.extend(if s.of > 0 { share_csv(s) } else { Default::default() });
+        }
+        r.extend(share_csv(&c.step_altered));
+        r.push(f(c.step_altered_steps, 2));
+        r.extend(share_csv(&c.load_failed));
+        r.extend([p_csv(c.nev_vs_ev_p), p_csv(c.nev_vs_ev_p_holm), c.nev_vs_ev.clone()]);
         r.extend([
             f(Some(c.worst_margin_pct), 2),
             f(c.acc_loss, 3),
@@ -183,6 +216,10 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
         let _ = w.write_record(&r);
     }
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+fn p_csv(p: Option<f64>) -> String {
+    p.map_or(String::new(), |p| format!("{p:.4e}"))
 }
 
 fn share_md(s: &Share) -> String {
@@ -210,7 +247,7 @@ fn comparisons_md(md: &mut String, cs: &[Comparison]) {
     let shown: Vec<&Comparison> = cs.iter().filter(|c| c.verdict == "shown").collect();
     let _ = writeln!(
         md,
-        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV and RWC shares by the two-proportion z test, mean accuracies and simulated overheads by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
+        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV and RWC shares by the two-proportion z test with Newcombe's interval, mean accuracies and simulated overheads by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
         cs.len(),
         cs.len(),
         shown.len(),
@@ -344,7 +381,7 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     );
     let _ = writeln!(
         md,
-        "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC; **ACC all** is the mean over every run, collapsed runs counted at chance. **NaN**: runs that ended with a NaN/Inf loss or a NaN/Inf in their state (collapsed). **N-EV**, decided by the outcome: {} **EV injected**: runs whose injection itself left a NaN/Inf or a value above {:e} in the state; reported beside N-EV, never instead. Of the runs without N-EV: **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's (boundaries compared with a tolerance of {:e}, so 0.5 points above and below are alike). Shares read `count (% [low, high])`, with the Wilson 95% interval; the normal-approximation margin at p = 0.5 (Leveugle et al. 2009) is given per cell for planning.\n",
+        "Rules (resilab's, after METRICS.md): shares are of the `ok` runs of a cell. **ACC**/**STD** are the mean and sample standard deviation of final test accuracy (%) over runs that did not collapse; **CV** = STD/ACC; **ACC all** is the mean over every run, collapsed runs counted at chance. **NaN**: runs that ended with a NaN/Inf loss or a NaN/Inf in their state (collapsed). **N-EV**, decided by the outcome: {} **EV injected**: runs whose injection itself left a NaN/Inf or a value above {:e} in the state, read from the altered files before any restart broadcast: the rate the injection alone predicts, reported beside N-EV, never instead; **N-EV vs EV injected** compares the two on the same runs (exact McNemar, Holm over the cells): `agree` when no difference is shown, else whether training added or removed N-EV. NaN and N-EV are decided from `runs.csv`'s evidence columns alone (`final_loss`, `final_train_loss`, `param_`/`buffer_`/`optim_non_finite`, `param_`/`buffer_`/`optim_max_abs`, `extreme_threshold`). **Step counter altered**: runs whose altered checkpoint restarted at another step than its base (a flip in the step counter), so their continuation trained another number of steps: their own class, outside N-EV, RWC, AccR and TF. **Load failed**: altered checkpoints that could not be loaded, a share of the runs that ran or met one. Of the other runs without N-EV, on rank 0 (the model a DDP job saves): **TF** final accuracy within 5 points of chance; **AccR** more than 5 points below the golden run's (and not TF); **RWC** within {} points of the golden run's (boundaries compared with a tolerance of {:e}, so 0.5 points above and below are alike). Data parallel, every replica evaluated (under DDP with rank 0's buffers, as its next forward pass would run): **RWC all replicas** every replica within the tolerance, **AccR all** / **TF all** the worst replica's class. Shares read `count (% [low, high])`, with the Wilson 95% interval; the normal-approximation margin at p = 0.5 (Leveugle et al. 2009) is given per cell for planning.\n",
         nev_rule(s.kind, s.extreme_threshold),
         s.extreme_threshold,
         s.rwc_tolerance_points,
@@ -359,13 +396,29 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
         ("ACC all %", Box::new(|c: &Cell| f(c.acc_all, 2))),
         ("golden %", Box::new(|c: &Cell| f(c.golden_acc, 2))),
         ("hit replica ACC %", Box::new(|c: &Cell| f(c.hit_acc, 2))),
+        ("worst replica ACC %", Box::new(|c: &Cell| f(c.replica_acc_min, 2))),
         ("replicas diverged", Box::new(|c: &Cell| if c.diverged.of > 0 { share_md(&c.diverged) } else { String::new() })),
         ("NaN", Box::new(|c: &Cell| share_md(&c.nan))),
         ("N-EV", Box::new(|c: &Cell| share_md(&c.nev))),
         ("EV injected", Box::new(|c: &Cell| share_md(&c.ev_injected))),
+        ("N-EV vs EV injected", Box::new(|c: &Cell| c.nev_vs_ev_p_holm.map_or(String::new(), |p| format!("{} (p {p:.2})", c.nev_vs_ev)))),
         ("RWC", Box::new(|c: &Cell| share_md(&c.rwc))),
         ("AccR", Box::new(|c: &Cell| share_md(&c.accr))),
         ("TF", Box::new(|c: &Cell| share_md(&c.tf))),
+        ("RWC all replicas", Box::new(|c: &Cell| if c.rwc_all.of > 0 { share_md(&c.rwc_all) } else { String::new() })),
+        ("AccR all", Box::new(|c: &Cell| if c.accr_all.of > 0 { share_md(&c.accr_all) } else { String::new() })),
+        ("TF all", Box::new(|c: &Cell| if c.tf_all.of > 0 { share_md(&c.tf_all) } else { String::new() })),
+        (
+            "step counter altered",
+            Box::new(|c: &Cell| {
+                if c.step_altered.count > 0 {
+                    format!("{} ({} steps)", share_md(&c.step_altered), f(c.step_altered_steps, 0))
+                } else {
+                    String::new()
+                }
+            }),
+        ),
+        ("load failed", Box::new(|c: &Cell| if c.load_failed.count > 0 { share_md(&c.load_failed) } else { String::new() })),
         ("± at p=0.5", Box::new(|c: &Cell| f(Some(c.worst_margin_pct), 1))),
         ("acc loss (pts)", Box::new(|c: &Cell| f(c.acc_loss, 2))),
         ("sim. overhead %", Box::new(|c: &Cell| f(c.sim_overhead_pct, 2))),
@@ -398,7 +451,7 @@ fn nev_rule(kind: Kind, threshold: f64) -> String {
                 .into()
         }
         _ => format!(
-            "runs whose continued training ended (or was stopped, once its state held a NaN/Inf, which no later step removes) with a NaN/Inf loss, or with a NaN/Inf or a value above {threshold:e} in magnitude in a parameter, buffer or optimizer value. A NaN/Inf loss that training recovered from, or an injected extreme value it washed out, does not count."
+            "runs whose continued training ended (or was stopped, once its state held a NaN/Inf, which no later step removes) with a NaN/Inf loss (the last training step's or the test set's), or with a NaN/Inf or a value above {threshold:e} in magnitude in a parameter, buffer or optimizer value. A NaN/Inf loss that training recovered from, or an injected extreme value it washed out, does not count."
         ),
     }
 }
@@ -561,8 +614,8 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let mut by_layer: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_bit: BTreeMap<(String, u64), Tally> = BTreeMap::new();
     for r in &single {
-        let nev = r.metrics.nev.unwrap_or(false);
-        let nan = r.metrics.collapsed.unwrap_or(false);
+        let nev = metrics::nev(r);
+        let nan = metrics::collapsed(r);
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !nan);
         if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
             let model = r.coords.get("model").map_or(String::new(), |m| format!("{m}: "));

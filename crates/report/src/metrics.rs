@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use resilab_campaign::{Row, Status};
+use resilab_campaign::{Metrics, Row, Status};
 use serde::Serialize;
 
 pub use crate::stats::Z95;
@@ -102,6 +102,8 @@ pub struct Cell {
     pub golden_acc: Option<f64>,
     /// Data parallel: mean test accuracy (%) of the replica hit, runs that did not collapse.
     pub hit_acc: Option<f64>,
+    /// Data parallel: mean over the runs that did not collapse of the lowest replica accuracy (%).
+    pub replica_acc_min: Option<f64>,
     /// Data parallel: runs whose replicas differ from rank 0's at the end.
     pub diverged: Share,
     /// Data parallel: mean of the largest replica distance from rank 0.
@@ -118,6 +120,27 @@ pub struct Cell {
     pub accr: Share,
     /// Training failed.
     pub tf: Share,
+    /// Data parallel: every replica within the tolerance (RWC, AccR and TF on rank 0 above).
+    pub rwc_all: Share,
+    /// Data parallel: the worst replica's accuracy reduced.
+    pub accr_all: Share,
+    /// Data parallel: the worst replica at chance.
+    pub tf_all: Share,
+    /// Runs whose altered checkpoint restarted at another step than its base (a flip in the
+    /// step counter): their own class, outside N-EV, RWC, AccR and TF.
+    pub step_altered: Share,
+    /// Mean steps those runs trained.
+    pub step_altered_steps: Option<f64>,
+    /// Runs whose altered checkpoint could not be loaded (`corrupt_file`), of those that ran to
+    /// a result or met such a file; every other share is of the `ok` runs.
+    pub load_failed: Share,
+    /// Exact McNemar test of N-EV against EV injected on the same runs: two-sided p.
+    pub nev_vs_ev_p: Option<f64>,
+    /// Its Holm adjustment over the report's cells.
+    pub nev_vs_ev_p_holm: Option<f64>,
+    /// `agree` (not shown to differ), `training added` (N-EV above EV injected, shown) or
+    /// `training removed`.
+    pub nev_vs_ev: String,
     /// Worst-case normal margin of any share of this cell (p = 0.5), points: for planning.
     pub worst_margin_pct: f64,
     /// Mean accuracy loss vs golden (points), over runs that did not collapse.
@@ -154,9 +177,60 @@ pub fn groups(rows: &[Row]) -> BTreeMap<Vec<(String, String)>, Vec<&Row>> {
     groups
 }
 
-/// Whether a finished run collapsed.
+/// Whether a row carries the evidence columns (`param_non_finite` and the rest). Rows of
+/// `train` runs, and rows written before resilab recorded the evidence, carry only the
+/// worker's own flags, which the report then reads.
+fn has_evidence(m: &Metrics) -> bool {
+    m.strategy.is_none() && m.param_non_finite.is_some()
+}
+
+fn not_finite(x: Option<f64>) -> bool {
+    x.is_some_and(|v| !v.is_finite())
+}
+
+/// The NaN column, decided from the row's evidence columns alone: a `restart` run ends with a
+/// NaN/Inf loss (its last training step's or the test set's) or with a NaN/Inf value in its
+/// state; an `eval` run (no `steps`) evaluates to a NaN/Inf loss on the replica hit
+/// (`hit_loss`, else `final_loss`).
 pub fn collapsed(r: &Row) -> bool {
-    r.metrics.collapsed.unwrap_or(false)
+    let m = &r.metrics;
+    if !has_evidence(m) {
+        return m.collapsed.unwrap_or(false);
+    }
+    if m.steps.is_none() {
+        return not_finite(m.hit_loss.or(m.final_loss));
+    }
+    let counts = [m.param_non_finite, m.buffer_non_finite, m.optim_non_finite];
+    not_finite(m.final_loss) || not_finite(m.final_train_loss) || counts.iter().any(|c| c.unwrap_or(0) > 0)
+}
+
+/// N-EV by the outcome, decided from the row's evidence columns alone (METRICS.md): collapsed
+/// (see [`collapsed`]), or, for a `restart` run, a finite parameter, buffer or optimizer value
+/// above `extreme_threshold` in magnitude at the end.
+pub fn nev(r: &Row) -> bool {
+    let m = &r.metrics;
+    if !has_evidence(m) {
+        return m.nev.unwrap_or(false);
+    }
+    let threshold = m.extreme_threshold.unwrap_or(1e10);
+    let largest = [m.param_max_abs, m.buffer_max_abs, m.optim_max_abs].iter().map(|v| v.unwrap_or(0.0)).fold(0.0, f64::max);
+    collapsed(r) || (m.steps.is_some() && largest > threshold)
+}
+
+/// A flip hit the checkpoint's step counter: the run restarted at another step than its base
+/// was written at, so its continuation trained another number of steps (`steps`).
+pub fn step_altered(r: &Row) -> bool {
+    matches!((r.metrics.base_step, r.metrics.restart_step), (Some(a), Some(b)) if a != b)
+}
+
+/// [`classify`] for every replica of a data-parallel run at once, from the lowest and highest
+/// replica accuracy: the class of the worst replica, and restart without change only when
+/// every replica is within the tolerance.
+pub fn classify_replicas(nev: bool, min: f64, max: f64, golden: f64, chance: f64, tolerance_points: f64) -> Class {
+    match classify(nev, min, golden, chance, tolerance_points) {
+        Class::RestartWithoutChange if (max - golden).abs() > tolerance_points / 100.0 + ACC_EPS => Class::Other,
+        k => k,
+    }
 }
 
 /// Final accuracies (%) of the `ok` runs that did not collapse.
@@ -164,84 +238,151 @@ pub fn survivor_accs(rows: &[&Row]) -> Vec<f64> {
     rows.iter().filter(|r| r.status == Status::Ok && !collapsed(r)).filter_map(|r| r.metrics.final_acc).map(|a| 100.0 * a).collect()
 }
 
+/// The class counts of one cell's `ok` runs: on rank 0 and, for data-parallel runs, on every
+/// replica.
+#[derive(Default)]
+struct Classes {
+    nev: u64,
+    rwc: u64,
+    accr: u64,
+    tf: u64,
+    step_altered: u64,
+    replicas: u64,
+    rwc_all: u64,
+    accr_all: u64,
+    tf_all: u64,
+}
+
+fn count_classes(ok: &[&Row], chance: &impl Fn(&Row) -> f64, tolerance_points: f64) -> Classes {
+    let mut k = Classes::default();
+    for r in ok {
+        if step_altered(r) {
+            k.step_altered += 1;
+            continue;
+        }
+        let n = nev(r);
+        let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
+            k.nev += u64::from(n);
+            continue;
+        };
+        match classify(n, acc, golden, chance(r), tolerance_points) {
+            Class::Nev => k.nev += 1,
+            Class::TrainingFailed => k.tf += 1,
+            Class::AccuracyReduced => k.accr += 1,
+            Class::RestartWithoutChange => k.rwc += 1,
+            Class::Other => {}
+        }
+        if let (Some(min), Some(max)) = (r.metrics.replica_acc_min, r.metrics.replica_acc_max) {
+            k.replicas += 1;
+            match classify_replicas(n, min, max, golden, chance(r), tolerance_points) {
+                Class::TrainingFailed => k.tf_all += 1,
+                Class::AccuracyReduced => k.accr_all += 1,
+                Class::RestartWithoutChange => k.rwc_all += 1,
+                _ => {}
+            }
+        }
+    }
+    k
+}
+
 /// Groups rows by all their coordinates and computes each cell's metrics. `chance` gives
 /// 1/classes of a row's run.
 pub fn cells(rows: &[Row], chance: impl Fn(&Row) -> f64, tolerance_points: f64) -> Vec<Cell> {
-    let mut out = Vec::new();
-    for (coords, rows) in groups(rows) {
-        let ok: Vec<&Row> = rows.iter().copied().filter(|r| r.status == Status::Ok).collect();
-        let mut not_ok = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.status != Status::Ok) {
-            *not_ok.entry(r.status.name().to_string()).or_insert(0) += 1;
-        }
-        let n = ok.len() as u64;
-        let survivors = survivor_accs(&ok);
-        let all: Vec<f64> =
-            ok.iter().filter_map(|r| if collapsed(r) { Some(100.0 * chance(r)) } else { r.metrics.final_acc.map(|a| 100.0 * a) }).collect();
-        let (mut nev, mut rwc, mut accr, mut tf) = (0, 0, 0, 0);
-        for r in &ok {
-            let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
-                nev += u64::from(r.metrics.nev.unwrap_or(false));
-                continue;
-            };
-            match classify(r.metrics.nev.unwrap_or(false), acc, golden, chance(r), tolerance_points) {
-                Class::Nev => nev += 1,
-                Class::TrainingFailed => tf += 1,
-                Class::AccuracyReduced => accr += 1,
-                Class::RestartWithoutChange => rwc += 1,
-                Class::Other => {}
-            }
-        }
-        let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
-            ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect()
+    let mut out: Vec<Cell> = groups(rows).into_iter().map(|(coords, rows)| cell(coords, &rows, &chance, tolerance_points)).collect();
+    let tested: Vec<usize> = (0..out.len()).filter(|&i| out[i].nev_vs_ev_p.is_some()).collect();
+    let adjusted = crate::stats::holm(&tested.iter().map(|&i| out[i].nev_vs_ev_p.unwrap_or(1.0)).collect::<Vec<_>>());
+    for (&i, p) in tested.iter().zip(adjusted) {
+        let c = &mut out[i];
+        c.nev_vs_ev_p_holm = Some(p);
+        c.nev_vs_ev = match (p < crate::stats::ALPHA, c.nev.count > c.ev_injected.count) {
+            (false, _) => "agree".into(),
+            (true, true) => "training added".into(),
+            (true, false) => "training removed".into(),
         };
-        let acc = mean(&survivors);
-        let sd = std(&survivors);
-        let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
-        out.push(Cell {
-            coords: coords.into_iter().collect(),
-            runs: rows.len() as u64,
-            ok: n,
-            not_ok,
-            seeds: ok.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>().len() as u64,
-            acc,
-            std: sd,
-            cv: match (sd, acc) {
-                (Some(s), Some(a)) if a > 0.0 => Some(s / a),
-                _ => None,
-            },
-            acc_all: mean(&all),
-            golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
-            hit_acc: mean(&vals(&|r| r.metrics.hit_acc.map(|a| 100.0 * a), false)),
-            diverged: Share::of(
-                count(&|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0)),
-                ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64,
-            ),
-            replica_divergence: mean(&vals(&|r| r.metrics.replica_divergence.filter(|d| d.is_finite()), false)),
-            nan: Share::of(count(&collapsed), n),
-            nev: Share::of(nev, n),
-            ev_injected: Share::of(count(&|r| r.metrics.ev_injected.unwrap_or(false)), n),
-            rwc: Share::of(rwc, n),
-            accr: Share::of(accr, n),
-            tf: Share::of(tf, n),
-            worst_margin_pct: 100.0 * margin(0.5, n),
-            acc_loss: mean(&vals(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
-            time_overhead_pct: mean(&vals(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
-            sim_overhead_pct: mean(&vals(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
-            steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
-            steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
-            detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
-            collapse_step: mean(&vals(&|r| r.metrics.collapse_step.map(|s| s as f64), true)),
-        });
     }
     out
+}
+
+/// N-EV against EV injected on the same runs: the exact McNemar p of the discordant pairs.
+fn nev_vs_ev(ok: &[&Row]) -> Option<f64> {
+    let pairs: Vec<(bool, bool)> = ok.iter().filter_map(|r| r.metrics.ev_injected.map(|ev| (nev(r), ev))).collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let only_nev = pairs.iter().filter(|(n, e)| *n && !*e).count() as u64;
+    let only_ev = pairs.iter().filter(|(n, e)| !*n && *e).count() as u64;
+    Some(crate::stats::mcnemar_exact(only_nev, only_ev))
+}
+
+fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> f64, tolerance_points: f64) -> Cell {
+    let ok: Vec<&Row> = rows.iter().copied().filter(|r| r.status == Status::Ok).collect();
+    let mut not_ok = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.status != Status::Ok) {
+        *not_ok.entry(r.status.name().to_string()).or_insert(0) += 1;
+    }
+    let n = ok.len() as u64;
+    let survivors = survivor_accs(&ok);
+    let all: Vec<f64> =
+        ok.iter().filter_map(|r| if collapsed(r) { Some(100.0 * chance(r)) } else { r.metrics.final_acc.map(|a| 100.0 * a) }).collect();
+    let k = count_classes(&ok, chance, tolerance_points);
+    let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
+        ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect()
+    };
+    let (acc, sd) = (mean(&survivors), std(&survivors));
+    let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
+    let corrupt = rows.iter().filter(|r| r.status == Status::CorruptFile).count() as u64;
+    let step_altered_steps: Vec<f64> = ok.iter().filter(|r| step_altered(r)).filter_map(|r| r.metrics.steps.map(|s| s as f64)).collect();
+    Cell {
+        coords: coords.into_iter().collect(),
+        runs: rows.len() as u64,
+        ok: n,
+        not_ok,
+        seeds: ok.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>().len() as u64,
+        acc,
+        std: sd,
+        cv: match (sd, acc) {
+            (Some(s), Some(a)) if a > 0.0 => Some(s / a),
+            _ => None,
+        },
+        acc_all: mean(&all),
+        golden_acc: mean(&vals(&|r| r.metrics.golden_acc.map(|g| 100.0 * g), true)),
+        hit_acc: mean(&vals(&|r| r.metrics.hit_acc.map(|a| 100.0 * a), false)),
+        replica_acc_min: mean(&vals(&|r| r.metrics.replica_acc_min.map(|a| 100.0 * a), false)),
+        diverged: Share::of(
+            count(&|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0)),
+            ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64,
+        ),
+        replica_divergence: mean(&vals(&|r| r.metrics.replica_divergence.filter(|d| d.is_finite()), false)),
+        nan: Share::of(count(&collapsed), n),
+        nev: Share::of(k.nev, n),
+        ev_injected: Share::of(count(&|r| r.metrics.ev_injected.unwrap_or(false)), n),
+        rwc: Share::of(k.rwc, n),
+        accr: Share::of(k.accr, n),
+        tf: Share::of(k.tf, n),
+        rwc_all: Share::of(k.rwc_all, k.replicas),
+        accr_all: Share::of(k.accr_all, k.replicas),
+        tf_all: Share::of(k.tf_all, k.replicas),
+        step_altered: Share::of(k.step_altered, n),
+        step_altered_steps: mean(&step_altered_steps),
+        load_failed: Share::of(corrupt, n + corrupt),
+        nev_vs_ev_p: nev_vs_ev(&ok),
+        nev_vs_ev_p_holm: None,
+        nev_vs_ev: String::new(),
+        worst_margin_pct: 100.0 * margin(0.5, n),
+        acc_loss: mean(&vals(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
+        time_overhead_pct: mean(&vals(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
+        sim_overhead_pct: mean(&vals(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
+        steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
+        steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
+        detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
+        collapse_step: mean(&vals(&|r| r.metrics.collapse_step.map(|s| s as f64), true)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use resilab_campaign::Metrics;
 
     #[test]
     fn margins_match_leveugle_planning_figures() {

@@ -1,8 +1,9 @@
 //! The statistics a report's claims rest on: Wilson intervals for proportions, a two-proportion
-//! z test for a difference of rates, Welch's t test for a difference of means, and Holm's
-//! adjustment for the many comparisons of one report. Distributions come from `statrs`.
+//! z test with Newcombe's interval for a difference of rates, the exact McNemar test for paired
+//! rates, Welch's t test for a difference of means, and Holm's adjustment for the many
+//! comparisons of one report. Distributions come from `statrs`.
 
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use statrs::distribution::{ContinuousCDF, DiscreteCDF, Normal, StudentsT};
 
 /// z for 95% confidence.
 pub const Z95: f64 = 1.959_963_984_540_054;
@@ -39,23 +40,34 @@ pub struct Test {
     pub p: f64,
 }
 
-/// Two-proportion z test of `k2/n2 - k1/n1` (pooled variance for the test, unpooled for the
-/// interval). `None` when a group is empty or the pooled rate is 0 or 1 (no variation: both
-/// rates equal, nothing to test).
+/// Two-proportion test of `k2/n2 - k1/n1`: the pooled z test for the p-value, and Newcombe's
+/// hybrid score interval ([`newcombe`]) for the difference, which stays inside `[-1, 1]` and
+/// has width even when both rates are 0 or 1. `None` when a group is empty.
 pub fn two_proportions(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<Test> {
     if n1 == 0 || n2 == 0 || k1 > n1 || k2 > n2 {
         return None;
     }
     let (a, b) = (n1 as f64, n2 as f64);
-    let (p1, p2) = (k1 as f64 / a, k2 as f64 / b);
+    let diff = k2 as f64 / b - k1 as f64 / a;
+    let ci = newcombe(k1, n1, k2, n2)?;
     let pooled = (k1 + k2) as f64 / (a + b);
-    let diff = p2 - p1;
-    let se_unpooled = (p1 * (1.0 - p1) / a + p2 * (1.0 - p2) / b).sqrt();
     if pooled <= 0.0 || pooled >= 1.0 {
-        return Some(Test { diff, ci: (diff, diff), p: 1.0 });
+        return Some(Test { diff, ci, p: 1.0 });
     }
     let se = (pooled * (1.0 - pooled) * (1.0 / a + 1.0 / b)).sqrt();
-    Some(Test { diff, ci: (diff - Z95 * se_unpooled, diff + Z95 * se_unpooled), p: two_sided_normal(diff / se) })
+    Some(Test { diff, ci, p: two_sided_normal(diff / se) })
+}
+
+/// Exact McNemar test of paired binary outcomes from the discordant pairs: `b` pairs where
+/// only the first outcome holds, `c` where only the second does. Two-sided p =
+/// min(1, 2 P(X <= min(b, c))) with X ~ Binomial(b + c, 1/2); 1 without discordant pairs.
+pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    let tail = statrs::distribution::Binomial::new(0.5, n).map_or(1.0, |d| d.cdf(b.min(c)));
+    (2.0 * tail).min(1.0)
 }
 
 /// Newcombe's hybrid score interval (95%, his method 10) of `k2/n2 - k1/n1`, from the two Wilson
@@ -188,8 +200,13 @@ mod tests {
         assert!(close(t.diff, 0.15, 1e-12));
         assert!(close(t.p, 0.0284597, 1e-6), "{}", t.p);
         assert!(t.ci.0 > 0.0 && t.ci.1 > t.diff);
+        assert_eq!(Some(t.ci), newcombe(30, 100, 45, 100), "the interval is Newcombe's, not Wald's");
         let same = two_proportions(0, 50, 0, 50).unwrap();
         assert_eq!(same.p, 1.0, "nothing varies");
+        assert!(same.ci.0 < 0.0 && same.ci.1 > 0.0, "no zero-width interval: {:?}", same.ci);
+        // All against none: the difference is 1 and the interval stays inside [-1, 1].
+        let all = two_proportions(0, 3, 3, 3).unwrap();
+        assert!(all.ci.0 > 0.0 && all.ci.1 <= 1.0 && all.ci.0 < 1.0, "{:?}", all.ci);
         assert!(two_proportions(5, 0, 1, 3).is_none());
     }
 
@@ -205,6 +222,19 @@ mod tests {
         assert!(t.ci.0 < 0.0 && t.ci.1 > 0.0, "not shown: the interval holds 0");
         assert_eq!(welch(&[1.0], &[1.0, 2.0]), None);
         assert_eq!(welch(&[1.0, 1.0], &[1.0, 1.0]).unwrap().p, 1.0);
+    }
+
+    #[test]
+    fn mcnemar_matches_the_binomial_tail() {
+        // scipy.stats.binomtest(1, 10, 0.5).pvalue = 0.021484375; statsmodels' mcnemar(exact)
+        // gives the same for 1 and 9 discordant pairs.
+        assert!(close(mcnemar_exact(1, 9), 0.021484375, 1e-12));
+        assert!(close(mcnemar_exact(9, 1), 0.021484375, 1e-12));
+        // 5 against 5: no evidence, p = 1; no discordant pairs: 1.
+        assert_eq!(mcnemar_exact(5, 5), 1.0);
+        assert_eq!(mcnemar_exact(0, 0), 1.0);
+        // 0 against 6: 2 / 64.
+        assert!(close(mcnemar_exact(0, 6), 0.03125, 1e-12));
     }
 
     #[test]
