@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 
 # The N-EV factor study's claims, at either continuation length.
@@ -50,11 +51,13 @@ PRESETS = [
     ]),
     ("dp-one-flip", "table 4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
         ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
+        ("RWC on every replica is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_all_pct", -1),
         ("an optimizer-state flip leaves the replicas diverged more often than a model flip", "inject.locations_to_corrupt", "model", "optimizer", "diverged_pct", +1),
         ("Horovod's restart (parameters and optimizer state broadcast) leaves fewer diverged replicas than DDP's", "parallel.sync", "ddp", "horovod", "diverged_pct", -1),
     ]),
     ("dp-one-flip-paper", "table 4 at its published size", "Table 4 at 180 runs per row (campaign.repetitions=60)", [
         ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
+        ("RWC on every replica is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_all_pct", -1),
         ("an optimizer-state flip leaves the replicas diverged more often than a model flip", "inject.locations_to_corrupt", "model", "optimizer", "diverged_pct", +1),
         ("Horovod's restart (parameters and optimizer state broadcast) leaves fewer diverged replicas than DDP's", "parallel.sync", "ddp", "horovod", "diverged_pct", -1),
     ]),
@@ -114,9 +117,17 @@ def cells_table(cells, axes):
     out = []
     has = lambda k: any(c.get(k) for c in cells)
     header = [a.removeprefix("inject.") for a in axes] + ["runs (ok)"] + [h for h, k, _ in cols if has(k)]
-    shares = [("N-EV", "nev"), ("EV injected", "ev_injected"), ("NaN", "nan"), ("RWC", "rwc"), ("replicas diverged", "diverged")]
-    header += [h for h, k in shares if has(k + "_pct")]
-    extra = [("hit replica ACC %", "hit_acc", 1), ("sim. overhead %", "sim_overhead_pct", 2), ("steps recomputed", "steps_recomputed", 2)]
+    shares = [("N-EV", "nev"), ("EV injected", "ev_injected"), ("NaN", "nan"), ("RWC", "rwc"), ("RWC all replicas", "rwc_all"),
+              ("replicas diverged", "diverged"), ("step counter altered", "step_altered"), ("load failed", "load_failed")]
+    # The confounds' columns appear when some cell has a nonzero count; the others when some
+    # cell has a value at all.
+    optional = {"step_altered", "load_failed"}
+    has_share = lambda k: any(c.get(k) not in (None, "", "0") for c in cells) if k in optional else has(k + "_pct")
+    header += [h for h, k in shares if has_share(k)]
+    agree = has("nev_vs_ev")
+    header += ["N-EV vs EV injected (McNemar)"] if agree else []
+    extra = [("hit replica ACC %", "hit_acc", 1), ("worst replica ACC %", "replica_acc_min", 1), ("sim. overhead %", "sim_overhead_pct", 2),
+             ("steps recomputed", "steps_recomputed", 2)]
     header += [h for h, k, _ in extra if has(k)]
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "---|" * len(header))
@@ -124,8 +135,10 @@ def cells_table(cells, axes):
         r = [c.get(a, "") for a in axes] + [f"{c['runs']} ({c['ok']})"]
         r += [num(c[k], d) if d else c[k] for h, k, d in cols if has(k)]
         for h, k in shares:
-            if has(k + "_pct"):
+            if has_share(k):
                 r.append(f"{c[k]} ({num(c[k + '_pct'])} [{num(c[k + '_lo'])}, {num(c[k + '_hi'])}])" if c.get(k + "_pct") else "")
+        if agree:
+            r.append(f"{c['nev_vs_ev']} (p Holm {float(c['nev_vs_ev_p_holm']):.2g})" if c.get("nev_vs_ev") else "")
         r += [num(c[k], d) for h, k, d in extra if has(k)]
         out.append("| " + " | ".join(r) + " |")
     return "\n".join(out)
@@ -198,7 +211,8 @@ def preset_section(root, name, table, what, claims):
     meta = json.load(open(os.path.join(d, "campaign.json"))) if os.path.exists(os.path.join(d, "campaign.json")) else {}
     runs = sum(int(c["runs"]) for c in cells)
     wall = open(os.path.join(d, "wall_s.txt")).read().strip() if os.path.exists(os.path.join(d, "wall_s.txt")) else "?"
-    lines = [f"## {name}: {what}", "", f"Published: {table}. {runs} runs in {wall} s (base and golden runs included) on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}. "
+    lines = [f"## {name}: {what}", "", f"Published: {table}. {runs} runs in {wall} s (base and golden runs included) on `{meta.get('platform', '?')}`, started {meta.get('started', '?')}"
+             + (f", code revision `{meta['revision']}`" if meta.get("revision") else "") + ". "
              f"Files: `{name}/report.md` (rules, all columns, plots), `cells.csv`, `comparisons.csv` (every test), `runs.csv`.", ""]
     lines.append(cells_table(cells, axes_of(cells)))
     lines.append("")
@@ -238,16 +252,27 @@ Z95 = 1.959963984540054
 
 
 def two_proportions(k1, n1, k2, n2):
-    """The report's test (crates/report/src/stats.rs): difference p2 - p1 with its unpooled
-    95% interval, two-sided p from the pooled z."""
+    """The report's test (crates/report/src/stats.rs): difference p2 - p1 with Newcombe's hybrid
+    score interval (from the two Wilson intervals), two-sided p from the pooled z."""
     p1, p2 = k1 / n1, k2 / n2
     pooled = (k1 + k2) / (n1 + n2)
     diff = p2 - p1
-    se_u = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    lo = max(-1.0, diff - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2))
+    hi = min(1.0, diff + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
     if pooled <= 0 or pooled >= 1:
-        return diff, diff, diff, 1.0
+        return diff, lo, hi, 1.0
     z = diff / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
-    return diff, diff - Z95 * se_u, diff + Z95 * se_u, math.erfc(abs(z) / math.sqrt(2))
+    return diff, lo, hi, math.erfc(abs(z) / math.sqrt(2))
+
+
+def mcnemar_exact(b, c):
+    """The report's exact McNemar test (crates/report/src/stats.rs) of paired outcomes from the
+    discordant pairs: two-sided p = min(1, 2 P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n)
 
 
 def holm(ps):
@@ -266,6 +291,14 @@ def wilson(k, n):
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate(k, n):
+    """`k of n (% [Wilson 95%])`."""
+    if not n:
+        return f"{k} of 0"
+    lo, hi = wilson(k, n)
+    return f"{k} of {n} ({100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}])"
 
 
 PUBLISHED_NEV = {"10": (2.8, 8.8), "100": (12.8, 66.8)}
@@ -290,14 +323,23 @@ def factor_section(root, short, long):
     factor's main effect), per flip count, from runs.csv (status ok). The report's
     two-proportion test, Holm-adjusted over these comparisons; each level's pooled N-EV with
     its Wilson interval against the published range."""
-    runs = {}
+    runs, corrupt, altered, total = {}, {}, {}, {}
     for name, steps in ((short, "20 steps"), (long, "400 steps")):
         for r in read_csv(os.path.join(root, name, "runs.csv")):
-            if r["status"] == "ok":
+            flips = (name, r["inject.injection_tries"])
+            if r["status"] in ("ok", "corrupt_file"):
+                total[flips] = total.get(flips, 0) + 1
+            if r["status"] == "corrupt_file":
+                corrupt[flips] = corrupt.get(flips, 0) + 1
+            elif r["status"] == "ok" and r.get("base_step", "") != r.get("restart_step", ""):
+                altered[flips] = altered.get(flips, 0) + 1
+            elif r["status"] == "ok":
                 r["continuation"] = steps
                 runs.setdefault(name, []).append(r)
     if short not in runs:
         return None, None
+    if long in runs and numerics_of(meta_of(root, short).get("platform")) != numerics_of(meta_of(root, long).get("platform")):
+        del runs[long]
     rows = [r for v in runs.values() for r in v]
     factors = [("inject", "32-bit word", "64-bit view", "precision"),
                ("inject.allow_NaN_values", "true", "false", "allow_NaN_values"),
@@ -322,10 +364,16 @@ def factor_section(root, short, long):
                 groups.append(({"flips": flips, "label": label, "a": show(a), "b": show(b)}, ka, na, kb, nb, min(sa, sb)))
     lines = [f"## {short}: each factor's effect on N-EV, pooled", "",
              "N-EV (by the outcome) at each level of one factor, pooled over the other factors and the three "
-             "models (a full factorial, so each factor's main effect), per flip count; runs that met a corrupt "
-             f"file (a flipped integer the loader rejects) are left out. Within `{short}` (20-step continuation) except for "
-             f"the continuation factor, which compares it with `{long}`. The report's two-proportion test, Holm over "
-             "these comparisons. Published N-EV: 2.8-8.8% at 10 flips, 12.8-66.8% at 100.", "",
+             "models (a full factorial, so each factor's main effect), per flip count, within "
+             f"`{short}` (20-step continuation)"
+             + (f", except for the continuation factor, which compares it with `{long}`" if long in runs else "")
+             + ". The report's two-proportion test (Newcombe's interval), Holm over these comparisons. "
+             "Published N-EV: 2.8-8.8% at 10 flips, 12.8-66.8% at 100.", "",
+             f"Left out of N-EV's denominator, each its own rate of the `{short}` runs that ran or met such a file: "
+             + "; ".join(f"{flips} flips: files the loader rejected {rate(corrupt.get((short, flips), 0), total.get((short, flips), 0))}, "
+                         f"runs whose step counter a flip altered (their continuation trained another number of steps) "
+                         f"{rate(altered.get((short, flips), 0), total.get((short, flips), 0))}"
+                         for flips in ("10", "100")) + ".", "",
              "| flips | factor | level a: N-EV % [95%] | level b: N-EV % [95%] | b - a [95% CI] | p Holm | verdict | in the published range |",
              "|---|---|---|---|---|---|---|---|"]
     verdicts = []
@@ -344,28 +392,71 @@ def factor_section(root, short, long):
     return "\n".join(lines), (f"{short} (pooled)", "table 1: which setting its N-EV came from", f"{len(rows)} ok runs", verdicts)
 
 
+def meta_of(root, name):
+    path = os.path.join(root, name, "campaign.json")
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
+def numerics_of(platform):
+    """The numerics a platform string names: its backend and kernels revision (`flex + resilab
+    kernels r4`), the part that decides the bits a run computes."""
+    m = re.search(r"\(([^)]*)\)", platform or "")
+    return m.group(1) if m else (platform or "?")
+
+
+def current_numerics():
+    """The kernels' current numerics revision (`NUMERICS` in crates/kernels/src/lib.rs)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = open(os.path.join(here, "..", "crates", "kernels", "src", "lib.rs")).read()
+    return int(re.search(r"pub const NUMERICS: u32 = (\d+);", text).group(1))
+
+
 def continuation_section(root, short, long):
-    """N-EV after the short continuation against the long one, cell by cell (same injection
-    settings, model and seeds), with the report's two-proportion test, Holm-adjusted over the
-    cells: the continuation factor of the N-EV factor study, which no single report holds."""
-    a_cells = read_csv(os.path.join(root, short, "cells.csv"))
-    b_cells = read_csv(os.path.join(root, long, "cells.csv"))
-    if not a_cells or not b_cells:
+    """N-EV after the short continuation against the long one on the same injections: runs are
+    paired by cell, seed and repetition (the same base checkpoint and fault seed, so the same
+    altered files) and tested with the report's exact McNemar test, Holm over the cells. Only
+    when both presets ran on the same numerics: otherwise their altered files differ."""
+    a_runs, b_runs = read_csv(os.path.join(root, short, "runs.csv")), read_csv(os.path.join(root, long, "runs.csv"))
+    if not a_runs or not b_runs:
         return None, None
-    axes = axes_of(a_cells)
-    key = lambda c: tuple(c[k] for k in axes)
-    longer = {key(c): c for c in b_cells}
-    pairs = [(a, longer[key(a)]) for a in a_cells if key(a) in longer and int(a["ok"] or 0) and int(longer[key(a)]["ok"] or 0)]
-    comps = tested([({"axis": "continuation", "a": short, "b": long, "fixed": ", ".join(f"{k}={a[k]}" for k in axes)},
-                     int(a["nev"]), int(a["ok"]), int(b["nev"]), int(b["ok"]), min(int(a["seeds"]), int(b["seeds"])))
-                    for a, b in pairs])
-    claim = ("the longer continuation gives less N-EV", "continuation", short, long, "nev_pct", -1)
-    v, _, rows = verdict(comps, claim)
-    lines = [f"## {short} vs {long}: the continuation's length", "",
-             f"N-EV by the outcome after the {short} continuation against the {long} one, cell by cell, with the "
-             "report's two-proportion test (Holm over these cells).", "",
-             f"- **{claim[0]}**: {v}."] + [f"  - {detail(c)}" for c in rows] + [""]
-    return "\n".join(lines), (f"{short} vs {long}", "table 1: the continuation's length", f"{len(pairs)} cell pairs", [(claim[0], v)])
+    claim = "the longer continuation gives less N-EV"
+    head = [f"## {short} vs {long}: the continuation's length", ""]
+    na, nb = numerics_of(meta_of(root, short).get("platform")), numerics_of(meta_of(root, long).get("platform"))
+    if na != nb:
+        text = "\n".join(head + [f"Not compared: `{short}` ran on `{na}` and `{long}` on `{nb}`, so their base checkpoints, and the files "
+                                 "the same flips altered, differ; the runs are not paired. Rerun both on the same numerics to compare them.", ""])
+        return text, (f"{short} vs {long}", "table 1: the continuation's length", "0 pairs", [(claim, "not compared (different numerics)")])
+    axes = [k for k in a_runs[0] if k.startswith("inject") or k == "model"]
+    key = lambda r: (tuple(r[k] for k in axes), r["seed"], r["rep"])
+    usable = lambda r: r["status"] == "ok" and r.get("base_step", "") == r.get("restart_step", "")
+    longer = {key(r): r for r in b_runs if usable(r)}
+    cells = {}
+    for r in a_runs:
+        if usable(r) and key(r) in longer:
+            cells.setdefault(key(r)[0], []).append((r["nev"] == "true", longer[key(r)]["nev"] == "true", r["seed"]))
+    tests = []
+    for coords, pairs in cells.items():
+        only_short = sum(x and not y for x, y, _ in pairs)
+        only_long = sum(y and not x for x, y, _ in pairs)
+        tests.append((coords, pairs, only_short, only_long, mcnemar_exact(only_short, only_long)))
+    adjusted = holm([t[4] for t in tests])
+    lines, shown, against = [], 0, 0
+    for (coords, pairs, b, c, p), ph in zip(tests, adjusted):
+        n, seeds = len(pairs), len({s for _, _, s in pairs})
+        diff = 100 * (sum(y for _, y, _ in pairs) - sum(x for x, _, _ in pairs)) / n
+        ok = ph < 0.05 and seeds >= 3
+        shown += ok and diff < 0
+        against += ok and diff > 0
+        label = ", ".join(k.removeprefix("inject.") + "=" + v for k, v in zip(axes, coords))
+        lines.append(f"  - {label}: {diff:+.1f} points "
+                     f"({n} paired runs, N-EV in {short} only {b}, in {long} only {c}, McNemar p Holm {ph:.2g}, {seeds} seeds): "
+                     + ("shown" if ok else "not shown"))
+    v = f"contradicted ({against} of {len(tests)})" if against else (f"shown ({shown} of {len(tests)})" if shown == len(tests) else
+                                                                    (f"partly ({shown} of {len(tests)})" if shown else f"not shown (0 of {len(tests)})"))
+    text = "\n".join(head + [f"N-EV after the {short} continuation against the {long} one on the same altered checkpoints "
+                             "(paired by cell, seed and repetition; runs whose step counter was altered left out), exact McNemar "
+                             "test, Holm over the cells.", "", f"- **{claim}**: {v}."] + lines + [""])
+    return text, (f"{short} vs {long}", "table 1: the continuation's length", f"{sum(len(t[1]) for t in tests)} paired runs", [(claim, v)])
 
 
 def main():
@@ -387,13 +478,19 @@ def main():
           "(`bash scripts/paper.sh` reruns them all): `report.md`, `cells.csv`, `comparisons.csv`, `runs.csv`, `plots/`.\n")
     print("Rules: N-EV is decided by the outcome of the continued training (METRICS.md), EV injected "
           "(what the flip wrote) is its own column; shares carry Wilson 95% intervals; a difference is "
-          "*shown* when its own test (two-proportion z for rates, Welch's t for means), Holm-adjusted over "
+          "*shown* when its own test (two-proportion z with Newcombe's interval for rates, exact McNemar for paired rates, Welch's t for means), Holm-adjusted over "
           "the preset's report, gives p < 0.05 and both cells rest on at least 3 training seeds. A claim "
           "lists every comparison it rests on (one per combination of the other grid coordinates).\n")
-    print("| preset | published | runs (wall time) | verdicts |")
-    print("|---|---|---|---|")
+    current = current_numerics()
+    print(f"The numerics column names the backend and kernels revision each preset ran on; the current revision is r{current}, "
+          "and a preset on an earlier one is marked *stale* (its bits, not its rules, are out of date).\n")
+    print("| preset | published | runs (wall time) | numerics | verdicts |")
+    print("|---|---|---|---|---|")
     for name, table, runs, verdicts in summary:
-        print(f"| `{name}` | {table} | {runs} | " + "; ".join(f"{t}: **{v}**" for t, v in verdicts) + " |")
+        folder = name.split(" ")[0]
+        numerics = numerics_of(meta_of(root, folder).get("platform"))
+        stale = "" if f"kernels r{current}" in numerics else " (*stale*)"
+        print(f"| `{name}` | {table} | {runs} | {numerics}{stale} | " + "; ".join(f"{t}: **{v}**" for t, v in verdicts) + " |")
     print()
     for s in sections:
         print(s)

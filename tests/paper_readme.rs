@@ -1,6 +1,7 @@
 //! `scripts/paper_readme.py` writes results/paper/README.md from the presets' reports, and
-//! computes the factor study's pooled tests itself. These tests hold it to that: its two-proportion
-//! test, Wilson interval and Holm adjustment give the report's numbers (`resilab_report::stats`),
+//! computes the factor study's pooled and paired tests itself. These tests hold it to that: its
+//! two-proportion test (Newcombe's interval), exact McNemar test, Wilson interval and Holm
+//! adjustment give the report's numbers (`resilab_report::stats`),
 //! and the committed README is exactly what it generates from the committed reports (no verdict
 //! edited by hand). Without python3 a test skips with a message, except under `CI=true`.
 
@@ -59,6 +60,20 @@ fn the_generators_statistics_are_the_reports() {
     let holm = stats::holm(&[0.01, 0.04, 0.03, 0.5]);
     for (a, b) in lines[CASES.len()].iter().zip(&holm) {
         close(*a, *b, "holm");
+    }
+}
+
+#[test]
+fn the_generators_paired_test_is_the_reports() {
+    let pairs = [(0u64, 0u64), (1, 9), (9, 1), (5, 5), (0, 6), (12, 31)];
+    let calls: Vec<String> = pairs.iter().map(|(b, c)| format!("print(p.mcnemar_exact({b}, {c}))")).collect();
+    let program = format!("import sys\nsys.path.insert(0, 'scripts')\nimport paper_readme as p\n{}\n", calls.join("\n"));
+    let Some(o) = python(&["-c", &program]) else { return };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    for ((b, c), line) in pairs.iter().zip(text.lines()) {
+        let (got, want) = (line.parse::<f64>().unwrap(), stats::mcnemar_exact(*b, *c));
+        assert!((got - want).abs() <= 1e-9, "McNemar {b} / {c}: python {got}, rust {want}");
     }
 }
 
