@@ -387,3 +387,54 @@ fn data_parallel_runs_report_the_hit_replica_and_the_divergence_after_the_restar
         }
     }
 }
+
+#[test]
+fn the_injected_extreme_is_read_from_the_files_before_the_restart_broadcast_and_the_evidence_decides_n_ev() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One running variance scaled by 1e11 in one replica of 2. A DDP restart broadcasts rank
+    // 0's parameters and buffers: an extreme value in rank 1's file is erased before training,
+    // one in rank 0's is copied everywhere and stays after 2 steps (1e11 x 0.9^2 > 1e10). Read
+    // after the broadcast, rank 1's runs would show no injected extreme at all.
+    let dp = NEV
+        .replace("repetitions = 10", "repetitions = 6")
+        .replace("train = { batch_size = 32 }", "train = { batch_size = 32 }\nparallel = { workers = 2 }")
+        .replace(
+            "first_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]",
+            "scaling_factor = 1e11\nlocations_to_corrupt = [\"model/layer1/0/bn1/running_var\"]",
+        )
+        .replace("\"inject.injection_tries\" = [1, 30]", "\"inject.injection_tries\" = [1]\nworkers_hit = [1]");
+    let out = finished(tmp.path(), "dp", &dp);
+    let rs = rows(&out);
+    let ranks: HashSet<&str> = rs.iter().map(|r| r["ranks_hit"].as_str().unwrap()).collect();
+    assert_eq!(ranks, HashSet::from(["0", "1"]), "both ranks hit in 6 runs: {rs:?}");
+    for r in &rs {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["ev_injected"], true, "the file held the extreme value: {r}");
+        assert_eq!(r["extreme_threshold"], 1e10);
+        assert_eq!((r["base_step"].as_u64(), r["restart_step"].as_u64()), (Some(3), Some(3)), "{r}");
+        let buffer = r["buffer_max_abs"].as_f64().unwrap();
+        if r["ranks_hit"] == "0" {
+            assert!(buffer > 1e10, "rank 0's extreme value reached every replica: {r}");
+            assert!(r["peak_abs"].as_f64().unwrap() > 1e10, "{r}");
+            assert_eq!(r["nev"], true, "{r}");
+        } else {
+            assert!(buffer < 1e10, "the broadcast erased rank 1's: {r}");
+            assert_eq!(r["nev"], false, "{r}");
+            assert_eq!(r["replicas_diverged"], 0, "{r}");
+        }
+        assert_eq!(r["buffer_non_finite"], 0);
+        assert!(r["final_train_loss"].is_f64(), "{r}");
+    }
+    // The report decides N-EV from those columns and says it agrees with what was injected
+    // only where training did not remove it.
+    let o = run(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut rd = csv::Reader::from_path(out.join("report/cells.csv")).unwrap();
+    let h = rd.headers().unwrap().clone();
+    let cell = rd.records().next().unwrap().unwrap();
+    let col = |name: &str| cell[h.iter().position(|c| c == name).unwrap()].to_string();
+    let nev_runs = rs.iter().filter(|r| r["nev"] == true).count();
+    assert_eq!(col("nev"), nev_runs.to_string());
+    assert_eq!(col("ev_injected"), "6");
+    assert!(!col("nev_vs_ev_p").is_empty() && !col("rwc_all").is_empty(), "{cell:?}");
+}

@@ -1,0 +1,132 @@
+//! Every N-EV, NaN and RWC cell of committed presets, recomputed from their `runs.csv` alone
+//! with the rules stated in their `report.md`, written out here a second time on purpose (this
+//! test shares no code with the report): a reader with a spreadsheet gets the same counts as
+//! `cells.csv`. It also checks that each run's recorded `nev` and `collapsed` flags say what its
+//! evidence columns say, and that no committed comparison carries a Wald interval (one of zero
+//! width, or one that leaves [-100, 100] points for a rate).
+
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+type Record = BTreeMap<String, String>;
+
+fn read(path: &Path) -> Vec<Record> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+    r.records().map(|rec| header.iter().cloned().zip(rec.unwrap().iter().map(String::from)).collect()).collect()
+}
+
+fn num(r: &Record, key: &str) -> Option<f64> {
+    r.get(key).filter(|v| !v.is_empty()).map(|v| v.parse::<f64>().unwrap_or_else(|e| panic!("{key} = {v:?}: {e}")))
+}
+
+/// The report's rules, from METRICS.md as `report.md` states them.
+struct Judged {
+    nan: bool,
+    nev: bool,
+    step_altered: bool,
+    rwc: bool,
+    rwc_all: Option<bool>,
+}
+
+fn judge(r: &Record, chance: f64, tolerance_points: f64) -> Judged {
+    let bad = |k: &str| num(r, k).is_some_and(|v| !v.is_finite());
+    let counts = ["param_non_finite", "buffer_non_finite", "optim_non_finite"].iter().map(|k| num(r, k).unwrap()).sum::<f64>();
+    let largest = ["param_max_abs", "buffer_max_abs", "optim_max_abs"].iter().map(|k| num(r, k).unwrap()).fold(0.0, f64::max);
+    let nan = bad("final_loss") || bad("final_train_loss") || counts > 0.0;
+    let nev = nan || largest > num(r, "extreme_threshold").unwrap();
+    let step_altered = r["base_step"] != r["restart_step"];
+    let golden = num(r, "golden_acc").unwrap();
+    let within = |acc: f64| (golden - acc).abs() <= tolerance_points / 100.0 + 1e-9;
+    let usable = |acc: f64| !nev && !step_altered && acc > chance + 0.05 + 1e-9 && golden - acc <= 0.05 + 1e-9;
+    let acc = num(r, "final_acc").unwrap();
+    let rwc = usable(acc) && within(acc);
+    let rwc_all = match (num(r, "replica_acc_min"), num(r, "replica_acc_max")) {
+        (Some(min), Some(max)) => Some(usable(min) && within(min) && within(max)),
+        _ => None,
+    };
+    Judged { nan, nev, step_altered, rwc, rwc_all }
+}
+
+fn recompute(preset: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper").join(preset);
+    let runs = read(&dir.join("runs.csv"));
+    let cells = read(&dir.join("cells.csv"));
+    let axes: Vec<String> =
+        cells[0].keys().filter(|k| runs[0].contains_key(*k) && !["seed", "rep", "status"].contains(&k.as_str())).cloned().collect();
+    let axes: Vec<String> =
+        axes.into_iter().filter(|k| k.starts_with("inject") || k == "model" || k == "workers_hit" || k.starts_with("parallel")).collect();
+    assert!(!axes.is_empty(), "{preset}: no axes");
+    // Synthetic data of 10 classes, RWC tolerance 0.5 points (the presets' settings).
+    let (chance, tolerance) = (0.1, 0.5);
+    let mut tally: BTreeMap<Vec<String>, [u64; 6]> = BTreeMap::new();
+    for r in runs.iter().filter(|r| r["status"] == "ok") {
+        let j = judge(r, chance, tolerance);
+        assert_eq!(r["nev"] == "true", j.nev, "{preset} run {}: its nev flag disagrees with its evidence", r["id"]);
+        assert_eq!(r["collapsed"] == "true", j.nan, "{preset} run {}: its collapsed flag disagrees with its evidence", r["id"]);
+        let t = tally.entry(axes.iter().map(|a| r[a].clone()).collect()).or_default();
+        t[0] += 1;
+        t[1] += u64::from(j.nan);
+        t[2] += u64::from(j.nev && !j.step_altered);
+        t[3] += u64::from(j.rwc);
+        t[4] += u64::from(j.rwc_all == Some(true));
+        t[5] += u64::from(j.step_altered);
+    }
+    assert_eq!(tally.len(), cells.len(), "{preset}: cells");
+    for c in &cells {
+        let key: Vec<String> = axes.iter().map(|a| c[a].clone()).collect();
+        let t = tally[&key];
+        let count = |k: &str| c[k].parse::<u64>().unwrap_or(0);
+        let got = [count("ok"), count("nan"), count("nev"), count("rwc"), count("rwc_all"), count("step_altered")];
+        assert_eq!(got, t, "{preset} cell {key:?}: cells.csv [ok, nan, nev, rwc, rwc_all, step_altered] against runs.csv");
+    }
+}
+
+fn no_wald_intervals(preset: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper").join(preset).join("comparisons.csv");
+    for c in read(&path) {
+        if c["test"] != "two_proportions" {
+            continue;
+        }
+        let (lo, hi) = (num(&c, "ci_lo").unwrap(), num(&c, "ci_hi").unwrap());
+        assert!(hi > lo, "{preset}: a zero-width interval for a rate: {c:?}");
+        assert!((-100.0..=100.0).contains(&lo) && (-100.0..=100.0).contains(&hi), "{preset}: an interval beyond ±100 points: {c:?}");
+    }
+}
+
+#[test]
+fn the_nev_presets_cells_are_recomputed_from_its_runs() {
+    recompute("nev");
+    no_wald_intervals("nev");
+}
+
+#[test]
+fn table_4s_cells_are_recomputed_from_its_runs_on_every_replica() {
+    recompute("dp-one-flip");
+    no_wald_intervals("dp-one-flip");
+    let cells = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper/dp-one-flip-paper/cells.csv"));
+    assert_eq!(cells.len(), 8, "Table 4 has eight rows: ResNet and VGG, DDP and Horovod, model and optimizer");
+    assert!(
+        cells
+            .iter()
+            .all(|c| c["ok"].parse::<u64>().unwrap() + c["not_ok"].split(':').nth(1).map_or(0, |n| n.parse::<u64>().unwrap()) == 180)
+    );
+}
+
+#[test]
+fn every_checkpoint_alteration_presets_golden_runs_lie_between_60_and_90_percent() {
+    // The presets that restart from an altered checkpoint: room for RWC and AccR to move in
+    // both directions on every seed and model.
+    for preset in
+        ["nev", "nev-paper", "nev-factors", "bits", "precision", "masks", "dp-one-flip", "dp-one-flip-paper", "dp-many-flips", "pipeline"]
+    {
+        let runs = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper").join(preset).join("runs.csv"));
+        for r in &runs {
+            if let Some(g) = num(r, "golden_acc") {
+                assert!((0.6..=0.9).contains(&g), "{preset} run {}: golden accuracy {g}", r["id"]);
+            }
+        }
+    }
+}
