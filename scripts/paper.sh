@@ -8,11 +8,19 @@
 #   PRESETS="nev bits" bash scripts/paper.sh   # some of them
 #   SET="campaign.repetitions=84" SUFFIX=-paper PRESETS=nev bash scripts/paper.sh
 #
-# JOBS (default 2) worker processes of THREADS (default 1) threads each. BIN runs a resilab
+# Runs only on a committed tree, so that every folder's campaign.json names the revision it ran
+# on (PAPER_ALLOW_DIRTY=1 overrides). JOBS (default 2) worker processes of THREADS (default 1) threads each. BIN runs a resilab
 # binary built earlier (copy target/release/resilab elsewhere first to keep rebuilding while
 # the presets run); without it the script builds the release binary and runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A published table names the code revision it ran on: refuse uncommitted changes to anything
+# but the results, which would make that revision `-dirty` (PAPER_ALLOW_DIRTY=1 to try a change).
+if [ "${PAPER_ALLOW_DIRTY:-0}" != 1 ] && git rev-parse --git-dir >/dev/null 2>&1 \
+    && [ -n "$(git status --porcelain --untracked-files=no -- . ':!results')" ]; then
+    echo "paper.sh: the working tree has uncommitted changes (git status); commit them first, or set PAPER_ALLOW_DIRTY=1" >&2
+    exit 1
+fi
 PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
