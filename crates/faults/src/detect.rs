@@ -80,26 +80,32 @@ pub enum Health {
 /// The worst value of `tensors` against `threshold`: two reductions per tensor on the device
 /// (sum, which NaN reaches, and max magnitude) and one read-back.
 pub fn health(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> Health {
-    match sum_and_max(tensors) {
-        None => Health::Sound,
-        Some((s, m)) if m.is_finite() && !s.is_nan() => {
-            if f64::from(m) > threshold {
-                Health::Extreme
-            } else {
-                Health::Sound
-            }
-        }
-        Some(_) => Health::NonFinite,
+    sum_and_max(tensors).map_or(Health::Sound, |(s, m)| judge(s, m, threshold))
+}
+
+/// The health that a sum (which NaN reaches) and a largest magnitude of some values show.
+fn judge(sum: f32, max: f32, threshold: f64) -> Health {
+    if !max.is_finite() || sum.is_nan() {
+        Health::NonFinite
+    } else if f64::from(max) > threshold {
+        Health::Extreme
+    } else {
+        Health::Sound
     }
 }
 
-/// The worst value of a worker's whole trained state: parameters, buffers (batch-norm running
-/// statistics) and optimizer state.
-pub fn state_health(worker: &Worker, threshold: f64) -> Health {
+/// A worker's whole trained state: parameters, buffers (batch-norm running statistics) and
+/// optimizer state.
+fn state_tensors(worker: &Worker) -> Vec<Tensor<1>> {
     let mut tensors = Vec::new();
     for_each_param(&worker.net, |_, t| tensors.push(t.without_autodiff()));
     tensors.extend(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned()));
-    health(tensors, threshold)
+    tensors
+}
+
+/// The worst value of a worker's whole trained state (see [`state_tensors`]).
+pub fn state_health(worker: &Worker, threshold: f64) -> Health {
+    health(state_tensors(worker), threshold)
 }
 
 /// N-EV decided by the outcome of continued training (METRICS.md), never by the injected
@@ -173,15 +179,8 @@ pub fn workers_health(workers: &[Worker], threshold: f64) -> Health {
 pub fn workers_scan(workers: &[Worker], threshold: f64) -> (Health, f64) {
     let mut worst = (Health::Sound, 0.0f64);
     for w in workers {
-        let mut tensors = Vec::new();
-        for_each_param(&w.net, |_, t| tensors.push(t.without_autodiff()));
-        tensors.extend(w.optim.params.values().flat_map(|p| p.buffers.values().cloned()));
-        let Some((s, m)) = sum_and_max(tensors) else { continue };
-        let h = match (m.is_finite() && !s.is_nan(), f64::from(m) > threshold) {
-            (false, _) => Health::NonFinite,
-            (true, true) => Health::Extreme,
-            (true, false) => Health::Sound,
-        };
+        let Some((s, m)) = sum_and_max(state_tensors(w)) else { continue };
+        let h = judge(s, m, threshold);
         let m = if s.is_nan() { f64::NAN } else { f64::from(m) };
         worst = (worst.0.max(h), if worst.1.is_nan() || m.is_nan() { f64::NAN } else { worst.1.max(m) });
     }
