@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
-use crate::metrics::{Class, classify, classify_replicas, collapsed, groups, nev, step_altered, survivor_accs};
+use crate::metrics::{Class, collapsed, groups, nev, replicas_class, run_class, step_altered, survivor_accs};
 use crate::stats::{ALPHA, Test, holm, two_proportions, welch};
 
 /// Training seeds (base models) each side of a difference needs before it can be called shown.
@@ -81,19 +81,11 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
         }
     };
     rate("nev_pct", &|r| !step_altered(r) && nev(r), &mut out);
-    let class = |r: &Row| match (r.metrics.final_acc, r.metrics.golden_acc) {
-        (Some(acc), Some(golden)) if !step_altered(r) => Some(classify(nev(r), acc, golden, chance(r), tolerance_points)),
-        _ => None,
-    };
+    let rwc = |r: &Row| run_class(r, chance(r), tolerance_points) == Some(Class::RestartWithoutChange);
     if a.rows.iter().chain(&b.rows).any(|r| r.metrics.golden_acc.is_some()) {
-        rate("rwc_pct", &|r| class(r) == Some(Class::RestartWithoutChange), &mut out);
+        rate("rwc_pct", &rwc, &mut out);
     }
-    let every_replica = |r: &Row| match (r.metrics.replica_acc_min, r.metrics.replica_acc_max, r.metrics.golden_acc) {
-        (Some(min), Some(max), Some(golden)) if !step_altered(r) => {
-            classify_replicas(nev(r), min, max, golden, chance(r), tolerance_points) == Class::RestartWithoutChange
-        }
-        _ => false,
-    };
+    let every_replica = |r: &Row| replicas_class(r, chance(r), tolerance_points) == Some(Class::RestartWithoutChange);
     if a.rows.iter().chain(&b.rows).all(|r| r.metrics.replica_acc_min.is_some()) {
         rate("rwc_all_pct", &every_replica, &mut out);
     }

@@ -253,6 +253,26 @@ struct Classes {
     tf_all: u64,
 }
 
+/// A run's class on rank 0 ([`classify`]); `None` when its step counter was altered (a class
+/// of its own) or it has no final or golden accuracy.
+pub fn run_class(r: &Row, chance: f64, tolerance_points: f64) -> Option<Class> {
+    match (r.metrics.final_acc, r.metrics.golden_acc) {
+        (Some(acc), Some(golden)) if !step_altered(r) => Some(classify(nev(r), acc, golden, chance, tolerance_points)),
+        _ => None,
+    }
+}
+
+/// A data-parallel run's class on every replica ([`classify_replicas`]); `None` as for
+/// [`run_class`], or when its replicas were not evaluated.
+pub fn replicas_class(r: &Row, chance: f64, tolerance_points: f64) -> Option<Class> {
+    match (r.metrics.replica_acc_min, r.metrics.replica_acc_max, r.metrics.golden_acc) {
+        (Some(min), Some(max), Some(golden)) if !step_altered(r) => {
+            Some(classify_replicas(nev(r), min, max, golden, chance, tolerance_points))
+        }
+        _ => None,
+    }
+}
+
 fn count_classes(ok: &[&Row], chance: &impl Fn(&Row) -> f64, tolerance_points: f64) -> Classes {
     let mut k = Classes::default();
     for r in ok {
@@ -260,27 +280,22 @@ fn count_classes(ok: &[&Row], chance: &impl Fn(&Row) -> f64, tolerance_points: f
             k.step_altered += 1;
             continue;
         }
-        let n = nev(r);
-        let (Some(acc), Some(golden)) = (r.metrics.final_acc, r.metrics.golden_acc) else {
-            k.nev += u64::from(n);
-            continue;
-        };
-        match classify(n, acc, golden, chance(r), tolerance_points) {
-            Class::Nev => k.nev += 1,
-            Class::TrainingFailed => k.tf += 1,
-            Class::AccuracyReduced => k.accr += 1,
-            Class::RestartWithoutChange => k.rwc += 1,
-            Class::Other => {}
+        match run_class(r, chance(r), tolerance_points) {
+            Some(Class::Nev) => k.nev += 1,
+            Some(Class::TrainingFailed) => k.tf += 1,
+            Some(Class::AccuracyReduced) => k.accr += 1,
+            Some(Class::RestartWithoutChange) => k.rwc += 1,
+            Some(Class::Other) => {}
+            None => k.nev += u64::from(nev(r)),
         }
-        if let (Some(min), Some(max)) = (r.metrics.replica_acc_min, r.metrics.replica_acc_max) {
-            k.replicas += 1;
-            match classify_replicas(n, min, max, golden, chance(r), tolerance_points) {
-                Class::TrainingFailed => k.tf_all += 1,
-                Class::AccuracyReduced => k.accr_all += 1,
-                Class::RestartWithoutChange => k.rwc_all += 1,
-                _ => {}
-            }
+        match replicas_class(r, chance(r), tolerance_points) {
+            Some(Class::TrainingFailed) => k.tf_all += 1,
+            Some(Class::AccuracyReduced) => k.accr_all += 1,
+            Some(Class::RestartWithoutChange) => k.rwc_all += 1,
+            Some(_) => {}
+            None => continue,
         }
+        k.replicas += 1;
     }
     k
 }
