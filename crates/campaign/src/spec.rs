@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// What one run does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// The published method: alter a copy of the base checkpoint, restart training from it for
@@ -53,7 +53,7 @@ fn default_tolerance() -> f64 {
 }
 
 /// The `[campaign]` section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// Name (default: the file's stem).
@@ -106,7 +106,7 @@ fn default_budget() -> f64 {
 }
 
 /// What a hypothesis compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HypothesisMetric {
     /// Simulated overhead against the golden run, % (runs that completed); Welch's t test.
@@ -137,7 +137,7 @@ impl HypothesisMetric {
 }
 
 /// One hypothesis: `b` against `a` on `metric`, options of the grid axis `axis`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Hypothesis {
     /// What it claims, in words.
@@ -163,7 +163,7 @@ fn yes() -> bool {
 
 /// A run's deliberate misbehaviour, for testing the campaign machinery and a site's timeout
 /// settings (grid key `self_test`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SelfTest {
     /// Behave.

@@ -6,7 +6,7 @@ use crate::synthetic::Synthetic;
 use crate::{Error, Result, Split, cifar, mnist};
 
 /// Where the images come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataSource {
     /// The built-in generator ([`crate::synthetic`]).
@@ -38,7 +38,7 @@ fn default_image_size() -> usize {
 }
 
 /// The `[data]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
     /// `synthetic` (default), `cifar10`, `mnist` or `fashion-mnist`.

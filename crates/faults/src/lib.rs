@@ -16,7 +16,7 @@ mod schedule;
 
 pub use hook::{FaultInjector, FaultLog};
 pub use schedule::{
-    CrashAt, FaultEntry, FaultEvent, FaultTarget, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule,
+    CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule,
 };
 
 /// Errors of fault configuration.

@@ -94,8 +94,8 @@ pub enum CrashAt {
     Phase(Phase),
 }
 
-/// Keys of an entry that are not the injector's.
-const OWN_KEYS: &[&str] = &[
+/// Keys of a `[[fault]]` entry that are not the injector's.
+pub const OWN_KEYS: &[&str] = &[
     "target",
     "at_step",
     "mtbf_steps",

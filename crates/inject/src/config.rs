@@ -14,7 +14,7 @@ use crate::{Error, Result};
 
 /// A number or a string, for keys YAML may type either way (`float_precision: 64` / `"auto"`,
 /// `bit_mask: 10110` / `"10110"`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum NumOrStr {
     /// A whole number.
@@ -33,7 +33,7 @@ impl NumOrStr {
 }
 
 /// How `injection_tries` is read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum InjectionType {
     /// `injection_tries` attempts.
@@ -44,7 +44,7 @@ pub enum InjectionType {
 }
 
 /// What the attempts corrupt.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     /// Dataset values through the HDF5 API (the reference's behaviour).
@@ -55,7 +55,7 @@ pub enum TargetKind {
 }
 
 /// Which bytes byte mode may hit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Region {
     /// Every byte of the file.
@@ -69,7 +69,7 @@ pub enum Region {
 
 /// An injection config as written (YAML or TOML). Keys are those of the published injector;
 /// `seed`, `sampling`, `max_redraws`, `extreme_threshold`, `target` and `byte_region` are resilab's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// The file to corrupt (overridden by `--file`).

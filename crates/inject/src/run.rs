@@ -20,7 +20,7 @@ use crate::model::{self, FaultModel, Flip};
 pub type Values = FxHashMap<(usize, usize), u64>;
 
 /// How an attempt picks its element.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Sampling {
     /// A tensor uniformly, then an element of it uniformly (the reference; favours small tensors).

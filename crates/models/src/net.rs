@@ -11,7 +11,7 @@ use crate::layers::Linear;
 use crate::{Error, Result};
 
 /// Architecture family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
     /// ResNet with BasicBlocks: CIFAR-style depths 6n+2 (8, 20, 32, 56, ...) or 18/34.
@@ -37,7 +37,7 @@ fn default_width() -> f64 {
 }
 
 /// The `[model]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// `resnet`, `vgg` or `alexnet`.
@@ -55,7 +55,7 @@ pub struct ModelConfig {
 }
 
 /// Shape of the images a network consumes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InputShape {
     /// Channels (1 or 3).
     pub channels: usize,

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// Compute backend.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// Burn's flex CPU backend as Burn ships it (the default before resilab's kernels).
@@ -64,7 +64,7 @@ fn default_seed() -> u64 {
 }
 
 /// A whole run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// A name for the run (default: the config file's stem); used in output paths.
@@ -102,6 +102,7 @@ pub struct RunConfig {
     pub fault_seed: u64,
     /// Mid-run faults (`[[fault]]` entries); none unless configured.
     #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<std::collections::BTreeMap<String, serde_json::Value>>")]
     pub faults: Vec<toml::Table>,
     /// Which detectors run.
     #[serde(default)]
@@ -117,7 +118,7 @@ pub fn default_fault_seed() -> u64 {
 }
 
 /// The `[recovery]` section.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryConfig {
     /// `none` (default), `checkpoint_restart`, `rollback` or `lossy_forward`.
@@ -362,7 +363,7 @@ impl RunConfig {
     fn check_across_sections(&self) -> Result<()> {
         let t = self.detect.extreme_threshold;
         if !(t.is_finite() && t > 0.0) {
-            return Err(Error::Config(format!("detect.extreme_threshold = {t} must be a positive magnitude (METRICS.md uses 1e10)")));
+            return Err(Error::Config(format!("detect.extreme_threshold = {t} must be a positive magnitude (docs/metrics.md uses 1e10)")));
         }
         if self.schedule.min_lr > self.optimizer.lr {
             return Err(Error::Config(format!(

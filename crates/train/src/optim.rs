@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::Grads;
 
 /// Optimizer algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Stochastic gradient descent with (optional) momentum.
@@ -44,7 +44,7 @@ fn default_eps() -> f64 {
 }
 
 /// The `[optimizer]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
     /// `sgd` (default) or `adam`.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// How the work of one global step is divided.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ParallelMode {
     /// Data parallel: `workers` replicas, each with its own model and optimizer state and a
@@ -19,7 +19,7 @@ pub enum ParallelMode {
 }
 
 /// Which framework's synchronisation a data-parallel run mimics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncKind {
     /// PyTorch DDP: rank 0's buffers (BatchNorm running statistics) are broadcast to every
@@ -33,7 +33,7 @@ pub enum SyncKind {
 }
 
 /// The summation order of the all-reduce.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AllReduceKind {
     /// Ring all-reduce as NCCL and Horovod run it: each bucket is cut into one chunk per
@@ -46,7 +46,7 @@ pub enum AllReduceKind {
 }
 
 /// Pipeline schedule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PipeSchedule {
     /// GPipe: every stage runs the forwards of all micro-batches, then all backwards.
@@ -59,7 +59,7 @@ pub enum PipeSchedule {
 }
 
 /// How pipeline stages are balanced when `split_at` is not given.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Balance {
     /// Minimise the largest stage's forward FLOPs.
@@ -71,7 +71,7 @@ pub enum Balance {
 
 /// How a data-parallel job sizes its batch after losing workers for good and going on with
 /// the others (`[recovery] shrink_batch`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BatchRule {
     /// The global batch stays `train.batch_size`; each worker left takes a larger share, and
@@ -109,7 +109,7 @@ fn default_bandwidth() -> f64 {
 
 /// The interconnect the cost model assumes (alpha-beta: a message of `b` bytes takes
 /// `latency + b / bandwidth`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkConfig {
     /// Per-message latency (alpha) in microseconds.
@@ -138,7 +138,7 @@ fn default_memory() -> f64 {
 }
 
 /// The workers' side of the cost model (`[parallel.compute]`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComputeConfig {
     /// Modelled rate of one worker in GFLOP/s. When set, each forward pass costs its FLOPs
@@ -188,7 +188,7 @@ impl ComputeConfig {
 
 /// What rank 0 broadcasts to the other data-parallel replicas when training restarts from a
 /// checkpoint (each replica first loads its own file).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Broadcast {
     /// Nothing: every replica keeps what its own file held.
@@ -201,7 +201,7 @@ pub enum Broadcast {
 }
 
 /// The `[parallel]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParallelConfig {
     /// `data` (default) or `pipeline`.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Schedule family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScheduleKind {
     /// The base learning rate throughout.
@@ -27,7 +27,7 @@ fn default_step_epochs() -> usize {
 }
 
 /// The `[schedule]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     /// `constant` (default), `step` or `cosine`.

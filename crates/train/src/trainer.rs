@@ -32,7 +32,7 @@ fn default_log_every() -> u64 {
 }
 
 /// The `[train]` section of a run configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// Epochs to train ([`DEFAULT_EPOCHS`] when neither this nor `steps` is given); setting
