@@ -22,7 +22,7 @@ fn num(r: &Record, key: &str) -> Option<f64> {
     r.get(key).filter(|v| !v.is_empty()).map(|v| v.parse::<f64>().unwrap_or_else(|e| panic!("{key} = {v:?}: {e}")))
 }
 
-/// The report's rules, from METRICS.md as `report.md` states them.
+/// The report's rules, from docs/metrics.md as `report.md` states them.
 struct Judged {
     nan: bool,
     nev: bool,

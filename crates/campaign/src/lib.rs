@@ -110,7 +110,7 @@ pub struct Metrics {
     pub replica_divergence: Option<f64>,
     /// Data parallel: replicas whose parameters differ from rank 0's at the end.
     pub replicas_diverged: Option<u64>,
-    /// N-EV by the outcome (METRICS.md): the run ends (or is stopped) with a NaN/Inf loss, or
+    /// N-EV by the outcome (docs/metrics.md): the run ends (or is stopped) with a NaN/Inf loss, or
     /// with a NaN/Inf or extreme parameter, buffer or optimizer value. In `eval` campaigns,
     /// where nothing trains after the injection, the evaluation's loss is NaN/Inf. The
     /// worker's verdict; the report decides from the evidence columns below, which say the same.
@@ -138,7 +138,7 @@ pub struct Metrics {
     /// infinite; steps whose state held a NaN are left out).
     #[serde(default, with = "non_finite")]
     pub peak_abs: Option<f64>,
-    /// The extreme-value threshold the run's N-EV used (METRICS.md: 1e10).
+    /// The extreme-value threshold the run's N-EV used (docs/metrics.md: 1e10).
     pub extreme_threshold: Option<f64>,
     /// The step the base checkpoint was written at (`restart` and `eval` runs).
     pub base_step: Option<u64>,

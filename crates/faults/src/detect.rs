@@ -27,7 +27,7 @@ pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
 }
 
 /// Whether every value of `tensors` is finite and at most `threshold` in magnitude (the
-/// extreme-value threshold of METRICS.md, 1e10 by default): two reductions per tensor on the
+/// extreme-value threshold of docs/metrics.md, 1e10 by default): two reductions per tensor on the
 /// device, one read-back of two numbers in all.
 pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> bool {
     sum_and_max(tensors).is_none_or(|(s, m)| s.is_finite() && f64::from(m) <= threshold)
@@ -108,7 +108,7 @@ pub fn state_health(worker: &Worker, threshold: f64) -> Health {
     health(state_tensors(worker), threshold)
 }
 
-/// N-EV decided by the outcome of continued training (METRICS.md), never by the injected
+/// N-EV decided by the outcome of continued training (docs/metrics.md), never by the injected
 /// values: the run is N-EV when its last step's loss is NaN/Inf, or when a parameter, buffer
 /// or optimizer value at its end is NaN/Inf or above the extreme threshold. A NaN/Inf loss that
 /// training recovers from, or an extreme value it washes out (a running statistic, a

@@ -1,4 +1,4 @@
-//! The metrics of the soft-error studies per grid cell (METRICS.md), with resilab's precise rules.
+//! The metrics of the soft-error studies per grid cell (docs/metrics.md), with resilab's precise rules.
 
 use std::collections::BTreeMap;
 
@@ -204,7 +204,7 @@ pub fn collapsed(r: &Row) -> bool {
     not_finite(m.final_loss) || not_finite(m.final_train_loss) || counts.iter().any(|c| c.unwrap_or(0) > 0)
 }
 
-/// N-EV by the outcome, decided from the row's evidence columns alone (METRICS.md): collapsed
+/// N-EV by the outcome, decided from the row's evidence columns alone (docs/metrics.md): collapsed
 /// (see [`collapsed`]), or, for a `restart` run, a finite parameter, buffer or optimizer value
 /// above `extreme_threshold` in magnitude at the end.
 pub fn nev(r: &Row) -> bool {
