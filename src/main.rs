@@ -672,10 +672,10 @@ fn train(args: TrainArgs) -> Result<()> {
     );
     if s.faults_injected > 0 || !s.detections.is_empty() || s.status != "completed" {
         println!(
-            "{} fault(s) injected ({} values changed), {} detection(s), {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
+            "{} fault(s) injected ({} values changed), {}, {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
             s.faults_injected,
             s.values_corrupted,
-            s.detections.len(),
+            resilab_recovery::detections_text(&s.detections),
             s.restarts.len(),
             s.steps_lost,
             s.steps_recomputed,
@@ -715,6 +715,9 @@ fn eval(args: EvalArgs) -> Result<()> {
     }
     println!("checkpoint   {} (step {}, {}, worker {})", r.checkpoint.display(), r.step, r.model, r.worker);
     println!("test         accuracy {:.4}, loss {:.4} on {} images", r.test_acc, r.test_loss, r.test_images);
+    if let Some(c) = &r.clean {
+        println!("clean        accuracy {:.4}, loss {:.4}: {}, the file it was altered from", c.test_acc, c.test_loss, c.file.display());
+    }
     println!("values       {} : {} NaN, {} Inf, {} extreme (|v| > {:e})", r.values, r.nan, r.inf, r.extreme, r.extreme_threshold);
     if !r.digest_mismatches.is_empty() {
         println!("altered      {} dataset(s) no longer match their digest:", r.digest_mismatches.len());
@@ -726,19 +729,13 @@ fn eval(args: EvalArgs) -> Result<()> {
 }
 
 fn advise(args: AdviseArgs) -> Result<()> {
-    let checkpoint_s = match (&args.from_run, args.checkpoint_cost) {
-        _ if let Some(dir) = &args.from_campaign => resilab_campaign::mean_checkpoint_s(dir)?,
+    let (checkpoint_s, step_s) = match (&args.from_run, args.checkpoint_cost) {
+        _ if let Some(dir) = &args.from_campaign => (resilab_campaign::mean_checkpoint_s(dir)?, None),
         (Some(dir), _) => {
-            let path = dir.join("summary.json");
-            let text = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
-            let v: serde_json::Value = serde_json::from_slice(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-            let (total, n) = (v["checkpoint_s"].as_f64().unwrap_or(0.0), v["checkpoints"].as_u64().unwrap_or(0));
-            if n == 0 {
-                bail!("{}: the run wrote no checkpoints, so it measured no checkpoint cost", path.display());
-            }
-            total / n as f64
+            let (c, s) = resilab_runner::advise::run_costs(dir)?;
+            (c, Some(s))
         }
-        (None, Some(c)) => c,
+        (None, Some(c)) => (c, None),
         (None, None) => bail!("give --checkpoint-cost, --from-run or --from-campaign"),
     };
     for (name, v) in [("--checkpoint-cost", checkpoint_s), ("--mtbf", args.mtbf)] {
@@ -749,17 +746,24 @@ fn advise(args: AdviseArgs) -> Result<()> {
     if !(args.restart_cost.is_finite() && args.restart_cost >= 0.0) {
         bail!("--restart-cost must be a number of seconds >= 0, got {}", args.restart_cost);
     }
-    let a = resilab_checkpoint::advise::advise(checkpoint_s, args.restart_cost, args.mtbf);
+    let mut a = resilab_checkpoint::advise::advise(checkpoint_s, args.restart_cost, args.mtbf);
+    if let Some(s) = step_s {
+        a = a.with_step_s(s);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&a)?);
         return Ok(());
     }
     // Simulated costs are often milliseconds: small values in scientific notation.
     let s = |x: f64| if x != 0.0 && x.abs() < 0.1 { format!("{x:.3e} s") } else { format!("{x:.1} s") };
+    let steps = |n: Option<u64>| n.map(|n| format!(" ({n} steps)")).unwrap_or_default();
     println!("checkpoint cost {}, restart cost {}, MTBF {}", s(a.checkpoint_s), s(a.restart_s), s(a.mtbf_s));
-    println!("Young: checkpoint every {} of work; expected time lost {:.2}%", s(a.young_s), 100.0 * a.young_waste);
-    println!("Daly:  checkpoint every {} of work; expected time lost {:.2}%", s(a.daly_s), 100.0 * a.daly_waste);
+    println!("Young: checkpoint every {}{} of work; expected time lost {:.2}%", s(a.young_s), steps(a.young_steps), 100.0 * a.young_waste);
+    println!("Daly:  checkpoint every {}{} of work; expected time lost {:.2}%", s(a.daly_s), steps(a.daly_steps), 100.0 * a.daly_waste);
     println!("(lost: checkpoint writes, work redone after failures and restarts; Daly's model, exponential failures)");
+    if let (Some(n), Some(step)) = (a.daly_steps, a.step_s) {
+        println!("in the run's configuration ({} per step measured): [checkpoint] every_steps = {n}", s(step));
+    }
     Ok(())
 }
 
@@ -959,16 +963,6 @@ fn print_all(text: &str) -> Result<()> {
     }
 }
 
-fn default_output(input: &Path) -> PathBuf {
-    let stem = input.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
-    input.with_file_name(format!("{stem}.injected.h5"))
-}
-
-fn default_log(output: &Path) -> PathBuf {
-    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "injection".into());
-    output.with_file_name(format!("{stem}.log.jsonl"))
-}
-
 fn inject(args: InjectArgs) -> Result<()> {
     use resilab_inject::{LogLine, Output};
     let spec = match &args.config {
@@ -986,7 +980,11 @@ fn inject(args: InjectArgs) -> Result<()> {
         },
         _ => bail!("no file to corrupt: set `hdf5_file` in the config or give --file"),
     };
-    let output = if args.in_place { Output::InPlace } else { Output::Copy(args.output.clone().unwrap_or_else(|| default_output(&input))) };
+    let output = if args.in_place {
+        Output::InPlace
+    } else {
+        Output::Copy(args.output.clone().unwrap_or_else(|| resilab_inject::default_output(&input)))
+    };
     if let Output::Copy(out) = &output
         && resilab_inject::same_file(out, &input)
     {
@@ -996,7 +994,7 @@ fn inject(args: InjectArgs) -> Result<()> {
         Output::Copy(p) => p.clone(),
         Output::InPlace => input.clone(),
     };
-    let log = args.log.clone().unwrap_or_else(|| default_log(&out_path));
+    let log = args.log.clone().unwrap_or_else(|| resilab_inject::default_log(&out_path));
     let mut roles: Vec<(&str, &Path)> = vec![("the input file", &input)];
     if let Output::Copy(out) = &output {
         roles.push(("--output", out));

@@ -46,6 +46,23 @@ pub struct Advice {
     pub young_waste: f64,
     /// Expected waste at Daly's interval.
     pub daly_waste: f64,
+    /// Seconds one training step takes, when known (a run's measured step time).
+    pub step_s: Option<f64>,
+    /// Young's interval in whole steps (at least 1), when the step time is known.
+    pub young_steps: Option<u64>,
+    /// Daly's interval in whole steps (at least 1): the `checkpoint.every_steps` to use.
+    pub daly_steps: Option<u64>,
+}
+
+impl Advice {
+    /// The intervals in steps of `step_s` seconds each, rounded to the nearest whole step.
+    pub fn with_step_s(mut self, step_s: f64) -> Self {
+        let steps = |s: f64| (s / step_s).round().max(1.0) as u64;
+        self.step_s = Some(step_s);
+        self.young_steps = Some(steps(self.young_s));
+        self.daly_steps = Some(steps(self.daly_s));
+        self
+    }
 }
 
 /// Both intervals and their expected waste.
@@ -59,12 +76,23 @@ pub fn advise(checkpoint_s: f64, restart_s: f64, mtbf_s: f64) -> Advice {
         daly_s: d,
         young_waste: waste(y, checkpoint_s, restart_s, mtbf_s),
         daly_waste: waste(d, checkpoint_s, restart_s, mtbf_s),
+        step_s: None,
+        young_steps: None,
+        daly_steps: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_in_steps_round_to_whole_steps_and_never_below_one() {
+        let a = advise(60.0, 0.0, 86_400.0).with_step_s(10.0);
+        assert_eq!((a.young_steps, a.daly_steps), (Some(322), Some(318)));
+        let tiny = advise(1e-6, 0.0, 1e-3).with_step_s(1.0);
+        assert_eq!((tiny.young_steps, tiny.daly_steps), (Some(1), Some(1)));
+    }
 
     #[test]
     fn young_and_daly_match_hand_computed_values() {

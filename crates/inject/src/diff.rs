@@ -29,7 +29,9 @@ pub struct DatasetDiff {
     pub euclidean: f64,
     /// Largest |b - a| over elements where both are finite.
     pub max_abs: f64,
-    /// Largest |b - a| / |a| over elements where both are finite and a is not zero.
+    /// Largest |b - a| / |a| over elements where both are finite (infinite where a is zero
+    /// and b is not; written `inf`).
+    #[serde(serialize_with = "finite_or_text")]
     pub max_rel: f64,
     /// How often each stored bit differs, IEEE numbering (0 = least significant).
     pub bits_ieee: BTreeMap<u32, u64>,
@@ -64,6 +66,43 @@ pub struct FileDiff {
     pub elements: u64,
     /// Elements that differ in all.
     pub differ: u64,
+    /// What the injection log beside B (`inject`'s default log of B) says, when it records
+    /// corrupting A into B.
+    pub log: Option<LogCheck>,
+}
+
+/// The injection log that wrote file B, set against the differences: flips that hit one element
+/// twice can put its bits back, so fewer elements differ than values were corrupted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LogCheck {
+    /// The log read.
+    pub log: String,
+    /// Attempts that corrupted a value.
+    pub corrupted: u64,
+    /// Distinct elements those attempts hit.
+    pub elements: u64,
+    /// Elements hit that are equal to A again (their flips cancelled): `elements - differ`.
+    pub restored: u64,
+}
+
+/// Reads `inject`'s default log of `b` when it records corrupting `a` into `b`.
+fn log_check(a: &Path, b: &Path, differ: u64) -> Option<LogCheck> {
+    let log = crate::default_log(b);
+    let lines = crate::read_log(&log).ok()?;
+    let header = lines.iter().find_map(|l| if let crate::LogLine::Header(h) = l { Some(h) } else { None })?;
+    let (input, output) = (Path::new(&header.input), Path::new(&header.output));
+    if !crate::same_file(input, a) || !crate::same_file(output, b) {
+        return None;
+    }
+    let hits: Vec<(&str, usize)> = lines
+        .iter()
+        .filter_map(|l| match l {
+            crate::LogLine::Attempt(r) if r.outcome == crate::Outcome::Corrupted => Some((r.dataset.as_str(), r.index)),
+            _ => None,
+        })
+        .collect();
+    let elements = hits.iter().collect::<std::collections::BTreeSet<_>>().len() as u64;
+    Some(LogCheck { log: log.display().to_string(), corrupted: hits.len() as u64, elements, restored: elements.saturating_sub(differ) })
 }
 
 fn compare(ra: &Reader, rb: &Reader, d: &DatasetInfo) -> Result<DatasetDiff> {
@@ -105,9 +144,8 @@ fn compare(ra: &Reader, rb: &Reader, d: &DatasetInfo) -> Result<DatasetDiff> {
             let delta = (vb - va).abs();
             sq += delta * delta;
             out.max_abs = out.max_abs.max(delta);
-            if va != 0.0 {
-                out.max_rel = out.max_rel.max(delta / va.abs());
-            }
+            let rel = if va != 0.0 { delta / va.abs() } else { f64::INFINITY };
+            out.max_rel = out.max_rel.max(rel);
         }
     }
     out.euclidean = sq.sqrt();
@@ -129,6 +167,7 @@ pub fn diff(a: &Path, b: &Path) -> Result<FileDiff> {
         not_compared: Vec::new(),
         elements: 0,
         differ: 0,
+        log: None,
     };
     for (path, x) in &da {
         let Some(y) = db.get(path) else { continue };
@@ -145,6 +184,7 @@ pub fn diff(a: &Path, b: &Path) -> Result<FileDiff> {
         out.differ += d.differ;
         out.datasets.push(d);
     }
+    out.log = log_check(a, b, out.differ);
     Ok(out)
 }
 
@@ -156,6 +196,16 @@ fn bits_text(bits: &BTreeMap<u32, u64>) -> String {
         let _ = write!(s, " +{} more", v.len() - 6);
     }
     s
+}
+
+/// JSON has no infinity: an infinite relative change is written as the string `"inf"`.
+fn finite_or_text<S: serde::Serializer>(x: &f64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    if x.is_finite() { s.serialize_f64(*x) } else { s.serialize_str(&rel_text(*x)) }
+}
+
+/// A relative change as printed: `inf` where A was zero.
+fn rel_text(rel: f64) -> String {
+    if rel.is_infinite() { "inf".to_string() } else { format!("{rel:.4e}") }
 }
 
 impl FileDiff {
@@ -173,14 +223,14 @@ impl FileDiff {
         for d in &rows {
             let _ = writeln!(
                 s,
-                "{:<w$}  {:>5}  {:>10}  {:>8}  {:>8.4}  {:>11.4e}  {:>11.4e}  {:>4}/{:<4}  {}",
+                "{:<w$}  {:>5}  {:>10}  {:>8}  {:>8.4}  {:>11.4e}  {:>11}  {:>4}/{:<4}  {}",
                 d.path,
                 d.dtype,
                 d.elements,
                 d.differ,
                 d.share_percent,
                 d.max_abs,
-                d.max_rel,
+                rel_text(d.max_rel),
                 d.nan_b,
                 d.inf_b,
                 bits_text(&d.bits_reference)
@@ -194,6 +244,16 @@ impl FileDiff {
             self.datasets.iter().filter(|d| d.differ > 0).count(),
             self.datasets.len()
         );
+        if rows.iter().any(|d| d.max_rel > 1e30) {
+            let _ = writeln!(s, "max rel is |b - a| / |a|: a flip of a float's top exponent bit multiplies it by up to 2^128 (3.4e38)");
+        }
+        if let Some(l) = &self.log {
+            let _ = writeln!(
+                s,
+                "{}: {} value(s) corrupted at {} distinct element(s); {} of those are equal to A again (flips of the same bits cancelled)",
+                l.log, l.corrupted, l.elements, l.restored
+            );
+        }
         for p in &self.only_in_a {
             let _ = writeln!(s, "only in {}: {p}", self.a);
         }

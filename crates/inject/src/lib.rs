@@ -38,13 +38,13 @@ pub mod run;
 
 pub use bytes::{ByteRecord, region_intervals};
 pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
-pub use diff::{DatasetDiff, FileDiff, diff};
+pub use diff::{DatasetDiff, FileDiff, LogCheck, diff};
 pub use file::{
     Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, prepare_file, read_log, remove_staged, replay_file,
     stage_log, targets, write_log,
 };
 pub use model::{FaultModel, Flip, Mode, Precision};
-pub use paths::{check_distinct, same_file};
+pub use paths::{check_distinct, default_log, default_output, same_file};
 pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32};
 
 /// Errors of fault injection.

@@ -27,7 +27,7 @@ fn extreme() -> f64 {
 }
 
 /// Loss-spike detector settings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpikeConfig {
     /// Losses in the moving average.
@@ -37,7 +37,7 @@ pub struct SpikeConfig {
 }
 
 /// The `[detect]` section: which detectors run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DetectConfig {
     /// NaN/Inf or extreme loss (one number per worker, free).
@@ -50,7 +50,7 @@ pub struct DetectConfig {
     /// NaN/Inf or extreme values in a worker's weights and optimizer state after its update.
     #[serde(default = "yes")]
     pub nan_weights: bool,
-    /// Magnitude above which a finite value counts as extreme (METRICS.md: 1e10).
+    /// Magnitude above which a finite value counts as extreme (docs/metrics.md: 1e10).
     #[serde(default = "extreme")]
     pub extreme_threshold: f64,
     /// Loss spike against a moving average, per worker.
@@ -89,6 +89,31 @@ pub struct DetectionRecord {
     pub latency_steps: Option<u64>,
     /// What the strategy decided.
     pub decision: Decision,
+}
+
+/// The detections of a run in words: how many, on how many steps, and by what. A detector fires
+/// on every step (and for every worker) where its condition holds, so a NaN left in place is
+/// detected again each step.
+pub fn detections_text(records: &[DetectionRecord]) -> String {
+    if records.is_empty() {
+        return "0 detections".to_string();
+    }
+    let steps: std::collections::BTreeSet<u64> = records.iter().map(|r| r.step).collect();
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for r in records {
+        let name = r.kind.name();
+        match kinds.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((name, 1)),
+        }
+    }
+    let by: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+    format!(
+        "{} detection(s) on {} step(s) ({}; a detector fires on each step its condition holds)",
+        records.len(),
+        steps.len(),
+        by.join(", ")
+    )
 }
 
 /// Faults, detectors and a strategy, as the training hooks.

@@ -17,12 +17,12 @@
 
 mod guard;
 
-pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig};
+pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};
 
 use serde::{Deserialize, Serialize};
 
 /// A recovery strategy (`[recovery] strategy = ...`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Keep going whatever happens (the published sensitivity studies).
@@ -37,7 +37,7 @@ pub enum Strategy {
 }
 
 /// What a detector saw.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Detection {
     /// NaN/Inf loss.
@@ -57,6 +57,19 @@ pub enum Detection {
 }
 
 impl Detection {
+    /// The name written in configurations and outputs (`non_finite_loss`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Detection::NonFiniteLoss => "non_finite_loss",
+            Detection::LossSpike => "loss_spike",
+            Detection::NonFiniteGradients => "non_finite_gradients",
+            Detection::NonFiniteWeights => "non_finite_weights",
+            Detection::ReplicaDivergence => "replica_divergence",
+            Detection::ChecksumMismatch => "checksum_mismatch",
+            Detection::Crash => "crash",
+        }
+    }
+
     /// Whether the damage is confined to the current step's not-yet-applied work (loss or
     /// gradients): dropping the contribution or redoing the step removes it.
     pub fn before_update(self) -> bool {
@@ -169,7 +182,7 @@ fn resync_or_restart(ranks: Vec<usize>, situation: &Situation) -> Decision {
 
 /// What a data-parallel job does once a worker is lost for good, after the step's own recovery
 /// (`[recovery] on_permanent_loss`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LossPolicy {
     /// A spare node takes the lost worker's place as a copy of a healthy replica (under
@@ -236,6 +249,26 @@ mod tests {
 
     fn four(unhealthy: &[usize]) -> Situation {
         Situation { replicas: 4, unhealthy: unhealthy.to_vec(), redos: 0 }
+    }
+
+    #[test]
+    fn detection_names_are_the_serialized_names_and_the_text_counts_steps_and_kinds() {
+        for e in [
+            E::NonFiniteLoss,
+            E::LossSpike,
+            E::NonFiniteGradients,
+            E::NonFiniteWeights,
+            E::ReplicaDivergence,
+            E::ChecksumMismatch,
+            E::Crash,
+        ] {
+            assert_eq!(serde_json::to_value(e).unwrap(), e.name());
+        }
+        let record = |step, kind| DetectionRecord { step, rank: Some(0), kind, point: None, latency_steps: None, decision: D::Continue };
+        let records: Vec<DetectionRecord> = (1..=3).flat_map(|s| [record(s, E::NonFiniteLoss), record(s, E::NonFiniteWeights)]).collect();
+        let text = detections_text(&records);
+        assert!(text.starts_with("6 detection(s) on 3 step(s) (non_finite_loss x3, non_finite_weights x3;"), "{text}");
+        assert_eq!(detections_text(&[]), "0 detections");
     }
 
     #[test]

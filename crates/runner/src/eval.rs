@@ -41,6 +41,19 @@ pub struct EvalReport {
     pub extreme_threshold: f64,
     /// Datasets whose stored digest no longer matches their values (altered after writing).
     pub digest_mismatches: Vec<String>,
+    /// For an altered worker file, the clean file it was made from, evaluated the same way.
+    pub clean: Option<Clean>,
+}
+
+/// The clean checkpoint beside an altered one: the baseline its accuracy is read against.
+#[derive(Clone, Debug, Serialize)]
+pub struct Clean {
+    /// The clean worker file.
+    pub file: PathBuf,
+    /// Its top-1 test accuracy.
+    pub test_acc: f64,
+    /// Its mean test cross-entropy.
+    pub test_loss: f64,
 }
 
 /// Evaluates the checkpoint `target` names (a worker file, a checkpoint directory, or a
@@ -50,7 +63,8 @@ pub struct EvalReport {
 /// are loaded even where their digests do not match (that is the point); every file is checked
 /// by `probe` first, since the HDF5 library can crash on structurally corrupt files. A
 /// data-parallel worker file (`worker-2.h5`) evaluates that replica; a directory, replica 0;
-/// pipeline stages are joined into the whole model.
+/// pipeline stages are joined into the whole model. An altered worker file is evaluated beside
+/// the clean file it was made from, when that is known ([`clean_source`]).
 pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: &Device, probe: Probe<'_>) -> Result<EvalReport> {
     let file = resilab_checkpoint::primary_file(target)?;
     probe(&file)?;
@@ -67,43 +81,84 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
     // `file` has been probed already; the other worker files are probed as they are loaded.
     let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };
     let (state, report) = resilab_checkpoint::load(&file, &template, OnMismatch::Load, &probe_rest)?;
-    trainer.restore(&state)?;
     let pipeline = cfg.parallel.mode == ParallelMode::Pipeline;
     // A worker file evaluates its own replica: the rank it stores, whatever its name.
     let rank = if pipeline || !target.is_file() { 0 } else { resilab_checkpoint::file_rank(target)?.min(trainer.workers.len() - 1) };
-    let (net, evaluated) = if pipeline {
-        (trainer.model(), (0..state.workers.len()).collect::<Vec<_>>())
-    } else {
-        (trainer.workers[rank].net.clone(), vec![rank])
-    };
-    let e = evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
+    let evaluated: Vec<usize> = if pipeline { (0..state.workers.len()).collect() } else { vec![rank] };
+    let (test_acc, test_loss) = accuracy(&mut trainer, &state, &cfg, &split, (!pipeline).then_some(rank))?;
     let threshold = cfg.detect.extreme_threshold;
-    let (mut values, mut nan, mut inf, mut extreme) = (0, 0, 0, 0);
-    for w in evaluated.iter().map(|&r| &state.workers[r]) {
-        for v in w.params.values().flat_map(|t| &t.values) {
-            values += 1;
-            if v.is_nan() {
-                nan += 1;
-            } else if v.is_infinite() {
-                inf += 1;
-            } else if f64::from(v.abs()) > threshold {
-                extreme += 1;
-            }
+    let counts = value_counts(evaluated.iter().map(|&r| &state.workers[r]), threshold);
+    let clean = match (target.is_file() && !report.mismatched.is_empty()).then(|| clean_source(target, rank)).flatten() {
+        Some(source) => {
+            let (clean_state, _) = resilab_checkpoint::load(&source, &template, OnMismatch::Load, probe)?;
+            let (acc, loss) = accuracy(&mut trainer, &clean_state, &cfg, &split, (!pipeline).then_some(rank))?;
+            Some(Clean { file: source, test_acc: acc, test_loss: loss })
         }
-    }
+        None => None,
+    };
     Ok(EvalReport {
         checkpoint: report.dir,
         worker: if pipeline { "all".into() } else { rank.to_string() },
         step: state.step,
         model: cfg.model.label(),
         test_images: split.test.len(),
-        test_acc: e.accuracy,
-        test_loss: e.loss,
-        values,
-        nan,
-        inf,
-        extreme,
+        test_acc,
+        test_loss,
+        values: counts[0],
+        nan: counts[1],
+        inf: counts[2],
+        extreme: counts[3],
         extreme_threshold: threshold,
         digest_mismatches: report.mismatched,
+        clean,
     })
+}
+
+/// Test accuracy and loss of `state` restored into `trainer`: replica `rank`, or the whole
+/// pipeline with `None`.
+fn accuracy(
+    trainer: &mut resilab_train::Trainer,
+    state: &resilab_train::TrainState,
+    cfg: &RunConfig,
+    split: &resilab_data::Split,
+    rank: Option<usize>,
+) -> Result<(f64, f64)> {
+    trainer.restore(state)?;
+    let net = match rank {
+        Some(r) => trainer.workers[r].net.clone(),
+        None => trainer.model(),
+    };
+    let e = evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
+    Ok((e.accuracy, e.loss))
+}
+
+/// Values, then NaN, ±Inf and extreme (finite, |v| above `threshold`) counts over the
+/// parameters of `workers`.
+fn value_counts<'a>(workers: impl Iterator<Item = &'a resilab_train::WorkerState>, threshold: f64) -> [usize; 4] {
+    let mut c = [0; 4];
+    for v in workers.flat_map(|w| w.params.values().flat_map(|t| &t.values)) {
+        c[0] += 1;
+        if v.is_nan() {
+            c[1] += 1;
+        } else if v.is_infinite() {
+            c[2] += 1;
+        } else if f64::from(v.abs()) > threshold {
+            c[3] += 1;
+        }
+    }
+    c
+}
+
+/// The clean worker file an altered one was made from: the input that `inject`'s log beside it
+/// names, else its directory's own `worker-<rank>.h5` when `file` is another file. `None` when
+/// neither exists.
+pub fn clean_source(file: &Path, rank: usize) -> Option<PathBuf> {
+    let logged = resilab_inject::read_log(&resilab_inject::default_log(file)).ok().and_then(|lines| {
+        lines.into_iter().find_map(|l| match l {
+            resilab_inject::LogLine::Header(h) => Some(PathBuf::from(h.input)),
+            _ => None,
+        })
+    });
+    let own = file.with_file_name(resilab_checkpoint::file_name(rank));
+    [logged, Some(own)].into_iter().flatten().find(|p| p.is_file() && !resilab_inject::same_file(p, file))
 }

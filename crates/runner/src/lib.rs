@@ -1,5 +1,6 @@
 //! Turns a run configuration into a training run and its result files.
 
+pub mod advise;
 pub mod bench;
 pub mod compare;
 mod config;
@@ -12,7 +13,7 @@ mod run;
 mod session;
 
 pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
-pub use eval::{EvalReport, eval};
+pub use eval::{Clean, EvalReport, clean_source, eval};
 pub use run::{
     FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, check_output_dir, params_digest, stage_blocks, train,
     write_atomic,

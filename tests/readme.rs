@@ -1,0 +1,30 @@
+//! The README's five tasks run as written: every ```console block of README.md is run by
+//! trycmd, in order, in a scratch copy of the repository's `configs/`, and each command's output
+//! must match the block (`[..]` and `...` stand for what varies).
+
+use std::path::Path;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_readme_tasks_run_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.matches("```console").count() >= 5, "README.md should show the five tasks as ```console blocks");
+    let scratch = tempfile::tempdir().unwrap();
+    // trycmd runs `README.md`'s commands in `README.in/`, beside it.
+    std::fs::write(scratch.path().join("README.md"), &readme).unwrap();
+    copy_dir(&root.join("configs"), &scratch.path().join("README.in/configs"));
+    trycmd::TestCases::new().register_bin("resilab", Path::new(env!("CARGO_BIN_EXE_resilab"))).case(scratch.path().join("README.md"));
+}
