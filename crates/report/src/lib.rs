@@ -5,6 +5,7 @@
 //! PNG and SVG under `plots/`.
 
 pub mod compare;
+mod figures;
 pub mod metrics;
 pub mod plots;
 pub mod stats;
@@ -522,74 +523,18 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     let mut figures = Vec::new();
 
-    // N-EV vs flips, one line per combination of the other axes.
-    let flips_key = "inject.injection_tries";
-    if axes.iter().any(|a| a == flips_key) {
-        let mut series: BTreeMap<String, Series> = BTreeMap::new();
-        for c in &cells {
-            let Some(x) = c.coords.get(flips_key).and_then(|v| num(v)) else { continue };
-            let l = label(&c.coords, &[flips_key]);
-            let s = series.entry(l.clone()).or_insert_with(|| Series { label: l, ..Series::default() });
-            let (y, e) = share_point(&c.nev);
-            s.points.push((x, y, e));
-        }
-        let mut series: Vec<Series> = series.into_values().collect();
-        series.iter_mut().for_each(|s| s.points.sort_by(|a, b| a.0.total_cmp(&b.0)));
-        let chart = LineChart {
-            title: format!("N-EV vs flips ({})", campaign.name()),
-            x_label: "bit flips per checkpoint (log scale)".into(),
-            y_label: "runs with NaN/Inf/extreme values (%)".into(),
-            log_x: true,
-            y_range: Some((-2.0, 102.0)),
-            series,
-        };
-        figures.push(("N-EV vs number of flips (error bars: Wilson 95% intervals)", save(&chart, &plots.join("nev_vs_flips"))?));
+    // Axes with one option say nothing in a label; the first varying axis picks the colour.
+    let fixed: Vec<&str> = campaign.axes.iter().filter(|a| a.options.len() < 2).map(|a| a.key.as_str()).collect();
+    let palette = |coords: &BTreeMap<String, String>, skip: &[&str]| {
+        let a = campaign.axes.iter().find(|a| a.options.len() > 1 && !skip.contains(&a.key.as_str()))?;
+        a.options.iter().position(|o| coords.get(&a.key) == Some(&o.0))
+    };
+    if let Some(f) = figures::nev_vs_flips(&campaign, &cells, &fixed, &palette, &plots)? {
+        figures.push(f);
     }
-
-    // Test accuracy vs step per cell with the golden run (train campaigns).
     if campaign.settings.kind == Kind::Train && study.is_none() {
-        let mut series = Vec::new();
-        let mut golden: BTreeMap<u64, f64> = BTreeMap::new();
-        for c in &cells {
-            let mut sum: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
-            for r in rows.iter().filter(|r| r.coords == c.coords && r.status == Status::Ok) {
-                let p = dir.join("runs").join(&r.id).join("compare.csv");
-                let Ok(mut rd) = csv::Reader::from_path(&p) else { continue };
-                for rec in rd.records().flatten() {
-                    let (Some(step), Some(acc)) = (rec.get(0).and_then(|s| s.parse::<u64>().ok()), rec.get(1).and_then(num)) else {
-                        continue;
-                    };
-                    let e = sum.entry(step).or_insert((0.0, 0));
-                    e.0 += acc;
-                    e.1 += 1;
-                    if let Some(g) = rec.get(2).and_then(num) {
-                        golden.insert(step, g);
-                    }
-                }
-            }
-            if !sum.is_empty() {
-                series.push(Series {
-                    label: label(&c.coords, &[]),
-                    points: sum.iter().map(|(s, (a, n))| (*s as f64, 100.0 * a / *n as f64, None)).collect(),
-                    reference: false,
-                });
-            }
-        }
-        if !series.is_empty() {
-            series.push(Series {
-                label: "golden (fault-free)".into(),
-                points: golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect(),
-                reference: true,
-            });
-            let chart = LineChart {
-                title: format!("Test accuracy vs step ({})", campaign.name()),
-                x_label: "training step".into(),
-                y_label: "test accuracy (%)".into(),
-                log_x: false,
-                y_range: None,
-                series,
-            };
-            figures.push(("Test accuracy vs step, mean over runs, with the golden run", save(&chart, &plots.join("acc_vs_step"))?));
+        if let Some(f) = figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)? {
+            figures.push(f);
         }
     }
 
@@ -604,7 +549,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             points: pts,
         };
         figures.push((
-            "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)",
+            "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)".to_string(),
             save(&chart, &plots.join("loss_vs_overhead"))?,
         ));
     }
@@ -637,7 +582,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
                 e.pct(e.nev)
             });
         figures.push((
-            "Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)",
+            "Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)".to_string(),
             save(&nev, &plots.join("layers_nev"))?,
         ));
         let loss = bars(
@@ -646,7 +591,7 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             &|e| (e.mean_loss().unwrap_or(0.0), None),
         );
         figures.push((
-            "Per-layer vulnerability: mean accuracy loss of single-flip runs per layer",
+            "Per-layer vulnerability: mean accuracy loss of single-flip runs per layer".to_string(),
             save(&loss, &plots.join("layers_acc_loss"))?,
         ));
     }
@@ -656,8 +601,11 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
         let mut nev: BTreeMap<String, Series> = BTreeMap::new();
         let mut loss: BTreeMap<String, Series> = BTreeMap::new();
         let mut nan: BTreeMap<String, Series> = BTreeMap::new();
+        // Bit positions are categories: only those flipped are shown, none joined by a line.
+        let categories: Vec<u64> = bits.iter().copied().collect();
         for ((p, b), e) in &by_bit {
-            let (l, x) = (format!("{p}-bit"), *b as f64);
+            let x = categories.iter().position(|c| c == b).unwrap_or(0) as f64;
+            let l = format!("{p}-bit");
             let ((v, m), (w, n)) = (e.pct(e.nev), e.pct(e.nan));
             push_point(&mut nev, &l, (x, v, m));
             push_point(&mut nan, &l, (x, w, n));
@@ -698,14 +646,16 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
                 y_label: y_label.into(),
                 log_x: false,
                 y_range,
+                x_range: None,
+                categories: categories.iter().map(u64::to_string).collect(),
                 series: series.into_values().collect(),
             };
-            figures.push((caption, save(&chart, &plots.join(stem))?));
+            figures.push((caption.to_string(), save(&chart, &plots.join(stem))?));
         }
     }
     if !figures.is_empty() {
         let _ = writeln!(md, "\n## Plots\n");
-        for (caption, files) in &figures {
+        for (caption, files) in figures.iter() {
             if let Some(png) = files.first().and_then(|p| p.strip_prefix(out).ok()) {
                 let _ = writeln!(md, "![{caption}]({})\n\n*{caption}* (also as SVG)\n", png.display());
             }

@@ -52,8 +52,11 @@ pub struct Series {
     pub label: String,
     /// `(x, y, interval)`; the interval `(low, high)` is drawn as an error bar.
     pub points: Vec<(f64, f64, Interval)>,
-    /// Draw dashed and black (a reference line, e.g. the golden run).
+    /// Draw dashed and grey, beneath the other lines (a reference line, e.g. the golden run).
     pub reference: bool,
+    /// Palette index, so that one option keeps its colour in every plot of a report (`None`:
+    /// the series' position among the chart's non-reference lines).
+    pub color: Option<usize>,
 }
 
 /// A chart of lines over x.
@@ -69,8 +72,44 @@ pub struct LineChart {
     pub log_x: bool,
     /// Fixed y range.
     pub y_range: Option<(f64, f64)>,
+    /// Fixed x range (after the log transform), so that facets compare.
+    pub x_range: Option<(f64, f64)>,
+    /// Categories: when given, each x is an index into these names, points are not joined by
+    /// lines, and the x axis is labelled with the names.
+    pub categories: Vec<String>,
     /// The lines.
     pub series: Vec<Series>,
+}
+
+/// Line charts side by side, `columns` to a row, under one title: one panel per series rather
+/// than lines and intervals drawn over each other.
+#[derive(Clone, Debug, Default)]
+pub struct LineFacets {
+    /// Title.
+    pub title: String,
+    /// The panels, row by row.
+    pub panels: Vec<LineChart>,
+    /// Panels per row.
+    pub columns: usize,
+}
+
+impl Plot for LineFacets {
+    fn size(&self) -> (u32, u32) {
+        let cols = self.columns.clamp(1, self.panels.len().max(1));
+        let rows = self.panels.len().div_ceil(cols).max(1);
+        (SIZE.0 * cols as u32 * 2 / 3, 40 + SIZE.1 * rows as u32 * 2 / 3)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        area.fill(&WHITE)?;
+        let inner = area.titled(&self.title, (FONT, 26))?;
+        let cols = self.columns.clamp(1, self.panels.len().max(1));
+        let rows = self.panels.len().div_ceil(cols).max(1);
+        for (panel, cell) in self.panels.iter().zip(inner.split_evenly((rows, cols))) {
+            panel.draw(&cell)?;
+        }
+        area.present()
+    }
 }
 
 /// Labelled points.
@@ -209,77 +248,121 @@ fn range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
     (lo - p, hi + p)
 }
 
+impl LineChart {
+    /// Each series with its colour: references grey, the others their palette colour.
+    fn colored(&self) -> Vec<(&Series, RGBColor)> {
+        let mut k = 0;
+        self.series
+            .iter()
+            .map(|s| {
+                let c = if s.reference { RGBColor(110, 110, 110) } else { color(s.color.unwrap_or(k)) };
+                k += usize::from(!s.reference);
+                (s, c)
+            })
+            .collect()
+    }
+
+    /// The x range (after the log transform) and the y range, from the points unless fixed.
+    fn ranges(&self) -> ((f64, f64), (f64, f64)) {
+        let tx = |x: f64| if self.log_x { x.log10() } else { x };
+        let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+        let x = self.x_range.unwrap_or_else(|| if self.categories.is_empty() { range(xs, 0.05) } else { range(xs, 0.0) });
+        let x = if self.categories.is_empty() { x } else { (x.0 - 0.5, x.1 + 0.5) };
+        let ends = self.series.iter().flat_map(|s| s.points.iter().flat_map(|p| p.2.map_or([p.1, p.1], |(lo, hi)| [lo, hi])));
+        (x, self.y_range.unwrap_or_else(|| range(ends, 0.08)))
+    }
+}
+
 impl Plot for LineChart {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
-        let tx = |x: f64| if self.log_x { x.log10() } else { x };
-        let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
-        let (x0, x1) = range(xs, 0.05);
-        let (y0, y1) = self.y_range.unwrap_or_else(|| {
-            range(
-                self.series.iter().flat_map(|s| {
-                    s.points.iter().flat_map(|p| {
-                        let (lo, hi) = p.2.unwrap_or((p.1, p.1));
-                        [lo, hi]
-                    })
-                }),
-                0.08,
-            )
-        });
-        let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
-        let log_x = self.log_x;
+        let colored = self.colored();
+        // More than one line: the legend gets a column of its own, right of the data.
+        let (plot, side) = match colored.len() > 1 {
+            true => {
+                let (a, b) = area.split_horizontally((area.dim_in_pixel().0 * 3 / 4) as i32);
+                (a, Some(b))
+            }
+            false => (area.clone(), None),
+        };
+        let ((x0, x1), (y0, y1)) = self.ranges();
+        let mut chart = frame(&plot, &self.title, x0..x1, y0..y1)?;
+        let (log_x, cats) = (self.log_x, &self.categories);
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .label_style((FONT, 16))
             .axis_desc_style((FONT, 18))
-            // On a log axis only the powers of ten are labelled.
-            .x_label_formatter(&|v| match log_x {
-                true if (v - v.round()).abs() < 1e-6 => format!("{}", 10f64.powf(v.round())),
-                true => String::new(),
-                false => format!("{v}"),
+            .x_labels(if cats.is_empty() { 10 } else { cats.len() * 2 + 1 })
+            // On a log axis only the powers of ten are labelled; categories by their names.
+            .x_label_formatter(&|v| match (log_x, cats.is_empty()) {
+                (_, false) if (v - v.round()).abs() < 1e-6 && *v >= -0.5 => cats.get(v.round() as usize).cloned().unwrap_or_default(),
+                (_, false) => String::new(),
+                (true, _) if (v - v.round()).abs() < 1e-6 => format!("{}", 10f64.powf(v.round())),
+                (true, _) => String::new(),
+                (false, _) => format!("{v}"),
             })
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        let mut k = 0;
-        for s in &self.series {
-            let c = if s.reference { BLACK } else { color(k) };
-            k += usize::from(!s.reference);
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (tx(p.0), p.1)).filter(|p| p.1.is_finite()).collect();
-            let style = ShapeStyle::from(&c).stroke_width(2);
-            if s.reference {
-                chart
-                    .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))?
-                    .label(&s.label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ShapeStyle::from(&BLACK).stroke_width(2)));
-            } else {
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), style))?
-                    .label(&s.label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ShapeStyle::from(&c).stroke_width(3)));
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
-            }
-            for p in &s.points {
-                if let Some((lo, hi)) = p.2.filter(|(lo, hi)| hi > lo && lo.is_finite() && hi.is_finite()) {
-                    let x = tx(p.0);
-                    let cap = (x1 - x0) * 0.006;
-                    let bar = ShapeStyle::from(&c).stroke_width(2);
-                    for seg in [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]] {
-                        chart.draw_series(std::iter::once(PathElement::new(seg, bar)))?;
-                    }
+        // References first, beneath the lines they are compared with.
+        let ordered = colored.iter().filter(|(s, _)| s.reference).chain(colored.iter().filter(|(s, _)| !s.reference));
+        let lines = colored.iter().filter(|(s, _)| !s.reference).count();
+        for (k, (s, c)) in ordered.enumerate() {
+            self.draw_series(&mut chart, s, *c, (k as f64 - lines as f64 / 2.0) * (x1 - x0) * 0.008 * f64::from(u8::from(lines > 1)))?;
+        }
+        if let Some(side) = side {
+            side_legend(&side, &colored)?;
+        }
+        area.present()
+    }
+}
+
+impl LineChart {
+    /// One series in colour `c`, shifted right by `dx` so that intervals of several series at
+    /// one x stay apart.
+    fn draw_series<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>, s: &Series, c: RGBColor, dx: f64) -> DrawResult<DB> {
+        let tx = |x: f64| if self.log_x { x.log10() } else { x };
+        let dx = if s.reference { 0.0 } else { dx };
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (tx(p.0) + dx, p.1)).filter(|p| p.1.is_finite()).collect();
+        if s.reference {
+            chart.draw_series(DashedLineSeries::new(pts.clone(), 10, 6, ShapeStyle::from(&c).stroke_width(4)))?;
+            return Ok(());
+        }
+        if self.categories.is_empty() {
+            chart.draw_series(LineSeries::new(pts.clone(), ShapeStyle::from(&c).stroke_width(2)))?;
+        }
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+        let (x0, x1) = self.ranges().0;
+        for p in &s.points {
+            if let Some((lo, hi)) = p.2.filter(|(lo, hi)| hi > lo && lo.is_finite() && hi.is_finite()) {
+                let (x, cap) = (tx(p.0) + dx, (x1 - x0) * 0.006);
+                let bar = ShapeStyle::from(&c).stroke_width(2);
+                for seg in [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]] {
+                    chart.draw_series(std::iter::once(PathElement::new(seg, bar)))?;
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 16))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(emptiest_corner(self.series.iter().flat_map(|s| s.points.iter().map(|p| (tx(p.0), p.1))), (x0, x1), (y0, y1)))
-            .draw()?;
-        area.present()
+        Ok(())
     }
+}
+
+/// A legend in its own column, beside the data it names.
+fn side_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(&Series, RGBColor)]) -> DrawResult<DB> {
+    let text = TextStyle::from((FONT, 15).into_font()).color(&BLACK);
+    for (i, (s, c)) in entries.iter().enumerate() {
+        let y = 70 + 26 * i as i32;
+        let style = ShapeStyle::from(c).stroke_width(if s.reference { 4 } else { 3 });
+        match s.reference {
+            true => {
+                area.draw(&PathElement::new(vec![(4, y), (14, y)], style))?;
+                area.draw(&PathElement::new(vec![(22, y), (32, y)], style))?;
+            }
+            false => area.draw(&PathElement::new(vec![(4, y), (32, y)], style))?,
+        }
+        area.draw(&Text::new(s.label.clone(), (40, y - 9), text.clone()))?;
+    }
+    Ok(())
 }
 
 /// The axes with their descriptions, in the plots' common style.
@@ -393,7 +476,9 @@ impl Plot for Bars {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         area.fill(&WHITE)?;
         let n = self.bars.len().max(1);
+        // Room right of the longest bar or whisker for its label.
         let (_, x1) = range(self.bars.iter().map(|b| b.2.map_or(b.1, |e| e.1.max(b.1))).chain([0.0]), 0.05);
+        let x1 = x1 * 1.25;
         let longest = self.bars.iter().map(|b| b.0.chars().count()).max().unwrap_or(0) as u32;
         let mut chart = ChartBuilder::on(area)
             .caption(&self.title, (FONT, 24))
@@ -422,12 +507,24 @@ impl Plot for Bars {
         let text = TextStyle::from((FONT, 13).into_font()).color(&BLACK);
         for (i, (_, v, e)) in self.bars.iter().enumerate() {
             let y = (n - 1 - i) as f64;
-            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.38), (*v, y + 0.38)], color(0).mix(0.6).filled())))?;
+            // An outlined bar at least a sliver wide, so that a zero reads as a bar of zero.
+            let end = v.max(x1 * 0.004);
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y - 0.3), (end, y + 0.3)], color(0).mix(0.6).filled())))?;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y - 0.3), (end, y + 0.3)],
+                ShapeStyle::from(&color(0)).stroke_width(1),
+            )))?;
+            let mut label = format!("{v:.1}");
             if let Some((lo, hi)) = e.filter(|(lo, hi)| hi > lo) {
-                chart.draw_series(std::iter::once(PathElement::new(vec![(lo, y), (hi, y)], ShapeStyle::from(&BLACK).stroke_width(1))))?;
+                // The interval as a capped whisker, thinner than a bar, and in the label.
+                let whisker = ShapeStyle::from(&BLACK).stroke_width(1);
+                for seg in [vec![(lo, y), (hi, y)], vec![(lo, y - 0.15), (lo, y + 0.15)], vec![(hi, y - 0.15), (hi, y + 0.15)]] {
+                    chart.draw_series(std::iter::once(PathElement::new(seg, whisker)))?;
+                }
+                label = format!("{v:.1} [{lo:.1}, {hi:.1}]");
             }
-            let at = e.map_or(*v, |e| e.1.max(*v)).max(0.0) + x1 * 0.01;
-            chart.draw_series(std::iter::once(Text::new(format!("{v:.1}"), (at, y + 0.3), text.clone())))?;
+            let at = e.map_or(*v, |e| e.1.max(*v)).max(end) + x1 * 0.01;
+            chart.draw_series(std::iter::once(Text::new(label, (at, y + 0.3), text.clone())))?;
         }
         area.present()
     }
