@@ -1101,15 +1101,26 @@ fn campaign(args: CampaignArgs) -> Result<()> {
         let e = resilab_campaign::estimate(&c, &out, shard, jobs, &platform, &device)?;
         println!("campaign     {} ({}): {} runs in the grid", c.name(), c.settings.kind.name(), c.len());
         println!("this shard   {} runs, {} to do, {} base run(s) to train first", e.runs, e.todo, e.bases);
-        for ((label, step), (_, eval)) in e.step_s.iter().zip(&e.eval_s) {
+        for k in &e.setups {
             println!(
-                "measured     {label}: {:.1} ms per training step, {:.1} ms per evaluation ({} thread(s))",
-                step * 1e3,
-                eval * 1e3,
+                "measured     {}: {:.1} ms per training step (+{:.1} ms state scan), {:.1} ms per evaluation, {:.1} ms to build, {:.1} / {:.1} ms to write / read a checkpoint ({} thread(s))",
+                k.label,
+                k.step_s * 1e3,
+                k.scan_s * 1e3,
+                k.eval_s * 1e3,
+                k.build_s * 1e3,
+                k.save_s * 1e3,
+                k.load_s * 1e3,
                 args.threads
             );
         }
         println!("estimate     {} with {jobs} worker process(es) of {} thread(s)", human_duration(e.eta_s), args.threads);
+        if e.eta_min_s < e.eta_s {
+            println!(
+                "             (as little as {} if every run's state held a NaN/Inf after its first step: such runs stop there)",
+                human_duration(e.eta_min_s)
+            );
+        }
         return Ok(());
     }
     let exe = std::env::current_exe().context("cannot find the resilab binary to start workers with")?;

@@ -10,7 +10,6 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use burn::prelude::*;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -141,7 +140,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
     }
     std::fs::create_dir_all(out.join("logs")).map_err(io(out))?;
     let rows = read_rows(&out.join(RUNS_JSONL), true)?;
-    write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), &rows)?;
+    write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), campaign.settings.kind, &rows)?;
     Ok(rows)
 }
 
@@ -162,7 +161,7 @@ fn check_shard(shard: Option<(u64, u64)>) -> Result<()> {
 
 /// The runs of this shard (`(i, n)`: index `i` modulo `n`) whose ids are not in `done`, and
 /// how many runs the shard has in all.
-fn pending(campaign: &Campaign, shard: Option<(u64, u64)>, done: &HashSet<String>) -> Result<(u64, Vec<crate::RunSpec>)> {
+pub(crate) fn pending(campaign: &Campaign, shard: Option<(u64, u64)>, done: &HashSet<String>) -> Result<(u64, Vec<crate::RunSpec>)> {
     check_shard(shard)?;
     let mut total = 0;
     let mut todo = Vec::new();
@@ -177,7 +176,7 @@ fn pending(campaign: &Campaign, shard: Option<(u64, u64)>, done: &HashSet<String
 }
 
 /// The first run of each base (or golden run) among `todo` that is not ready yet.
-fn bases_to_prepare<'a>(campaign: &Campaign, out: &Path, todo: &'a [crate::RunSpec], platform: &str) -> Vec<&'a crate::RunSpec> {
+pub(crate) fn bases_to_prepare<'a>(campaign: &Campaign, out: &Path, todo: &'a [crate::RunSpec], platform: &str) -> Vec<&'a crate::RunSpec> {
     let mut seen = HashSet::new();
     todo.iter().filter(|s| seen.insert(s.base_key.as_str()) && !base_ready(campaign, out, s, platform)).collect()
 }
@@ -422,7 +421,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     };
     outcome.bases_s = start.elapsed().as_secs_f64();
     bar.set_message("");
-    let mut appender = Appender::open(&opts.out, campaign.axis_keys())?;
+    let mut appender = Appender::open(&opts.out, campaign.axis_keys(), campaign.settings.kind)?;
     let mut record =
         |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {
             let row = Row {
@@ -518,92 +517,6 @@ fn stop_for_machine(reply: &Reply, out: &Path) -> Result<()> {
     )))
 }
 
-/// A dry run's figures.
-#[derive(Clone, Debug, Serialize)]
-pub struct Estimate {
-    /// Runs in this shard.
-    pub runs: u64,
-    /// Of those, still to do.
-    pub todo: u64,
-    /// Base (or golden) runs to train first.
-    pub bases: u64,
-    /// Measured seconds per training step, per distinct model set-up (label, seconds).
-    pub step_s: Vec<(String, f64)>,
-    /// Measured seconds per evaluation, per distinct set-up.
-    pub eval_s: Vec<(String, f64)>,
-    /// Estimated seconds for the whole shard with the given worker processes.
-    pub eta_s: f64,
-}
-
-/// Counts the runs and estimates the time from step and evaluation times measured here on
-/// `device` (one warm-up step, then three timed).
-pub fn estimate(
-    campaign: &Campaign,
-    out: &Path,
-    shard: Option<(u64, u64)>,
-    jobs: usize,
-    platform: &str,
-    device: &Device,
-) -> Result<Estimate> {
-    let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
-    let (runs, todo) = pending(campaign, shard, &done)?;
-    let preps: HashSet<u64> = bases_to_prepare(campaign, out, &todo, platform).iter().map(|s| s.index).collect();
-    let mut timing: HashMap<String, (String, f64, f64)> = HashMap::new();
-    let (mut total, s) = (0.0f64, &campaign.settings);
-    for spec in &todo {
-        let c = &spec.config;
-        let setup = format!(
-            "{}|{}|{}|{}",
-            toml::to_string(&c.model).unwrap_or_default(),
-            toml::to_string(&c.data).unwrap_or_default(),
-            toml::to_string(&c.parallel).unwrap_or_default(),
-            c.train.batch_size
-        );
-        if !timing.contains_key(&setup) {
-            let split = std::sync::Arc::new(resilab_data::load(&c.data).map_err(resilab_runner::Error::from)?);
-            let mut trainer = resilab_runner::build_trainer(c, split, device)?;
-            trainer.step().map_err(resilab_runner::Error::from)?;
-            let t = Instant::now();
-            for _ in 0..3 {
-                trainer.step().map_err(resilab_runner::Error::from)?;
-            }
-            let step = t.elapsed().as_secs_f64() / 3.0;
-            let t = Instant::now();
-            trainer.evaluate();
-            let eval = t.elapsed().as_secs_f64();
-            let label = format!("{} ({})", c.model.label(), c.parallel.describe());
-            timing.insert(setup.clone(), (label, step, eval));
-        }
-        let (_, step, eval) = timing[&setup];
-        let steps_per_epoch = (c.data.train_size.unwrap_or(0) / c.train.batch_size.max(1)).max(1) as f64;
-        let run = match s.kind {
-            Kind::Restart => s.steps.unwrap_or(0) as f64 * step + eval,
-            Kind::Eval => eval,
-            Kind::Train => {
-                let steps = c.train.steps.map_or(c.train.epochs() as f64 * steps_per_epoch, |n| n as f64);
-                steps * step + eval * (c.train.epochs().max(1) as f64)
-            }
-        };
-        total += run;
-        if preps.contains(&spec.index) {
-            total += match s.kind {
-                Kind::Train => run,
-                _ => (s.base_steps.unwrap_or(0) + s.steps.unwrap_or(0)) as f64 * step + eval,
-            };
-        }
-    }
-    let mut v: Vec<(String, f64, f64)> = timing.into_values().collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Estimate {
-        runs,
-        todo: todo.len() as u64,
-        bases: preps.len() as u64,
-        step_s: v.iter().map(|(l, s, _)| (l.clone(), *s)).collect(),
-        eval_s: v.iter().map(|(l, _, e)| (l.clone(), *e)).collect(),
-        eta_s: total / jobs.max(1) as f64,
-    })
-}
-
 /// What [`merge`] found and wrote.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Merged {
@@ -658,7 +571,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<Merged> {
     }
     merged.mixed_golden_rows = mixed_golden_rows(&campaign, rows.values());
     let rows: Vec<Row> = rows.into_values().collect();
-    write_rows(out, &campaign.axis_keys(), &rows)?;
+    write_rows(out, &campaign.axis_keys(), campaign.settings.kind, &rows)?;
     merged.rows = rows.len();
     Ok(merged)
 }

@@ -9,12 +9,14 @@
 //! (golden runs of `train` campaigns), `runs/` (each `train` run's files) and `logs/` (each
 //! worker process's standard error).
 
+mod estimate;
 mod exec;
 mod spec;
 mod store;
 mod work;
 
-pub use exec::{Estimate, Merged, Options, Outcome, estimate, execute, merge};
+pub use estimate::{Estimate, SetupCost, estimate};
+pub use exec::{Merged, Options, Outcome, execute, merge};
 pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
 pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
@@ -210,64 +212,83 @@ pub struct Metrics {
     pub golden_key: Option<String>,
 }
 
-/// Metric columns of `runs.csv`, in order.
-pub const METRIC_COLUMNS: &[&str] = &[
-    "strategy",
-    "failed",
-    "steps",
-    "final_acc",
-    "final_loss",
-    "final_train_loss",
-    "golden_acc",
-    "acc_loss",
-    "hit_acc",
-    "hit_loss",
-    "replica_acc_min",
-    "replica_acc_mean",
-    "replica_acc_max",
-    "replica_divergence",
-    "replicas_diverged",
-    "nev",
-    "ev_injected",
-    "param_max_abs",
-    "buffer_max_abs",
-    "optim_max_abs",
-    "param_non_finite",
-    "buffer_non_finite",
-    "optim_non_finite",
-    "peak_abs",
-    "extreme_threshold",
-    "base_step",
-    "restart_step",
-    "collapse_step",
-    "collapsed",
-    "values_corrupted",
-    "non_finite_or_extreme_injected",
-    "ranks_hit",
-    "layers",
-    "bits",
-    "faults",
-    "detections",
-    "detection_latency",
-    "steps_lost",
-    "steps_recomputed",
-    "wall_s",
-    "golden_wall_s",
-    "time_overhead",
-    "sim_overhead",
-    "sim_s",
-    "golden_sim_s",
-    "time_to_golden_acc_s",
-    "workers_end",
-    "permanent_losses",
-    "spares_used",
-    "spare_fallbacks",
-    "steps_at_workers",
-    "batch_rule",
-    "lr_scale",
-    "digest",
-    "golden_key",
+/// Campaign kinds as bits, for the columns each fills.
+const R: u8 = 1;
+const E: u8 = 2;
+const T: u8 = 4;
+const ALL: u8 = R | E | T;
+
+/// Metric columns of `runs.csv`, in order, with the kinds whose runs fill them: a `train` run
+/// its faults, detections, recovery and workers; a `restart` run what its continued training
+/// did; `restart` and `eval` runs their altered files and replicas.
+const METRIC_COLUMNS: &[(&str, u8)] = &[
+    ("strategy", T),
+    ("failed", T),
+    ("steps", R),
+    ("final_acc", ALL),
+    ("final_loss", ALL),
+    ("final_train_loss", R),
+    ("golden_acc", ALL),
+    ("acc_loss", ALL),
+    ("hit_acc", R | E),
+    ("hit_loss", R | E),
+    ("replica_acc_min", R | E),
+    ("replica_acc_mean", R | E),
+    ("replica_acc_max", R | E),
+    ("replica_divergence", R | E),
+    ("replicas_diverged", R | E),
+    ("nev", ALL),
+    ("ev_injected", ALL),
+    ("param_max_abs", R | E),
+    ("buffer_max_abs", R | E),
+    ("optim_max_abs", R | E),
+    ("param_non_finite", R | E),
+    ("buffer_non_finite", R | E),
+    ("optim_non_finite", R | E),
+    ("peak_abs", R),
+    ("extreme_threshold", R | E),
+    ("base_step", R | E),
+    ("restart_step", R | E),
+    ("collapse_step", R),
+    ("collapsed", ALL),
+    ("values_corrupted", ALL),
+    ("non_finite_or_extreme_injected", ALL),
+    ("ranks_hit", R | E),
+    ("layers", R | E),
+    ("bits", R | E),
+    ("faults", T),
+    ("detections", T),
+    ("detection_latency", T),
+    ("steps_lost", T),
+    ("steps_recomputed", T),
+    ("wall_s", ALL),
+    ("golden_wall_s", R | T),
+    ("time_overhead", R | T),
+    ("sim_overhead", T),
+    ("sim_s", T),
+    ("golden_sim_s", T),
+    ("time_to_golden_acc_s", T),
+    ("workers_end", T),
+    ("permanent_losses", T),
+    ("spares_used", T),
+    ("spare_fallbacks", T),
+    ("steps_at_workers", T),
+    ("batch_rule", T),
+    ("lr_scale", T),
+    ("digest", ALL),
+    ("golden_key", ALL),
 ];
+
+/// The metric columns of a campaign of `kind`'s `runs.csv`, in order: those its runs fill
+/// (`runs.jsonl` keeps every field).
+pub fn metric_columns(kind: Kind) -> Vec<&'static str> {
+    let bit = match kind {
+        Kind::Restart => R,
+        Kind::Eval => E,
+        Kind::Train => T,
+    };
+    METRIC_COLUMNS.iter().filter(|(_, kinds)| kinds & bit != 0).map(|(c, _)| *c).collect()
+}
 
 /// Serde for a float that may be NaN or infinite: finite values as JSON numbers, the others as
 /// the strings `NaN`, `inf` and `-inf` (which pandas and spreadsheets read as such in the CSV),

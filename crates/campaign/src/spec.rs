@@ -646,9 +646,11 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
 
     #[test]
     fn every_shipped_preset_parses_at_default_and_paper_size() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/paper");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let dir = root.join("paper");
         let mut n = 0;
-        for e in std::fs::read_dir(&dir).unwrap() {
+        let entries = std::fs::read_dir(&dir).unwrap().chain(std::fs::read_dir(root.join("campaign")).unwrap());
+        for e in entries {
             let path = e.unwrap().path();
             if path.extension().is_some_and(|x| x == "toml") {
                 let c = Campaign::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, METRIC_COLUMNS, Metrics, Result, Status};
+use crate::{Error, Kind, Metrics, Result, Status};
 
 /// One finished run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,23 +34,23 @@ pub struct Row {
 
 impl Row {
     /// The CSV header for rows with these axis keys.
-    pub fn header(axes: &[String]) -> Vec<String> {
+    pub fn header(axes: &[String], kind: Kind) -> Vec<String> {
         let mut h = vec!["id".to_string(), "index".into()];
         h.extend(axes.iter().cloned());
         h.extend(["seed".to_string(), "rep".into(), "status".into()]);
-        h.extend(METRIC_COLUMNS.iter().map(|c| c.to_string()));
+        h.extend(crate::metric_columns(kind).iter().map(|c| c.to_string()));
         h.push("message".into());
         h
     }
 
     /// This row's CSV fields, in [`Row::header`] order.
-    pub fn fields(&self, axes: &[String]) -> Vec<String> {
+    pub fn fields(&self, axes: &[String], kind: Kind) -> Vec<String> {
         let mut f = vec![self.id.clone(), self.index.to_string()];
         f.extend(axes.iter().map(|a| self.coords.get(a).cloned().unwrap_or_default()));
         f.extend([self.seed.to_string(), self.rep.to_string(), self.status.name().to_string()]);
         let m = serde_json::to_value(&self.metrics).unwrap_or_default();
-        for c in METRIC_COLUMNS {
-            f.push(match &m[*c] {
+        for c in crate::metric_columns(kind) {
+            f.push(match &m[c] {
                 serde_json::Value::Null => String::new(),
                 serde_json::Value::String(s) => s.clone(),
                 v => v.to_string(),
@@ -89,12 +89,12 @@ pub fn read_rows(path: &Path, repair: bool) -> Result<Vec<Row>> {
 }
 
 /// Writes `rows` as CSV to `path` (atomically), one column per axis key.
-pub fn write_csv(path: &Path, axes: &[String], rows: &[Row]) -> Result<()> {
+pub fn write_csv(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let csv_err = |e: csv::Error| Error::Config(format!("{}: {e}", path.display()));
-    w.write_record(Row::header(axes)).map_err(csv_err)?;
+    w.write_record(Row::header(axes, kind)).map_err(csv_err)?;
     for r in rows {
-        w.write_record(r.fields(axes)).map_err(csv_err)?;
+        w.write_record(r.fields(axes, kind)).map_err(csv_err)?;
     }
     let bytes = w.into_inner().map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     resilab_runner::write_atomic(path, &bytes)?;
@@ -102,14 +102,14 @@ pub fn write_csv(path: &Path, axes: &[String], rows: &[Row]) -> Result<()> {
 }
 
 /// Writes `rows` as the whole record of `dir`: `runs.jsonl` and `runs.csv` (each atomically).
-pub fn write_rows(dir: &Path, axes: &[String], rows: &[Row]) -> Result<()> {
+pub fn write_rows(dir: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<()> {
     let mut jsonl = Vec::new();
     for r in rows {
         jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
         jsonl.push(b'\n');
     }
     resilab_runner::write_atomic(&dir.join(crate::RUNS_JSONL), &jsonl)?;
-    write_csv(&dir.join(crate::RUNS_CSV), axes, rows)
+    write_csv(&dir.join(crate::RUNS_CSV), axes, kind, rows)
 }
 
 /// Appends rows to an open `runs.jsonl` and `runs.csv`, flushing each.
@@ -117,15 +117,16 @@ pub(crate) struct Appender {
     jsonl: std::fs::File,
     csv: csv::Writer<std::fs::File>,
     axes: Vec<String>,
+    kind: Kind,
     dir: std::path::PathBuf,
 }
 
 impl Appender {
     /// Opens both files in `dir` for appending (the CSV must already have its header).
-    pub(crate) fn open(dir: &Path, axes: Vec<String>) -> Result<Self> {
+    pub(crate) fn open(dir: &Path, axes: Vec<String>, kind: Kind) -> Result<Self> {
         let open = |name: &str| resilab_runner::files::append_output(&dir.join(name));
         let csv = csv::WriterBuilder::new().has_headers(false).from_writer(open(crate::RUNS_CSV)?);
-        Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, dir: dir.to_path_buf() })
+        Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, kind, dir: dir.to_path_buf() })
     }
 
     /// Appends one row to both files.
@@ -135,7 +136,7 @@ impl Appender {
         writeln!(self.jsonl, "{line}").map_err(|source| Error::Io { path: p.clone(), source })?;
         self.jsonl.flush().map_err(|source| Error::Io { path: p, source })?;
         let p = self.dir.join(crate::RUNS_CSV);
-        self.csv.write_record(row.fields(&self.axes)).map_err(|e| Error::Config(format!("{}: {e}", p.display())))?;
+        self.csv.write_record(row.fields(&self.axes, self.kind)).map_err(|e| Error::Config(format!("{}: {e}", p.display())))?;
         self.csv.flush().map_err(|source| Error::Io { path: p, source })
     }
 }
@@ -174,7 +175,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("runs.csv");
         let axes = vec!["model".to_string()];
-        write_csv(&p, &axes, &[row("a")]).unwrap();
+        write_csv(&p, &axes, Kind::Restart, &[row("a")]).unwrap();
         let mut r = csv::Reader::from_path(&p).unwrap();
         let h = r.headers().unwrap().clone();
         let rec = r.records().next().unwrap().unwrap();
@@ -185,6 +186,19 @@ mod tests {
         assert_eq!(get("nev"), "false");
         assert_eq!(get("layers"), "a;b");
         assert_eq!(get("acc_loss"), "");
-        assert_eq!(h.len(), 2 + 1 + 3 + METRIC_COLUMNS.len() + 1);
+        assert_eq!(h.len(), 2 + 1 + 3 + crate::metric_columns(Kind::Restart).len() + 1);
+    }
+
+    #[test]
+    fn columns_no_run_of_a_kind_fills_are_left_out() {
+        let cols = |k| crate::metric_columns(k);
+        assert!(cols(Kind::Train).contains(&"faults") && !cols(Kind::Train).contains(&"peak_abs") && !cols(Kind::Train).contains(&"bits"));
+        assert!(
+            cols(Kind::Restart).contains(&"peak_abs") && cols(Kind::Restart).contains(&"bits") && !cols(Kind::Restart).contains(&"faults")
+        );
+        assert!(!cols(Kind::Eval).contains(&"steps") && cols(Kind::Eval).contains(&"bits"));
+        for k in [Kind::Train, Kind::Restart, Kind::Eval] {
+            assert!(["final_acc", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| cols(k).contains(c)), "{k:?}");
+        }
     }
 }
