@@ -228,7 +228,8 @@ fn single_byte_flips_anywhere_never_crash_or_hang_the_process() {
         let mut bytes = good.clone();
         bytes[offset] ^= 1 << (seed >> 60 & 7);
         std::fs::write(victim_dir.join("worker-0.h5"), &bytes).unwrap();
-        let o = train(&cfg, &dir.path().join("o"), &["--resume", victim_dir.to_str().unwrap()]);
+        // One step more than the checkpoint holds: resuming a finished run is refused.
+        let o = train(&cfg, &dir.path().join("o"), &["--resume", victim_dir.to_str().unwrap(), "--set", "train.steps=9"]);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!stderr.contains("panicked"), "offset {offset}: {stderr}");
         match o.status.code() {

@@ -108,6 +108,13 @@ fn advise_gives_young_and_daly_intervals() {
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     let per = summary["checkpoint_s"].as_f64().unwrap() / summary["checkpoints"].as_f64().unwrap();
     assert!((r["checkpoint_s"].as_f64().unwrap() - per).abs() < 1e-12, "{r}");
+    // The intervals in the run's own steps, and the line to paste into its configuration.
+    let step_s = summary["train_s"].as_f64().unwrap() / summary["steps"].as_f64().unwrap();
+    assert!((r["step_s"].as_f64().unwrap() - step_s).abs() < 1e-12, "{r}");
+    let daly_steps = (r["daly_s"].as_f64().unwrap() / step_s).round().max(1.0) as u64;
+    assert_eq!(r["daly_steps"].as_u64(), Some(daly_steps), "{r}");
+    let text = ok(&run(&["advise", "--from-run", out.to_str().unwrap(), "--mtbf", "3600"]));
+    assert!(text.contains(&format!("[checkpoint] every_steps = {daly_steps}")), "{text}");
     let cfg = write(dir.path(), "plain.toml", TINY);
     let plain = dir.path().join("plain");
     ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", plain.to_str().unwrap(), "--quiet"]));
@@ -162,4 +169,11 @@ fn an_injected_copy_beside_the_clean_file_is_read_as_itself() {
     assert!(!from_copy["checkpoint_mismatches"].as_array().unwrap().is_empty(), "{from_copy}");
     let from_clean = resume(&clean_file, "from-clean");
     assert_ne!(from_copy["final_params_digest"], from_clean["final_params_digest"]);
+
+    // Resuming a finished run trains nothing: an error that says so, not a success line.
+    let cfg = write(d, "same.toml", TINY);
+    let o = d.join("finished");
+    let args =
+        ["train", "--config", cfg.to_str().unwrap(), "--out", o.to_str().unwrap(), "--quiet", "--resume", clean_file.to_str().unwrap()];
+    assert_clean_error(&run(&args), &["holds step 8", "nothing is left to train"]);
 }

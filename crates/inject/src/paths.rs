@@ -56,6 +56,18 @@ pub fn check_distinct(paths: &[(&str, &Path)]) -> Result<()> {
     Ok(())
 }
 
+/// `inject`'s output when none is given: `<stem>.injected.h5` beside the input.
+pub fn default_output(input: &Path) -> PathBuf {
+    let stem = input.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
+    input.with_file_name(format!("{stem}.injected.h5"))
+}
+
+/// `inject`'s log when none is given: `<stem>.log.jsonl` beside the output.
+pub fn default_log(output: &Path) -> PathBuf {
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "injection".into());
+    output.with_file_name(format!("{stem}.log.jsonl"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,16 +94,4 @@ mod tests {
         assert!(err.contains("--log") && err.contains("the input"), "{err}");
         check_distinct(&[("the input", &input), ("--output", &d.join("out.h5")), ("--log", &d.join("out.log"))]).unwrap();
     }
-}
-
-/// `inject`'s output when none is given: `<stem>.injected.h5` beside the input.
-pub fn default_output(input: &Path) -> PathBuf {
-    let stem = input.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
-    input.with_file_name(format!("{stem}.injected.h5"))
-}
-
-/// `inject`'s log when none is given: `<stem>.log.jsonl` beside the output.
-pub fn default_log(output: &Path) -> PathBuf {
-    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "injection".into());
-    output.with_file_name(format!("{stem}.log.jsonl"))
 }

@@ -49,7 +49,7 @@ pub(crate) fn nev_vs_flips(
         y_label: "runs with N-EV (%)".into(),
         log_x: true,
         y_range: Some((-2.0, 102.0)),
-        x_range: lo.is_finite().then(|| (lo - 0.25, hi + 0.25)),
+        x_range: lo.is_finite().then_some((lo - 0.25, hi + 0.25)),
         categories: Vec::new(),
         series,
     };

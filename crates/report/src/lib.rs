@@ -532,10 +532,11 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     if let Some(f) = figures::nev_vs_flips(&campaign, &cells, &fixed, &palette, &plots)? {
         figures.push(f);
     }
-    if campaign.settings.kind == Kind::Train && study.is_none() {
-        if let Some(f) = figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)? {
-            figures.push(f);
-        }
+    if campaign.settings.kind == Kind::Train
+        && study.is_none()
+        && let Some(f) = figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)?
+    {
+        figures.push(f);
     }
 
     // Accuracy loss vs overhead in simulated time.

@@ -95,21 +95,33 @@ pub struct LineFacets {
 
 impl Plot for LineFacets {
     fn size(&self) -> (u32, u32) {
-        let cols = self.columns.clamp(1, self.panels.len().max(1));
-        let rows = self.panels.len().div_ceil(cols).max(1);
-        (SIZE.0 * cols as u32 * 2 / 3, 40 + SIZE.1 * rows as u32 * 2 / 3)
+        grid_size(self.panels.len(), self.columns, 2.0 / 3.0)
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
-        let inner = area.titled(&self.title, (FONT, 26))?;
-        let cols = self.columns.clamp(1, self.panels.len().max(1));
-        let rows = self.panels.len().div_ceil(cols).max(1);
-        for (panel, cell) in self.panels.iter().zip(inner.split_evenly((rows, cols))) {
-            panel.draw(&cell)?;
-        }
-        area.present()
+        draw_grid(area, &self.title, &self.panels, self.columns)
     }
+}
+
+/// The pixel size of `n` panels, `columns` to a row, each `scale` of a single plot's size,
+/// under a title.
+fn grid_size(n: usize, columns: usize, scale: f64) -> (u32, u32) {
+    let cols = columns.clamp(1, n.max(1));
+    let rows = n.div_ceil(cols).max(1);
+    let side = |px: u32, k: usize| (f64::from(px) * k as f64 * scale).round() as u32;
+    (side(SIZE.0, cols), 40 + side(SIZE.1, rows))
+}
+
+/// Draws `panels`, `columns` to a row, under `title`.
+fn draw_grid<DB: DrawingBackend, P: Plot>(area: &DrawingArea<DB, Shift>, title: &str, panels: &[P], columns: usize) -> DrawResult<DB> {
+    area.fill(&WHITE)?;
+    let inner = area.titled(title, (FONT, 26))?;
+    let cols = columns.clamp(1, panels.len().max(1));
+    let rows = panels.len().div_ceil(cols).max(1);
+    for (panel, cell) in panels.iter().zip(inner.split_evenly((rows, cols))) {
+        panel.draw(&cell)?;
+    }
+    area.present()
 }
 
 /// Labelled points.
@@ -450,20 +462,11 @@ impl Plot for Pareto {
 
 impl Plot for Facets {
     fn size(&self) -> (u32, u32) {
-        let cols = self.columns.clamp(1, self.panels.len().max(1));
-        let rows = self.panels.len().div_ceil(cols).max(1);
-        (SIZE.0 * cols as u32 * 3 / 4, 40 + SIZE.1 * rows as u32 * 3 / 4)
+        grid_size(self.panels.len(), self.columns, 0.75)
     }
 
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        area.fill(&WHITE)?;
-        let inner = area.titled(&self.title, (FONT, 26))?;
-        let cols = self.columns.clamp(1, self.panels.len().max(1));
-        let rows = self.panels.len().div_ceil(cols).max(1);
-        for (panel, cell) in self.panels.iter().zip(inner.split_evenly((rows, cols))) {
-            panel.draw(&cell)?;
-        }
-        area.present()
+        draw_grid(area, &self.title, &self.panels, self.columns)
     }
 }
 

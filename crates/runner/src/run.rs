@@ -417,7 +417,7 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
     let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
     check_optimizer_state(&state, &cfg.optimizer, cfg.checkpoint.on_mismatch)?;
     let changes = changed_settings(&report, cfg);
-    if state.step >= trainer.total_steps() {
+    if state.step == trainer.total_steps() {
         return Err(Error::Config(format!(
             "{} holds step {}, and this run trains {} step(s) in all: nothing is left to train (raise train.epochs or train.steps to train further)",
             report.dir.display(),
