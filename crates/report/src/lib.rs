@@ -540,14 +540,17 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     }
 
     // Accuracy loss vs overhead in simulated time.
+    let shown: Vec<&Cell> = cells.iter().filter(|c| c.sim_overhead_pct.is_some() && c.acc_loss.is_some()).collect();
     let pts: Vec<(String, f64, f64)> =
-        cells.iter().filter_map(|c| Some((label(&c.coords, &[]), c.sim_overhead_pct?, c.acc_loss?))).collect();
+        shown.iter().filter_map(|c| Some((label(&c.coords, &fixed), c.sim_overhead_pct?, c.acc_loss?))).collect();
     if campaign.settings.kind == Kind::Train && !pts.is_empty() && study.is_none() {
+        let colors = shown.iter().enumerate().map(|(i, c)| palette(&c.coords, &fixed).unwrap_or(i)).collect();
         let chart = Scatter {
             title: format!("Accuracy loss vs simulated overhead ({})", campaign.name()),
             x_label: "overhead in simulated time vs golden run (%)".into(),
             y_label: "accuracy loss vs golden run (points)".into(),
             points: pts,
+            colors,
         };
         figures.push((
             "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)".to_string(),

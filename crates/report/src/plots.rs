@@ -135,6 +135,9 @@ pub struct Scatter {
     pub y_label: String,
     /// `(label, x, y)`; each point in its own colour, listed in the legend.
     pub points: Vec<(String, f64, f64)>,
+    /// Palette index of each point, so that an option keeps its colour across a report's plots
+    /// (empty: the point's position).
+    pub colors: Vec<usize>,
 }
 
 /// A value and its interval's ends, where known.
@@ -290,13 +293,7 @@ impl Plot for LineChart {
         area.fill(&WHITE)?;
         let colored = self.colored();
         // More than one line: the legend gets a column of its own, right of the data.
-        let (plot, side) = match colored.len() > 1 {
-            true => {
-                let (a, b) = area.split_horizontally((area.dim_in_pixel().0 * 3 / 4) as i32);
-                (a, Some(b))
-            }
-            false => (area.clone(), None),
-        };
+        let (plot, side) = with_legend_column(area, colored.len());
         let ((x0, x1), (y0, y1)) = self.ranges();
         let mut chart = frame(&plot, &self.title, x0..x1, y0..y1)?;
         let (log_x, cats) = (self.log_x, &self.categories);
@@ -324,7 +321,9 @@ impl Plot for LineChart {
             self.draw_series(&mut chart, s, *c, (k as f64 - lines as f64 / 2.0) * (x1 - x0) * 0.008 * f64::from(u8::from(lines > 1)))?;
         }
         if let Some(side) = side {
-            side_legend(&side, &colored)?;
+            let entries: Vec<(&str, RGBColor, Mark)> =
+                colored.iter().map(|(s, c)| (s.label.as_str(), *c, if s.reference { Mark::Dashed } else { Mark::Line })).collect();
+            side_legend(&side, &entries)?;
         }
         area.present()
     }
@@ -359,22 +358,45 @@ impl LineChart {
     }
 }
 
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    Line,
+    Dashed,
+    Dot,
+}
+
 /// A legend in its own column, beside the data it names.
-fn side_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(&Series, RGBColor)]) -> DrawResult<DB> {
+fn side_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(&str, RGBColor, Mark)]) -> DrawResult<DB> {
     let text = TextStyle::from((FONT, 15).into_font()).color(&BLACK);
-    for (i, (s, c)) in entries.iter().enumerate() {
+    for (i, (label, c, mark)) in entries.iter().enumerate() {
         let y = 70 + 26 * i as i32;
-        let style = ShapeStyle::from(c).stroke_width(if s.reference { 4 } else { 3 });
-        match s.reference {
-            true => {
+        let style = ShapeStyle::from(c).stroke_width(if *mark == Mark::Dashed { 4 } else { 3 });
+        match mark {
+            Mark::Dashed => {
                 area.draw(&PathElement::new(vec![(4, y), (14, y)], style))?;
                 area.draw(&PathElement::new(vec![(22, y), (32, y)], style))?;
             }
-            false => area.draw(&PathElement::new(vec![(4, y), (32, y)], style))?,
+            Mark::Line => area.draw(&PathElement::new(vec![(4, y), (32, y)], style))?,
+            Mark::Dot => area.draw(&Circle::new((18, y), 6, c.filled()))?,
         }
-        area.draw(&Text::new(s.label.clone(), (40, y - 9), text.clone()))?;
+        area.draw(&Text::new(label.to_string(), (40, y - 9), text.clone()))?;
     }
     Ok(())
+}
+
+/// `area` split into the plot and, for more than one entry, a legend column right of it.
+fn with_legend_column<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: usize,
+) -> (DrawingArea<DB, Shift>, Option<DrawingArea<DB, Shift>>) {
+    match entries > 1 {
+        true => {
+            let (a, b) = area.split_horizontally((area.dim_in_pixel().0 * 3 / 4) as i32);
+            (a, Some(b))
+        }
+        false => (area.clone(), None),
+    }
 }
 
 /// The axes with their descriptions, in the plots' common style.
@@ -407,12 +429,22 @@ impl Plot for Scatter {
         area.fill(&WHITE)?;
         let (x0, x1) = range(self.points.iter().map(|p| p.1).chain([0.0]), 0.12);
         let (y0, y1) = range(self.points.iter().map(|p| p.2).chain([0.0]), 0.12);
-        let mut chart = frame(area, &self.title, x0..x1, y0..y1)?;
+        let (plot, side) = with_legend_column(area, self.points.len());
+        let mut chart = frame(&plot, &self.title, x0..x1, y0..y1)?;
         mesh(&mut chart, &self.x_label, &self.y_label)?;
-        for (i, (label, x, y)) in self.points.iter().enumerate() {
-            dot(&mut chart, (*x, *y), color(i), label)?;
+        let colored: Vec<(&str, RGBColor, Mark)> = self
+            .points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.0.as_str(), color(self.colors.get(i).copied().unwrap_or(i)), Mark::Dot))
+            .collect();
+        for ((_, x, y), (_, c, _)) in self.points.iter().zip(&colored) {
+            chart.draw_series(std::iter::once(Circle::new((*x, *y), 7, c.filled())))?;
         }
-        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        match side {
+            Some(side) => side_legend(&side, &colored)?,
+            None => legend(&mut chart, SeriesLabelPosition::UpperRight)?,
+        }
         area.present()
     }
 }
