@@ -602,36 +602,19 @@ fn compare(args: CompareArgs) -> Result<()> {
     let (device, device_name) = device_for(backend, &args.train.compute)?;
     let threads = rayon::current_num_threads();
     let root = args.train.out.clone().unwrap_or_else(|| default_out_dir(&format!("{}-compare", base.run_name())));
-    let mut own: Vec<&str> = args.strategies.iter().map(String::as_str).collect();
-    own.extend(["strategies.csv", "table.txt"]);
-    let _lock = resilab_runner::files::lock_dir(&root, "--out")?;
-    resilab_runner::check_output_dir(&root, &own, "--out")?;
-    let mut rows = Vec::new();
-    let mut golden = None;
-    for strategy in &args.strategies {
-        let mut set = args.train.set.clone();
-        set.push(format!("recovery.strategy=\"{strategy}\""));
-        let cfg = RunConfig::load(&args.train.config, &set)?;
-        let out = root.join(strategy);
-        eprintln!("resilab: {} under strategy {strategy} -> {}", cfg.model.label(), out.display());
-        let opts = RunOptions {
-            out,
-            device: device.clone(),
-            provenance: provenance(backend, &device_name, threads, cfg.seed),
-            progress: !args.train.quiet,
-            resume: None,
-            probe: Box::new(|file: &Path| probe_in_child(file)),
-            golden: Some(args.train.golden_dir.clone()),
-            compare_fault_free: false,
-            record_states: false,
-        };
-        let s = resilab_runner::train(&cfg, &opts)?;
-        golden = golden.or(s.golden.clone());
-        rows.push(resilab_runner::compare::StrategyRow::of(strategy, &s));
-    }
-    let table = resilab_runner::compare::table(&rows, golden.as_ref());
+    let options = |cfg: &RunConfig, out: PathBuf| RunOptions {
+        out,
+        device: device.clone(),
+        provenance: provenance(backend, &device_name, threads, cfg.seed),
+        progress: !args.train.quiet,
+        resume: None,
+        probe: Box::new(|file: &Path| probe_in_child(file)),
+        golden: Some(args.train.golden_dir.clone()),
+        compare_fault_free: false,
+        record_states: false,
+    };
+    let table = resilab_runner::compare::run(&args.train.config, &args.train.set, &args.strategies, &root, &options)?;
     println!("\n{table}");
-    resilab_runner::compare::write(&root, &rows, &table)?;
     println!("table in {} and {}", root.join("table.txt").display(), root.join("strategies.csv").display());
     Ok(())
 }

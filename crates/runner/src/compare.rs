@@ -2,12 +2,43 @@
 //! (`table.txt`, also printed) and one CSV row per strategy (`strategies.csv`).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::golden::Golden;
-use crate::{Error, Result, Summary};
+use crate::{Error, Result, RunConfig, RunOptions, Summary};
+
+/// Trains `config` (with the `set` overrides) once per strategy into `root/<strategy>/`, with
+/// the options `options` gives each run and its output directory, then writes the comparison
+/// into `root` (`table.txt`, `strategies.csv`) and returns the table. `root` is locked for the
+/// whole comparison and may hold nothing but an earlier comparison's files.
+pub fn run(
+    config: &Path,
+    set: &[String],
+    strategies: &[String],
+    root: &Path,
+    options: &dyn Fn(&RunConfig, PathBuf) -> RunOptions,
+) -> Result<String> {
+    let mut own: Vec<&str> = strategies.iter().map(String::as_str).collect();
+    own.extend(["strategies.csv", "table.txt"]);
+    let _lock = crate::files::lock_dir(root, "--out")?;
+    crate::check_output_dir(root, &own, "--out")?;
+    let (mut rows, mut golden) = (Vec::new(), None);
+    for strategy in strategies {
+        let mut set = set.to_vec();
+        set.push(format!("recovery.strategy=\"{strategy}\""));
+        let cfg = RunConfig::load(config, &set)?;
+        let out = root.join(strategy);
+        eprintln!("resilab: {} under strategy {strategy} -> {}", cfg.model.label(), out.display());
+        let s = crate::train(&cfg, &options(&cfg, out))?;
+        golden = golden.or(s.golden.clone());
+        rows.push(StrategyRow::of(strategy, &s));
+    }
+    let table = table(&rows, golden.as_ref());
+    write(root, &rows, &table)?;
+    Ok(table)
+}
 
 /// One row of the strategy comparison.
 #[derive(Clone, Debug, Serialize)]
