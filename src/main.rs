@@ -947,7 +947,7 @@ fn print_all(text: &str) -> Result<()> {
 }
 
 fn inject(args: InjectArgs) -> Result<()> {
-    use resilab_inject::{LogLine, Output};
+    use resilab_inject::Output;
     let spec = match &args.config {
         Some(path) => Some(resilab_inject::RawConfig::load(path)?.validate().with_context(|| format!("{}", path.display()))?),
         None => None,
@@ -957,9 +957,9 @@ fn inject(args: InjectArgs) -> Result<()> {
     let input = match (&args.file, &spec, &replay_lines) {
         (Some(f), _, _) => f.clone(),
         (None, Some(Spec { file: Some(f), .. }), _) => f.clone(),
-        (None, _, Some(lines)) => match lines.first() {
-            Some(LogLine::Header(h)) => PathBuf::from(&h.input),
-            _ => bail!("the replayed log has no header line naming the input file; give --file"),
+        (None, _, Some(lines)) => match resilab_inject::log_header(lines) {
+            Some(h) => PathBuf::from(&h.input),
+            None => bail!("the replayed log has no header line naming the input file; give --file"),
         },
         _ => bail!("no file to corrupt: set `hdf5_file` in the config or give --file"),
     };

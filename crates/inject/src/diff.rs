@@ -89,7 +89,7 @@ pub struct LogCheck {
 fn log_check(a: &Path, b: &Path, differ: u64) -> Option<LogCheck> {
     let log = crate::default_log(b);
     let lines = crate::read_log(&log).ok()?;
-    let header = lines.iter().find_map(|l| if let crate::LogLine::Header(h) = l { Some(h) } else { None })?;
+    let header = crate::log_header(&lines)?;
     let (input, output) = (Path::new(&header.input), Path::new(&header.output));
     if !crate::same_file(input, a) || !crate::same_file(output, b) {
         return None;

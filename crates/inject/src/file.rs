@@ -510,6 +510,14 @@ pub fn read_log(path: &Path) -> Result<Vec<LogLine>> {
     Ok(out)
 }
 
+/// The header of a log [`read_log`] returned: its first line, which names the input and output.
+pub fn log_header(lines: &[LogLine]) -> Option<&Header> {
+    match lines.first() {
+        Some(LogLine::Header(h)) => Some(h),
+        _ => None,
+    }
+}
+
 /// Redoes the corruptions of a log on `input`: the same datasets, elements and bits (or bytes),
 /// in the same order. On a copy of the original file the output is identical, byte for byte,
 /// to the original output. Corruptions that find a value other than the logged one (another

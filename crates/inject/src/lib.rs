@@ -40,8 +40,8 @@ pub use bytes::{ByteRecord, region_intervals};
 pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
 pub use diff::{DatasetDiff, FileDiff, LogCheck, diff};
 pub use file::{
-    Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, prepare_file, read_log, remove_staged, replay_file,
-    stage_log, targets, write_log,
+    Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, log_header, prepare_file, read_log, remove_staged,
+    replay_file, stage_log, targets, write_log,
 };
 pub use model::{FaultModel, Flip, Mode, Precision};
 pub use paths::{check_distinct, default_log, default_output, same_file};

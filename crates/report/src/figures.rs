@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Row, Status};
 
 use crate::metrics::Cell;
-use crate::plots::{LineChart, LineFacets, Series, save};
+use crate::plots::{LineChart, LineFacets, Series, save, span};
 use crate::{Result, label, num, share_point};
 
 /// A plot's caption and its files.
@@ -41,15 +41,14 @@ pub(crate) fn nev_vs_flips(
     }
     let mut series: Vec<Series> = series.into_values().collect();
     series.iter_mut().for_each(|s| s.points.sort_by(|a, b| a.0.total_cmp(&b.0)));
-    let xs: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.0.log10())).collect();
-    let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+    let x_range = span(series.iter().flat_map(|s| s.points.iter().map(|p| p.0.log10()))).map(|(lo, hi)| (lo - 0.25, hi + 0.25));
     let chart = |title: String, series: Vec<Series>| LineChart {
         title,
         x_label: "bit flips per checkpoint (log scale)".into(),
         y_label: "runs with N-EV (%)".into(),
         log_x: true,
         y_range: Some((-2.0, 102.0)),
-        x_range: lo.is_finite().then_some((lo - 0.25, hi + 0.25)),
+        x_range,
         categories: Vec::new(),
         series,
     };

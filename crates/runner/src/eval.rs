@@ -84,14 +84,16 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
     let pipeline = cfg.parallel.mode == ParallelMode::Pipeline;
     // A worker file evaluates its own replica: the rank it stores, whatever its name.
     let rank = if pipeline || !target.is_file() { 0 } else { resilab_checkpoint::file_rank(target)?.min(trainer.workers.len() - 1) };
-    let evaluated: Vec<usize> = if pipeline { (0..state.workers.len()).collect() } else { vec![rank] };
-    let (test_acc, test_loss) = accuracy(&mut trainer, &state, &cfg, &split, (!pipeline).then_some(rank))?;
+    // One replica, or with `None` the pipeline's stages joined into the whole model.
+    let replica = (!pipeline).then_some(rank);
+    let evaluated: Vec<usize> = replica.map_or_else(|| (0..state.workers.len()).collect(), |r| vec![r]);
+    let (test_acc, test_loss) = accuracy(&mut trainer, &state, &cfg, &split, replica)?;
     let threshold = cfg.detect.extreme_threshold;
     let counts = value_counts(evaluated.iter().map(|&r| &state.workers[r]), threshold);
     let clean = match (target.is_file() && !report.mismatched.is_empty()).then(|| clean_source(target, rank)).flatten() {
         Some(source) => {
             let (clean_state, _) = resilab_checkpoint::load(&source, &template, OnMismatch::Load, probe)?;
-            let (acc, loss) = accuracy(&mut trainer, &clean_state, &cfg, &split, (!pipeline).then_some(rank))?;
+            let (acc, loss) = accuracy(&mut trainer, &clean_state, &cfg, &split, replica)?;
             Some(Clean { file: source, test_acc: acc, test_loss: loss })
         }
         None => None,
@@ -153,12 +155,8 @@ fn value_counts<'a>(workers: impl Iterator<Item = &'a resilab_train::WorkerState
 /// names, else its directory's own `worker-<rank>.h5` when `file` is another file. `None` when
 /// neither exists.
 pub fn clean_source(file: &Path, rank: usize) -> Option<PathBuf> {
-    let logged = resilab_inject::read_log(&resilab_inject::default_log(file)).ok().and_then(|lines| {
-        lines.into_iter().find_map(|l| match l {
-            resilab_inject::LogLine::Header(h) => Some(PathBuf::from(h.input)),
-            _ => None,
-        })
-    });
+    let lines = resilab_inject::read_log(&resilab_inject::default_log(file)).ok();
+    let logged = lines.as_deref().and_then(resilab_inject::log_header).map(|h| PathBuf::from(&h.input));
     let own = file.with_file_name(resilab_checkpoint::file_name(rank));
     [logged, Some(own)].into_iter().flatten().find(|p| p.is_file() && !resilab_inject::same_file(p, file))
 }
