@@ -249,7 +249,7 @@ pub trait Plot {
 }
 
 /// The smallest and largest finite values, if any.
-fn span(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+pub(crate) fn span(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (lo, hi) = values.filter(|v| v.is_finite()).fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
     lo.is_finite().then_some((lo, hi))
 }
@@ -296,7 +296,8 @@ impl Plot for LineChart {
         let (plot, side) = with_legend_column(area, colored.len());
         let ((x0, x1), (y0, y1)) = self.ranges();
         let mut chart = frame(&plot, &self.title, x0..x1, y0..y1)?;
-        let (log_x, cats) = (self.log_x, &self.categories);
+        // Many categories: every k-th is named, so that the names do not run into each other.
+        let (log_x, cats, every) = (self.log_x, &self.categories, self.categories.len().div_ceil(32).max(1));
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
@@ -306,7 +307,9 @@ impl Plot for LineChart {
             .x_labels(if cats.is_empty() { 10 } else { cats.len() * 2 + 1 })
             // On a log axis only the powers of ten are labelled; categories by their names.
             .x_label_formatter(&|v| match (log_x, cats.is_empty()) {
-                (_, false) if (v - v.round()).abs() < 1e-6 && *v >= -0.5 => cats.get(v.round() as usize).cloned().unwrap_or_default(),
+                (_, false) if (v - v.round()).abs() < 1e-6 && *v >= -0.5 && (v.round() as usize).is_multiple_of(every) => {
+                    cats.get(v.round() as usize).cloned().unwrap_or_default()
+                }
                 (_, false) => String::new(),
                 (true, _) if (v - v.round()).abs() < 1e-6 => format!("{}", 10f64.powf(v.round())),
                 (true, _) => String::new(),
@@ -314,11 +317,17 @@ impl Plot for LineChart {
             })
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        // References first, beneath the lines they are compared with.
-        let ordered = colored.iter().filter(|(s, _)| s.reference).chain(colored.iter().filter(|(s, _)| !s.reference));
-        let lines = colored.iter().filter(|(s, _)| !s.reference).count();
-        for (k, (s, c)) in ordered.enumerate() {
-            self.draw_series(&mut chart, s, *c, (k as f64 - lines as f64 / 2.0) * (x1 - x0) * 0.008 * f64::from(u8::from(lines > 1)))?;
+        // References first, beneath the lines they are compared with; lines with intervals
+        // spread evenly about each x, so that the intervals stay apart.
+        let cap = (x1 - x0) * 0.006;
+        for (s, c) in colored.iter().filter(|(s, _)| s.reference) {
+            self.draw_series(&mut chart, s, *c, 0.0, cap)?;
+        }
+        let lines: Vec<&(&Series, RGBColor)> = colored.iter().filter(|(s, _)| !s.reference).collect();
+        let intervals = lines.iter().any(|(s, _)| s.points.iter().any(|p| p.2.is_some()));
+        let spread = if lines.len() > 1 && intervals { (x1 - x0) * 0.008 } else { 0.0 };
+        for (k, (s, c)) in lines.iter().enumerate() {
+            self.draw_series(&mut chart, s, *c, (k as f64 - (lines.len() - 1) as f64 / 2.0) * spread, cap)?;
         }
         if let Some(side) = side {
             let entries: Vec<(&str, RGBColor, Mark)> =
@@ -330,11 +339,10 @@ impl Plot for LineChart {
 }
 
 impl LineChart {
-    /// One series in colour `c`, shifted right by `dx` so that intervals of several series at
-    /// one x stay apart.
-    fn draw_series<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>, s: &Series, c: RGBColor, dx: f64) -> DrawResult<DB> {
+    /// One series in colour `c`, shifted right by `dx`, its intervals as whiskers with caps `cap`
+    /// wide on either side.
+    fn draw_series<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>, s: &Series, c: RGBColor, dx: f64, cap: f64) -> DrawResult<DB> {
         let tx = |x: f64| if self.log_x { x.log10() } else { x };
-        let dx = if s.reference { 0.0 } else { dx };
         let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (tx(p.0) + dx, p.1)).filter(|p| p.1.is_finite()).collect();
         if s.reference {
             chart.draw_series(DashedLineSeries::new(pts.clone(), 10, 6, ShapeStyle::from(&c).stroke_width(4)))?;
@@ -344,10 +352,9 @@ impl LineChart {
             chart.draw_series(LineSeries::new(pts.clone(), ShapeStyle::from(&c).stroke_width(2)))?;
         }
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
-        let (x0, x1) = self.ranges().0;
         for p in &s.points {
             if let Some((lo, hi)) = p.2.filter(|(lo, hi)| hi > lo && lo.is_finite() && hi.is_finite()) {
-                let (x, cap) = (tx(p.0) + dx, (x1 - x0) * 0.006);
+                let x = tx(p.0) + dx;
                 let bar = ShapeStyle::from(&c).stroke_width(2);
                 for seg in [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]] {
                     chart.draw_series(std::iter::once(PathElement::new(seg, bar)))?;
@@ -438,8 +445,8 @@ impl Plot for Scatter {
             .enumerate()
             .map(|(i, p)| (p.0.as_str(), color(self.colors.get(i).copied().unwrap_or(i)), Mark::Dot))
             .collect();
-        for ((_, x, y), (_, c, _)) in self.points.iter().zip(&colored) {
-            chart.draw_series(std::iter::once(Circle::new((*x, *y), 7, c.filled())))?;
+        for ((label, x, y), (_, c, _)) in self.points.iter().zip(&colored) {
+            dot(&mut chart, (*x, *y), *c, label)?;
         }
         match side {
             Some(side) => side_legend(&side, &colored)?,
