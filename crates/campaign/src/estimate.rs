@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::prelude::*;
 use resilab_checkpoint::OnMismatch;
 use resilab_faults::detect::workers_scan;
+use resilab_models::Compute;
 use resilab_runner::{RunConfig, build_trainer};
 use serde::Serialize;
 
@@ -59,7 +59,7 @@ pub struct Estimate {
     pub eta_min_s: f64,
 }
 
-/// Counts the runs still to do in `out` and estimates their time on `device` with `jobs`
+/// Counts the runs still to do in `out` and estimates their time on `compute` with `jobs`
 /// worker processes, from costs measured now (one warm-up step, then three timed).
 pub fn estimate(
     campaign: &Campaign,
@@ -67,7 +67,7 @@ pub fn estimate(
     shard: Option<(u64, u64)>,
     jobs: usize,
     platform: &str,
-    device: &Device,
+    compute: &Compute,
 ) -> Result<Estimate> {
     let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
     let (runs, todo) = pending(campaign, shard, &done)?;
@@ -80,7 +80,7 @@ pub fn estimate(
             [toml::to_string(&c.model), toml::to_string(&c.data), toml::to_string(&c.parallel)].map(|t| t.unwrap_or_default()).join("|")
                 + &c.train.batch_size.to_string();
         if !costs.contains_key(&setup) {
-            let cost = measure(campaign, c, device)?;
+            let cost = measure(campaign, c, compute)?;
             data_s += cost.data_s * jobs.min(todo.len()) as f64;
             costs.insert(setup.clone(), cost);
         }
@@ -134,14 +134,14 @@ fn train_s(c: &RunConfig, k: &SetupCost) -> f64 {
     k.build_s + steps as f64 * k.step_s + evals as f64 * k.eval_s
 }
 
-/// Measures one set-up's costs on `device`, writing its checkpoint to a scratch directory.
-fn measure(campaign: &Campaign, c: &RunConfig, device: &Device) -> Result<SetupCost> {
+/// Measures one set-up's costs on `compute`, writing its checkpoint to a scratch directory.
+fn measure(campaign: &Campaign, c: &RunConfig, compute: &Compute) -> Result<SetupCost> {
     let runner = |e: resilab_train::Error| Error::from(resilab_runner::Error::from(e));
     let t = Instant::now();
     let split = Arc::new(resilab_data::load(&c.data).map_err(resilab_runner::Error::from)?);
     let data_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let mut trainer = build_trainer(c, split, device)?;
+    let mut trainer = build_trainer(c, split, compute)?;
     let build_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     trainer.step().map_err(runner)?;

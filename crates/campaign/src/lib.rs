@@ -9,12 +9,14 @@
 //! (golden runs of `train` campaigns), `runs/` (each `train` run's files) and `logs/` (each
 //! worker process's standard error).
 
+mod command;
 mod estimate;
 mod exec;
 mod spec;
 mod store;
 mod work;
 
+pub use command::{human_duration, jobs_for, parse_shard, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Merged, Options, Outcome, execute, merge};
 pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, RunSpec, SelfTest, Settings};

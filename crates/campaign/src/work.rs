@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::prelude::*;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use resilab_checkpoint::{OnMismatch, Probe};
 use resilab_data::Split;
 use resilab_faults::detect::{Health, Outcome, StateEvidence, state_evidence, workers_health, workers_scan};
+use resilab_models::Compute;
 use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
@@ -96,19 +96,19 @@ pub fn mean_checkpoint_s(dir: &Path) -> Result<f64> {
 pub struct Worker<'a> {
     campaign: Campaign,
     dir: PathBuf,
-    device: Device,
+    compute: Compute,
     provenance: Provenance,
     probe: Probe<'a>,
     data: HashMap<String, Arc<Split>>,
 }
 
 impl<'a> Worker<'a> {
-    /// A worker for the campaign in `dir` (its `campaign.toml`), training on `device`; `probe`
+    /// A worker for the campaign in `dir` (its `campaign.toml`), training on `compute`; `probe`
     /// checks altered checkpoint files before this process opens them (structurally corrupt
     /// HDF5 files can crash the library).
-    pub fn new(dir: &Path, device: Device, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
+    pub fn new(dir: &Path, compute: Compute, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
         let campaign = Campaign::load(&dir.join(crate::CAMPAIGN_FILE), &[])?;
-        Ok(Self { campaign, dir: dir.to_path_buf(), device, provenance, probe, data: HashMap::new() })
+        Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: HashMap::new() })
     }
 
     fn split(&mut self, cfg: &RunConfig) -> Result<Arc<Split>> {
@@ -147,7 +147,7 @@ impl<'a> Worker<'a> {
     fn options(&self, out: PathBuf, golden: Option<PathBuf>) -> RunOptions {
         RunOptions {
             out,
-            device: self.device.clone(),
+            compute: self.compute.clone(),
             provenance: self.provenance.clone(),
             progress: false,
             resume: None,
@@ -191,7 +191,7 @@ impl<'a> Worker<'a> {
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
         let cfg = spec.config;
         let split = self.split(&cfg)?;
-        let mut trainer = build_trainer(&cfg, split, &self.device)?;
+        let mut trainer = build_trainer(&cfg, split, &self.compute)?;
         let base_steps = self.campaign.settings.base_steps.unwrap_or(0);
         let t = Instant::now();
         while trainer.step < base_steps && !trainer.done() {
@@ -374,7 +374,7 @@ impl<'a> Worker<'a> {
         let mut cfg = spec.config.clone();
         cfg.parallel.broadcast_on_restart = Some(resilab_train::Broadcast::Nothing);
         let split = self.split(&cfg)?;
-        let mut trainer = build_trainer(&cfg, split, &self.device)?;
+        let mut trainer = build_trainer(&cfg, split, &self.compute)?;
         let template = trainer.snapshot();
         let (state, _) = resilab_checkpoint::load(step_dir, &template, OnMismatch::Load, &|_: &Path| Ok(()))
             .map_err(|e| Error::CorruptFile(e.to_string()))?;

@@ -65,6 +65,50 @@ impl Advice {
     }
 }
 
+/// [`advise`] for values given on a command line: the costs and MTBF must be finite, the
+/// checkpoint cost and MTBF above zero, the restart cost not below; the error names the flag.
+pub fn checked(checkpoint_s: f64, restart_s: f64, mtbf_s: f64) -> crate::Result<Advice> {
+    for (name, v) in [("--checkpoint-cost", checkpoint_s), ("--mtbf", mtbf_s)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(crate::Error::Usage(format!("{name} must be a number of seconds > 0, got {v}")));
+        }
+    }
+    if !(restart_s.is_finite() && restart_s >= 0.0) {
+        return Err(crate::Error::Usage(format!("--restart-cost must be a number of seconds >= 0, got {restart_s}")));
+    }
+    Ok(advise(checkpoint_s, restart_s, mtbf_s))
+}
+
+impl Advice {
+    /// `resilab advise`'s report: both intervals (in steps too, when the step time is known),
+    /// their expected waste, and the `[checkpoint]` line to paste.
+    pub fn text(&self) -> String {
+        // Simulated costs are often milliseconds: small values in scientific notation.
+        let s = |x: f64| if x != 0.0 && x.abs() < 0.1 { format!("{x:.3e} s") } else { format!("{x:.1} s") };
+        let steps = |n: Option<u64>| n.map(|n| format!(" ({n} steps)")).unwrap_or_default();
+        let mut lines = vec![
+            format!("checkpoint cost {}, restart cost {}, MTBF {}", s(self.checkpoint_s), s(self.restart_s), s(self.mtbf_s)),
+            format!(
+                "Young: checkpoint every {}{} of work; expected time lost {:.2}%",
+                s(self.young_s),
+                steps(self.young_steps),
+                100.0 * self.young_waste
+            ),
+            format!(
+                "Daly:  checkpoint every {}{} of work; expected time lost {:.2}%",
+                s(self.daly_s),
+                steps(self.daly_steps),
+                100.0 * self.daly_waste
+            ),
+            "(lost: checkpoint writes, work redone after failures and restarts; Daly's model, exponential failures)".to_string(),
+        ];
+        if let (Some(n), Some(step)) = (self.daly_steps, self.step_s) {
+            lines.push(format!("in the run's configuration ({} per step measured): [checkpoint] every_steps = {n}", s(step)));
+        }
+        lines.join("\n")
+    }
+}
+
 /// Both intervals and their expected waste.
 pub fn advise(checkpoint_s: f64, restart_s: f64, mtbf_s: f64) -> Advice {
     let (y, d) = (young(checkpoint_s, mtbf_s), daly(checkpoint_s, mtbf_s));

@@ -48,6 +48,9 @@ pub enum Error {
     /// HDF5 error (names file and object).
     #[error(transparent)]
     H5(#[from] resilab_h5::Error),
+    /// A value given on the command line is out of range; the message names the flag.
+    #[error("{0}")]
+    Usage(String),
     /// File-system error.
     #[error("{path}")]
     Io {
@@ -573,6 +576,29 @@ pub struct Inspection {
     pub attributes_status: String,
     /// Every dataset.
     pub datasets: Vec<InspectedDataset>,
+}
+
+impl Inspection {
+    /// `resilab inspect`'s listing: the root attributes (a multi-line value as its line count),
+    /// their digest status, one line per dataset, and the count failing their digest.
+    pub fn text(&self) -> String {
+        let mut lines = vec![self.file.display().to_string()];
+        for (k, v) in &self.attributes {
+            let v = if v.contains('\n') { format!("<{} lines>", v.lines().count()) } else { v.clone() };
+            lines.push(format!("  @{k} = {v}"));
+        }
+        lines.push(format!("  attributes digest: {}", self.attributes_status));
+        lines.push(format!("{:<60} {:>16} {:>6} hash", "dataset", "shape", "dtype"));
+        for d in &self.datasets {
+            let shape = format!("{:?}", d.info.shape);
+            lines.push(format!("{:<60} {:>16} {:>6} {}", d.info.path, shape, d.info.dtype.to_string(), d.hash_status));
+        }
+        let bad = self.datasets.iter().filter(|d| d.hash_status != "ok" && d.hash_status != "no-hash").count();
+        let fine = ["ok", "no-hash"].contains(&self.attributes_status.as_str());
+        let attrs = if fine { "" } else { "; the root attributes fail theirs" };
+        lines.push(format!("{} datasets, {} failing their digest{attrs}", self.datasets.len(), bad));
+        lines.join("\n") + "\n"
+    }
 }
 
 /// Lists a checkpoint file's attributes and datasets, verifying each dataset's digest.

@@ -29,6 +29,7 @@
 use std::path::PathBuf;
 
 mod bytes;
+pub mod command;
 pub mod config;
 mod diff;
 mod file;
@@ -37,6 +38,7 @@ mod paths;
 pub mod run;
 
 pub use bytes::{ByteRecord, region_intervals};
+pub use command::{Done, Request, inject, load_spec};
 pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
 pub use diff::{DatasetDiff, FileDiff, LogCheck, diff};
 pub use file::{
@@ -97,6 +99,12 @@ pub enum Error {
     /// HDF5 refused.
     #[error(transparent)]
     H5(#[from] resilab_h5::Error),
+    /// The request cannot be carried out as given; the message says what to change.
+    #[error("{0}")]
+    Usage(String),
+    /// A file failed the check run before it is opened (see [`command::FileCheck`]).
+    #[error("{0}")]
+    Check(String),
 }
 
 /// A seed from the operating system's entropy, for runs given none (it is logged).

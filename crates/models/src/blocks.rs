@@ -8,7 +8,8 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
-use crate::layers::{BatchNorm2d, Linear, conv, conv_forward, conv_forward_then, pool2};
+use crate::kernels::Kernels;
+use crate::layers::{BatchNorm2d, Linear, conv, conv_forward_then, pool2};
 
 /// Forward mode: training (batch statistics, running statistics updated) or inference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,24 +20,20 @@ pub enum Mode {
     Eval,
 }
 
-fn bn_forward(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-    bn_then(bn, x, mode, false)
-}
-
-/// BatchNorm, then a ReLU when `relu` (fused in training mode when the kernels are on).
-fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool) -> Tensor<4> {
+/// BatchNorm, then a ReLU when `relu` (fused in training mode with resilab's kernels).
+fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool, k: Kernels) -> Tensor<4> {
     match mode {
-        Mode::Train => bn.forward_train_then(x, relu_after),
+        Mode::Train => bn.forward_train_fused(x, None, relu_after, k),
         Mode::Eval if relu_after => relu(bn.forward(x)),
         Mode::Eval => bn.forward(x),
     }
 }
 
 /// BatchNorm, plus the shortcut, then a ReLU: a residual block's end (one fused op in training
-/// mode when the kernels are on).
-fn bn_add_relu(bn: &mut BatchNorm2d, x: Tensor<4>, shortcut: Tensor<4>, mode: Mode) -> Tensor<4> {
+/// mode with resilab's kernels).
+fn bn_add_relu(bn: &mut BatchNorm2d, x: Tensor<4>, shortcut: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
     match mode {
-        Mode::Train => bn.forward_train_fused(x, Some(shortcut), true),
+        Mode::Train => bn.forward_train_fused(x, Some(shortcut), true, k),
         Mode::Eval => relu(bn.forward(x) + shortcut),
     }
 }
@@ -60,12 +57,12 @@ impl ConvUnit {
         Self { conv: conv(c_in, c_out, k, 1, bias, device), bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)), pool }
     }
 
-    fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
         let x = match self.bn.as_mut() {
-            Some(bn) => bn_then(bn, conv_forward(&self.conv, x), mode, true),
-            None => conv_forward_then(&self.conv, x, true),
+            Some(bn) => bn_then(bn, conv_forward_then(&self.conv, x, false, k), mode, true, k),
+            None => conv_forward_then(&self.conv, x, true, k),
         };
-        if self.pool { pool2(x) } else { x }
+        if self.pool { pool2(x, k) } else { x }
     }
 }
 
@@ -108,13 +105,13 @@ impl BasicBlock {
         }
     }
 
-    fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
         let shortcut = match self.downsample.as_mut() {
-            Some(ds) => bn_forward(&mut ds.bn, conv_forward(&ds.conv, x.clone()), mode),
+            Some(ds) => bn_then(&mut ds.bn, conv_forward_then(&ds.conv, x.clone(), false, k), mode, false, k),
             None => x.clone(),
         };
-        let y = bn_then(&mut self.bn1, conv_forward(&self.conv1, x), mode, true);
-        bn_add_relu(&mut self.bn2, conv_forward(&self.conv2, y), shortcut, mode)
+        let y = bn_then(&mut self.bn1, conv_forward_then(&self.conv1, x, false, k), mode, true, k);
+        bn_add_relu(&mut self.bn2, conv_forward_then(&self.conv2, y, false, k), shortcut, mode, k)
     }
 }
 
@@ -126,10 +123,10 @@ pub struct PoolHead {
 }
 
 impl PoolHead {
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+    fn forward(&self, x: Tensor<4>, k: Kernels) -> Tensor<4> {
         let [n, c, _, _] = x.dims();
         let x = adaptive_avg_pool2d(x, [1, 1]).reshape([n, c]);
-        let logits = self.fc.forward(x);
+        let logits = self.fc.forward_then(x, false, k);
         let k = logits.dims()[1];
         logits.reshape([n, k, 1, 1])
     }
@@ -147,12 +144,12 @@ pub struct MlpHead {
 }
 
 impl MlpHead {
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+    fn forward(&self, x: Tensor<4>, k: Kernels) -> Tensor<4> {
         let [n, c, h, w] = x.dims();
         let x = x.reshape([n, c * h * w]);
-        let x = self.fc1.forward_then(x, true);
-        let x = self.fc2.forward_then(x, true);
-        let logits = self.fc3.forward(x);
+        let x = self.fc1.forward_then(x, true, k);
+        let x = self.fc2.forward_then(x, true, k);
+        let logits = self.fc3.forward_then(x, false, k);
         let k = logits.dims()[1];
         logits.reshape([n, k, 1, 1])
     }
@@ -174,16 +171,16 @@ pub enum Block {
 }
 
 impl Block {
-    /// Runs the block.
+    /// Runs the block, through `kernels`.
     ///
     /// # Shapes
     /// `[N, C, H, W] -> [N, C', H', W']`; heads return `[N, classes, 1, 1]`.
-    pub fn forward(&mut self, x: Tensor<4>, mode: Mode) -> Tensor<4> {
+    pub fn forward(&mut self, x: Tensor<4>, mode: Mode, kernels: Kernels) -> Tensor<4> {
         match self {
-            Block::Conv(b) => b.forward(x, mode),
-            Block::Basic(b) => b.forward(x, mode),
-            Block::PoolHead(b) => b.forward(x),
-            Block::MlpHead(b) => b.forward(x),
+            Block::Conv(b) => b.forward(x, mode, kernels),
+            Block::Basic(b) => b.forward(x, mode, kernels),
+            Block::PoolHead(b) => b.forward(x, kernels),
+            Block::MlpHead(b) => b.forward(x, kernels),
         }
     }
 }

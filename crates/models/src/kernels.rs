@@ -6,11 +6,10 @@
 //! shapes the kernels do not take (groups, asymmetric padding, other float types), both are
 //! Burn's own operations.
 //!
-//! Whether the models use it is one process-wide choice made at the binary's edge
-//! ([`set_enabled`]; the `native` backend), so that `flex` stays Burn's flex bit for bit (with
-//! the GEMM micro-kernels the build's `avx512` feature selects, see [`gemm_uses_avx512`]).
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! Whether a network uses them is a value it carries ([`Kernels`], set by whoever builds it;
+//! the binary's `native` backend), so that `flex` stays Burn's flex bit for bit (with the GEMM
+//! micro-kernels the build's `avx512` feature selects, see [`gemm_uses_avx512`]), and both
+//! paths can run side by side in one process.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -21,27 +20,54 @@ use burn::backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, AutodiffBackend, Dispatch, DispatchDevice, Flex, backend_extension};
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{DType, Gradients as TensorGradients, Tensor, TensorData};
+use burn::tensor::{DType, Device, Gradients as TensorGradients, Tensor, TensorData};
 use resilab_kernels::Conv2d as Shape;
 use resilab_kernels::norm::{self, Norm, Stats};
 use resilab_kernels::pool::{self, Pool2};
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Which operations a network's layers, the gradient all-reduce and the optimizer run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Kernels {
+    /// Burn's own operations on every device (the `flex`, `ndarray`, `wgpu` and `tch` backends).
+    #[default]
+    Burn,
+    /// resilab's kernels on the flex device (the `native` backend); Burn's operations on any
+    /// other device and for shapes or float types the kernels do not take.
+    Resilab,
+}
 
-/// Makes the models' convolutions on the flex device use resilab's kernels (`true`) or Burn's
-/// (`false`, the start). Set once, before training, by the binary.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
+impl Kernels {
+    /// Whether resilab's kernels are chosen.
+    pub fn resilab(self) -> bool {
+        self == Kernels::Resilab
+    }
+}
+
+/// Where networks compute and through which operations: the device, and the kernels their
+/// layers run there. Chosen once, at the binary's edge, and passed down.
+#[derive(Clone, Debug)]
+pub struct Compute {
+    /// The device (without autodiff; training makes an autodiff device from it).
+    pub device: Device,
+    /// The operations networks built for it run.
+    pub kernels: Kernels,
+}
+
+impl Compute {
+    /// Burn's own operations on `device`.
+    pub fn burn(device: Device) -> Self {
+        Self { device, kernels: Kernels::Burn }
+    }
+
+    /// resilab's kernels on Burn's flex CPU device (the `native` backend).
+    pub fn native() -> Self {
+        Self { device: Device::flex(), kernels: Kernels::Resilab }
+    }
 }
 
 /// Whether the GEMMs run AVX-512 micro-kernels (the `avx512` feature on an AVX-512 CPU); the
 /// platform key records it, as it changes the bits of `native` and `flex` alike.
 pub use resilab_kernels::{NUMERICS, gemm_uses_avx512};
-
-/// Whether [`set_enabled`] turned the kernels on.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
 
 /// The convolution of `x` with `weight` (plus `bias`): resilab's kernels on the flex device
 /// (with or without autodiff), Burn's `conv2d` elsewhere.
@@ -142,13 +168,13 @@ pub(crate) fn burn_linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu
 /// Backpropagates `upstream`, the gradient of a loss with respect to `y`, through the graph
 /// that computed `y` (a pipeline stage's backward pass from the next stage's gradient message):
 /// the gradients `(y * upstream).sum().backward()` gives, without computing the product, its
-/// sum or their gradients. With the kernels on ([`enabled`]) and on the flex device, one op
+/// sum or their gradients. With [`Kernels::Resilab`] and on the flex device, one op
 /// whose backward step hands `upstream` to `y` as its gradient; that formulation elsewhere (as
 /// in Burn's flex, where the product's gradient `upstream * 1` also quiets a signalling NaN).
-pub fn backward_from<const D: usize>(y: Tensor<D>, upstream: Tensor<D>) -> TensorGradients {
+pub fn backward_from<const D: usize>(y: Tensor<D>, upstream: Tensor<D>, kernels: Kernels) -> TensorGradients {
     let device = y.device().without_autodiff();
     let fits = y.dims() == upstream.dims() && [y.dtype(), upstream.dtype()] == [DType::F32; 2] && y.is_autodiff();
-    if !enabled() || !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || !fits {
+    if !kernels.resilab() || !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || !fits {
         return (y * upstream).sum().backward();
     }
     let anchor = <Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), upstream.autodiff().into_dispatch());

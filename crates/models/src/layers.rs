@@ -9,6 +9,8 @@ use burn::prelude::*;
 use burn::tensor::module::{batch_norm, batch_norm_train, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 
+use crate::kernels::Kernels;
+
 /// PyTorch's default BatchNorm momentum (weight of the new batch statistic).
 pub const BN_MOMENTUM: f64 = 0.1;
 /// PyTorch's default BatchNorm epsilon.
@@ -52,21 +54,15 @@ impl BatchNorm2d {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C, H, W]`
     pub fn forward_train(&mut self, x: Tensor<4>) -> Tensor<4> {
-        self.forward_train_then(x, false)
-    }
-
-    /// [`BatchNorm2d::forward_train`] followed, when `relu`, by a ReLU: one fused op through
-    /// resilab's kernels when [`crate::kernels::enabled`], Burn's two ops otherwise.
-    pub fn forward_train_then(&mut self, x: Tensor<4>, relu: bool) -> Tensor<4> {
-        self.forward_train_fused(x, None, relu)
+        self.forward_train_fused(x, None, false, Kernels::Burn)
     }
 
     /// [`BatchNorm2d::forward_train`], plus `residual` when given, then a ReLU when `relu`
-    /// (a ResNet block's end): one fused op through resilab's kernels when
-    /// [`crate::kernels::enabled`], Burn's ops one by one otherwise.
-    pub fn forward_train_fused(&mut self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool) -> Tensor<4> {
+    /// (a ResNet block's end): one fused op through resilab's kernels with
+    /// [`Kernels::Resilab`], Burn's ops one by one otherwise.
+    pub fn forward_train_fused(&mut self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool, kernels: Kernels) -> Tensor<4> {
         let [n, _, h, w] = x.dims();
-        let (output, batch_mean, batch_var) = if crate::kernels::enabled() {
+        let (output, batch_mean, batch_var) = if kernels.resilab() {
             crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, residual, relu)
         } else {
             let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
@@ -113,17 +109,17 @@ impl Linear {
     /// # Shapes
     /// `[N, in] -> [N, out]`
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        self.forward_then(x, false)
+        self.forward_then(x, false, Kernels::Burn)
     }
 
     /// [`Self::forward`] followed, when `relu`, by a ReLU: one fused op through resilab's
-    /// kernels when [`crate::kernels::enabled`] (on the flex device), Burn's ops otherwise.
+    /// kernels with [`Kernels::Resilab`] (on the flex device), Burn's ops otherwise.
     ///
     /// # Shapes
     /// `[N, in] -> [N, out]`
-    pub fn forward_then(&self, x: Tensor<2>, relu: bool) -> Tensor<2> {
+    pub fn forward_then(&self, x: Tensor<2>, relu: bool, kernels: Kernels) -> Tensor<2> {
         let (weight, bias) = (self.weight.val(), self.bias.val());
-        if crate::kernels::enabled() {
+        if kernels.resilab() {
             crate::kernels::linear_then(x, weight, bias, relu)
         } else {
             crate::kernels::burn_linear(x, weight, bias, relu)
@@ -141,16 +137,12 @@ pub fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, bias: bool, devi
         .init(device)
 }
 
-/// Applies `conv` to `x`: through resilab's kernels when [`crate::kernels::enabled`] and the
-/// tensor lives on the flex device, as Burn's `Conv2d::forward` otherwise.
-pub fn conv_forward(conv: &Conv2d, x: Tensor<4>) -> Tensor<4> {
-    conv_forward_then(conv, x, false)
-}
-
-/// [`conv_forward`] followed, when `relu`, by a ReLU (one fused op through the kernels).
-pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
+/// Applies `conv` to `x`, followed, when `relu`, by a ReLU: one fused op through resilab's
+/// kernels with [`Kernels::Resilab`] and the tensor on the flex device, Burn's
+/// `Conv2d::forward` (and `relu`) otherwise.
+pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool, kernels: Kernels) -> Tensor<4> {
     // The models' convolutions have explicit padding ([`conv`]); others take Burn's path.
-    let (true, PaddingConfig2d::Explicit(top, left, bottom, right)) = (crate::kernels::enabled(), &conv.padding) else {
+    let (true, PaddingConfig2d::Explicit(top, left, bottom, right)) = (kernels.resilab(), &conv.padding) else {
         let y = conv.forward(x);
         return if relu { burn::tensor::activation::relu(y) } else { y };
     };
@@ -162,6 +154,6 @@ pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool) -> Tensor<4> {
 ///
 /// # Shapes
 /// `[N, C, H, W] -> [N, C, H/2, W/2]`
-pub fn pool2(x: Tensor<4>) -> Tensor<4> {
-    if crate::kernels::enabled() { crate::kernels::max_pool2(x) } else { max_pool2d(x, MaxPoolOptions::new([2, 2])) }
+pub fn pool2(x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
+    if kernels.resilab() { crate::kernels::max_pool2(x) } else { max_pool2d(x, MaxPoolOptions::new([2, 2])) }
 }

@@ -22,6 +22,7 @@ mod net;
 
 pub use blocks::{BasicBlock, Block, ConvUnit, Downsample, MlpHead, Mode, PoolHead};
 pub use init::{init_parameters, stream_seed};
+pub use kernels::{Compute, Kernels};
 pub use layers::{BN_EPSILON, BN_MOMENTUM, BatchNorm2d, Linear};
 pub use naming::{
     LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param, is_trainable, map_params, named_params,

@@ -7,6 +7,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::{BasicBlock, Block, ConvUnit, MlpHead, Mode, PoolHead};
+use crate::kernels::Kernels;
 use crate::layers::Linear;
 use crate::{Error, Result};
 
@@ -195,7 +196,7 @@ impl ModelConfig {
             }
         }
         let (block_names, blocks) = blocks.into_iter().unzip();
-        Ok(Net { blocks, block_names })
+        Ok(Net { blocks, block_names, kernels: Kernels::Burn })
     }
 }
 
@@ -207,13 +208,21 @@ pub struct Net {
     pub blocks: Vec<Block>,
     /// One name per block.
     pub block_names: Vec<String>,
+    /// The operations the blocks run ([`Kernels::Burn`] as built; see [`Net::with_kernels`]).
+    #[module(skip)]
+    pub kernels: Kernels,
 }
 
 impl Net {
     /// Moves the network out of `self`, leaving an empty one: for a function that consumes
     /// the network (an optimizer step) without a second handle on its parameters.
     pub fn take(&mut self) -> Net {
-        Net { blocks: std::mem::take(&mut self.blocks), block_names: std::mem::take(&mut self.block_names) }
+        Net { blocks: std::mem::take(&mut self.blocks), block_names: std::mem::take(&mut self.block_names), kernels: self.kernels }
+    }
+
+    /// The same network, running `kernels` from now on.
+    pub fn with_kernels(self, kernels: Kernels) -> Net {
+        Net { kernels, ..self }
     }
 
     /// Runs every block and returns the logits.
@@ -232,7 +241,8 @@ impl Net {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C', H', W']`
     pub fn forward_blocks(&mut self, range: Range<usize>, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-        self.blocks[range].iter_mut().fold(x, |x, b| b.forward(x, mode))
+        let kernels = self.kernels;
+        self.blocks[range].iter_mut().fold(x, |x, b| b.forward(x, mode, kernels))
     }
 
     /// Inference forward pass that leaves the network untouched.
@@ -276,12 +286,14 @@ impl Net {
     /// The blocks `range` as a network of their own (a pipeline stage). Parameters keep their
     /// names, since block names prefix them.
     pub fn slice(&self, range: Range<usize>) -> Net {
-        Net { blocks: self.blocks[range.clone()].to_vec(), block_names: self.block_names[range].to_vec() }
+        Net { blocks: self.blocks[range.clone()].to_vec(), block_names: self.block_names[range].to_vec(), kernels: self.kernels }
     }
 
-    /// Concatenates stages back into one network (the inverse of [`Net::slice`]).
+    /// Concatenates stages back into one network (the inverse of [`Net::slice`]), running the
+    /// first stage's kernels.
     pub fn join(parts: &[Net]) -> Net {
-        let mut net = Net { blocks: Vec::new(), block_names: Vec::new() };
+        let kernels = parts.first().map_or(Kernels::Burn, |p| p.kernels);
+        let mut net = Net { blocks: Vec::new(), block_names: Vec::new(), kernels };
         for p in parts {
             net.blocks.extend(p.blocks.iter().cloned());
             net.block_names.extend(p.block_names.iter().cloned());

@@ -275,7 +275,6 @@ fn a_nan_passes_the_fused_linear_layer_as_it_passes_burns() {
 fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
     use burn::backend::Dispatch;
     use kernels::ConvKernels;
-    kernels::set_enabled(true);
     let dev = Device::flex().autodiff();
     let case = CASES[1];
     let (n, ci, [h, w], co, k, stride, padding, dilation) = case;
@@ -286,8 +285,8 @@ fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
         let u = Tensor::<4>::from_data(TensorData::new(values(y.shape().num_elements(), 0.9), y.dims()), &Device::flex());
         let grads = match how {
             0 => (y * u).sum().backward(),
-            1 => kernels::backward_from(y, u),
-            2 => kernels::backward_from(y, u.autodiff()),
+            1 => kernels::backward_from(y, u, kernels::Kernels::Resilab),
+            2 => kernels::backward_from(y, u.autodiff(), kernels::Kernels::Resilab),
             _ => (Tensor::<1>::from_dispatch(<Dispatch as ConvKernels>::resilab_seed(y.into_dispatch(), u.autodiff().into_dispatch()))
                 * 3.0)
                 .backward(),
@@ -304,5 +303,36 @@ fn a_backward_pass_from_an_upstream_gradient_matches_the_product_formulation() {
         let (a, b): (Vec<f32>, Vec<f32>) =
             (a.iter().map(|&v| f32::from_bits(v)).collect(), b.iter().map(|&v| 3.0 * f32::from_bits(v)).collect());
         assert!(rel(&a, &b) < 1e-5);
+    }
+}
+
+/// The kernel choice is a value each network carries, not process state: two copies of one
+/// network, one on each path, train-mode forward and backward side by side on two threads, and
+/// agree within float rounding (the paths round differently, so their bits differ); the Burn
+/// copy gives exactly what the network as built gives.
+#[test]
+fn each_network_runs_the_kernels_it_carries_side_by_side() {
+    use resilab_models::{Arch, InputShape, Kernels, Mode, ModelConfig, init_parameters};
+    let dev = Device::flex().autodiff();
+    let cfg = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
+    let net = init_parameters(cfg.build(InputShape { channels: 3, size: 8 }, 4, &dev).unwrap(), 3, &dev);
+    let x = Tensor::<4>::from_data(TensorData::new(values(2 * 3 * 8 * 8, 0.2), [2, 3, 8, 8]), &dev);
+    let run = |net: resilab_models::Net| {
+        let mut net = net;
+        let y = net.forward(x.clone(), Mode::Train);
+        let grads = y.clone().sum().backward();
+        let Some(resilab_models::Block::Conv(stem)) = net.blocks.first() else { panic!("a ResNet starts with its stem") };
+        [host(y), host(stem.conv.weight.val().grad(&grads).unwrap())]
+    };
+    let (ours, burn) = std::thread::scope(|s| {
+        let a = s.spawn(|| run(net.clone().with_kernels(Kernels::Resilab)));
+        let b = s.spawn(|| run(net.clone().with_kernels(Kernels::Burn)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let bits = |v: &[Vec<f32>; 2]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&run(net.clone())), bits(&burn), "a network is built on Burn's path");
+    assert_ne!(bits(&ours), bits(&burn), "the resilab copy ran resilab's kernels");
+    for (o, b) in ours.iter().zip(&burn) {
+        assert!(rel(o, b) < 1e-4, "{}", rel(o, b));
     }
 }

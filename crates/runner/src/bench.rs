@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::prelude::*;
 use resilab_data::{DataConfig, Split};
+use resilab_models::Compute;
 use resilab_models::{InputShape, ModelConfig};
 use resilab_train::{ParallelConfig, ParallelMode, Trainer};
 use serde::Serialize;
@@ -68,7 +68,7 @@ fn bench_trainer(
     batch: usize,
     steps: usize,
     parallel: ParallelConfig,
-    device: &Device,
+    compute: &Compute,
 ) -> Result<(RunConfig, Trainer)> {
     let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
     let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
@@ -78,14 +78,14 @@ fn bench_trainer(
     cfg.train.batch_size = batch;
     cfg.train.steps = Some(steps as u64);
     cfg.parallel = parallel;
-    let trainer = crate::run::build_trainer(&cfg, split, device)?;
+    let trainer = crate::run::build_trainer(&cfg, split, compute)?;
     Ok((cfg, trainer))
 }
 
 /// Measures `steps` training steps (after `warmup` untimed ones) of `model` at batch `batch` on
 /// 3x32x32 images, SGD with momentum 0.9.
-pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, device: &Device) -> Result<StepTiming> {
-    let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, ParallelConfig::default(), device)?;
+pub fn train_step(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, compute: &Compute) -> Result<StepTiming> {
+    let (_, mut trainer) = bench_trainer(model, batch, warmup + steps, ParallelConfig::default(), compute)?;
     let net = trainer.model();
     let params = net.num_trainable();
     let forward_flops = net.block_costs(InputShape { channels: 3, size: 32 }).iter().map(|b| b.flops).sum();
@@ -178,10 +178,10 @@ pub fn checkpoint(
     steps: usize,
     reps: usize,
     dir: &std::path::Path,
-    device: &Device,
+    compute: &Compute,
 ) -> Result<CheckpointBench> {
     use std::io::{Read, Write};
-    let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), device)?;
+    let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), compute)?;
     trainer.step()?;
     let step_s = median_step(&mut trainer, steps)?;
     let state = trainer.snapshot();
@@ -314,6 +314,46 @@ pub struct ParallelBench {
     pub compute_ratio: f64,
 }
 
+impl ParallelBench {
+    /// The header of [`ParallelBench::row`]'s table.
+    pub fn header() -> String {
+        format!(
+            "{:<10} {:>7} {:>6} {:>6} {:>10} {:>7} {:>11} {:>9} {:>9} {:>12}",
+            "layout", "workers", "stages", "micro", "step ms", "ratio", "compute ms", "ratio", "update ms", "sim step ms"
+        )
+    }
+
+    /// The measurement as a table row.
+    pub fn row(&self) -> String {
+        format!(
+            "{:<10} {:>7} {:>6} {:>6} {:>10.1} {:>7.3} {:>11.1} {:>9.3} {:>9.1} {:>12.1}",
+            self.layout,
+            self.workers,
+            self.stages,
+            self.micro_batches,
+            self.step_ms_median,
+            self.ratio_vs_single,
+            self.compute_ms_median,
+            self.compute_ratio,
+            self.update_ms_median,
+            self.sim_step_ms_median
+        )
+    }
+}
+
+/// Appends `rows` to the CSV file `path`, with a header line when the file is new.
+pub fn append_csv(path: &std::path::Path, rows: &[ParallelBench]) -> Result<()> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let new = !path.exists();
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+    let csv = |source| Error::Csv { path: path.to_path_buf(), source };
+    let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+    for r in rows {
+        w.serialize(r).map_err(csv)?;
+    }
+    w.flush().map_err(io)
+}
+
 /// A layout to measure: `(label, parallel section)`.
 pub type Layout = (String, ParallelConfig);
 
@@ -342,12 +382,12 @@ pub fn parallel(
     layouts: &[Layout],
     warmup: usize,
     steps: usize,
-    device: &Device,
+    compute: &Compute,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ParallelBench>> {
     let mut trainers = Vec::with_capacity(layouts.len());
     for (label, p) in layouts {
-        let (_, mut t) = bench_trainer(model, batch, warmup + steps, p.clone(), device)?;
+        let (_, mut t) = bench_trainer(model, batch, warmup + steps, p.clone(), compute)?;
         for _ in 0..warmup {
             t.step()?;
         }
@@ -425,12 +465,12 @@ pub struct DetectBench {
 
 /// Measures the detectors' cost on `model` with `workers` replicas at global batch `batch`.
 /// Means, not medians, so that the every-10-steps divergence check is counted.
-pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usize, steps: usize, device: &Device) -> Result<DetectBench> {
+pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usize, steps: usize, compute: &Compute) -> Result<DetectBench> {
     use resilab_faults::FaultInjector;
     use resilab_recovery::{DetectConfig, Guard, SpikeConfig, Strategy};
     let parallel = ParallelConfig { workers, ..ParallelConfig::default() };
-    let (_, mut a) = bench_trainer(model, batch, warmup + steps, parallel.clone(), device)?;
-    let (_, mut b) = bench_trainer(model, batch, warmup + steps, parallel, device)?;
+    let (_, mut a) = bench_trainer(model, batch, warmup + steps, parallel.clone(), compute)?;
+    let (_, mut b) = bench_trainer(model, batch, warmup + steps, parallel, compute)?;
     let none = DetectConfig {
         nan_loss: false,
         nan_gradients: false,

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use burn::prelude::*;
 use resilab_checkpoint::{OnMismatch, Probe};
+use resilab_models::Compute;
 use resilab_train::{ParallelMode, evaluate};
 use serde::Serialize;
 
@@ -65,7 +65,7 @@ pub struct Clean {
 /// data-parallel worker file (`worker-2.h5`) evaluates that replica; a directory, replica 0;
 /// pipeline stages are joined into the whole model. An altered worker file is evaluated beside
 /// the clean file it was made from, when that is known ([`clean_source`]).
-pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: &Device, probe: Probe<'_>) -> Result<EvalReport> {
+pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], compute: &Compute, probe: Probe<'_>) -> Result<EvalReport> {
     let file = resilab_checkpoint::primary_file(target)?;
     probe(&file)?;
     let cfg = match config {
@@ -76,7 +76,7 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], device: 
         }
     };
     let split = Arc::new(resilab_data::load(&cfg.data)?);
-    let mut trainer = build_trainer(&cfg, split.clone(), device)?;
+    let mut trainer = build_trainer(&cfg, split.clone(), compute)?;
     let template = trainer.snapshot();
     // `file` has been probed already; the other worker files are probed as they are loaded.
     let probe_rest = |p: &Path| if p == file { Ok(()) } else { probe(p) };

@@ -11,6 +11,7 @@ pub mod platform;
 pub mod project;
 mod run;
 mod session;
+mod text;
 
 pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{Clean, EvalReport, clean_source, eval};

@@ -62,6 +62,66 @@ pub struct Projection {
     pub steps_to_failure: f64,
 }
 
+/// What `resilab project` is asked for: the worker counts, the failure rate (per node, or the
+/// system's in steps), and the checkpoint interval (fixed, or Daly's times a factor).
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Data-parallel worker counts, one table block each.
+    pub workers: Vec<usize>,
+    /// One node's mean time between failures, in years.
+    pub node_mtbf_years: f64,
+    /// The system's mean time between failures in steps (instead of the nodes').
+    pub system_mtbf_steps: Option<f64>,
+    /// Checkpoint every this many steps (instead of Daly's interval).
+    pub interval_steps: Option<u64>,
+    /// Daly's interval times this factor.
+    pub daly_factor: f64,
+}
+
+/// [`project`] for every worker count of `request`: one JSON line per projection with `json`,
+/// else a table with a header line.
+pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> {
+    for (name, v) in [("--node-mtbf-years", request.node_mtbf_years), ("--daly-factor", request.daly_factor)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(Error::Config(format!("{name} must be a number > 0, got {v}")));
+        }
+    }
+    let interval = request.interval_steps.map_or(Interval::Daly(request.daly_factor), Interval::Steps);
+    let node_mtbf_s = request.node_mtbf_years * 365.25 * 86_400.0;
+    let mut lines = Vec::new();
+    if !json {
+        lines.push(format!(
+            "{:>7} {:<19} {:>11} {:>12} {:>10} {:>9} {:>10} {:>9}",
+            "workers", "strategy", "step s", "job MTBF s", "ckpt every", "steady", "per fail s", "overhead"
+        ));
+    }
+    for &n in &request.workers {
+        for p in project(cfg, n, Some(node_mtbf_s), request.system_mtbf_steps, interval)? {
+            lines.push(if json { serde_json::to_string(&p).map_err(|e| Error::Config(e.to_string()))? } else { p.row() });
+        }
+    }
+    Ok(lines.join("\n"))
+}
+
+impl Projection {
+    /// The projection as a row of [`report`]'s table.
+    fn row(&self) -> String {
+        let strategy = serde_json::to_value(self.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let overhead = self.overhead.map_or_else(|| format!("fails ~{:.0} steps", self.steps_to_failure), |o| format!("{:.3}%", 100.0 * o));
+        format!(
+            "{:>7} {:<19} {:>11.3e} {:>12.3e} {:>10} {:>8.3}% {:>10.3e} {:>9}",
+            self.workers,
+            strategy,
+            self.step_s,
+            self.system_mtbf_s,
+            self.interval_steps,
+            100.0 * self.steady,
+            self.per_failure_s,
+            overhead
+        )
+    }
+}
+
 /// The projections of the four strategies for `cfg`'s model on `workers` workers, each keeping
 /// `cfg`'s per-worker batch, with a per-node MTBF of `node_mtbf_s` seconds (or a system MTBF of
 /// `system_mtbf_steps` steps when given). Needs `parallel.compute.gflops`.

@@ -6,11 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use burn::prelude::*;
 use resilab_checkpoint::{LoadReport, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::{FaultInjector, FaultTarget};
-use resilab_models::{InputShape, Net, init_parameters};
+use resilab_models::{Compute, InputShape, Net, init_parameters};
 use resilab_recovery::{DetectionRecord, Guard};
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 use serde::Serialize;
@@ -198,8 +197,8 @@ pub type FileProbe = Box<dyn Fn(&Path) -> resilab_checkpoint::Result<()>>;
 pub struct RunOptions {
     /// Output directory.
     pub out: PathBuf,
-    /// The device to train on (an autodiff device is made from it).
-    pub device: Device,
+    /// The device to train on (an autodiff device is made from it) and the kernels to run.
+    pub compute: Compute,
     /// Provenance to record.
     pub provenance: Provenance,
     /// Show a progress bar.
@@ -234,17 +233,18 @@ pub struct CompareRow {
     pub param_distance: Option<f64>,
 }
 
-/// Builds and initialises the network a configuration describes, for `split`'s images.
-pub fn build_net(cfg: &RunConfig, split: &Split, device: &Device) -> Result<Net> {
+/// Builds and initialises the network a configuration describes, for `split`'s images, on
+/// `compute`'s device and running its kernels.
+pub fn build_net(cfg: &RunConfig, split: &Split, compute: &Compute) -> Result<Net> {
     let input = InputShape { channels: split.train.channels, size: split.train.size };
-    let net = cfg.model.build(input, split.train.classes, device)?;
-    Ok(init_parameters(net, cfg.seed, device))
+    let net = cfg.model.build(input, split.train.classes, &compute.device)?;
+    Ok(init_parameters(net, cfg.seed, &compute.device).with_kernels(compute.kernels))
 }
 
-/// Builds the trainer a configuration describes, on `device` (made autodiff here).
-pub fn build_trainer(cfg: &RunConfig, split: Arc<Split>, device: &Device) -> Result<Trainer> {
-    let device = device.clone().autodiff();
-    let net = build_net(cfg, &split, &device)?;
+/// Builds the trainer a configuration describes, on `compute` (its device made autodiff here).
+pub fn build_trainer(cfg: &RunConfig, split: Arc<Split>, compute: &Compute) -> Result<Trainer> {
+    let device = compute.device.clone().autodiff();
+    let net = build_net(cfg, &split, &Compute { device: device.clone(), kernels: compute.kernels })?;
     let spec = TrainSpec {
         train: cfg.train.clone(),
         optimizer: cfg.optimizer.clone(),
@@ -380,7 +380,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let _out_lock = crate::files::lock_dir(out, "the output directory")?;
     check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
     let split = Arc::new(resilab_data::load(&cfg.data)?);
-    let mut trainer = build_trainer(cfg, split.clone(), &opts.device)?;
+    let mut trainer = build_trainer(cfg, split.clone(), &opts.compute)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
     let mut guard = make_guard(cfg, &trainer)?;
     let ckpt_root = cfg.checkpoint.root(out);
@@ -537,7 +537,7 @@ fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden
         }
         let o = RunOptions {
             out: dir.to_path_buf(),
-            device: opts.device.clone(),
+            compute: opts.compute.clone(),
             provenance: opts.provenance.clone(),
             progress: opts.progress,
             resume: None,

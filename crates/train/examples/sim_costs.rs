@@ -30,10 +30,10 @@ fn random_grads(net: &Net, device: &Device) -> Grads {
 
 /// Median milliseconds of (all-reduce, N optimizer updates) per step.
 fn measure(net: &Net, device: &Device, fused: bool) -> (f64, f64) {
-    resilab_models::kernels::set_enabled(fused);
-    let plan = ReducePlan::new(&trainable_sizes(net), &ParallelConfig { workers: WORKERS, ..ParallelConfig::default() });
+    let kernels = if fused { resilab_models::Kernels::Resilab } else { resilab_models::Kernels::Burn };
+    let plan = ReducePlan::new(&trainable_sizes(net), &ParallelConfig { workers: WORKERS, ..ParallelConfig::default() }, kernels);
     let cfg = OptimizerConfig { weight_decay: 5e-4, ..OptimizerConfig::default() };
-    let mut nets: Vec<Net> = (0..WORKERS).map(|_| net.clone()).collect();
+    let mut nets: Vec<Net> = (0..WORKERS).map(|_| net.clone().with_kernels(kernels)).collect();
     let mut states: Vec<OptimState> = (0..WORKERS).map(|_| OptimState::default()).collect();
     let (mut reduce_ms, mut update_ms) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {

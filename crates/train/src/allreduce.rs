@@ -12,6 +12,7 @@ use burn::backend::DispatchDevice;
 use burn::prelude::*;
 use burn::tensor::DType;
 use resilab_kernels::reduce::{Order, SegmentError, average, sum};
+use resilab_models::Kernels;
 
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
 
@@ -27,11 +28,14 @@ pub struct ReducePlan {
     pub kind: AllReduceKind,
     /// Divide contributions by N before summing (DDP) rather than scale the sum by 1/N (Horovod).
     pub predivide: bool,
+    /// [`Kernels::Resilab`]: each bucket's average is one pass over f32 slices (the same bits).
+    pub kernels: Kernels,
 }
 
 impl ReducePlan {
-    /// The plan for parameters `params` (`(name, values)` in model order) under `cfg`.
-    pub fn new(params: &[(String, usize)], cfg: &ParallelConfig) -> Self {
+    /// The plan for parameters `params` (`(name, values)` in model order) under `cfg`, reduced
+    /// through `kernels`.
+    pub fn new(params: &[(String, usize)], cfg: &ParallelConfig, kernels: Kernels) -> Self {
         let cap = cfg.bucket_bytes();
         let first_cap = match cfg.sync {
             SyncKind::Ddp => DDP_FIRST_BUCKET_BYTES.min(cap),
@@ -53,7 +57,7 @@ impl ReducePlan {
         if !current.is_empty() {
             buckets.push(current);
         }
-        Self { buckets, kind: cfg.allreduce, predivide: cfg.sync == SyncKind::Ddp }
+        Self { buckets, kind: cfg.allreduce, predivide: cfg.sync == SyncKind::Ddp, kernels }
     }
 
     /// Bytes of every bucket.
@@ -90,7 +94,7 @@ impl ReducePlan {
             if present.is_empty() {
                 continue;
             }
-            if let Some(averaged) = fused_average(&mut contributions, &present, self.kind, self.predivide) {
+            if let Some(averaged) = fused_average(&mut contributions, &present, self) {
                 out.extend(averaged);
                 continue;
             }
@@ -120,34 +124,30 @@ impl ReducePlan {
 }
 
 /// One bucket's average as one pass (resilab-kernels' `reduce`, the same bits as the tensor
-/// formulation below) when resilab's kernels are on and every contribution is an f32 vector of
+/// formulation below) with [`Kernels::Resilab`] and every contribution is an f32 vector of
 /// the planned length on the flex device; `None` (nothing taken) otherwise. The gradients'
 /// buffers are read where they are (copied only when something else holds them).
-fn fused_average(
-    contributions: &mut [Grads],
-    present: &[&(String, usize)],
-    kind: AllReduceKind,
-    predivide: bool,
-) -> Option<Vec<(String, Tensor<1>)>> {
-    let order = match kind {
+fn fused_average(contributions: &mut [Grads], present: &[&(String, usize)], plan: &ReducePlan) -> Option<Vec<(String, Tensor<1>)>> {
+    let order = match plan.kind {
         AllReduceKind::RankOrder => Order::Ranks,
         AllReduceKind::Ring => Order::Ring,
     };
-    fused(contributions, present, |views| average(views, order, predivide))
+    fused(contributions, present, plan.kernels, |views| average(views, order, plan.predivide))
 }
 
 /// `combine` over the `present` parameters of every contribution as plain f32 slices, when
-/// resilab's kernels are on and every contribution holds each as an f32 vector of the given
-/// length on the flex device; `None` (nothing taken) otherwise.
+/// `kernels` is [`Kernels::Resilab`] and every contribution holds each as an f32 vector of the
+/// given length on the flex device; `None` (nothing taken) otherwise.
 fn fused(
     contributions: &mut [Grads],
     present: &[&(String, usize)],
+    kernels: Kernels,
     combine: impl FnOnce(&[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, SegmentError>,
 ) -> Option<Vec<(String, Tensor<1>)>> {
     let device = contributions.first()?.get(&present.first()?.0)?.device();
     let fits = |t: &Tensor<1>| t.dtype() == DType::F32 && matches!(t.device().as_dispatch(), DispatchDevice::Flex(_));
     let all_fit = contributions.iter().all(|g| present.iter().all(|(name, n)| g.get(name).is_some_and(|t| fits(t) && t.dims() == [*n])));
-    if !resilab_models::kernels::enabled() || !all_fit {
+    if !kernels.resilab() || !all_fit {
         return None;
     }
     let data: Vec<Vec<TensorData>> =
@@ -230,12 +230,12 @@ pub fn broadcast_s(net: &NetworkConfig, bytes: u64, k: usize) -> f64 {
 /// Sums named gradients in the order given (accumulation over micro-batches): one pass per
 /// parameter with resilab's kernels when every part holds the same parameters, else pairwise
 /// tensor additions (the same bits).
-pub fn sum_grads(mut parts: Vec<Grads>) -> Grads {
+pub fn sum_grads(mut parts: Vec<Grads>, kernels: Kernels) -> Grads {
     if parts.len() > 1 {
         let sizes: Vec<(String, usize)> = parts[0].iter().map(|(name, t)| (name.clone(), t.dims()[0])).collect();
         let present: Vec<&(String, usize)> = sizes.iter().collect();
         if parts.iter().all(|g| g.len() == sizes.len())
-            && let Some(summed) = fused(&mut parts, &present, sum)
+            && let Some(summed) = fused(&mut parts, &present, kernels, sum)
         {
             return summed.into_iter().collect();
         }
@@ -269,7 +269,7 @@ mod tests {
     }
 
     fn reduce(cfg: &ParallelConfig, per_worker: &[&[f32]]) -> Vec<f32> {
-        let plan = ReducePlan::new(&[("w".to_string(), per_worker[0].len())], cfg);
+        let plan = ReducePlan::new(&[("w".to_string(), per_worker[0].len())], cfg, Kernels::Burn);
         let out = plan.reduce(per_worker.iter().map(|v| grads(v)).collect());
         out["w"].clone().into_data().try_to_vec::<f32>().unwrap_or_default()
     }
@@ -304,9 +304,9 @@ mod tests {
         // DDP: first bucket 1 MiB (d alone, c would overflow it), then 25 MiB buckets; b is
         // larger than any bucket and goes alone (under Horovod too).
         let ddp = ParallelConfig { bucket_mb: Some(25.0), ..ParallelConfig::default() };
-        assert_eq!(names(&ReducePlan::new(&params, &ddp)), ["d", "c", "b", "a"]);
+        assert_eq!(names(&ReducePlan::new(&params, &ddp, Kernels::Burn)), ["d", "c", "b", "a"]);
         let horovod = ParallelConfig { sync: SyncKind::Horovod, bucket_mb: Some(64.0), ..ParallelConfig::default() };
-        assert_eq!(names(&ReducePlan::new(&params, &horovod)), ["dc", "b", "a"]);
+        assert_eq!(names(&ReducePlan::new(&params, &horovod, Kernels::Burn)), ["dc", "b", "a"]);
     }
 
     #[test]
@@ -314,7 +314,7 @@ mod tests {
         let t = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v; 2], [2]), &Device::flex());
         let g = |v: f32| Grads::from([("a".to_string(), t(v)), ("b".to_string(), t(10.0 * v))]);
         let cfg = ParallelConfig { workers: 2, bucket_mb: Some(8.0 / (1024.0 * 1024.0)), ..ParallelConfig::default() };
-        let plan = ReducePlan::new(&[("a".to_string(), 2), ("b".to_string(), 2)], &cfg);
+        let plan = ReducePlan::new(&[("a".to_string(), 2), ("b".to_string(), 2)], &cfg, Kernels::Burn);
         assert_eq!(plan.buckets.len(), 2, "b first, then a");
         let first = plan.reduce_buckets(vec![g(1.0), g(3.0)], 0..1);
         assert_eq!(first.keys().collect::<Vec<_>>(), ["b"]);

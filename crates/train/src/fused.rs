@@ -15,6 +15,8 @@ use burn::prelude::*;
 use burn::tensor::DType;
 use resilab_kernels::optim::{self, Adam, Sgd, State};
 
+use resilab_models::Kernels;
+
 use crate::{OptimizerConfig, OptimizerKind, ParamState};
 
 /// The optimizer updates as Burn operations. A `state` of [`State::First`] means the buffers
@@ -92,13 +94,13 @@ impl OptimKernels for Flex {
     }
 }
 
-/// Whether [`update`] takes this parameter: resilab's kernels are on, everything lives on the
+/// Whether [`update`] takes this parameter: `kernels` is [`Kernels::Resilab`], everything lives on the
 /// flex device as f32, the gradient and any buffer have the parameter's length, and Adam has
 /// both moments or neither (a state that lost one is left to the tensor formulation).
-pub(crate) fn applies(cfg: &OptimizerConfig, param: &Tensor<1>, grad: &Tensor<1>, state: &ParamState) -> bool {
+pub(crate) fn applies(cfg: &OptimizerConfig, param: &Tensor<1>, grad: &Tensor<1>, state: &ParamState, kernels: Kernels) -> bool {
     let n = param.dims();
     let moments = ["exp_avg", "exp_avg_sq"].map(|k| state.buffers.contains_key(k));
-    resilab_models::kernels::enabled()
+    kernels.resilab()
         && (cfg.kind != OptimizerKind::Adam || moments[0] == moments[1])
         && matches!(param.device().as_dispatch(), DispatchDevice::Flex(_))
         && [param, grad].into_iter().chain(state.buffers.values()).all(|t| t.dtype() == DType::F32 && t.dims() == n)

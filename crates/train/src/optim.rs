@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use burn::prelude::*;
-use resilab_models::{Net, update_params};
+use resilab_models::{Kernels, Net, update_params};
 use serde::{Deserialize, Serialize};
 
 use crate::Grads;
@@ -142,13 +142,14 @@ impl OptimState {
     /// Applies one update to every trainable parameter of `net` that has a gradient in `grads`,
     /// with learning rate `lr`.
     pub fn step(&mut self, cfg: &OptimizerConfig, lr: f64, net: Net, grads: &Grads) -> Net {
+        let kernels = net.kernels;
         update_params(net, |info, param| {
             let grad = match grads.get(&info.name) {
                 Some(g) if info.trainable => g.clone(),
                 _ => return param,
             };
             let state = self.params.entry(info.name.clone()).or_default();
-            update(cfg, lr, param, grad, state)
+            update(cfg, lr, param, grad, state, kernels)
         })
     }
 
@@ -160,10 +161,10 @@ impl OptimState {
 
 /// One update of one (flattened) parameter: PyTorch's `SGD` or `Adam` step.
 ///
-/// With resilab's kernels on (the `native` backend) and the tensors on the flex device, this
+/// With [`Kernels::Resilab`] (the `native` backend) and the tensors on the flex device, this
 /// is one fused pass that computes the same bits ([`crate::fused`]).
-pub fn update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>, state: &mut ParamState) -> Tensor<1> {
-    if crate::fused::applies(cfg, &param, &grad, state) {
+pub fn update(cfg: &OptimizerConfig, lr: f64, param: Tensor<1>, grad: Tensor<1>, state: &mut ParamState, kernels: Kernels) -> Tensor<1> {
+    if crate::fused::applies(cfg, &param, &grad, state, kernels) {
         return crate::fused::update(cfg, lr, param, grad, state);
     }
     tensor_update(cfg, lr, param, grad, state)

@@ -3,19 +3,18 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use resilab_data::{EpochOrder, Split};
 use resilab_models::{InputShape, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, sum_grads};
-use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
-use crate::pipeline::{Op, PipeTimes, makespan, stage_ops, stage_ranges};
+use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s};
+use crate::hooks::{Control, Hooks, NoHooks, Point};
+use crate::pipeline::{Op, stage_ops, stage_ranges};
 use crate::timeline::{StepCosts, Timeline};
 use crate::{
     BatchRule, Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
-    Worker, count_correct, evaluate, forward_watched, named_grads,
+    Worker, evaluate,
 };
 
 /// Epochs of a run that gives neither `train.epochs` nor `train.steps`.
@@ -281,6 +280,59 @@ macro_rules! hook {
     }};
 }
 
+/// A phase's result: go on with a value, or end the step with a flow.
+type Phase<T> = Result<std::ops::ControlFlow<Flow, T>>;
+
+/// Like `hook!`, inside a phase: ends the step on an early control.
+macro_rules! hook_phase {
+    ($call:expr, $point:expr, $rank:expr) => {{
+        let c = $call;
+        let skip = matches!(c, Control::Skip);
+        if let Some(f) = early(c, $point, $rank) {
+            return Ok(std::ops::ControlFlow::Break(f));
+        }
+        skip
+    }};
+}
+
+/// Ends the step when a phase says so.
+macro_rules! phase {
+    ($e:expr) => {
+        match $e? {
+            std::ops::ControlFlow::Continue(v) => v,
+            std::ops::ControlFlow::Break(f) => return Ok(f),
+        }
+    };
+}
+
+/// Inside a phase: ends the phase, and so the step, when a phase it runs says so.
+macro_rules! sub_phase {
+    ($e:expr) => {
+        if let std::ops::ControlFlow::Break(f) = $e? {
+            return Ok(std::ops::ControlFlow::Break(f));
+        }
+    };
+}
+
+/// The losses and correct predictions of the parts of a step that count (workers' shards, or
+/// micro-batches).
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    loss_sum: f64,
+    parts: usize,
+    correct: usize,
+    images: usize,
+}
+
+impl Tally {
+    fn add(&mut self, loss: f64, correct: usize, images: usize) {
+        self.loss_sum += loss;
+        self.parts += 1;
+        self.correct += correct;
+        self.images += images;
+    }
+}
+
 /// Waits for the device to finish queued work, so that timings cover the work itself on
 /// devices that run asynchronously (GPUs); CPU backends return at once.
 fn sync(device: &Device) -> Result<()> {
@@ -329,6 +381,7 @@ pub struct Trainer {
 }
 
 mod data;
+mod pipe;
 
 /// A fault-free data-parallel step as the cost model sees it, without running it: the
 /// projection of recovery costs to worker counts too large to simulate uses it.
@@ -645,204 +698,31 @@ impl Trainer {
         c.advance(taken, self.global_batch_size(), self.data.train.len())
     }
 
-    fn pipeline_step(&mut self, hooks: &mut dyn Hooks, attempt: u32) -> Result<Flow> {
-        let (cursor, global) = self.global_batch();
-        let Topology::Pipeline { ops, .. } = &self.topology else {
-            return Err(Error::State("pipeline step on data-parallel workers".into()));
-        };
-        let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
-        let (mb, lr, step) = (self.config.batch_size / nm, self.lr(), self.step + 1);
-        let ctx = |rank, m: Option<usize>, point| Ctx { step, rank, world: ns, attempt, micro_batch: m, point };
-        let mut frozen = Vec::with_capacity(ns);
-        for s in 0..ns {
-            frozen.push(hook!(hooks.before_step(&ctx(s, None, Point::BeforeStep), &mut self.workers[s]), Point::BeforeStep, s));
+    /// Worker `r` applies `grads` with learning rate `lr` when `apply`, then waits for the
+    /// device: the update's seconds, measured or (with modelled compute) modelled.
+    fn update_worker(&mut self, r: usize, grads: &Grads, apply: bool, lr: f64) -> Result<f64> {
+        let w = &mut self.workers[r];
+        let t = Instant::now();
+        if apply {
+            let net = w.net.take();
+            w.net = w.optim.step(&self.optimizer, lr, net, grads);
         }
-        // A stage crashes before its work: a pipeline step has no bucket timeline.
-        for (s, f) in frozen.iter_mut().enumerate() {
-            if hooks.crash_time(&ctx(s, None, Point::Crash), &Timeline::default()).is_some() {
-                let crash = Crash { at_s: 0.0, step_s: 0.0, completed_buckets: 0, buckets: 0 };
-                hook!(hooks.on_crash(&ctx(s, None, Point::Crash), &crash), Point::Crash, s);
-                *f = true;
-            }
-        }
-        let (data, norm, device) = (&self.data.train, &self.data.norm, &self.device);
-        let mut inputs = Vec::with_capacity(nm);
-        for m in 0..nm {
-            let idx = &global[m * mb..(m + 1) * mb];
-            inputs.push(if self.config.augment {
-                data.batch_augmented(idx, norm, &mut self.workers[0].rng, device)
-            } else {
-                data.batch(idx, norm, device)
-            });
-        }
-        let none4 = || vec![vec![None::<Tensor<4>>; nm]; ns];
-        let (mut received, mut leaves, mut outputs, mut grad_in) = (none4(), none4(), none4(), none4());
-        let mut losses: Vec<Option<Tensor<1>>> = vec![None; nm];
-        let mut grads: Vec<Vec<Option<Grads>>> = vec![vec![None; nm]; ns];
-        let mut dropped = vec![false; nm];
-        let zeros = || vec![vec![0.0f64; nm]; ns];
-        let mut times =
-            PipeTimes { forward: zeros(), backward: zeros(), act_bytes: vec![vec![0; nm]; ns], grad_bytes: vec![vec![0; nm]; ns] };
-        let ce = CrossEntropyLossConfig::new().init(device);
-        let (mut loss_sum, mut correct, mut skipped) = (0.0, 0usize, 0u32);
-        let mut next = vec![0usize; ns];
-        let total: usize = ops.iter().map(Vec::len).sum();
-        let mut done = 0;
-        while done < total {
-            let mut progressed = false;
-            for s in 0..ns {
-                while let Some(&op) = ops[s].get(next[s]) {
-                    let ready = match op {
-                        Op::Forward(m) => s == 0 || dropped[m] || received[s][m].is_some(),
-                        Op::Backward(m) => s + 1 == ns || dropped[m] || grad_in[s][m].is_some(),
-                    };
-                    if !ready {
-                        break;
-                    }
-                    next[s] += 1;
-                    done += 1;
-                    progressed = true;
-                    match op {
-                        Op::Forward(m) if !dropped[m] => {
-                            let t = Instant::now();
-                            let input = if s == 0 {
-                                inputs[m].0.clone()
-                            } else {
-                                let x = received[s][m].take().ok_or_else(|| missing("input", s, m))?.autodiff().require_grad();
-                                leaves[s][m] = Some(x.clone());
-                                x
-                            };
-                            let w = &mut self.workers[s];
-                            let blocks = w.net.blocks.len();
-                            let (y, c) = forward_watched(&mut w.net, 0..blocks, input, hooks, &ctx(s, Some(m), Point::Forward));
-                            sync(device)?;
-                            if hook!(c, Point::Forward, s) {
-                                dropped[m] = true;
-                                times.forward[s][m] = t.elapsed().as_secs_f64();
-                                continue;
-                            }
-                            if s + 1 < ns {
-                                let mut msg =
-                                    Message { kind: MessageKind::Activation, from: s, to: s + 1, tensor: y.clone().without_autodiff() };
-                                times.act_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
-                                times.forward[s][m] = t.elapsed().as_secs_f64();
-                                outputs[s][m] = Some(y);
-                                if hook!(hooks.on_message(&ctx(s + 1, Some(m), Point::Message), &mut msg), Point::Message, s + 1) {
-                                    dropped[m] = true;
-                                } else {
-                                    received[s + 1][m] = Some(msg.tensor);
-                                }
-                            } else {
-                                let [b, k, _, _] = y.dims();
-                                let logits = y.reshape([b, k]);
-                                let labels = inputs[m].1.clone();
-                                let c = count_correct(logits.clone(), labels.clone());
-                                let l = ce.forward(logits, labels);
-                                let mut info = LossInfo { loss: f64::from(l.clone().into_scalar::<f32>()), correct: c, count: b };
-                                times.forward[s][m] = t.elapsed().as_secs_f64();
-                                if hook!(hooks.after_loss(&ctx(s, Some(m), Point::AfterLoss), &mut info), Point::AfterLoss, s) {
-                                    dropped[m] = true;
-                                } else {
-                                    loss_sum += info.loss;
-                                    correct += info.correct;
-                                    losses[m] = Some(l.div_scalar(nm as f64));
-                                }
-                            }
-                        }
-                        Op::Backward(m) if !dropped[m] => {
-                            let t = Instant::now();
-                            let mut g = if s + 1 == ns {
-                                losses[m].take().ok_or_else(|| missing("loss", s, m))?.backward()
-                            } else {
-                                let upstream = grad_in[s][m].take().ok_or_else(|| missing("gradient message", s, m))?;
-                                let y = outputs[s][m].take().ok_or_else(|| missing("output", s, m))?;
-                                resilab_models::kernels::backward_from(y, upstream)
-                            };
-                            let gx = match leaves[s][m].take() {
-                                Some(x) => Some(x.grad_remove(&mut g).ok_or_else(|| missing("input gradient", s, m))?),
-                                None => None,
-                            };
-                            grads[s][m] = Some(named_grads(&self.workers[s].net, g));
-                            sync(device)?;
-                            times.backward[s][m] = t.elapsed().as_secs_f64();
-                            if let Some(gx) = gx {
-                                let mut msg = Message { kind: MessageKind::Gradient, from: s, to: s - 1, tensor: gx };
-                                times.grad_bytes[s][m] = 4 * msg.tensor.shape().num_elements() as u64;
-                                if hook!(hooks.on_message(&ctx(s - 1, Some(m), Point::Message), &mut msg), Point::Message, s - 1) {
-                                    dropped[m] = true;
-                                } else {
-                                    grad_in[s - 1][m] = Some(msg.tensor);
-                                }
-                            }
-                        }
-                        // A dropped micro-batch: nothing to compute.
-                        _ => {}
-                    }
-                }
-            }
-            if !progressed {
-                return Err(Error::State("pipeline schedule cannot make progress".into()));
-            }
-        }
-        let kept: Vec<usize> = (0..nm).filter(|&m| !dropped[m]).collect();
-        skipped += (nm - kept.len()) as u32;
-        let next = self.next_cursor(cursor, global.len());
-        let mut stage_grads = Vec::with_capacity(ns);
-        for s in 0..ns {
-            let mut g = sum_grads(kept.iter().filter_map(|&m| grads[s][m].take()).collect());
-            if !kept.is_empty() && kept.len() < nm {
-                let scale = nm as f64 / kept.len() as f64;
-                g = g.into_iter().map(|(k, t)| (k, t.mul_scalar(scale))).collect();
-            }
-            if hook!(hooks.after_backward(&ctx(s, None, Point::AfterBackward), &mut g), Point::AfterBackward, s) {
-                frozen[s] = true;
-            }
-            stage_grads.push(g);
-        }
-        let mut opt = vec![0.0f64; ns];
-        for (s, g) in stage_grads.into_iter().enumerate() {
-            let w = &mut self.workers[s];
-            let t = Instant::now();
-            if !frozen[s] && !kept.is_empty() {
-                let net = w.net.take();
-                w.net = w.optim.step(&self.optimizer, lr, net, &g);
-            }
-            sync(&self.device)?;
-            opt[s] = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
-            w.cursor = next;
-            hook!(hooks.after_optimizer_step(&ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]), Point::AfterOptimizerStep, s);
-        }
-        if let Some(per_image) = self.parallel.compute.gflops.map(|g| 1.0 / (g * 1e9)) {
-            for s in 0..ns {
-                let f = self.fwd_flops[s] as f64 * mb as f64 * per_image;
-                for m in 0..nm {
-                    times.forward[s][m] = if times.forward[s][m] > 0.0 { f } else { 0.0 };
-                    times.backward[s][m] = if times.backward[s][m] > 0.0 { 2.0 * f } else { 0.0 };
-                }
-            }
-        }
-        let (span, comm_s) = makespan(ops, &times, &self.parallel.network);
-        let comm_bytes = times.act_bytes.iter().chain(&times.grad_bytes).flatten().sum();
-        self.step += 1;
-        let n_kept = kept.len();
-        Ok(Flow::Done(StepStats {
+        sync(&self.device)?;
+        Ok(modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64()))
+    }
+
+    /// The statistics of the step just completed (`self.step`), of a batch from epoch `epoch`:
+    /// its loss and accuracy from `tally`; the times are the caller's to fill in.
+    fn step_stats(&self, epoch: usize, lr: f64, tally: &Tally) -> StepStats {
+        StepStats {
             step: self.step,
-            epoch: cursor.epoch,
-            loss: if n_kept > 0 { loss_sum / n_kept as f64 } else { f64::NAN },
-            train_acc: if n_kept > 0 { correct as f64 / (n_kept * mb) as f64 } else { f64::NAN },
+            epoch,
+            loss: if tally.parts > 0 { tally.loss_sum / tally.parts as f64 } else { f64::NAN },
+            train_acc: if tally.images > 0 { tally.correct as f64 / tally.images as f64 } else { f64::NAN },
             lr,
-            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
-            sim_s: span + opt.iter().copied().fold(0.0, f64::max),
-            comm_s,
-            comm_bytes,
-            compute_s: times.forward.iter().chain(&times.backward).flatten().sum(),
-            update_s: opt.iter().sum(),
-            skipped,
-            redos: 0,
-            redo_s: 0.0,
-            snapshot_bytes: 0,
-            snapshot_s: 0.0,
-        }))
+            epoch_end: self.workers[0].cursor.epoch != epoch,
+            ..StepStats::default()
+        }
     }
 
     /// Test-set evaluation of the model (worker 0's replica, or the joined stages).

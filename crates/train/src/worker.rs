@@ -139,7 +139,7 @@ pub fn forward_watched(
     let mut y = x;
     let mut control = Control::Continue;
     for i in range {
-        y = net.blocks[i].forward(y, Mode::Train);
+        y = net.blocks[i].forward(y, Mode::Train, net.kernels);
         let mut act = Activation { block: i, name: net.block_names[i].clone(), values: y.clone().without_autodiff(), replacement: None };
         let c = hooks.on_activation(&ctx, &mut act);
         if let Some(r) = act.replacement {

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use burn::prelude::*;
+use resilab_models::Kernels;
 use resilab_train::{OptimizerConfig, OptimizerKind, ParamState, tensor_update, update};
 
 fn bits(t: &Tensor<1>) -> Vec<u32> {
@@ -49,7 +50,6 @@ fn configs() -> Vec<OptimizerConfig> {
 
 #[test]
 fn the_fused_update_computes_the_tensor_formulas_bits() {
-    resilab_models::kernels::set_enabled(true);
     let device = Device::flex();
     // Longer than one kernel run (16384 values), so several threads share a parameter.
     let n = 40_007;
@@ -60,7 +60,7 @@ fn the_fused_update_computes_the_tensor_formulas_bits() {
             for step in 0..4u32 {
                 let g = values(n, seed + 10 * step + 3);
                 let lr = cfg.lr * f64::from(step + 1);
-                fused = update(&cfg, lr, fused, tensor(g.clone(), &device), &mut fs);
+                fused = update(&cfg, lr, fused, tensor(g.clone(), &device), &mut fs, Kernels::Resilab);
                 reference = tensor_update(&cfg, lr, reference, tensor(g, &device), &mut rs);
                 assert_eq!(bits(&fused), bits(&reference), "{cfg:?} seed {seed} step {step}");
                 assert_eq!(state_bits(&fs), state_bits(&rs), "{cfg:?} seed {seed} step {step}");
@@ -72,27 +72,25 @@ fn the_fused_update_computes_the_tensor_formulas_bits() {
 
 #[test]
 fn tensors_held_elsewhere_keep_their_values() {
-    resilab_models::kernels::set_enabled(true);
     let device = Device::flex();
     let cfg = OptimizerConfig { momentum: 0.9, ..OptimizerConfig::default() };
     let (param, grad) = (tensor(values(1000, 1), &device), tensor(values(1000, 3), &device));
     let mut state = ParamState::default();
     let snapshot = param.clone();
     let before = bits(&snapshot);
-    let param = update(&cfg, 0.1, param, grad.clone(), &mut state);
+    let param = update(&cfg, 0.1, param, grad.clone(), &mut state, Kernels::Resilab);
     assert_eq!(bits(&snapshot), before, "a clone of the parameter changed with it");
     assert_ne!(bits(&param), before);
     // A copy of the state (a rollback snapshot) keeps the buffer's old values.
     let saved = state.clone();
     let saved_bits = state_bits(&saved);
-    update(&cfg, 0.1, param, grad, &mut state);
+    update(&cfg, 0.1, param, grad, &mut state, Kernels::Resilab);
     assert_eq!(state_bits(&saved), saved_bits);
     assert_ne!(state_bits(&state), saved_bits);
 }
 
 #[test]
 fn unusual_states_take_the_tensor_formulas_path() {
-    resilab_models::kernels::set_enabled(true);
     let device = Device::flex();
     let (p, g) = (values(300, 1), values(300, 5));
     // A momentum buffer kept while momentum is 0 stays as it is; Adam with one moment only
@@ -104,7 +102,7 @@ fn unusual_states_take_the_tensor_formulas_path() {
     for (cfg, buffer) in cases {
         let start = ParamState { step: 3, buffers: [(buffer.to_string(), tensor(values(300, 7), &device))].into() };
         let (mut fs, mut rs) = (start.clone(), start);
-        let fused = update(&cfg, 0.1, tensor(p.clone(), &device), tensor(g.clone(), &device), &mut fs);
+        let fused = update(&cfg, 0.1, tensor(p.clone(), &device), tensor(g.clone(), &device), &mut fs, Kernels::Resilab);
         let reference = tensor_update(&cfg, 0.1, tensor(p.clone(), &device), tensor(g.clone(), &device), &mut rs);
         assert_eq!(bits(&fused), bits(&reference), "{cfg:?}");
         assert_eq!(state_bits(&fs), state_bits(&rs), "{cfg:?}");
@@ -115,7 +113,6 @@ fn unusual_states_take_the_tensor_formulas_path() {
 fn state_and_gradients_made_on_an_autodiff_device_are_updated_as_data() {
     // A checkpoint restored onto the training device gives optimizer buffers tracked by
     // autodiff; the update treats them as plain values, on either path.
-    resilab_models::kernels::set_enabled(true);
     let (plain, tracked) = (Device::flex(), Device::flex().autodiff());
     for cfg in configs() {
         let buffers = |d: &Device| match cfg.kind {
@@ -126,7 +123,7 @@ fn state_and_gradients_made_on_an_autodiff_device_are_updated_as_data() {
         };
         let mut fs = ParamState { step: 2, buffers: buffers(&tracked) };
         let mut rs = ParamState { step: 2, buffers: buffers(&plain) };
-        let fused = update(&cfg, 0.1, tensor(values(500, 1), &plain), tensor(values(500, 5), &tracked), &mut fs);
+        let fused = update(&cfg, 0.1, tensor(values(500, 1), &plain), tensor(values(500, 5), &tracked), &mut fs, Kernels::Resilab);
         let reference = tensor_update(&cfg, 0.1, tensor(values(500, 1), &plain), tensor(values(500, 5), &plain), &mut rs);
         assert_eq!(bits(&fused), bits(&reference), "{cfg:?}");
         assert_eq!(state_bits(&fs), state_bits(&rs), "{cfg:?}");

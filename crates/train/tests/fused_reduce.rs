@@ -25,6 +25,11 @@ fn bits(g: &Grads) -> Vec<(String, Vec<u32>)> {
     g.iter().map(|(k, t)| (k.clone(), t.to_data().try_to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect())).collect()
 }
 
+/// The path `fused` names.
+fn kernels(fused: bool) -> resilab_models::Kernels {
+    if fused { resilab_models::Kernels::Resilab } else { resilab_models::Kernels::Burn }
+}
+
 #[test]
 fn the_fused_average_computes_the_tensor_formulas_bits() {
     let device = Device::flex();
@@ -36,9 +41,8 @@ fn the_fused_average_computes_the_tensor_formulas_bits() {
         for sync in [SyncKind::Ddp, SyncKind::Horovod] {
             for allreduce in [AllReduceKind::Ring, AllReduceKind::RankOrder] {
                 let cfg = ParallelConfig { workers, sync, allreduce, ..ParallelConfig::default() };
-                let plan = ReducePlan::new(&params, &cfg);
                 let run = |fused: bool| {
-                    resilab_models::kernels::set_enabled(fused);
+                    let plan = ReducePlan::new(&params, &cfg, kernels(fused));
                     let contributions = (0..workers).map(|r| grads(&params, r, &device)).collect();
                     bits(&plan.reduce(contributions))
                 };
@@ -50,9 +54,8 @@ fn the_fused_average_computes_the_tensor_formulas_bits() {
     }
     // A contribution that lacks a parameter leaves it out of the result on both paths.
     let cfg = ParallelConfig { workers: 2, ..ParallelConfig::default() };
-    let plan = ReducePlan::new(&params, &cfg);
     let run = |fused: bool| {
-        resilab_models::kernels::set_enabled(fused);
+        let plan = ReducePlan::new(&params, &cfg, kernels(fused));
         let mut second = grads(&params, 1, &device);
         second.remove("d");
         bits(&plan.reduce(vec![grads(&params, 0, &device), second]))
@@ -66,12 +69,11 @@ fn the_fused_average_computes_the_tensor_formulas_bits() {
     for parts in [2usize, 3, 8] {
         for lacking in [false, true] {
             let run = |fused: bool| {
-                resilab_models::kernels::set_enabled(fused);
                 let mut all: Vec<Grads> = (0..parts).map(|m| grads(&params, m, &device)).collect();
                 if lacking {
                     all[1].remove("b");
                 }
-                bits(&sum_grads(all))
+                bits(&sum_grads(all, kernels(fused)))
             };
             let (tensor, fused) = (run(false), run(true));
             assert_eq!(tensor.len(), params.len());

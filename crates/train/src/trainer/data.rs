@@ -9,36 +9,11 @@ use resilab_data::shard_range;
 
 use resilab_models::{InputShape, Net};
 
-use super::{Flow, StepStats, Topology, Trainer, broadcast_buffers, early, modelled_update_s, ready_fractions, sync};
+use super::{Flow, Phase, StepStats, Tally, Topology, Trainer, broadcast_buffers, early, ready_fractions, sync};
 use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, trainable_sizes};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
 use crate::timeline::{StepCosts, Timeline};
 use crate::{Error, Grads, OptimizerConfig, ParallelConfig, Result, SyncKind};
-
-/// A phase's result: go on with a value, or end the step with a flow.
-type Phase<T> = Result<ControlFlow<Flow, T>>;
-
-/// Like the trainer's `hook!`, inside a phase: ends the step on an early control.
-macro_rules! hook_phase {
-    ($call:expr, $point:expr, $rank:expr) => {{
-        let c = $call;
-        let skip = matches!(c, Control::Skip);
-        if let Some(f) = early(c, $point, $rank) {
-            return Ok(ControlFlow::Break(f));
-        }
-        skip
-    }};
-}
-
-/// Ends the step when a phase says so.
-macro_rules! phase {
-    ($e:expr) => {
-        match $e? {
-            ControlFlow::Continue(v) => v,
-            ControlFlow::Break(f) => return Ok(f),
-        }
-    };
-}
 
 /// One worker's forward and backward pass.
 struct Pass {
@@ -75,7 +50,7 @@ pub(super) struct DataPlan {
 impl DataPlan {
     /// The layout of `net` under `parallel`, for images of shape `input`.
     pub(super) fn new(net: &Net, parallel: &ParallelConfig, input: InputShape) -> Self {
-        let plan = ReducePlan::new(&trainable_sizes(net), parallel);
+        let plan = ReducePlan::new(&trainable_sizes(net), parallel, net.kernels);
         let buffer_bytes = resilab_models::named_params(net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
         let ready_frac = ready_fractions(net, &plan, input);
         Self { bucket_bytes: plan.bucket_bytes(), plan, buffer_bytes, ready_frac }
@@ -116,28 +91,19 @@ impl Trainer {
         costs.update_s = self.bucket_update_s(&layout, Some(update_s.clone()));
         let timeline = Timeline::build(&costs);
         self.step += 1;
-        let kept: Vec<&Pass> = passes
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| crashed.as_ref().is_none_or(|c| !c.ranks.contains(r)))
-            .filter_map(|(_, p)| p.as_ref())
-            .collect();
-        let (loss, correct, count) = kept.iter().fold((0.0, 0, 0), |(l, c, k), p| (l + p.loss.loss, c + p.loss.correct, k + p.loss.count));
-        let k = kept.len();
+        let mut tally = Tally::default();
+        let kept = passes.iter().enumerate().filter(|(r, _)| crashed.as_ref().is_none_or(|c| !c.ranks.contains(r)));
+        for p in kept.filter_map(|(_, p)| p.as_ref()) {
+            tally.add(p.loss.loss, p.loss.correct, p.loss.count);
+        }
         Ok(Flow::Done(StepStats {
-            step: self.step,
-            epoch: cursor.epoch,
-            loss: if k > 0 { loss / k as f64 } else { f64::NAN },
-            train_acc: if count > 0 { correct as f64 / count as f64 } else { f64::NAN },
-            lr,
-            epoch_end: self.workers[0].cursor.epoch != cursor.epoch,
             sim_s: timeline.end_s,
             comm_s: timeline.comm_s(),
             comm_bytes: broadcast_bytes + reduce_bytes,
             compute_s: passes.iter().flatten().map(|p| p.compute_s).sum(),
             update_s: update_s.iter().sum(),
-            skipped: (n - k) as u32,
-            ..StepStats::default()
+            skipped: (n - tally.parts) as u32,
+            ..self.step_stats(cursor.epoch, lr, &tally)
         }))
     }
 
@@ -306,15 +272,8 @@ impl Trainer {
             }
             let mut g = reduced.clone();
             let apply = !hook_phase!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
-            let w = &mut self.workers[r];
-            let t = Instant::now();
-            if apply && !reduced.is_empty() {
-                let net = w.net.take();
-                w.net = w.optim.step(&self.optimizer, lr, net, &g);
-            }
-            sync(&self.device)?;
-            *o = modelled_update_s(&self.parallel, w).unwrap_or_else(|| t.elapsed().as_secs_f64());
-            w.cursor = next;
+            *o = self.update_worker(r, &g, apply && !reduced.is_empty(), lr)?;
+            self.workers[r].cursor = next;
             hook_phase!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
         }
         if self.parallel.compute.gflops.is_none() {

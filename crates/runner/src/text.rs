@@ -1,0 +1,85 @@
+//! What the commands print for a person: the lines after a run and after an evaluation.
+
+use std::path::Path;
+
+use crate::{EvalReport, Summary};
+
+impl Summary {
+    /// The lines `resilab train` ends with: accuracy and speed; faults, detections, restarts
+    /// and the golden run when there was anything to recover from; the simulated parallel time
+    /// when the run had `world` > 1 workers or stages. `out` is the run's directory.
+    pub fn text(&self, out: &Path, world: usize) -> String {
+        let s = self;
+        let mut lines = vec![format!(
+            "final test accuracy {:.4} after {} steps ({:.2} epochs) in {:.1} s, {:.0} images/s; results in {}",
+            s.final_test_acc,
+            s.steps,
+            s.epochs,
+            s.wall_s,
+            s.images_per_s,
+            out.display()
+        )];
+        if s.faults_injected > 0 || !s.detections.is_empty() || s.status != "completed" {
+            lines.push(format!(
+                "{} fault(s) injected ({} values changed), {}, {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
+                s.faults_injected,
+                s.values_corrupted,
+                resilab_recovery::detections_text(&s.detections),
+                s.restarts.len(),
+                s.steps_lost,
+                s.steps_recomputed,
+                s.strategy,
+                s.status
+            ));
+            if let (Some(g), Some(loss)) = (&s.golden, s.acc_loss_vs_golden) {
+                lines.push(format!(
+                    "golden run: test accuracy {:.4} ({:+.4} here), wall {:.1} s ({:+.1}% here); {}",
+                    g.final_test_acc,
+                    -loss,
+                    g.wall_s,
+                    100.0 * s.time_overhead_vs_golden.unwrap_or(0.0),
+                    g.dir.display()
+                ));
+            }
+        }
+        if world > 1 {
+            lines.push(format!(
+                "simulated parallel time {:.1} s ({:.2} s of it communication, {:.1} MB moved) for {}",
+                s.simulated_s,
+                s.simulated_comm_s,
+                s.comm_bytes as f64 / 1e6,
+                s.parallel
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
+impl EvalReport {
+    /// `resilab eval`'s report: the checkpoint, the test accuracy (and the clean file's), the
+    /// non-finite and extreme values, and the datasets whose digest no longer matches.
+    pub fn text(&self) -> String {
+        let r = self;
+        let mut lines = vec![
+            format!("checkpoint   {} (step {}, {}, worker {})", r.checkpoint.display(), r.step, r.model, r.worker),
+            format!("test         accuracy {:.4}, loss {:.4} on {} images", r.test_acc, r.test_loss, r.test_images),
+        ];
+        if let Some(c) = &r.clean {
+            lines.push(format!(
+                "clean        accuracy {:.4}, loss {:.4}: {}, the file it was altered from",
+                c.test_acc,
+                c.test_loss,
+                c.file.display()
+            ));
+        }
+        lines.push(format!(
+            "values       {} : {} NaN, {} Inf, {} extreme (|v| > {:e})",
+            r.values, r.nan, r.inf, r.extreme, r.extreme_threshold
+        ));
+        if !r.digest_mismatches.is_empty() {
+            lines.push(format!("altered      {} dataset(s) no longer match their digest:", r.digest_mismatches.len()));
+            lines.extend(r.digest_mismatches.iter().map(|d| format!("             {d}")));
+        }
+        lines.join("\n")
+    }
+}

@@ -1,0 +1,473 @@
+//! The command line's types: every subcommand and flag, with the help text `--help` shows.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use resilab_runner::BackendKind;
+
+/// A testbed for studying how deep-learning training survives soft errors.
+#[derive(Parser)]
+#[command(name = "resilab", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Train a model from a TOML configuration; writes metrics.csv, summary.json and
+    /// config.resolved.toml into the output directory.
+    Train(TrainArgs),
+    /// Run one configuration (with its [[fault]] entries) under several recovery strategies
+    /// and print a one-screen comparison against the golden run; each run's files go to
+    /// <out>/<strategy>/ and the table to <out>/strategies.csv.
+    Compare(CompareArgs),
+    /// List a checkpoint's attributes and datasets (shape, type, digest status).
+    Inspect(InspectArgs),
+    /// Test accuracy and NaN / Inf / extreme-value counts of the model in a (possibly
+    /// corrupted) checkpoint, without training; prints a summary, or one JSON line with --json.
+    Eval(EvalArgs),
+    /// Optimal checkpoint intervals (Young, Daly) for a checkpoint cost and a mean time between
+    /// failures, and the expected share of time lost at each.
+    Advise(AdviseArgs),
+    /// Each recovery strategy's expected overhead for N data-parallel workers (the model,
+    /// batch per worker, cost model and recovery settings of a run configuration), from the
+    /// same cost model the simulation charges: step timeline, checkpoint writes and reads,
+    /// rollback's copy, relaunches and respawn transfers. Needs parallel.compute.gflops.
+    Project(ProjectArgs),
+    /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
+    #[command(hide = true, name = "__probe")]
+    Probe {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Flip bits in an HDF5 file (checkpoint alteration): values through the HDF5 API, or raw
+    /// bytes. Reads the published injector's YAML configs unchanged, or the same keys in TOML.
+    /// Writes a corrupted copy (the input is untouched unless --in-place) and a JSON-lines log
+    /// with one line per attempt.
+    Inject(InjectArgs),
+    /// Compare two HDF5 files dataset by dataset: values that differ, their share, the bits that
+    /// differ, largest absolute and relative change, NaN/Inf counts.
+    Diff(DiffArgs),
+    /// Run a fault-injection campaign: a grid of runs (models x fault settings x workers hit x
+    /// strategies x seeds x repetitions) in parallel worker processes. Each finished run is
+    /// appended to <out>/runs.jsonl and <out>/runs.csv; a run that crashes, hangs or meets a
+    /// corrupt file is recorded as such and the campaign goes on.
+    Campaign(CampaignArgs),
+    /// Merge campaign directories (shards of one campaign) into one: same campaign required,
+    /// rows deduplicated by run id and sorted by grid index.
+    Merge(MergeArgs),
+    /// Write a campaign's report: per grid cell the metrics (ACC, STD, CV, NaN, N-EV by the
+    /// outcome, EV injected, RWC, AccR, TF, accuracy loss, time overhead, lost/recomputed steps,
+    /// detection latency) with Wilson 95% intervals, as <out>/report.md and <out>/cells.csv; every
+    /// pairwise difference with its test (Holm-adjusted) in <out>/comparisons.csv; plots (PNG
+    /// and SVG) in <out>/plots.
+    Report(ReportArgs),
+    /// Internal: a campaign worker process (jobs on standard input, replies on standard output).
+    #[command(hide = true, name = "__campaign-worker")]
+    CampaignWorker(WorkerArgs),
+    /// Measure performance.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Args)]
+pub(crate) struct CampaignArgs {
+    /// The campaign file (TOML: [campaign], [base], [inject], [grid]; see configs/paper/).
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+    /// Override a campaign key (repeatable), e.g. --set campaign.repetitions=250 or
+    /// --set 'grid."inject.injection_tries"=[1, 10, 100, 1000]'.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Worker processes (default: the cores divided by --threads).
+    #[arg(long, short, value_name = "N")]
+    pub(crate) jobs: Option<usize>,
+    /// Compute threads per worker process.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) threads: usize,
+    /// Allow --jobs x --threads to exceed the machine's cores.
+    #[arg(long)]
+    pub(crate) oversubscribe: bool,
+    /// Run only the runs whose grid index is I modulo N (0 <= I < N), e.g. one Slurm array
+    /// task each; combine the shards' directories with `resilab merge`.
+    #[arg(long, value_name = "I/N")]
+    pub(crate) shard: Option<String>,
+    /// Continue the campaign in --out: runs already recorded are skipped.
+    #[arg(long)]
+    pub(crate) resume: bool,
+    /// The campaign directory (default: results/campaigns/<name>); a new campaign needs a new or
+    /// empty one.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Print the number of runs and an estimated time from step times measured now, and stop.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Seconds a run may take before it is killed and recorded as `timeout` (default: the
+    /// campaign's timeout_s; base runs get ten times as long).
+    #[arg(long, value_name = "S")]
+    pub(crate) timeout: Option<f64>,
+    /// Do not show a progress bar.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+    /// Compute backend: native (default: flex with resilab's kernels), flex,
+    /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
+    /// `resilab train --help`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) backend: Option<BackendKind>,
+    /// The wgpu adapter (see `resilab train --help`).
+    #[arg(long, value_name = "ADAPTER", env = "RESILAB_WGPU_DEVICE", default_value = "default")]
+    pub(crate) wgpu_device: String,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    /// The campaign directory (holding campaign.toml and runs.jsonl).
+    pub(crate) dir: PathBuf,
+    /// Where to write the report (default: <dir>/report): a new or empty directory, or an
+    /// earlier report's.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct MergeArgs {
+    /// The merged campaign directory (may be one of the inputs; otherwise new or empty).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+    /// Campaign directories to merge.
+    #[arg(required = true, value_name = "DIR")]
+    pub(crate) dirs: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct WorkerArgs {
+    /// The campaign directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: PathBuf,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct InjectArgs {
+    /// Injection config (.yaml/.yml or .toml; keys in docs/injector.md). Not needed with --replay.
+    #[arg(long, short, value_name = "FILE", required_unless_present = "replay")]
+    pub(crate) config: Option<PathBuf>,
+    /// The HDF5 file to corrupt (overrides the config's `hdf5_file`; with --replay, defaults to
+    /// the input named in the log).
+    #[arg(long, short, value_name = "H5")]
+    pub(crate) file: Option<PathBuf>,
+    /// Seed of every draw (overrides the config's `seed`; without either a fresh seed is drawn,
+    /// printed and logged).
+    #[arg(long, value_name = "N")]
+    pub(crate) seed: Option<u64>,
+    /// Where to write the corrupted copy (default: <input stem>.injected.h5 beside the input).
+    /// May not name the input or the log, under any spelling (links, `..`).
+    #[arg(long, short, value_name = "OUT.h5", conflicts_with = "in_place")]
+    pub(crate) output: Option<PathBuf>,
+    /// Corrupt the input file itself (replaced atomically once every flip is written).
+    #[arg(long)]
+    pub(crate) in_place: bool,
+    /// Where to write the log (default: the output path with .log.jsonl instead of .h5). May not
+    /// name the input or the output, under any spelling (links, `..`).
+    #[arg(long, value_name = "LOG.jsonl")]
+    pub(crate) log: Option<PathBuf>,
+    /// Redo exactly the corruption recorded in a log (same datasets, elements, bits, order)
+    /// instead of drawing new flips.
+    #[arg(long, value_name = "LOG.jsonl")]
+    pub(crate) replay: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct DiffArgs {
+    /// The first file (e.g. the original checkpoint).
+    pub(crate) a: PathBuf,
+    /// The second file (e.g. the corrupted copy).
+    pub(crate) b: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// List every dataset in the table, not only those that differ.
+    #[arg(long)]
+    pub(crate) all: bool,
+}
+
+/// Options shared by every command that computes.
+#[derive(Args, Clone)]
+pub(crate) struct ComputeArgs {
+    /// CPU threads for the compute backend (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub(crate) threads: Option<usize>,
+    /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
+    /// own kernels: convolutions and fully connected layers as GEMMs, BatchNorm fused with its
+    /// ReLU), flex (Burn's flex as Burn ships it), ndarray (Burn's older CPU backend), wgpu
+    /// (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the CPU, faster than flex
+    /// for VGG and AlexNet; needs a build with `--features tch`).
+    /// Overrides the config's `backend` key.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) backend: Option<BackendKind>,
+    /// The wgpu adapter: default (wgpu's choice, a high-performance GPU first), discrete[:N],
+    /// integrated[:N], virtual[:N] (the N-th adapter of that kind, from 0) or cpu (a software
+    /// rasteriser such as Mesa's lavapipe). The run records the adapter's name.
+    #[arg(long, value_name = "ADAPTER", env = "RESILAB_WGPU_DEVICE", default_value = "default")]
+    pub(crate) wgpu_device: String,
+}
+
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// The run configuration (TOML).
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+    /// Override a configuration key, e.g. `--set train.epochs=3` (repeatable; dotted keys
+    /// address sections; values are TOML: numbers, booleans, "strings", [lists]).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Output directory (default: results/runs/<name>-<UTC time>): new, empty, or an earlier
+    /// run's (resilab writes nowhere else). A relative checkpoint.dir lies under it.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Do not show a progress bar.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+    /// Continue from a checkpoint: a `step-*` directory, a worker file in one, or a directory
+    /// of checkpoints (the newest is used). The configuration must describe the same model.
+    #[arg(long, value_name = "CKPT")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Where fault-free golden runs are cached: a run with [[fault]] entries is compared with
+    /// the golden run of the same configuration (computed once, then reused).
+    #[arg(long, value_name = "DIR", default_value = "results/golden")]
+    pub(crate) golden_dir: PathBuf,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct CompareArgs {
+    #[command(flatten)]
+    pub(crate) train: TrainArgs,
+    /// Strategies to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "none,checkpoint_restart,rollback,lossy_forward")]
+    pub(crate) strategies: Vec<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct InspectArgs {
+    /// A checkpoint file (`worker-N.h5`) or checkpoint directory (`step-*`).
+    pub(crate) checkpoint: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct EvalArgs {
+    /// A checkpoint file (`worker-N.h5`: that replica), a checkpoint directory (`step-*`), or a
+    /// directory of checkpoints (the newest).
+    pub(crate) checkpoint: PathBuf,
+    /// Use this configuration instead of the one stored in the checkpoint.
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Override a configuration key (repeatable), e.g. --set data.test_size=1000 or
+    /// --set data.path=/data/cifar-10-batches-bin.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct AdviseArgs {
+    /// Seconds one checkpoint costs (write time). With --from-run or --from-campaign, the
+    /// measured mean.
+    #[arg(long, value_name = "S", required_unless_present_any = ["from_run", "from_campaign"])]
+    pub(crate) checkpoint_cost: Option<f64>,
+    /// Mean time between failures of the whole job, in seconds.
+    #[arg(long, value_name = "S")]
+    pub(crate) mtbf: f64,
+    /// Seconds a restart costs (reload and warm-up), counted in the expected waste.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub(crate) restart_cost: f64,
+    /// Take the checkpoint cost from a finished run's summary.json (checkpoint_s / checkpoints).
+    #[arg(long, value_name = "DIR", conflicts_with = "checkpoint_cost")]
+    pub(crate) from_run: Option<PathBuf>,
+    /// Take the checkpoint cost from a campaign directory: the mean write time of its base
+    /// checkpoints (bases/*/golden.json).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["checkpoint_cost", "from_run"])]
+    pub(crate) from_campaign: Option<PathBuf>,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ProjectArgs {
+    /// Run configuration (TOML) whose model, per-worker batch, [parallel] cost model and
+    /// [recovery] relaunch_s are projected.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+    /// Override a configuration key (repeatable), as for `train`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Worker counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,1024,16384")]
+    pub(crate) workers: Vec<usize>,
+    /// Mean time between failures of one node, in years (failures of the job: this / workers).
+    #[arg(long, value_name = "YEARS", default_value_t = 3.0, conflicts_with = "system_mtbf_steps")]
+    pub(crate) node_mtbf_years: f64,
+    /// Instead: the whole job's mean time between failures, in steps (as a fault's
+    /// system_mtbf_steps).
+    #[arg(long, value_name = "STEPS")]
+    pub(crate) system_mtbf_steps: Option<f64>,
+    /// Steps between checkpoints (default: Daly's interval for each worker count, times
+    /// --daly-factor).
+    #[arg(long, value_name = "K")]
+    pub(crate) interval_steps: Option<u64>,
+    /// Multiple of Daly's interval when --interval-steps is not given.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub(crate) daly_factor: f64,
+    /// Print one JSON line per worker count and strategy instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Images per second of full training steps (forward, backward, SGD-momentum update) on
+    /// random 3x32x32 images; prints one JSON line.
+    Train(BenchTrainArgs),
+    /// Checkpoint write/read throughput of a model's full training state against raw fsync'd
+    /// writes of the same bytes, and the write time as a share of a training step; prints JSON
+    /// and leaves the checkpoint in --dir for other tools (bench/checkpoint.sh).
+    Checkpoint(BenchCheckpointArgs),
+    /// Simulation overhead of data-parallel workers and pipeline stages: wall time per global
+    /// step of each layout against one worker on the same global batch, measured in one run
+    /// (steps interleaved across layouts); prints a table and writes CSV (bench/parallel.sh).
+    Parallel(BenchParallelArgs),
+    /// Cost of the fault detectors: mean step time with every detector on against none,
+    /// interleaved in one process; prints one JSON line (bench/recovery.sh).
+    Detect(BenchDetectArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct BenchDetectArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    pub(crate) arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) width: f64,
+    /// Data-parallel workers.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) workers: usize,
+    /// Global batch size.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) batch: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) warmup: usize,
+    /// Timed steps of each (means are reported).
+    #[arg(long, default_value_t = 30)]
+    pub(crate) steps: usize,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct BenchParallelArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    pub(crate) arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) width: f64,
+    /// Leave out BatchNorm (VGG and AlexNet).
+    #[arg(long)]
+    pub(crate) no_batch_norm: bool,
+    /// Global batch size.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) batch: usize,
+    /// Data-parallel worker counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    pub(crate) workers: Vec<usize>,
+    /// Pipelines to measure as STAGESxMICRO_BATCHES, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4x8")]
+    pub(crate) pipeline: Vec<String>,
+    /// Untimed steps of each layout first.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) warmup: usize,
+    /// Timed rounds (one step of every layout each; medians are reported).
+    #[arg(long, default_value_t = 7)]
+    pub(crate) steps: usize,
+    /// Append the rows to this CSV file (header written when the file is new).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct BenchCheckpointArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    pub(crate) arch: String,
+    /// Depth.
+    #[arg(long, default_value_t = 18)]
+    pub(crate) depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) width: f64,
+    /// Batch size of the training steps timed for comparison.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) batch: usize,
+    /// Training steps timed (median).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) steps: usize,
+    /// Repetitions of each write and read (median).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) reps: usize,
+    /// Directory for the files: new, empty, or an earlier benchmark's.
+    #[arg(long, value_name = "DIR", default_value = "target/bench-checkpoint")]
+    pub(crate) dir: PathBuf,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct BenchTrainArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    pub(crate) arch: String,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) depth: usize,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) width: f64,
+    /// Leave out BatchNorm (VGG and AlexNet).
+    #[arg(long)]
+    pub(crate) no_batch_norm: bool,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) batch: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) warmup: usize,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) steps: usize,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
