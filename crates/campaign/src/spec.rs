@@ -428,47 +428,17 @@ impl Campaign {
     }
 
     fn resolve(&self, choice: &[usize], seed: u64, rep: u64) -> std::result::Result<RunSpec, String> {
-        let mut table = self.base.clone();
-        let mut inject = self.inject.clone();
-        let mut workers_hit = 1usize;
-        let mut self_test = SelfTest::None;
-        let mut coords = Vec::new();
+        let mut point = GridPoint {
+            table: self.base.clone(),
+            inject: self.inject.clone(),
+            workers_hit: 1,
+            self_test: SelfTest::None,
+            coords: Vec::new(),
+        };
         for (a, &j) in self.axes.iter().zip(choice) {
-            let (lab, v) = &a.options[j];
-            coords.push((a.key.clone(), lab.clone()));
-            let bad = |m: String| format!("grid.{} = {lab}: {m}", a.key);
-            if a.key == "workers_hit" {
-                workers_hit = v
-                    .as_integer()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|&n| n >= 1)
-                    .ok_or_else(|| bad("expected a whole number of workers, at least 1".into()))?;
-            } else if a.key == "self_test" {
-                self_test = v.clone().try_into().map_err(|_| bad("expected none, panic, hang or abort".into()))?;
-            } else if a.key == "inject" {
-                let toml::Value::Table(t) = v else { return Err(bad("expected a table of injector keys".into())) };
-                inject.extend(t.clone());
-            } else if let Some(k) = a.key.strip_prefix("inject.") {
-                resilab_runner::set_value(&mut inject, k, v.clone()).map_err(bad)?;
-            } else if a.key == "seed" || a.key == "fault_seed" {
-                return Err(bad("seeds are set by campaign.seeds and campaign.fault_seed".into()));
-            } else {
-                // An option table may carry `with`: other run-config keys this option sets
-                // (a model's own learning rate, say), applied after the axis's own value.
-                let mut v = v.clone();
-                let with = match &mut v {
-                    toml::Value::Table(t) => t.remove("with"),
-                    _ => None,
-                };
-                resilab_runner::set_value(&mut table, &a.key, v).map_err(bad)?;
-                if let Some(with) = with {
-                    let toml::Value::Table(w) = with else { return Err(bad("`with` must be a table of run-configuration keys".into())) };
-                    for (k, x) in w {
-                        resilab_runner::set_value(&mut table, &k, x).map_err(|m| bad(format!("with.{k}: {m}")))?;
-                    }
-                }
-            }
+            point.apply(a, j)?;
         }
+        let GridPoint { mut table, inject, workers_hit, self_test, coords } = point;
         table.insert("seed".into(), toml::Value::Integer(i64::try_from(seed).map_err(|_| format!("campaign.seeds: {seed} is too large"))?));
         let s = &self.settings;
         if s.kind != Kind::Train {
@@ -485,22 +455,7 @@ impl Campaign {
         config.optimizer.validate().map_err(|e| format!("{where_}: {e}"))?;
         let (channels, size, classes) = config.data.shape();
         config.model.validate(resilab_models::InputShape { channels, size }, classes).map_err(|e| format!("{where_}: {e}"))?;
-        let world = config.parallel.workers.max(config.parallel.stages).max(1);
-        let mut injector = None;
-        if s.kind != Kind::Train {
-            if workers_hit > world {
-                return Err(format!("{where_}: workers_hit = {workers_hit} but the run has {world} worker(s)"));
-            }
-            let raw: resilab_inject::RawConfig = toml_from_table(inject.clone()).map_err(|mut e| {
-                e.key = if e.key.is_empty() { "inject".into() } else { format!("inject.{}", e.key) };
-                e.to_string()
-            })?;
-            injector = Some(raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?);
-        } else {
-            let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
-            let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
-            resilab_faults::check_messages(&entries, stages).map_err(|e| format!("{where_}: {e}"))?;
-        }
+        let injector = self.check_faults(&config, &inject, workers_hit, &where_)?;
         let canonical = format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"));
         let id = hash(&canonical)[..12].to_string();
         let fault_seed = xxhash_rust::xxh3::xxh3_64(format!("{}|{canonical}", s.fault_seed).as_bytes());
@@ -510,6 +465,84 @@ impl Campaign {
             _ => hash(&format!("{}\n# base_steps = {:?}\n", config.to_toml(), s.base_steps)),
         };
         Ok(RunSpec { index: 0, id, coords, seed, rep, fault_seed, config, inject, injector, workers_hit, self_test, base_key })
+    }
+
+    /// The faults a run of `config` gets are valid: for a checkpoint-alteration campaign, the
+    /// injector (returned) and the workers it hits; for a train campaign, the `[[fault]]`
+    /// entries and their pipeline messages. `where_` names the grid point in errors.
+    fn check_faults(
+        &self,
+        config: &RunConfig,
+        inject: &toml::Table,
+        workers_hit: usize,
+        where_: &str,
+    ) -> std::result::Result<Option<resilab_inject::Spec>, String> {
+        if self.settings.kind == Kind::Train {
+            let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
+            let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
+            resilab_faults::check_messages(&entries, stages).map_err(|e| format!("{where_}: {e}"))?;
+            return Ok(None);
+        }
+        let world = config.parallel.workers.max(config.parallel.stages).max(1);
+        if workers_hit > world {
+            return Err(format!("{where_}: workers_hit = {workers_hit} but the run has {world} worker(s)"));
+        }
+        let raw: resilab_inject::RawConfig = toml_from_table(inject.clone()).map_err(|mut e| {
+            e.key = if e.key.is_empty() { "inject".into() } else { format!("inject.{}", e.key) };
+            e.to_string()
+        })?;
+        Ok(Some(raw.validate().map_err(|e| format!("[inject] ({where_}): {e}"))?))
+    }
+}
+
+/// One grid point as its axes' options set it: the run configuration's table, the injector's
+/// keys, the workers hit, the self-test, and the `(axis, option)` coordinates.
+struct GridPoint {
+    table: toml::Table,
+    inject: toml::Table,
+    workers_hit: usize,
+    self_test: SelfTest,
+    coords: Vec<(String, String)>,
+}
+
+impl GridPoint {
+    /// Applies option `j` of axis `a`.
+    fn apply(&mut self, a: &Axis, j: usize) -> std::result::Result<(), String> {
+        let (lab, v) = &a.options[j];
+        self.coords.push((a.key.clone(), lab.clone()));
+        let bad = |m: String| format!("grid.{} = {lab}: {m}", a.key);
+        if a.key == "workers_hit" {
+            self.workers_hit = v
+                .as_integer()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| bad("expected a whole number of workers, at least 1".into()))?;
+        } else if a.key == "self_test" {
+            self.self_test = v.clone().try_into().map_err(|_| bad("expected none, panic, hang or abort".into()))?;
+        } else if a.key == "inject" {
+            let toml::Value::Table(t) = v else { return Err(bad("expected a table of injector keys".into())) };
+            self.inject.extend(t.clone());
+        } else if let Some(k) = a.key.strip_prefix("inject.") {
+            resilab_runner::set_value(&mut self.inject, k, v.clone()).map_err(bad)?;
+        } else if a.key == "seed" || a.key == "fault_seed" {
+            return Err(bad("seeds are set by campaign.seeds and campaign.fault_seed".into()));
+        } else {
+            // An option table may carry `with`: other run-config keys this option sets
+            // (a model's own learning rate, say), applied after the axis's own value.
+            let mut v = v.clone();
+            let with = match &mut v {
+                toml::Value::Table(t) => t.remove("with"),
+                _ => None,
+            };
+            resilab_runner::set_value(&mut self.table, &a.key, v).map_err(bad)?;
+            if let Some(with) = with {
+                let toml::Value::Table(w) = with else { return Err(bad("`with` must be a table of run-configuration keys".into())) };
+                for (k, x) in w {
+                    resilab_runner::set_value(&mut self.table, &k, x).map_err(|m| bad(format!("with.{k}: {m}")))?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -276,6 +276,91 @@ impl FaultInjector {
     }
 }
 
+impl FaultInjector {
+    /// A weights fault: corrupts the worker's parameters; a stuck-at fault's corrupted values
+    /// are then held for its steps.
+    fn corrupt_weights(&mut self, event: FaultEvent, ctx: &Ctx, worker: &mut Worker) {
+        let mut tensors = Vec::new();
+        for_each_param(&worker.net, |info, t| tensors.push((format!("model/{}", path(&info.name)), t.without_autodiff())));
+        let changed: std::collections::BTreeMap<String, Tensor<1>> = self.corrupt(event, ctx, tensors).into_iter().collect();
+        if !changed.is_empty() {
+            let net = worker.net.clone();
+            worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
+        }
+        let hold = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.stuck_steps);
+        let (Some(k), Some(log)) = (hold, self.logged().last().cloned()) else { return };
+        for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
+            if let Some(t) = changed.get(&r.dataset) {
+                let v = host(t.clone())[r.index];
+                let name = r.dataset["model/".len()..].replace('/', ".");
+                self.stuck.retain(|s| !(s.0 == ctx.rank && s.2 == name && s.3 == r.index));
+                self.stuck.push((ctx.rank, ctx.step + k - 1, name, r.index, v));
+            }
+        }
+    }
+
+    /// Stuck-at faults: the corrupted values they hold are written back for their steps.
+    fn hold_stuck(&mut self, ctx: &Ctx, worker: &mut Worker) {
+        self.stuck.retain(|s| s.1 >= ctx.step);
+        let held: Vec<&(usize, u64, String, usize, f32)> = self.stuck.iter().filter(|s| s.0 == ctx.rank && s.1 >= ctx.step).collect();
+        if held.is_empty() {
+            return;
+        }
+        let net = worker.net.clone();
+        worker.net = map_params(net, |info, t| {
+            let mine: Vec<_> = held.iter().filter(|s| s.2 == info.name).collect();
+            if mine.is_empty() {
+                return None;
+            }
+            let device = t.device();
+            let mut v = host(t.without_autodiff());
+            for s in mine {
+                v[s.3] = s.4;
+            }
+            let n = v.len();
+            Some(Tensor::from_data(TensorData::new(v, [n]), &device))
+        });
+    }
+
+    /// A neuron fault: draws the block whose output it alters in this step's forward pass
+    /// (among the blocks its locations name that this worker holds).
+    fn draw_neuron_block(&mut self, event: FaultEvent, ctx: &Ctx, worker: &Worker) {
+        let locs = self.spec(&event).and_then(|s| s.locations.clone());
+        let blocks: Vec<&String> = worker
+            .net
+            .block_names
+            .iter()
+            .filter(|b| locs.as_ref().is_none_or(|l| l.iter().any(|l| resilab_inject::config::location_matches(l, &neuron_path(b)))))
+            .collect();
+        if blocks.is_empty() {
+            // A pipeline stage without the named blocks: logged with no flips.
+            self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "block"));
+        let block = blocks[rng.random_range(0..blocks.len())].clone();
+        self.neurons.push((event, ctx.rank, block));
+    }
+
+    /// An optimizer fault: corrupts the worker's optimizer buffers.
+    fn corrupt_optimizer(&mut self, event: FaultEvent, ctx: &Ctx, worker: &mut Worker) {
+        let mut tensors = Vec::new();
+        for (name, st) in &worker.optim.params {
+            for (b, t) in &st.buffers {
+                tensors.push((format!("optimizer/{}/{b}", path(name)), t.clone()));
+            }
+        }
+        for (key, t) in self.corrupt(event, ctx, tensors) {
+            let rest = &key["optimizer/".len()..];
+            if let Some((param, buffer)) = rest.rsplit_once('/')
+                && let Some(st) = worker.optim.params.get_mut(&param.replace('/', "."))
+            {
+                st.buffers.insert(buffer.to_string(), t);
+            }
+        }
+    }
+}
+
 impl Hooks for FaultInjector {
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
         // A crash strikes inside the step, at a time of its timeline ([`Hooks::crash_time`]).
@@ -289,78 +374,16 @@ impl Hooks for FaultInjector {
             return Control::Skip;
         }
         for event in self.due(ctx, &[FaultTarget::Weights]) {
-            let mut tensors = Vec::new();
-            for_each_param(&worker.net, |info, t| tensors.push((format!("model/{}", path(&info.name)), t.without_autodiff())));
-            let changed: std::collections::BTreeMap<String, Tensor<1>> = self.corrupt(event, ctx, tensors).into_iter().collect();
-            if !changed.is_empty() {
-                let net = worker.net.clone();
-                worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
-            }
-            let hold = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.stuck_steps);
-            if let (Some(k), Some(log)) = (hold, self.logged().last().cloned()) {
-                for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
-                    if let Some(t) = changed.get(&r.dataset) {
-                        let v = host(t.clone())[r.index];
-                        let name = r.dataset["model/".len()..].replace('/', ".");
-                        self.stuck.retain(|s| !(s.0 == ctx.rank && s.2 == name && s.3 == r.index));
-                        self.stuck.push((ctx.rank, ctx.step + k - 1, name, r.index, v));
-                    }
-                }
-            }
+            self.corrupt_weights(event, ctx, worker);
         }
-        // Stuck-at faults: hold the corrupted values for their steps.
-        self.stuck.retain(|s| s.1 >= ctx.step);
-        let held: Vec<&(usize, u64, String, usize, f32)> = self.stuck.iter().filter(|s| s.0 == ctx.rank && s.1 >= ctx.step).collect();
-        if !held.is_empty() {
-            let net = worker.net.clone();
-            worker.net = map_params(net, |info, t| {
-                let mine: Vec<_> = held.iter().filter(|s| s.2 == info.name).collect();
-                if mine.is_empty() {
-                    return None;
-                }
-                let device = t.device();
-                let mut v = host(t.without_autodiff());
-                for s in mine {
-                    v[s.3] = s.4;
-                }
-                let n = v.len();
-                Some(Tensor::from_data(TensorData::new(v, [n]), &device))
-            });
-        }
+        self.hold_stuck(ctx, worker);
         // Neuron faults: draw the block now; its output is altered in this step's forward.
         self.neurons.retain(|n| n.1 != ctx.rank);
         for event in self.due(ctx, &[FaultTarget::Neurons]) {
-            let locs = self.spec(&event).and_then(|s| s.locations.clone());
-            let blocks: Vec<&String> = worker
-                .net
-                .block_names
-                .iter()
-                .filter(|b| locs.as_ref().is_none_or(|l| l.iter().any(|l| resilab_inject::config::location_matches(l, &neuron_path(b)))))
-                .collect();
-            if blocks.is_empty() {
-                // A pipeline stage without the named blocks: logged with no flips.
-                self.push_log(FaultLog::new(event, ctx.attempt, None, Vec::new()));
-                continue;
-            }
-            let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(self.event_seed(&event), "block"));
-            let block = blocks[rng.random_range(0..blocks.len())].clone();
-            self.neurons.push((event, ctx.rank, block));
+            self.draw_neuron_block(event, ctx, worker);
         }
         for event in self.due(ctx, &[FaultTarget::Optimizer]) {
-            let mut tensors = Vec::new();
-            for (name, st) in &worker.optim.params {
-                for (b, t) in &st.buffers {
-                    tensors.push((format!("optimizer/{}/{b}", path(name)), t.clone()));
-                }
-            }
-            for (key, t) in self.corrupt(event, ctx, tensors) {
-                let rest = &key["optimizer/".len()..];
-                if let Some((param, buffer)) = rest.rsplit_once('/')
-                    && let Some(st) = worker.optim.params.get_mut(&param.replace('/', "."))
-                {
-                    st.buffers.insert(buffer.to_string(), t);
-                }
-            }
+            self.corrupt_optimizer(event, ctx, worker);
         }
         Control::Continue
     }

@@ -198,140 +198,15 @@ impl RawConfig {
 
     /// Checks every key and builds the spec.
     pub fn validate(&self) -> Result<Spec> {
-        let precision = match self.float_precision.as_ref().map(NumOrStr::text).as_deref() {
-            None | Some("auto") => Precision::Auto,
-            Some("16") => Precision::P16,
-            Some("32") => Precision::P32,
-            Some("64") => Precision::P64,
-            Some(other) => return Err(bad("float_precision", format!("must be 16, 32, 64 or auto, got {other:?}"))),
-        };
-        let range_set = self.first_bit.is_some() || self.last_bit.is_some() || self.burst.is_some_and(|b| b > 1);
-        let modes: Vec<(&str, &str)> = [
-            (range_set, ("first_bit", "bit range (first_bit/last_bit/burst)")),
-            (self.bit_mask.is_some(), ("bit_mask", "bit_mask")),
-            (self.scaling_factor.is_some(), ("scaling_factor", "scaling_factor")),
-        ]
-        .into_iter()
-        .filter_map(|(set, m)| set.then_some(m))
-        .collect();
-        if modes.len() > 1 {
-            let names: Vec<&str> = modes.iter().map(|m| m.1).collect();
-            return Err(bad(modes[1].0, format!("only one mode may be set, found {}", names.join(" and "))));
-        }
-        let mode = if let Some(mask) = &self.bit_mask {
-            let text = mask.text();
-            if text.is_empty() || !text.chars().all(|c| c == '0' || c == '1') {
-                return Err(bad("bit_mask", format!("must be a pattern of 0s and 1s, got {text:?}")));
-            }
-            if !text.contains('1') {
-                return Err(bad("bit_mask", "has no 1: it would flip nothing"));
-            }
-            if text.len() > 64 {
-                return Err(bad("bit_mask", format!("has {} bits, longer than any float (64 bits at most)", text.len())));
-            }
-            Mode::BitMask { pattern: text.chars().map(|c| c == '1').collect() }
-        } else if let Some(factor) = self.scaling_factor {
-            if !factor.is_finite() {
-                return Err(bad("scaling_factor", format!("must be finite, got {factor}")));
-            }
-            Mode::Scaling { factor }
-        } else {
-            let burst = self.burst.unwrap_or(1);
-            if burst == 0 {
-                return Err(bad("burst", "must be at least 1"));
-            }
-            if let (Some(f), Some(l)) = (self.first_bit, self.last_bit)
-                && f > l
-            {
-                return Err(bad("first_bit", format!("first_bit ({f}) is greater than last_bit ({l})")));
-            }
-            Mode::BitRange { first: self.first_bit, last: self.last_bit, burst }
-        };
-        let model = FaultModel {
-            mode,
-            precision,
-            allow_sign_change: self.allow_sign_change.unwrap_or(true),
-            allow_nan: self.allow_nan_values.unwrap_or(true),
-            max_redraws: self.max_redraws.unwrap_or(100),
-            extreme_threshold: self.extreme_threshold.unwrap_or(1e10),
-        };
-        if let Some(p) = precision.fixed() {
-            model.check_width(p).map_err(|m| bad(key_of(&model.mode), m))?;
-        } else {
-            // Auto: the range must at least fit a 64-bit word; narrower datasets are checked
-            // against their own width once the file is known.
-            model.check_width(64).map_err(|m| bad(key_of(&model.mode), m))?;
-        }
-        if model.extreme_threshold.is_nan() || model.extreme_threshold <= 0.0 {
-            return Err(bad("extreme_threshold", "must be a positive number"));
-        }
+        let model = self.fault_model()?;
         let probability = self.injection_probability.unwrap_or(1.0);
         if !(0.0..=1.0).contains(&probability) {
             return Err(bad("injection_probability", format!("must be in [0, 1], got {probability}")));
         }
-        let kind = self.injection_type.unwrap_or_default();
-        let tries = match (kind, self.injection_tries) {
-            (_, None) if self.injection_sequence_path.is_none() => {
-                return Err(bad("injection_tries", "is required (the number of attempts, or a percentage)"));
-            }
-            (_, None) => Tries::Count(0),
-            (InjectionType::Count, Some(n)) => {
-                if !(n >= 1.0 && n.fract() == 0.0) {
-                    return Err(bad(
-                        "injection_tries",
-                        format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}"),
-                    ));
-                }
-                // `as` saturates: a count past u64::MAX reads as u64::MAX, which no memory holds.
-                let n = n as u64;
-                let bytes = n.checked_mul(ATTEMPT_BYTES);
-                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt")
-                    .map_err(|m| bad("injection_tries", m))?;
-                Tries::Count(n)
-            }
-            (InjectionType::Percentage, Some(p)) => {
-                if !(p > 0.0 && p <= 100.0) {
-                    return Err(bad(
-                        "injection_tries",
-                        format!("must be a percentage in (0, 100] for injection_type = percentage, got {p}"),
-                    ));
-                }
-                Tries::Percent(p)
-            }
-        };
-        let random = self.use_random_locations.unwrap_or(false);
-        let locations = if random {
-            None
-        } else {
-            let l = self.locations_to_corrupt.clone().unwrap_or_default();
-            if l.is_empty() {
-                return Err(bad("locations_to_corrupt", "is empty and use_random_locations is false: nothing to corrupt"));
-            }
-            if let Some(b) = l.iter().find(|s| s.trim_matches('/').is_empty()) {
-                return Err(bad(
-                    "locations_to_corrupt",
-                    format!("{b:?} is not a path (use use_random_locations = true for the whole file)"),
-                ));
-            }
-            Some(l)
-        };
+        let tries = self.tries()?;
+        let locations = self.locations()?;
         let target = self.target.unwrap_or_default();
-        if target == TargetKind::Bytes {
-            let value_keys = [
-                ("first_bit", self.first_bit.is_some()),
-                ("last_bit", self.last_bit.is_some()),
-                ("burst", self.burst.is_some_and(|b| b > 1)),
-                ("bit_mask", self.bit_mask.is_some()),
-                ("scaling_factor", self.scaling_factor.is_some()),
-                ("float_precision", self.float_precision.is_some()),
-                ("locations_to_corrupt", self.locations_to_corrupt.as_ref().is_some_and(|l| !l.is_empty()) && !random),
-            ];
-            if let Some((k, _)) = value_keys.iter().find(|(_, set)| *set) {
-                return Err(bad(k, "does not apply to target = \"bytes\" (one random bit of a random byte per attempt)"));
-            }
-        } else if self.byte_region.is_some() {
-            return Err(bad("byte_region", "only applies to target = \"bytes\""));
-        }
+        self.check_target(target)?;
         let mut ignored = Vec::new();
         if self.log_file_path.is_some() {
             ignored.push("log_file_path (the log goes where --log says)".to_string());
@@ -352,6 +227,148 @@ impl RawConfig {
             replay: self.injection_sequence_path.clone(),
             ignored,
         })
+    }
+
+    /// `float_precision`.
+    fn precision(&self) -> Result<Precision> {
+        match self.float_precision.as_ref().map(NumOrStr::text).as_deref() {
+            None | Some("auto") => Ok(Precision::Auto),
+            Some("16") => Ok(Precision::P16),
+            Some("32") => Ok(Precision::P32),
+            Some("64") => Ok(Precision::P64),
+            Some(other) => Err(bad("float_precision", format!("must be 16, 32, 64 or auto, got {other:?}"))),
+        }
+    }
+
+    /// The fault model: the precision, one mode, and the limits on what a flip may give.
+    fn fault_model(&self) -> Result<FaultModel> {
+        let precision = self.precision()?;
+        let model = FaultModel {
+            mode: self.mode()?,
+            precision,
+            allow_sign_change: self.allow_sign_change.unwrap_or(true),
+            allow_nan: self.allow_nan_values.unwrap_or(true),
+            max_redraws: self.max_redraws.unwrap_or(100),
+            extreme_threshold: self.extreme_threshold.unwrap_or(1e10),
+        };
+        // Auto: the range must at least fit a 64-bit word; narrower datasets are checked
+        // against their own width once the file is known.
+        model.check_width(precision.fixed().unwrap_or(64)).map_err(|m| bad(key_of(&model.mode), m))?;
+        if model.extreme_threshold.is_nan() || model.extreme_threshold <= 0.0 {
+            return Err(bad("extreme_threshold", "must be a positive number"));
+        }
+        Ok(model)
+    }
+
+    /// The one mode set: a bit range (the default), a bit mask, or a scaling factor.
+    fn mode(&self) -> Result<Mode> {
+        let range_set = self.first_bit.is_some() || self.last_bit.is_some() || self.burst.is_some_and(|b| b > 1);
+        let modes: Vec<(&str, &str)> = [
+            (range_set, ("first_bit", "bit range (first_bit/last_bit/burst)")),
+            (self.bit_mask.is_some(), ("bit_mask", "bit_mask")),
+            (self.scaling_factor.is_some(), ("scaling_factor", "scaling_factor")),
+        ]
+        .into_iter()
+        .filter_map(|(set, m)| set.then_some(m))
+        .collect();
+        if modes.len() > 1 {
+            let names: Vec<&str> = modes.iter().map(|m| m.1).collect();
+            return Err(bad(modes[1].0, format!("only one mode may be set, found {}", names.join(" and "))));
+        }
+        if let Some(mask) = &self.bit_mask {
+            let text = mask.text();
+            if text.is_empty() || !text.chars().all(|c| c == '0' || c == '1') {
+                return Err(bad("bit_mask", format!("must be a pattern of 0s and 1s, got {text:?}")));
+            }
+            if !text.contains('1') {
+                return Err(bad("bit_mask", "has no 1: it would flip nothing"));
+            }
+            if text.len() > 64 {
+                return Err(bad("bit_mask", format!("has {} bits, longer than any float (64 bits at most)", text.len())));
+            }
+            return Ok(Mode::BitMask { pattern: text.chars().map(|c| c == '1').collect() });
+        }
+        if let Some(factor) = self.scaling_factor {
+            if !factor.is_finite() {
+                return Err(bad("scaling_factor", format!("must be finite, got {factor}")));
+            }
+            return Ok(Mode::Scaling { factor });
+        }
+        let burst = self.burst.unwrap_or(1);
+        if burst == 0 {
+            return Err(bad("burst", "must be at least 1"));
+        }
+        if let (Some(f), Some(l)) = (self.first_bit, self.last_bit)
+            && f > l
+        {
+            return Err(bad("first_bit", format!("first_bit ({f}) is greater than last_bit ({l})")));
+        }
+        Ok(Mode::BitRange { first: self.first_bit, last: self.last_bit, burst })
+    }
+
+    /// `injection_tries` under `injection_type` (a count checked against memory, or a
+    /// percentage); not needed when a sequence is replayed.
+    fn tries(&self) -> Result<Tries> {
+        match (self.injection_type.unwrap_or_default(), self.injection_tries) {
+            (_, None) if self.injection_sequence_path.is_none() => {
+                Err(bad("injection_tries", "is required (the number of attempts, or a percentage)"))
+            }
+            (_, None) => Ok(Tries::Count(0)),
+            (InjectionType::Count, Some(n)) => {
+                if !(n >= 1.0 && n.fract() == 0.0) {
+                    return Err(bad(
+                        "injection_tries",
+                        format!("must be a whole number of attempts >= 1 for injection_type = count, got {n}"),
+                    ));
+                }
+                // `as` saturates: a count past u64::MAX reads as u64::MAX, which no memory holds.
+                let n = n as u64;
+                let bytes = n.checked_mul(ATTEMPT_BYTES);
+                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt")
+                    .map_err(|m| bad("injection_tries", m))?;
+                Ok(Tries::Count(n))
+            }
+            (InjectionType::Percentage, Some(p)) if !(p > 0.0 && p <= 100.0) => {
+                Err(bad("injection_tries", format!("must be a percentage in (0, 100] for injection_type = percentage, got {p}")))
+            }
+            (InjectionType::Percentage, Some(p)) => Ok(Tries::Percent(p)),
+        }
+    }
+
+    /// The datasets to corrupt (`None`: random locations over the whole file).
+    fn locations(&self) -> Result<Option<Vec<String>>> {
+        if self.use_random_locations.unwrap_or(false) {
+            return Ok(None);
+        }
+        let l = self.locations_to_corrupt.clone().unwrap_or_default();
+        if l.is_empty() {
+            return Err(bad("locations_to_corrupt", "is empty and use_random_locations is false: nothing to corrupt"));
+        }
+        if let Some(b) = l.iter().find(|s| s.trim_matches('/').is_empty()) {
+            return Err(bad("locations_to_corrupt", format!("{b:?} is not a path (use use_random_locations = true for the whole file)")));
+        }
+        Ok(Some(l))
+    }
+
+    /// Keys of value corruption with `target = "bytes"`, or `byte_region` without it, are errors.
+    fn check_target(&self, target: TargetKind) -> Result<()> {
+        if target != TargetKind::Bytes {
+            return if self.byte_region.is_some() { Err(bad("byte_region", "only applies to target = \"bytes\"")) } else { Ok(()) };
+        }
+        let random = self.use_random_locations.unwrap_or(false);
+        let value_keys = [
+            ("first_bit", self.first_bit.is_some()),
+            ("last_bit", self.last_bit.is_some()),
+            ("burst", self.burst.is_some_and(|b| b > 1)),
+            ("bit_mask", self.bit_mask.is_some()),
+            ("scaling_factor", self.scaling_factor.is_some()),
+            ("float_precision", self.float_precision.is_some()),
+            ("locations_to_corrupt", self.locations_to_corrupt.as_ref().is_some_and(|l| !l.is_empty()) && !random),
+        ];
+        match value_keys.iter().find(|(_, set)| *set) {
+            Some((k, _)) => Err(bad(k, "does not apply to target = \"bytes\" (one random bit of a random byte per attempt)")),
+            None => Ok(()),
+        }
     }
 }
 

@@ -525,6 +525,36 @@ fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<
     }))
 }
 
+/// Chunk `c`'s weight gradient into `acc`: its images' products summed (or, side by side, their
+/// one product), as `dW^T` (`K x c_out`, column-major) when `transposed`.
+fn chunk_weight_grad(s: &Conv2d, taps: &Taps, x: &[f32], dy: &[f32], c: usize, acc: &mut [f32], transposed: bool) {
+    let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
+    let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
+    if s.side_by_side() {
+        let ld = images.len() * p;
+        with_wide(k * ld, s.c_out * ld, |col, wide| {
+            for (i, n) in images.clone().enumerate() {
+                s.im2col(taps, &x[n * image_in..][..image_in], &mut col[i * p..], ld);
+            }
+            s.stage(dy, images, wide);
+            matmul(weight_view(acc, s.c_out, k, transposed), MatRef::row_major(wide, s.c_out, ld), MatRef::transposed(col, ld, k), false);
+        });
+        return;
+    }
+    for (i, n) in images.enumerate() {
+        let x = &x[n * image_in..][..image_in];
+        let dy = MatRef::row_major(&dy[n * image_out..][..image_out], s.c_out, p);
+        if s.pointwise() {
+            matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(x, p, k), i > 0);
+        } else {
+            with_columns(k * p, |col| {
+                s.im2col(taps, x, col, p);
+                matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(col, p, k), i > 0);
+            });
+        }
+    }
+}
+
 /// A `rows x cols` view of a weight-gradient sum, row-major or column-major.
 fn weight_view(acc: &mut [f32], rows: usize, cols: usize, column_major: bool) -> MatMut<'_> {
     if column_major { MatMut::strided(acc, rows, cols, 1, rows) } else { MatMut::row_major(acc, rows, cols) }
@@ -541,44 +571,13 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     s.check("output gradient", dy.len(), ny)?;
     s.check("weight gradient", dw.len(), nw)?;
     let taps = s.taps();
-    let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
+    let (k, p) = (s.k(), s.p());
     let chunks = s.batch.div_ceil(s.chunk());
     // Each chunk sums its images' products (or, side by side, computes their one product)
     // into a reused partial buffer. When the products are deep (>= 64 positions), the `gemm`
     // crate runs them 1.2-2.5x faster into a column-major destination, so the chunk sums
     // `dW^T` (`K x c_out`) there; shallower products stay row-major.
     let transposed = if s.side_by_side() { s.chunk() * p } else { p } >= 64;
-    let partial = |c: usize, acc: &mut [f32]| {
-        let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
-        if s.side_by_side() {
-            let ld = images.len() * p;
-            with_wide(k * ld, s.c_out * ld, |col, wide| {
-                for (i, n) in images.clone().enumerate() {
-                    s.im2col(&taps, &x[n * image_in..][..image_in], &mut col[i * p..], ld);
-                }
-                s.stage(dy, images, wide);
-                matmul(
-                    weight_view(acc, s.c_out, k, transposed),
-                    MatRef::row_major(wide, s.c_out, ld),
-                    MatRef::transposed(col, ld, k),
-                    false,
-                );
-            });
-            return;
-        }
-        for (i, n) in images.enumerate() {
-            let x = &x[n * image_in..][..image_in];
-            let dy = MatRef::row_major(&dy[n * image_out..][..image_out], s.c_out, p);
-            if s.pointwise() {
-                matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(x, p, k), i > 0);
-            } else {
-                with_columns(k * p, |col| {
-                    s.im2col(&taps, x, col, p);
-                    matmul(weight_view(acc, s.c_out, k, transposed), dy, MatRef::transposed(col, p, k), i > 0);
-                });
-            }
-        }
-    };
     // The chunks' sums are added in chunk order (into the first's buffer, in its layout), then
     // written to dw.
     PARTIALS.with(|buffers| {
@@ -592,7 +591,7 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
             }
         }
         let partials = &mut buffers[..chunks];
-        partials.par_iter_mut().enumerate().for_each(|(c, b)| partial(c, &mut b[..nw]));
+        partials.par_iter_mut().enumerate().for_each(|(c, b)| chunk_weight_grad(s, &taps, x, dy, c, &mut b[..nw], transposed));
         let Some((sum, rest)) = partials.split_first_mut() else { return };
         let sum = &mut sum[..nw];
         vectorized(

@@ -473,10 +473,42 @@ fn num(s: &str) -> Option<f64> {
     s.parse().ok()
 }
 
-/// Reads a campaign directory and writes its report into `out`.
+/// Reads a campaign directory and writes its report into `out`: `cells.csv`, the comparisons
+/// (or the study's tests), the plots, and `report.md` that ties them together.
 pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     let _lock = resilab_runner::files::lock_dir(out, "--out").map_err(|e| Error::Empty(e.to_string()))?;
     resilab_runner::check_output_dir(out, &["report.md", "cells.csv"], "--out").map_err(|e| Error::Empty(e.to_string()))?;
+    let (campaign, rows) = load(dir)?;
+    let facts = RunFacts::of(&campaign, &rows);
+    let tol = campaign.settings.rwc_tolerance_points;
+    let cells = cells(&rows, |r| facts.chance(r), tol);
+    let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
+    let (mut md, study) = tables(&campaign, &rows, &cells, &facts, out, &mut written)?;
+    let plots = out.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
+    // Axes with one option say nothing in a label; the first varying axis picks the colour.
+    let fixed: Vec<&str> = campaign.axes.iter().filter(|a| a.options.len() < 2).map(|a| a.key.as_str()).collect();
+    let palette = |coords: &BTreeMap<String, String>, skip: &[&str]| {
+        let a = campaign.axes.iter().find(|a| a.options.len() > 1 && !skip.contains(&a.key.as_str()))?;
+        a.options.iter().position(|o| coords.get(&a.key) == Some(&o.0))
+    };
+    let train = campaign.settings.kind == Kind::Train && !study;
+    let mut figures: Vec<figures::Figure> = Vec::new();
+    figures.extend(figures::nev_vs_flips(&campaign, &cells, &fixed, &palette, &plots)?);
+    if train {
+        figures.extend(figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)?);
+        figures.extend(loss_vs_overhead(&campaign, &cells, &fixed, &palette, &plots)?);
+    }
+    let (by_layer, by_bit) = single_flip_tallies(&rows, &facts);
+    figures.extend(layer_figures(&campaign, &by_layer, &plots)?);
+    figures.extend(bit_figures(&campaign, &by_bit, &plots, out, &mut written)?);
+    plots_markdown(&mut md, &figures, out, &mut written);
+    written.files.push(write(&out.join("report.md"), &md)?);
+    Ok(written)
+}
+
+/// A campaign directory's campaign and recorded runs (an error if none are recorded yet).
+fn load(dir: &Path) -> Result<(Campaign, Vec<Row>)> {
     let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
     let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
     let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;
@@ -484,85 +516,103 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     if rows.is_empty() {
         return Err(Error::Empty(format!("{}: no runs recorded yet", dir.join(resilab_campaign::RUNS_JSONL).display())));
     }
-    let axes = campaign.axis_keys();
-    let mut chance_of: BTreeMap<u64, f64> = BTreeMap::new();
-    let mut precision_of: BTreeMap<u64, String> = BTreeMap::new();
-    for r in &rows {
-        if let Ok(spec) = campaign.run(r.index) {
-            chance_of.insert(r.index, 1.0 / spec.config.data.classes.max(1) as f64);
-            let p = spec.inject.get("float_precision").map_or("32".to_string(), |v| v.to_string().trim_matches('"').replace("auto", "32"));
-            precision_of.insert(r.index, p);
+    Ok((campaign, rows))
+}
+
+/// What each run's grid point says beyond its row: chance accuracy and the float precision
+/// its injector altered.
+struct RunFacts {
+    chance_of: BTreeMap<u64, f64>,
+    precision_of: BTreeMap<u64, String>,
+}
+
+impl RunFacts {
+    fn of(campaign: &Campaign, rows: &[Row]) -> Self {
+        let (mut chance_of, mut precision_of) = (BTreeMap::new(), BTreeMap::new());
+        for r in rows {
+            if let Ok(spec) = campaign.run(r.index) {
+                chance_of.insert(r.index, 1.0 / spec.config.data.classes.max(1) as f64);
+                let p =
+                    spec.inject.get("float_precision").map_or("32".to_string(), |v| v.to_string().trim_matches('"').replace("auto", "32"));
+                precision_of.insert(r.index, p);
+            }
         }
+        Self { chance_of, precision_of }
     }
-    let tol = campaign.settings.rwc_tolerance_points;
-    let cells = cells(&rows, |r| chance_of.get(&r.index).copied().unwrap_or(0.1), tol);
+
+    /// Chance accuracy of the run's data (0.1 when its grid point is unknown).
+    fn chance(&self, r: &Row) -> f64 {
+        self.chance_of.get(&r.index).copied().unwrap_or(0.1)
+    }
+
+    /// The float precision the run altered (`32` when unknown).
+    fn precision(&self, r: &Row) -> String {
+        self.precision_of.get(&r.index).cloned().unwrap_or_else(|| "32".into())
+    }
+}
+
+/// Writes `cells.csv` and the comparisons (the study's tests when the campaign states
+/// hypotheses, else every pair of options), and returns the report's markdown so far and
+/// whether a study was tested.
+fn tables(
+    campaign: &Campaign,
+    rows: &[Row],
+    cells: &[Cell],
+    facts: &RunFacts,
+    out: &Path,
+    written: &mut Written,
+) -> Result<(String, bool)> {
+    let axes = campaign.axis_keys();
     let mut by_status = BTreeMap::new();
-    for r in &rows {
+    for r in rows {
         *by_status.entry(r.status.name().to_string()).or_insert(0u64) += 1;
     }
-    let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
-    written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, &cells))?);
-    let mut md = markdown(&campaign, &axes, &cells, rows.len(), &by_status);
-    let order: BTreeMap<String, Vec<String>> =
-        campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
-    let chance = |r: &Row| chance_of.get(&r.index).copied().unwrap_or(0.1);
-    // A study with stated hypotheses tests those alone; otherwise every pair of options.
-    let study = study::study(&campaign, &rows);
-    match &study {
-        Some(s) => {
-            written.files.extend(study::write(s, out)?);
-            md.push_str(&study::markdown(&campaign, s));
-        }
-        None => {
-            let diffs = comparisons(&rows, &axes, &order, &chance, tol);
-            written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
-            comparisons_md(&mut md, &diffs);
-        }
-    }
-    let plots = out.join("plots");
-    std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
-    let mut figures = Vec::new();
-
-    // Axes with one option say nothing in a label; the first varying axis picks the colour.
-    let fixed: Vec<&str> = campaign.axes.iter().filter(|a| a.options.len() < 2).map(|a| a.key.as_str()).collect();
-    let palette = |coords: &BTreeMap<String, String>, skip: &[&str]| {
-        let a = campaign.axes.iter().find(|a| a.options.len() > 1 && !skip.contains(&a.key.as_str()))?;
-        a.options.iter().position(|o| coords.get(&a.key) == Some(&o.0))
+    written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, cells))?);
+    let mut md = markdown(campaign, &axes, cells, rows.len(), &by_status);
+    let Some(s) = study::study(campaign, rows) else {
+        let order: BTreeMap<String, Vec<String>> =
+            campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
+        let diffs = comparisons(rows, &axes, &order, &|r: &Row| facts.chance(r), campaign.settings.rwc_tolerance_points);
+        written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
+        comparisons_md(&mut md, &diffs);
+        return Ok((md, false));
     };
-    if let Some(f) = figures::nev_vs_flips(&campaign, &cells, &fixed, &palette, &plots)? {
-        figures.push(f);
-    }
-    if campaign.settings.kind == Kind::Train
-        && study.is_none()
-        && let Some(f) = figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)?
-    {
-        figures.push(f);
-    }
+    written.files.extend(study::write(&s, out)?);
+    md.push_str(&study::markdown(campaign, &s));
+    Ok((md, true))
+}
 
-    // Accuracy loss vs overhead in simulated time.
+/// Accuracy loss against overhead in simulated time, one point per cell that has both.
+fn loss_vs_overhead(
+    campaign: &Campaign,
+    cells: &[Cell],
+    fixed: &[&str],
+    palette: &figures::Palette<'_>,
+    plots: &Path,
+) -> Result<Option<figures::Figure>> {
     let shown: Vec<&Cell> = cells.iter().filter(|c| c.sim_overhead_pct.is_some() && c.acc_loss.is_some()).collect();
-    let pts: Vec<(String, f64, f64)> =
-        shown.iter().filter_map(|c| Some((label(&c.coords, &fixed), c.sim_overhead_pct?, c.acc_loss?))).collect();
-    if campaign.settings.kind == Kind::Train && !pts.is_empty() && study.is_none() {
-        let colors = shown.iter().enumerate().map(|(i, c)| palette(&c.coords, &fixed).unwrap_or(i)).collect();
-        let chart = Scatter {
-            title: format!("Accuracy loss vs simulated overhead ({})", campaign.name()),
-            x_label: "overhead in simulated time vs golden run (%)".into(),
-            y_label: "accuracy loss vs golden run (points)".into(),
-            points: pts,
-            colors,
-        };
-        figures.push((
-            "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)".to_string(),
-            save(&chart, &plots.join("loss_vs_overhead"))?,
-        ));
+    let points: Vec<(String, f64, f64)> =
+        shown.iter().filter_map(|c| Some((label(&c.coords, fixed), c.sim_overhead_pct?, c.acc_loss?))).collect();
+    if points.is_empty() {
+        return Ok(None);
     }
+    let chart = Scatter {
+        title: format!("Accuracy loss vs simulated overhead ({})", campaign.name()),
+        x_label: "overhead in simulated time vs golden run (%)".into(),
+        y_label: "accuracy loss vs golden run (points)".into(),
+        points,
+        colors: shown.iter().enumerate().map(|(i, c)| palette(&c.coords, fixed).unwrap_or(i)).collect(),
+    };
+    let caption = "Accuracy loss vs overhead in simulated time per cell (means; wall time in the table)";
+    Ok(Some((caption.to_string(), save(&chart, &plots.join("loss_vs_overhead"))?)))
+}
 
-    // Per-layer and per-bit views of single-value runs.
-    let single: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)).collect();
+/// The runs that ended with exactly one value altered, tallied per layer (prefixed by the
+/// model when the grid varies it) and per (precision, bit position).
+fn single_flip_tallies(rows: &[Row], facts: &RunFacts) -> (BTreeMap<String, Tally>, BTreeMap<(String, u64), Tally>) {
     let mut by_layer: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_bit: BTreeMap<(String, u64), Tally> = BTreeMap::new();
-    for r in &single {
+    for r in rows.iter().filter(|r| r.status == Status::Ok && r.metrics.values_corrupted == Some(1)) {
         let nev = metrics::nev(r);
         let nan = metrics::collapsed(r);
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !nan);
@@ -571,103 +621,104 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
             by_layer.entry(format!("{model}{}", layer_of(l))).or_default().add(nev, nan, loss);
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
-            let p = precision_of.get(&r.index).cloned().unwrap_or_else(|| "32".into());
-            by_bit.entry((p, b)).or_default().add(nev, nan, loss);
+            by_bit.entry((facts.precision(r), b)).or_default().add(nev, nan, loss);
         }
     }
-    if by_layer.len() >= 2 {
-        let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Interval)| Bars {
-            title: title.into(),
-            x_label: x.into(),
-            bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),
-        };
-        let nev =
-            bars(&format!("Per-layer vulnerability: N-EV ({})", campaign.name()), "runs with N-EV after one flip in the layer (%)", &|e| {
-                e.pct(e.nev)
-            });
-        figures.push((
+    (by_layer, by_bit)
+}
+
+/// Per-layer N-EV share and mean accuracy loss, when at least two layers were hit.
+fn layer_figures(campaign: &Campaign, by_layer: &BTreeMap<String, Tally>, plots: &Path) -> Result<Vec<figures::Figure>> {
+    if by_layer.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let bars = |title: &str, x: &str, v: &dyn Fn(&Tally) -> (f64, Interval)| Bars {
+        title: format!("Per-layer vulnerability: {title} ({})", campaign.name()),
+        x_label: x.into(),
+        bars: by_layer.iter().map(|(l, e)| (format!("{l} (n={})", e.runs), v(e).0, v(e).1)).collect(),
+    };
+    let nev = bars("N-EV", "runs with N-EV after one flip in the layer (%)", &|e| e.pct(e.nev));
+    let loss = bars("accuracy loss", "mean accuracy loss after one flip in the layer (points)", &|e| (e.mean_loss().unwrap_or(0.0), None));
+    Ok(vec![
+        (
             "Per-layer vulnerability: N-EV share of single-flip runs per layer (Wilson 95% intervals)".to_string(),
             save(&nev, &plots.join("layers_nev"))?,
-        ));
-        let loss = bars(
-            &format!("Per-layer vulnerability: accuracy loss ({})", campaign.name()),
-            "mean accuracy loss after one flip in the layer (points)",
-            &|e| (e.mean_loss().unwrap_or(0.0), None),
-        );
-        figures.push((
+        ),
+        (
             "Per-layer vulnerability: mean accuracy loss of single-flip runs per layer".to_string(),
             save(&loss, &plots.join("layers_acc_loss"))?,
-        ));
+        ),
+    ])
+}
+
+/// Per-bit N-EV, NaN/Inf share and mean accuracy loss, one series per precision, and
+/// `bits.csv`, when at least four bit positions were hit.
+fn bit_figures(
+    campaign: &Campaign,
+    by_bit: &BTreeMap<(String, u64), Tally>,
+    plots: &Path,
+    out: &Path,
+    written: &mut Written,
+) -> Result<Vec<figures::Figure>> {
+    // Bit positions are categories: only those flipped are shown, none joined by a line.
+    let categories: Vec<u64> = by_bit.keys().map(|k| k.1).collect::<std::collections::BTreeSet<u64>>().into_iter().collect();
+    if categories.len() < 4 {
+        return Ok(Vec::new());
     }
-    let bits: std::collections::BTreeSet<u64> = by_bit.keys().map(|k| k.1).collect();
-    if bits.len() >= 4 {
-        written.files.push(write(&out.join("bits.csv"), &bits_csv(&by_bit))?);
-        let mut nev: BTreeMap<String, Series> = BTreeMap::new();
-        let mut loss: BTreeMap<String, Series> = BTreeMap::new();
-        let mut nan: BTreeMap<String, Series> = BTreeMap::new();
-        // Bit positions are categories: only those flipped are shown, none joined by a line.
-        let categories: Vec<u64> = bits.iter().copied().collect();
-        for ((p, b), e) in &by_bit {
-            let x = categories.iter().position(|c| c == b).unwrap_or(0) as f64;
-            let l = format!("{p}-bit");
-            let ((v, m), (w, n)) = (e.pct(e.nev), e.pct(e.nan));
-            push_point(&mut nev, &l, (x, v, m));
-            push_point(&mut nan, &l, (x, w, n));
-            if let Some(mean) = e.mean_loss() {
-                push_point(&mut loss, &l, (x, mean, None));
-            }
-        }
-        let charts = [
-            (
-                "N-EV",
-                "runs with NaN/Inf/extreme values (%)",
-                Some((-2.0, 102.0)),
-                nev,
-                "bits_nev",
-                "Per-bit sensitivity: N-EV share per bit position (Wilson 95% intervals)",
-            ),
-            (
-                "NaN/Inf",
-                "runs with NaN/Inf values (%)",
-                Some((-2.0, 102.0)),
-                nan,
-                "bits_nan",
-                "Per-bit sensitivity: NaN/Inf share per bit position (Wilson 95% intervals)",
-            ),
-            (
-                "accuracy loss",
-                "mean accuracy loss, runs without NaN (points)",
-                None,
-                loss,
-                "bits_acc_loss",
-                "Per-bit sensitivity: mean accuracy loss per bit position",
-            ),
-        ];
-        for (what, y_label, y_range, series, stem, caption) in charts {
-            let chart = LineChart {
-                title: format!("Per-bit sensitivity: {what} ({})", campaign.name()),
-                x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
-                y_label: y_label.into(),
-                log_x: false,
-                y_range,
-                x_range: None,
-                categories: categories.iter().map(u64::to_string).collect(),
-                series: series.into_values().collect(),
-            };
-            figures.push((caption.to_string(), save(&chart, &plots.join(stem))?));
+    written.files.push(write(&out.join("bits.csv"), &bits_csv(by_bit))?);
+    let (mut nev, mut loss, mut nan): (BTreeMap<String, Series>, BTreeMap<String, Series>, BTreeMap<String, Series>) = Default::default();
+    for ((p, b), e) in by_bit {
+        let x = categories.iter().position(|c| c == b).unwrap_or(0) as f64;
+        let l = format!("{p}-bit");
+        let ((v, m), (w, n)) = (e.pct(e.nev), e.pct(e.nan));
+        push_point(&mut nev, &l, (x, v, m));
+        push_point(&mut nan, &l, (x, w, n));
+        if let Some(mean) = e.mean_loss() {
+            push_point(&mut loss, &l, (x, mean, None));
         }
     }
-    if !figures.is_empty() {
-        let _ = writeln!(md, "\n## Plots\n");
-        for (caption, files) in figures.iter() {
-            if let Some(png) = files.first().and_then(|p| p.strip_prefix(out).ok()) {
-                let _ = writeln!(md, "![{caption}]({})\n\n*{caption}* (also as SVG)\n", png.display());
-            }
-            written.files.extend(files.iter().cloned());
-        }
+    let pct = Some((-2.0, 102.0));
+    let charts = [
+        ("N-EV", "runs with NaN/Inf/extreme values (%)", pct, nev, "bits_nev", "N-EV share per bit position (Wilson 95% intervals)"),
+        ("NaN/Inf", "runs with NaN/Inf values (%)", pct, nan, "bits_nan", "NaN/Inf share per bit position (Wilson 95% intervals)"),
+        (
+            "accuracy loss",
+            "mean accuracy loss, runs without NaN (points)",
+            None,
+            loss,
+            "bits_acc_loss",
+            "mean accuracy loss per bit position",
+        ),
+    ];
+    let mut figures = Vec::new();
+    for (what, y_label, y_range, series, stem, caption) in charts {
+        let chart = LineChart {
+            title: format!("Per-bit sensitivity: {what} ({})", campaign.name()),
+            x_label: "bit flipped (0 = sign, then exponent MSB first)".into(),
+            y_label: y_label.into(),
+            log_x: false,
+            y_range,
+            x_range: None,
+            categories: categories.iter().map(u64::to_string).collect(),
+            series: series.into_values().collect(),
+        };
+        figures.push((format!("Per-bit sensitivity: {caption}"), save(&chart, &plots.join(stem))?));
     }
-    written.files.push(write(&out.join("report.md"), &md)?);
-    Ok(written)
+    Ok(figures)
+}
+
+/// The report's plots section: each figure's PNG with its caption; their files join `written`.
+fn plots_markdown(md: &mut String, figures: &[figures::Figure], out: &Path, written: &mut Written) {
+    if figures.is_empty() {
+        return;
+    }
+    md.push_str("\n## Plots\n\n");
+    for (caption, files) in figures {
+        if let Some(png) = files.first().and_then(|p| p.strip_prefix(out).ok()) {
+            md.push_str(&format!("![{caption}]({})\n\n*{caption}* (also as SVG)\n\n", png.display()));
+        }
+        written.files.extend(files.iter().cloned());
+    }
 }
 
 #[cfg(test)]

@@ -180,75 +180,27 @@ pub fn checkpoint(
     dir: &std::path::Path,
     compute: &Compute,
 ) -> Result<CheckpointBench> {
-    use std::io::{Read, Write};
     let (cfg, mut trainer) = bench_trainer(model, batch, steps + 1, ParallelConfig::default(), compute)?;
     trainer.step()?;
     let step_s = median_step(&mut trainer, steps)?;
     let state = trainer.snapshot();
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: model.label(), config: cfg.to_toml() };
-    let io = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |source| crate::Error::Io { path, source }
-    };
     let (ckpt_root, raw_path) = bench_dir(dir)?;
-    let mut payload = Vec::new();
-    for w in &state.workers {
-        for t in w.params.values() {
-            payload.extend(t.values.iter().flat_map(|v| v.to_le_bytes()));
-        }
-        for st in w.optim.values() {
-            for t in st.buffers.values() {
-                payload.extend(t.values.iter().flat_map(|v| v.to_le_bytes()));
-            }
-        }
-    }
+    let payload: Vec<u8> = state_values(&state).flat_map(|v| v.iter().flat_map(|x| x.to_le_bytes())).collect();
     let (mut write, mut raw_write, mut read, mut raw_read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut ckpt_dir = ckpt_root.clone();
     for _ in 0..reps.max(1) {
         let t = Instant::now();
         ckpt_dir = resilab_checkpoint::save(&ckpt_root, &state, &meta)?;
         write.push(t.elapsed().as_secs_f64());
-
-        let t = Instant::now();
-        let tmp = raw_path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&payload).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, &raw_path).map_err(io(&raw_path))?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
-        raw_write.push(t.elapsed().as_secs_f64());
-
+        raw_write.push(raw_write_s(&payload, &raw_path, dir)?);
         let t = Instant::now();
         let (_loaded, _) =
             resilab_checkpoint::load_dir(&ckpt_dir, &state, resilab_checkpoint::OnMismatch::Error, &resilab_checkpoint::no_probe)?;
         read.push(t.elapsed().as_secs_f64());
-
-        let t = Instant::now();
-        let mut buf = Vec::with_capacity(payload.len());
-        std::fs::File::open(&raw_path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(io(&raw_path))?;
-        raw_read.push(t.elapsed().as_secs_f64());
+        raw_read.push(raw_read_s(payload.len(), &raw_path)?);
     }
-    let digest_s = median(
-        (0..reps.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                let mut acc = 0u64;
-                for w in &state.workers {
-                    for t in w.params.values() {
-                        acc ^= resilab_h5::digest_f32(&t.values);
-                    }
-                    for st in w.optim.values() {
-                        for t in st.buffers.values() {
-                            acc ^= resilab_h5::digest_f32(&t.values);
-                        }
-                    }
-                }
-                std::hint::black_box(acc);
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
+    let digest_s = median((0..reps.max(1)).map(|_| digest_s(&state)).collect());
     let file = ckpt_dir.join(resilab_checkpoint::file_name(0));
     let file_bytes = std::fs::metadata(&file).map_err(io(&file))?.len();
     let mb = payload.len() as f64 / 1e6;
@@ -271,6 +223,51 @@ pub fn checkpoint(
         write_share_of_step: write_s / step_s,
         digest_s,
     })
+}
+
+fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> crate::Error + use<> {
+    let path = path.to_path_buf();
+    move |source| crate::Error::Io { path, source }
+}
+
+/// Every parameter's and optimizer buffer's values of every worker, in the state's order.
+fn state_values(state: &resilab_train::TrainState) -> impl Iterator<Item = &[f32]> {
+    state.workers.iter().flat_map(|w| {
+        let params = w.params.values().map(|t| t.values.as_slice());
+        params.chain(w.optim.values().flat_map(|st| st.buffers.values().map(|t| t.values.as_slice())))
+    })
+}
+
+/// Seconds to write `payload` to `path` as a checkpoint would: a temporary file, synced, renamed
+/// into place, and the directory `dir` synced.
+fn raw_write_s(payload: &[u8], path: &std::path::Path, dir: &std::path::Path) -> Result<f64> {
+    use std::io::Write;
+    let t = Instant::now();
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(payload).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds to read the `len` bytes of `path` back.
+fn raw_read_s(len: usize, path: &std::path::Path) -> Result<f64> {
+    use std::io::Read;
+    let t = Instant::now();
+    let mut buf = Vec::with_capacity(len);
+    std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf)).map_err(io(path))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds to digest every tensor of `state` (the digests a checkpoint stores).
+fn digest_s(state: &resilab_train::TrainState) -> f64 {
+    let t = Instant::now();
+    let acc = state_values(state).fold(0u64, |acc, v| acc ^ resilab_h5::digest_f32(v));
+    std::hint::black_box(acc);
+    t.elapsed().as_secs_f64()
 }
 
 /// Simulation overhead of one parallel layout against one worker on the same global batch.
