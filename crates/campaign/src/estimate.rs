@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use resilab_checkpoint::OnMismatch;
-use resilab_faults::detect::workers_scan;
 use resilab_models::Compute;
+use resilab_recovery::detect::workers_scan;
 use resilab_runner::{RunConfig, build_trainer};
 use serde::Serialize;
 

@@ -8,9 +8,8 @@
 //! all-reduce), optimizer state or pipeline messages, with the injector's own fault model
 //! (the same keys, bit numbering and records as `resilab inject`), or crashes the worker
 //! (fail-stop: its contribution is lost until recovery respawns it). Every injected fault is
-//! logged. [`detect`] holds the detectors that look for the damage.
+//! logged. The detectors that look for the damage are `resilab_recovery::detect`'s.
 
-pub mod detect;
 mod hook;
 mod schedule;
 

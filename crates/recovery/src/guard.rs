@@ -12,8 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::detect::{LossSpike, all_within, digest, weights_within};
 use resilab_faults::FaultInjector;
-use resilab_faults::detect::{LossSpike, all_within, digest, weights_within};
 use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Point, Timeline, Worker};
 use serde::{Deserialize, Serialize};
 

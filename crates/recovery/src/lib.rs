@@ -15,6 +15,7 @@
 //! the policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
 //! (or the initial state).
 
+pub mod detect;
 mod guard;
 
 pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use burn::prelude::*;
 use resilab_data::{Split, synthetic::Synthetic};
-use resilab_faults::detect::{replica_digests, weights_finite};
 use resilab_faults::{FaultInjector, parse, schedule};
 use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
+use resilab_recovery::detect::{replica_digests, weights_finite};
 use resilab_recovery::{Decision, DetectConfig, Detection, Guard, Strategy};
 use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, TrainConfig, TrainSpec, Trainer};
 

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use resilab_checkpoint::{Meta, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::FaultEvent;
-use resilab_faults::detect::{Health, workers_health};
+use resilab_recovery::detect::{Health, workers_health};
 use resilab_recovery::{Decision, Guard};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
