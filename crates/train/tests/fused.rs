@@ -1,7 +1,6 @@
 //! The fused optimizer update (resilab's kernels on the flex device) against the tensor
 //! formulation: the same bits for parameters and state, step after step, for every SGD and
-//! Adam setting; shared tensors left as they were. Its own test binary, because turning the
-//! kernels on is process-wide.
+//! Adam setting; shared tensors left as they were.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 

@@ -1,7 +1,6 @@
 //! The fused gradient average (resilab's kernels on the flex device) against the tensor
 //! formulation of the all-reduce: the same bits for DDP and Horovod, ring and rank order, any
-//! worker count; and the same for the sum of a pipeline stage's micro-batch gradients. One test
-//! in its own binary, because it turns the kernels on and off.
+//! worker count; and the same for the sum of a pipeline stage's micro-batch gradients.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
