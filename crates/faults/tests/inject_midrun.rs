@@ -11,21 +11,26 @@ use resilab_faults::{FaultInjector, parse, schedule};
 use resilab_models::{Arch, InputShape, ModelConfig, Net, for_each_param, init_parameters};
 use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, SyncKind, TrainConfig, TrainSpec, Trainer, WorkerState};
 
-/// Every parameter's and buffer's bits, in order.
-fn bits(net: &Net) -> Vec<u32> {
+/// The bits of every parameter (`trainable`) or of every parameter and buffer, in order.
+fn bits(net: &Net, trainable: bool) -> Vec<u32> {
     let mut out = Vec::new();
-    for_each_param(net, |_, t| out.extend(t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits())));
+    for_each_param(net, |info, t| {
+        if info.trainable || !trainable {
+            out.extend(t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()));
+        }
+    });
     out
 }
 
-/// The replicas whose parameters differ from replica 0's.
+/// The replicas whose trainable parameters differ from replica 0's (BatchNorm's running
+/// statistics are each replica's own).
 fn odd_replicas(nets: &[&Net]) -> Vec<usize> {
-    let first = bits(nets[0]);
-    (1..nets.len()).filter(|&r| bits(nets[r]) != first).collect()
+    let first = bits(nets[0], true);
+    (1..nets.len()).filter(|&r| bits(nets[r], true) != first).collect()
 }
 
 fn weights_finite(net: &Net) -> bool {
-    bits(net).iter().all(|b| f32::from_bits(*b).is_finite())
+    bits(net, false).iter().all(|b| f32::from_bits(*b).is_finite())
 }
 
 fn trainer(workers: usize) -> Trainer {

@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use crate::raw::{MatMut, MatRef, Out, matmul};
 use crate::simd::vectorized;
+use crate::{Error, Kernel};
 
 /// The shape of one convolution: input `[batch, c_in, h, w]`, weight `[c_out, c_in, kh, kw]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,26 +42,6 @@ pub struct Conv2d {
     pub padding: [usize; 2],
     /// Dilation (rows, columns).
     pub dilation: [usize; 2],
-}
-
-/// A shape the kernels cannot run, or buffers that do not fit it.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ShapeError {
-    /// A stride or dilation of 0, an empty kernel, or a kernel larger than the padded input.
-    #[error("convolution {0:?}: {1}")]
-    Shape(Box<Conv2d>, &'static str),
-    /// A buffer whose length is not the one the shape gives.
-    #[error("convolution {shape:?}: {name} holds {got} values, the shape needs {want}")]
-    Length {
-        /// The shape.
-        shape: Box<Conv2d>,
-        /// Which buffer.
-        name: &'static str,
-        /// Its length.
-        got: usize,
-        /// The length the shape gives.
-        want: usize,
-    },
 }
 
 /// Target columns (`images * P`) of one chunk: enough work per task to amortise its GEMMs'
@@ -161,8 +142,8 @@ impl Conv2d {
     }
 
     /// Checks that the shape describes a convolution these kernels run.
-    pub fn validate(&self) -> Result<(), ShapeError> {
-        let bad = |why| Err(ShapeError::Shape(Box::new(*self), why));
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |why| Err(Error::Shape(Box::new(*self), why));
         if self.stride.contains(&0) || self.dilation.contains(&0) {
             return bad("stride and dilation must be at least 1");
         }
@@ -177,8 +158,8 @@ impl Conv2d {
         Ok(())
     }
 
-    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), ShapeError> {
-        if got == want { Ok(()) } else { Err(ShapeError::Length { shape: Box::new(*self), name, got, want }) }
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
+        crate::check_len(|| Kernel::Conv(Box::new(*self)), name, got, want)
     }
 
     /// A 1x1 kernel at stride 1 without padding: the input is its own column matrix.
@@ -396,7 +377,7 @@ impl Conv2d {
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), ShapeError> {
+pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), Error> {
     forward_to(s, x, weight, bias, false, Out::Into(out)).map(drop)
 }
 
@@ -405,11 +386,11 @@ pub fn forward(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out:
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn forward_new(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool) -> Result<Vec<f32>, ShapeError> {
+pub fn forward_new(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool) -> Result<Vec<f32>, Error> {
     forward_to(s, x, weight, bias, relu, Out::New(s.lens().2))
 }
 
-fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool, out: Out<'_>) -> Result<Vec<f32>, ShapeError> {
+fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu: bool, out: Out<'_>) -> Result<Vec<f32>, Error> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("input", x.len(), nx)?;
@@ -474,7 +455,7 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu:
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Result<(), ShapeError> {
+pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Result<(), Error> {
     input_grad_to(s, dy, weight, Out::Into(dx)).map(drop)
 }
 
@@ -482,11 +463,11 @@ pub fn input_grad(s: &Conv2d, dy: &[f32], weight: &[f32], dx: &mut [f32]) -> Res
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn input_grad_new(s: &Conv2d, dy: &[f32], weight: &[f32]) -> Result<Vec<f32>, ShapeError> {
+pub fn input_grad_new(s: &Conv2d, dy: &[f32], weight: &[f32]) -> Result<Vec<f32>, Error> {
     input_grad_to(s, dy, weight, Out::New(s.lens().0))
 }
 
-fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<Vec<f32>, ShapeError> {
+fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<Vec<f32>, Error> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("output gradient", dy.len(), ny)?;
@@ -564,7 +545,7 @@ fn weight_view(acc: &mut [f32], rows: usize, cols: usize, column_major: bool) ->
 ///
 /// # Errors
 /// When the shape is invalid or a buffer's length does not match it.
-pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option<&mut [f32]>) -> Result<(), ShapeError> {
+pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option<&mut [f32]>) -> Result<(), Error> {
     s.validate()?;
     let (nx, nw, ny) = s.lens();
     s.check("input", x.len(), nx)?;
@@ -624,7 +605,7 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
 ///
 /// # Errors
 /// When `dy`'s length does not match the shape.
-pub fn bias_grad(s: &Conv2d, dy: &[f32]) -> Result<Vec<f32>, ShapeError> {
+pub fn bias_grad(s: &Conv2d, dy: &[f32]) -> Result<Vec<f32>, Error> {
     s.check("output gradient", dy.len(), s.lens().2)?;
     Ok(channel_sums(dy, s.c_out, s.p()))
 }
@@ -810,7 +791,7 @@ mod tests {
         let s = shape([1, 1, 1], [2, 2], [5, 5], [1, 1], [0, 0]);
         assert_eq!(
             forward(&s, &[0.0; 4], &[0.0; 25], None, &mut []),
-            Err(ShapeError::Shape(Box::new(s), "kernel larger than the padded input"))
+            Err(Error::Shape(Box::new(s), "kernel larger than the padded input"))
         );
         let s = shape([2, 1, 1], [4, 4], [3, 3], [1, 1], [1, 1]);
         let err = weight_grad(&s, &[0.0; 32], &[0.0; 31], &mut [0.0; 9], None).unwrap_err();

@@ -15,6 +15,7 @@
 
 use crate::raw::{MatMut, MatRef, Out, matmul};
 use crate::simd::vectorized;
+use crate::{Error, Kernel};
 
 /// The shape of one fully connected layer: input `[batch, d_in]`, weight `[d_out, d_in]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,20 +38,8 @@ const ROW_TILE: usize = 16;
 /// Values per task of the transposing write-back.
 const WRITE_BACK: usize = 1 << 14;
 
-/// A buffer whose length is not the one the layer's shape gives.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("fully connected layer: the {name} holds {got} values, the shape needs {want}")]
-pub struct LengthError {
-    /// Which buffer.
-    pub name: &'static str,
-    /// Its length.
-    pub got: usize,
-    /// The length the shape gives.
-    pub want: usize,
-}
-
-fn check(name: &'static str, got: usize, want: usize) -> Result<(), LengthError> {
-    if got == want { Ok(()) } else { Err(LengthError { name, got, want }) }
+fn check(name: &'static str, got: usize, want: usize) -> Result<(), Error> {
+    crate::check_len(|| Kernel::Linear, name, got, want)
 }
 
 /// Rows per block of a product with `rows` output rows of `work_per_row` multiply-adds each
@@ -83,7 +72,7 @@ impl Linear {
         input: Option<(&'static str, usize)>,
         weight: Option<usize>,
         output: Option<(&'static str, usize)>,
-    ) -> Result<(), LengthError> {
+    ) -> Result<(), Error> {
         if let Some((name, len)) = input {
             check(name, len, self.batch * self.d_in)?;
         }
@@ -101,7 +90,7 @@ impl Linear {
 ///
 /// # Errors
 /// When a buffer's length is not the one the shape gives.
-pub fn forward_new(s: &Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, relu: bool) -> Result<Vec<f32>, LengthError> {
+pub fn forward_new(s: &Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, relu: bool) -> Result<Vec<f32>, Error> {
     s.check(Some(("input", x.len())), Some(w.len()), None)?;
     if let Some(b) = b {
         check("bias", b.len(), s.d_out)?;
@@ -125,7 +114,7 @@ pub fn forward_new(s: &Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, relu: bo
 ///
 /// # Errors
 /// When a buffer's length is not the one the shape gives.
-pub fn input_grad_new(s: &Linear, dy: &[f32], w: &[f32]) -> Result<Vec<f32>, LengthError> {
+pub fn input_grad_new(s: &Linear, dy: &[f32], w: &[f32]) -> Result<Vec<f32>, Error> {
     s.check(None, Some(w.len()), Some(("output gradient", dy.len())))?;
     let (n, o) = (s.batch, s.d_out);
     let rows = block_rows(s.d_in, n * o);
@@ -142,7 +131,7 @@ pub fn input_grad_new(s: &Linear, dy: &[f32], w: &[f32]) -> Result<Vec<f32>, Len
 ///
 /// # Errors
 /// When a buffer's length is not the one the shape gives.
-pub fn weight_grad_new(s: &Linear, x: &[f32], dy: &[f32]) -> Result<Vec<f32>, LengthError> {
+pub fn weight_grad_new(s: &Linear, x: &[f32], dy: &[f32]) -> Result<Vec<f32>, Error> {
     s.check(Some(("input", x.len())), None, Some(("output gradient", dy.len())))?;
     let (n, k) = (s.batch, s.d_in);
     let rows = block_rows(s.d_out, n * k);
@@ -157,7 +146,7 @@ pub fn weight_grad_new(s: &Linear, x: &[f32], dy: &[f32]) -> Result<Vec<f32>, Le
 ///
 /// # Errors
 /// When `dy`'s length is not the one the shape gives.
-pub fn bias_grad(s: &Linear, dy: &[f32]) -> Result<Vec<f32>, LengthError> {
+pub fn bias_grad(s: &Linear, dy: &[f32]) -> Result<Vec<f32>, Error> {
     s.check(None, None, Some(("output gradient", dy.len())))?;
     let mut sums = vec![0.0f32; s.d_out];
     vectorized(
@@ -244,10 +233,10 @@ mod tests {
     fn a_wrong_length_names_the_buffer() {
         let s = SHAPES[1];
         let e = forward_new(&s, &[0.0; 3], &values(17 * 33, 0.1), None, false).unwrap_err();
-        assert_eq!(e.name, "input");
+        assert_eq!(e.buffer(), Some("input"));
         let e = weight_grad_new(&s, &values(5 * 33, 0.1), &[0.0; 4]).unwrap_err();
-        assert_eq!(e.name, "output gradient");
+        assert_eq!(e.buffer(), Some("output gradient"));
         let e = forward_new(&s, &values(5 * 33, 0.1), &values(17 * 33, 0.1), Some(&[0.0; 2]), false).unwrap_err();
-        assert_eq!(e.name, "bias");
+        assert_eq!(e.buffer(), Some("bias"));
     }
 }

@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use crate::raw::Out;
 use crate::simd::{LANES, Sums, vectorized};
+use crate::{Error, Kernel};
 
 /// The shape `[batch, channels, plane]` (`plane = H * W`) and the buffers of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,23 +35,9 @@ pub struct Norm {
     pub plane: usize,
 }
 
-/// Buffers that do not fit the shape.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("batch norm {shape:?}: {name} holds {got} values, the shape needs {want}")]
-pub struct NormError {
-    /// The shape.
-    pub shape: Norm,
-    /// Which buffer.
-    pub name: &'static str,
-    /// Its length.
-    pub got: usize,
-    /// The length the shape gives.
-    pub want: usize,
-}
-
 impl Norm {
-    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), NormError> {
-        if got == want { Ok(()) } else { Err(NormError { shape: *self, name, got, want }) }
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
+        crate::check_len(|| Kernel::Norm(*self), name, got, want)
     }
 
     fn values(&self) -> usize {
@@ -79,7 +66,7 @@ pub struct Stats {
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: &mut [f32]) -> Result<Stats, NormError> {
+pub fn forward(s: &Norm, x: &[f32], gamma: &[f32], beta: &[f32], eps: f64, relu: bool, y: &mut [f32]) -> Result<Stats, Error> {
     forward_to(s, x, gamma, beta, eps, relu, None, Out::Into(y)).map(|(_, stats)| stats)
 }
 
@@ -96,7 +83,7 @@ pub fn forward_new(
     eps: f64,
     relu: bool,
     residual: Option<&[f32]>,
-) -> Result<(Vec<f32>, Stats), NormError> {
+) -> Result<(Vec<f32>, Stats), Error> {
     if let Some(r) = residual {
         s.check("residual", r.len(), s.values())?;
     }
@@ -113,7 +100,7 @@ fn forward_to(
     relu: bool,
     residual: Option<&[f32]>,
     y: Out<'_>,
-) -> Result<(Vec<f32>, Stats), NormError> {
+) -> Result<(Vec<f32>, Stats), Error> {
     s.check("input", x.len(), s.values())?;
     s.check("output", y.len(), s.values())?;
     s.check("gamma", gamma.len(), s.channels)?;
@@ -189,7 +176,7 @@ pub fn backward(
     dx: &mut [f32],
     dgamma: &mut [f32],
     dbeta: &mut [f32],
-) -> Result<(), NormError> {
+) -> Result<(), Error> {
     backward_to(s, x, y, dy, gamma, stats, relu, Out::Into(dx), dgamma, dbeta).map(drop)
 }
 
@@ -208,7 +195,7 @@ pub fn backward_new(
     relu: bool,
     dgamma: &mut [f32],
     dbeta: &mut [f32],
-) -> Result<Vec<f32>, NormError> {
+) -> Result<Vec<f32>, Error> {
     backward_to(s, x, y, dy, gamma, stats, relu, Out::New(s.values()), dgamma, dbeta)
 }
 
@@ -224,7 +211,7 @@ fn backward_to(
     dx: Out<'_>,
     dgamma: &mut [f32],
     dbeta: &mut [f32],
-) -> Result<Vec<f32>, NormError> {
+) -> Result<Vec<f32>, Error> {
     for (name, len) in [("input", x.len()), ("output", y.len()), ("output gradient", dy.len()), ("input gradient", dx.len())] {
         s.check(name, len, s.values())?;
     }
@@ -287,7 +274,7 @@ fn backward_to(
 ///
 /// # Errors
 /// When `dy` and `y` differ in length.
-pub fn residual_grad_new(s: &Norm, y: &[f32], dy: &[f32]) -> Result<Vec<f32>, NormError> {
+pub fn residual_grad_new(s: &Norm, y: &[f32], dy: &[f32]) -> Result<Vec<f32>, Error> {
     s.check("output", y.len(), s.values())?;
     s.check("output gradient", dy.len(), s.values())?;
     Ok(crate::act::relu_grad_new(y, dy))
@@ -406,6 +393,6 @@ mod tests {
     fn a_short_buffer_is_named() {
         let s = Norm { batch: 1, channels: 2, plane: 2 };
         let err = forward(&s, &[0.0; 4], &[1.0; 2], &[0.0; 1], 1e-5, false, &mut [0.0; 4]).unwrap_err();
-        assert_eq!(err.name, "beta");
+        assert_eq!(err.buffer(), Some("beta"));
     }
 }

@@ -11,18 +11,7 @@ use rayon::prelude::*;
 
 use crate::runs::{RUN, for_runs};
 use crate::simd::vectorized;
-
-/// A gradient or state buffer whose length is not the parameter's.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("optimizer update: the {name} holds {got} values, the parameter {want}")]
-pub struct LengthError {
-    /// Which buffer.
-    pub name: &'static str,
-    /// Its length.
-    pub got: usize,
-    /// The parameter's length.
-    pub want: usize,
-}
+use crate::{Error, Kernel};
 
 /// SGD's constants, each the f32 that the tensor formulation's scalar operation uses (an f64
 /// hyper-parameter cast to f32, or `1 - dampening` computed in f64 and then cast).
@@ -70,8 +59,8 @@ pub enum State {
     First,
 }
 
-fn check(name: &'static str, got: usize, want: usize) -> Result<(), LengthError> {
-    if got == want { Ok(()) } else { Err(LengthError { name, got, want }) }
+fn check(name: &'static str, got: usize, want: usize) -> Result<(), Error> {
+    crate::check_len(|| Kernel::Optimizer, name, got, want)
 }
 
 /// The constants of one SGD run, with every choice a const parameter so that the loop has no
@@ -124,7 +113,7 @@ impl SgdRun {
 
 /// One SGD update of `param` with gradient `grad`, and of its momentum buffer `buf` when
 /// `s.momentum` is set (then `buf` must be given, of the parameter's length).
-pub fn sgd(s: &Sgd, param: &mut [f32], grad: &[f32], buf: Option<&mut [f32]>, state: State) -> Result<(), LengthError> {
+pub fn sgd(s: &Sgd, param: &mut [f32], grad: &[f32], buf: Option<&mut [f32]>, state: State) -> Result<(), Error> {
     let n = param.len();
     check("gradient", grad.len(), n)?;
     let run = SgdRun { lr: s.lr, momentum: s.momentum.unwrap_or(0.0), keep: s.keep.unwrap_or(1.0), decay: s.weight_decay.unwrap_or(0.0) };
@@ -135,7 +124,7 @@ pub fn sgd(s: &Sgd, param: &mut [f32], grad: &[f32], buf: Option<&mut [f32]>, st
         return Ok(());
     }
     let Some(buf) = buf else {
-        return Err(LengthError { name: "momentum buffer", got: 0, want: n });
+        return Err(Error::Length { kernel: Kernel::Optimizer, name: "momentum buffer", got: 0, want: n });
     };
     check("momentum buffer", buf.len(), n)?;
     type Run = fn(SgdRun, &mut [f32], &[f32], &mut [f32]);
@@ -175,7 +164,7 @@ fn adam_run<const WD: bool, const FIRST: bool>(a: Adam, p: &mut [f32], g: &[f32]
 
 /// One Adam update of `param` with gradient `grad` and moments `m` (`exp_avg`) and `v`
 /// (`exp_avg_sq`), all of the parameter's length.
-pub fn adam(a: &Adam, param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], state: State) -> Result<(), LengthError> {
+pub fn adam(a: &Adam, param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], state: State) -> Result<(), Error> {
     let n = param.len();
     check("gradient", grad.len(), n)?;
     check("exp_avg", m.len(), n)?;

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use crate::raw::Out;
 use crate::simd::vectorized;
+use crate::{Error, Kernel};
 
 /// The shape `[batch, channels, h, w]` of the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,20 +27,6 @@ pub struct Pool2 {
     pub w: usize,
 }
 
-/// Buffers that do not fit the shape.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("max pool {shape:?}: {name} holds {got} values, the shape needs {want}")]
-pub struct PoolError {
-    /// The shape.
-    pub shape: Pool2,
-    /// Which buffer.
-    pub name: &'static str,
-    /// Its length.
-    pub got: usize,
-    /// The length the shape gives.
-    pub want: usize,
-}
-
 impl Pool2 {
     /// Output height and width.
     pub fn out_hw(&self) -> [usize; 2] {
@@ -50,8 +37,8 @@ impl Pool2 {
         self.batch * self.channels
     }
 
-    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), PoolError> {
-        if got == want { Ok(()) } else { Err(PoolError { shape: *self, name, got, want }) }
+    fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
+        crate::check_len(|| Kernel::Pool(*self), name, got, want)
     }
 
     fn lens(&self) -> (usize, usize) {
@@ -64,7 +51,7 @@ impl Pool2 {
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<(), PoolError> {
+pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<(), Error> {
     let (nx, ny) = s.lens();
     s.check("input", x.len(), nx)?;
     s.check("output", y.len(), ny)?;
@@ -101,7 +88,7 @@ pub fn forward(s: &Pool2, x: &[f32], y: &mut [f32], arg: &mut [u8]) -> Result<()
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(), PoolError> {
+pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(), Error> {
     backward_to(s, dy, arg, Out::Into(dx)).map(drop)
 }
 
@@ -109,11 +96,11 @@ pub fn backward(s: &Pool2, dy: &[f32], arg: &[u8], dx: &mut [f32]) -> Result<(),
 ///
 /// # Errors
 /// When a buffer's length does not match the shape.
-pub fn backward_new(s: &Pool2, dy: &[f32], arg: &[u8]) -> Result<Vec<f32>, PoolError> {
+pub fn backward_new(s: &Pool2, dy: &[f32], arg: &[u8]) -> Result<Vec<f32>, Error> {
     backward_to(s, dy, arg, Out::New(s.lens().0))
 }
 
-fn backward_to(s: &Pool2, dy: &[f32], arg: &[u8], dx: Out<'_>) -> Result<Vec<f32>, PoolError> {
+fn backward_to(s: &Pool2, dy: &[f32], arg: &[u8], dx: Out<'_>) -> Result<Vec<f32>, Error> {
     let (nx, ny) = s.lens();
     s.check("output gradient", dy.len(), ny)?;
     s.check("positions", arg.len(), ny)?;
@@ -221,6 +208,6 @@ mod tests {
     #[test]
     fn a_short_buffer_is_named() {
         let s = Pool2 { batch: 1, channels: 1, h: 4, w: 4 };
-        assert_eq!(forward(&s, &[0.0; 16], &mut [0.0; 4], &mut [0; 3]).unwrap_err().name, "positions");
+        assert_eq!(forward(&s, &[0.0; 16], &mut [0.0; 4], &mut [0; 3]).unwrap_err().buffer(), Some("positions"));
     }
 }

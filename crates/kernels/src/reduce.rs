@@ -9,6 +9,7 @@
 //! operations of the tensor formulation (`resilab_train::ReducePlan`), in its order, so the
 //! bits are the same; the segments are never concatenated.
 
+use crate::Error;
 use crate::runs::{RUN, for_runs};
 use crate::simd::vectorized;
 use rayon::prelude::*;
@@ -22,25 +23,11 @@ pub enum Order {
     Ring,
 }
 
-/// Workers whose segments do not line up.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("gradient average: worker {worker} has {got} in segment {segment}, worker 0 {want}")]
-pub struct SegmentError {
-    /// The worker.
-    pub worker: usize,
-    /// The segment (parameter) index, or the segment count when the counts differ.
-    pub segment: usize,
-    /// What it has.
-    pub got: usize,
-    /// What worker 0 has.
-    pub want: usize,
-}
-
 /// The averaged segments of one bucket: `parts[r][s]` is segment `s` (one parameter's
 /// gradient) of worker `r`'s bucket, in bucket order; every worker's segments must have worker
 /// 0's lengths. `predivide`: divide every term by `k` before summing (DDP) rather than scale
 /// the sum by `1 / k` (Horovod). One new vector per segment.
-pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<Vec<Vec<f32>>, SegmentError> {
+pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<Vec<Vec<f32>>, Error> {
     let kf = parts.len() as f32;
     let scale = (1.0 / parts.len() as f64) as f32;
     combine(parts, order, predivide.then_some(kf), (!predivide).then_some(scale))
@@ -49,21 +36,21 @@ pub fn average(parts: &[Vec<&[f32]>], order: Order, predivide: bool) -> Result<V
 /// The sums `parts[0][s] + parts[1][s] + ...` of every segment `s`, in that order (the
 /// accumulation of a pipeline stage's gradients over its micro-batches); the segments must line
 /// up as in [`average`].
-pub fn sum(parts: &[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, SegmentError> {
+pub fn sum(parts: &[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, Error> {
     combine(parts, Order::Ranks, None, None)
 }
 
 /// Each segment summed over the parts in `order`, every term divided by `divide` and the sum
 /// multiplied by `scale` where given.
-fn combine(parts: &[Vec<&[f32]>], order: Order, divide: Option<f32>, scale: Option<f32>) -> Result<Vec<Vec<f32>>, SegmentError> {
+fn combine(parts: &[Vec<&[f32]>], order: Order, divide: Option<f32>, scale: Option<f32>) -> Result<Vec<Vec<f32>>, Error> {
     let Some(first) = parts.first() else { return Ok(Vec::new()) };
     for (worker, p) in parts.iter().enumerate() {
         if p.len() != first.len() {
-            return Err(SegmentError { worker, segment: first.len(), got: p.len(), want: first.len() });
+            return Err(Error::Segment { worker, segment: first.len(), got: p.len(), want: first.len() });
         }
         for (segment, (a, b)) in p.iter().zip(first).enumerate() {
             if a.len() != b.len() {
-                return Err(SegmentError { worker, segment, got: a.len(), want: b.len() });
+                return Err(Error::Segment { worker, segment, got: a.len(), want: b.len() });
             }
         }
     }

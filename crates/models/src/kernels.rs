@@ -532,7 +532,7 @@ fn autodiff_linear<C: CheckpointStrategy>(x: AdTensor<C>, weight: AdTensor<C>, b
             let through_relu = y.map(|y| resilab_kernels::act::relu_grad_new(values(&y), values(&g)));
             let g = through_relu.as_deref().unwrap_or_else(|| values(&g));
             let s = linear_shape(&dims(&x), &dims(&w));
-            let fail = |e: resilab_kernels::linear::LengthError| panic!("resilab linear backward on the shapes its forward pass took: {e}");
+            let fail = |e: resilab_kernels::Error| panic!("resilab linear backward on the shapes its forward pass took: {e}");
             if let Some(node) = node_x {
                 let dx = resilab_kernels::linear::input_grad_new(&s, g, values(&w)).unwrap_or_else(fail);
                 grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dx, [s.batch, s.d_in])));

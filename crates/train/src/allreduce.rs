@@ -11,7 +11,8 @@
 use burn::backend::DispatchDevice;
 use burn::prelude::*;
 use burn::tensor::DType;
-use resilab_kernels::reduce::{Order, SegmentError, average, sum};
+use resilab_kernels::Error as KernelError;
+use resilab_kernels::reduce::{Order, average, sum};
 use resilab_models::Kernels;
 
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
@@ -142,7 +143,7 @@ fn fused(
     contributions: &mut [Grads],
     present: &[&(String, usize)],
     kernels: Kernels,
-    combine: impl FnOnce(&[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, SegmentError>,
+    combine: impl FnOnce(&[Vec<&[f32]>]) -> Result<Vec<Vec<f32>>, KernelError>,
 ) -> Option<Vec<(String, Tensor<1>)>> {
     let device = contributions.first()?.get(&present.first()?.0)?.device();
     let fits = |t: &Tensor<1>| t.dtype() == DType::F32 && matches!(t.device().as_dispatch(), DispatchDevice::Flex(_));
