@@ -795,7 +795,7 @@ mod tests {
         );
         let s = shape([2, 1, 1], [4, 4], [3, 3], [1, 1], [1, 1]);
         let err = weight_grad(&s, &[0.0; 32], &[0.0; 31], &mut [0.0; 9], None).unwrap_err();
-        assert!(err.to_string().contains("output gradient holds 31 values, the shape needs 32"), "{err}");
+        assert!(err.to_string().contains("output gradient holds 31 values, 32 expected"), "{err}");
         let s = Conv2d { stride: [0, 1], ..s };
         assert!(forward(&s, &[0.0; 32], &[0.0; 9], None, &mut [0.0; 32]).is_err());
     }
