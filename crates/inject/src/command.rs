@@ -41,7 +41,7 @@ pub enum Done {
     /// Values or bytes were corrupted.
     Corrupted {
         /// What was done, and the file written.
-        report: Report,
+        report: Box<Report>,
         /// The seed used.
         seed: u64,
         /// The log written.
@@ -155,7 +155,7 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
     let staged_log = crate::stage_log(&log, &prepared.report)?;
     let report = prepared.commit()?;
     staged_log.commit()?;
-    Ok(Done::Corrupted { report, seed, log })
+    Ok(Done::Corrupted { report: Box::new(report), seed, log })
 }
 
 /// The file to corrupt: the flag, else the config's `hdf5_file`, else the replayed log's input.
