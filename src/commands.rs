@@ -62,16 +62,17 @@ pub(crate) fn train(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints `value` as one JSON line with `json`, else `text()`.
+fn emit(json: bool, value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Result<()> {
+    println!("{}", if json { serde_json::to_string(value)? } else { text() });
+    Ok(())
+}
+
 pub(crate) fn eval(args: EvalArgs) -> Result<()> {
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
     let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &compute, &|file: &Path| probe_in_child(file))?;
-    if args.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        println!("{}", r.text());
-    }
-    Ok(())
+    emit(args.json, &r, || r.text())
 }
 
 pub(crate) fn advise(args: AdviseArgs) -> Result<()> {
@@ -88,12 +89,7 @@ pub(crate) fn advise(args: AdviseArgs) -> Result<()> {
     if let Some(s) = step_s {
         a = a.with_step_s(s);
     }
-    if args.json {
-        println!("{}", serde_json::to_string(&a)?);
-    } else {
-        println!("{}", a.text());
-    }
-    Ok(())
+    emit(args.json, &a, || a.text())
 }
 
 pub(crate) fn project(args: ProjectArgs) -> Result<()> {
