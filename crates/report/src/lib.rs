@@ -41,6 +41,19 @@ pub enum Error {
     /// Nothing to report.
     #[error("{0}")]
     Empty(String),
+    /// A table could not be written as CSV.
+    #[error("csv: {0}")]
+    Csv(String),
+}
+
+/// The text a CSV writer into memory holds.
+fn csv_text(w: csv::Writer<Vec<u8>>) -> Result<String> {
+    let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
+}
+
+fn csv_error(e: csv::Error) -> Error {
+    Error::Csv(e.to_string())
 }
 
 /// Result of this crate.
@@ -170,11 +183,11 @@ const CELL_COLUMNS: &[&str] = &[
     "collapse_step",
 ];
 
-fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
+fn cells_csv(axes: &[String], cells: &[Cell]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut h: Vec<String> = axes.to_vec();
     h.extend(CELL_COLUMNS.iter().map(|c| c.to_string()));
-    let _ = w.write_record(&h);
+    w.write_record(&h).map_err(csv_error)?;
     for c in cells {
         let mut r: Vec<String> = axes.iter().map(|a| c.coords.get(a).cloned().unwrap_or_default()).collect();
         r.extend([c.runs.to_string(), c.ok.to_string(), c.not_ok.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";")]);
@@ -214,9 +227,9 @@ fn cells_csv(axes: &[String], cells: &[Cell]) -> String {
             f(c.detection_latency, 2),
             f(c.collapse_step, 2),
         ]);
-        let _ = w.write_record(&r);
+        w.write_record(&r).map_err(csv_error)?;
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    csv_text(w)
 }
 
 fn p_csv(p: Option<f64>) -> String {
@@ -230,18 +243,19 @@ fn share_md(s: &Share) -> String {
     format!("{} ({:.1} [{:.1}, {:.1}])", s.count, s.pct, s.lo_pct, s.hi_pct)
 }
 
-fn comparisons_csv(cs: &[Comparison]) -> String {
+fn comparisons_csv(cs: &[Comparison]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for c in cs {
-        let _ = w.serialize(c);
+        w.serialize(c).map_err(csv_error)?;
     }
     if cs.is_empty() {
-        let _ = w.write_record([
+        w.write_record([
             "axis", "fixed", "a", "b", "metric", "test", "value_a", "value_b", "n_a", "n_b", "seeds", "diff", "ci_lo", "ci_hi", "p",
             "p_holm", "verdict",
-        ]);
+        ])
+        .map_err(csv_error)?;
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    csv_text(w)
 }
 
 fn comparisons_md(md: &mut String, cs: &[Comparison]) {
@@ -311,7 +325,7 @@ impl Tally {
 /// Per precision and bit position, the single-flip runs' N-EV share with its Wilson interval,
 /// and the two-proportion test of that bit against every other bit of its precision pooled
 /// (Holm-adjusted over all bits): which bits are critical, each with its test.
-fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
+fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> Result<String> {
     let mut rows = Vec::new();
     for ((p, b), t) in by_bit {
         let (others, others_nev) =
@@ -321,7 +335,7 @@ fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
     }
     let adjusted = stats::holm(&rows.iter().map(|r| r.5.map_or(1.0, |t| t.p)).collect::<Vec<_>>());
     let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record([
+    w.write_record([
         "precision",
         "bit",
         "runs",
@@ -335,7 +349,8 @@ fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
         "p",
         "p_holm",
         "verdict",
-    ]);
+    ])
+    .map_err(csv_error)?;
     for ((p, b, t, others, others_nev, test), ph) in rows.iter().zip(adjusted) {
         let s = Share::of(t.nev, t.runs);
         let verdict = match test {
@@ -343,7 +358,7 @@ fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
             Some(x) if ph < stats::ALPHA && x.diff < 0.0 => "less N-EV than the other bits (shown)",
             _ => "not shown",
         };
-        let _ = w.write_record([
+        w.write_record([
             p.clone(),
             b.to_string(),
             t.runs.to_string(),
@@ -357,9 +372,10 @@ fn bits_csv(by_bit: &BTreeMap<(String, u64), Tally>) -> String {
             test.map_or(String::new(), |x| format!("{:.3e}", x.p)),
             format!("{ph:.3e}"),
             verdict.to_string(),
-        ]);
+        ])
+        .map_err(csv_error)?;
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    csv_text(w)
 }
 
 /// Appends `point` to the series `label` of `map`, creating it.
@@ -567,13 +583,13 @@ fn tables(
     for r in rows {
         *by_status.entry(r.status.name().to_string()).or_insert(0u64) += 1;
     }
-    written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, cells))?);
+    written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, cells)?)?);
     let mut md = markdown(campaign, &axes, cells, rows.len(), &by_status);
     let Some(s) = study::study(campaign, rows) else {
         let order: BTreeMap<String, Vec<String>> =
             campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
         let diffs = comparisons(rows, &axes, &order, &|r: &Row| facts.chance(r), campaign.settings.rwc_tolerance_points);
-        written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs))?);
+        written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs)?)?);
         comparisons_md(&mut md, &diffs);
         return Ok((md, false));
     };
@@ -665,7 +681,7 @@ fn bit_figures(
     if categories.len() < 4 {
         return Ok(Vec::new());
     }
-    written.files.push(write(&out.join("bits.csv"), &bits_csv(by_bit))?);
+    written.files.push(write(&out.join("bits.csv"), &bits_csv(by_bit)?)?);
     let (mut nev, mut loss, mut nan): (BTreeMap<String, Series>, BTreeMap<String, Series>, BTreeMap<String, Series>) = Default::default();
     for ((p, b), e) in by_bit {
         let x = categories.iter().position(|c| c == b).unwrap_or(0) as f64;

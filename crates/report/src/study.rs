@@ -450,8 +450,8 @@ fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
-        w.serialize(r).map_err(|e| Error::Empty(format!("csv: {e}")))?;
+        w.serialize(r).map_err(|e| Error::Csv(e.to_string()))?;
     }
-    let bytes = w.into_inner().map_err(|e| Error::Empty(format!("csv: {e}")))?;
-    String::from_utf8(bytes).map_err(|e| Error::Empty(format!("csv: {e}")))
+    let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
 }
