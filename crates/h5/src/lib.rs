@@ -272,6 +272,13 @@ fn split(path: &str) -> (&str, &str) {
 }
 
 /// A file being written.
+///
+/// Files opened for writing (here, by [`Editor`] and by the link helpers) take no HDF5 file
+/// lock: resilab writes a new file under a temporary name and renames it into place, and
+/// guards its directories with locks of its own. HDF5's lock is an `flock` on the open file,
+/// which every child process started meanwhile inherits with the descriptor; such a child
+/// (a worker, a probe) kept the lock after this process closed the file, and the next open of
+/// that file anywhere failed with "unable to lock file".
 pub struct Writer {
     file: hdf5::File,
     path: PathBuf,
@@ -279,11 +286,16 @@ pub struct Writer {
     attrs: RefCell<BTreeMap<String, BTreeMap<String, AttrValue>>>,
 }
 
+/// Opens `path` read-write without HDF5's file lock (see [`Writer::create`]).
+pub(crate) fn open_rw_unlocked(path: &Path) -> hdf5::Result<hdf5::File> {
+    hdf5::File::with_options().with_fapl(|p| p.file_locking(false)).open_rw(path)
+}
+
 impl Writer {
     /// Creates (truncates) `path`.
     pub fn create(path: &Path) -> Result<Self> {
         let file = hdf5::File::with_options()
-            .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong))
+            .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).file_locking(false))
             .create(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
         Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default() })

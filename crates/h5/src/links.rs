@@ -11,7 +11,7 @@ use crate::{Error, Result, split};
 /// or under one of its descendants (`/model/layer1/loop` -> `/model`) makes a cycle.
 pub fn add_hard_link(file: &Path, link: &str, target: &str) -> Result<()> {
     let err = |object: &str, e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: object.to_string(), message: e.to_string() };
-    let f = hdf5::File::open_rw(file).map_err(|e| err("/", e))?;
+    let f = crate::open_rw_unlocked(file).map_err(|e| err("/", e))?;
     let (parent, name) = split(link);
     let group = if parent.is_empty() { f.as_group() } else { f.group(parent) }.map_err(|e| err(link, e))?;
     group.link_hard(target, name).map_err(|e| err(link, e))?;
@@ -24,7 +24,7 @@ pub fn add_hard_link(file: &Path, link: &str, target: &str) -> Result<()> {
 /// as a corrupt dataspace does. Tests use it to check that readers refuse such claims.
 pub fn add_unallocated_f32(file: &Path, path: &str, shape: &[usize]) -> Result<()> {
     let err = |object: &str, e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: object.to_string(), message: e.to_string() };
-    let f = hdf5::File::open_rw(file).map_err(|e| err("/", e))?;
+    let f = crate::open_rw_unlocked(file).map_err(|e| err("/", e))?;
     let (parent, name) = split(path);
     let group = if parent.is_empty() { f.as_group() } else { f.group(parent) }.map_err(|e| err(path, e))?;
     let chunk: Vec<usize> = shape.iter().map(|&d| d.clamp(1, 16)).collect();

@@ -231,7 +231,7 @@ impl Editor {
         crate::require_regular_file(path)?;
         let file = hdf5::File::with_options()
             // Point access: a small sieve buffer, so a scattered element costs a page, not 64 KiB.
-            .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).sieve_buf_size(SIEVE_BYTES))
+            .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).sieve_buf_size(SIEVE_BYTES).file_locking(false))
             .open_rw(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
         Ok(Self { file, path: path.to_path_buf() })
