@@ -122,7 +122,7 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
     if let Output::Copy(out) = &output
         && crate::same_file(out, &input)
     {
-        return Err(usage(format!("--output {} is the input file; use --in-place to corrupt the input itself", out.display())));
+        return Err(Error::Usage(format!("--output {} is the input file; use --in-place to corrupt the input itself", out.display())));
     }
     let out_path = match &output {
         Output::Copy(p) => p.clone(),
@@ -147,7 +147,7 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
         let replay = crate::replay_file(&log, &lines, &input, &output)?;
         return Ok(Done::Replayed { log, input, replay });
     }
-    let spec = spec.ok_or_else(|| usage("a config is required unless --replay is given".into()))?;
+    let spec = spec.ok_or_else(|| Error::Usage("a config is required unless --replay is given".into()))?;
     let seed = request.seed.or(spec.seed).unwrap_or_else(crate::fresh_seed);
     // The log is written before the corrupted copy is put in place, so a failure leaves
     // neither behind.
@@ -166,12 +166,8 @@ fn input_file(request: &Request, spec: Option<&Spec>, replay: Option<&[LogLine]>
     match replay {
         Some(lines) => match crate::log_header(lines) {
             Some(h) => Ok(PathBuf::from(&h.input)),
-            None => Err(usage("the replayed log has no header line naming the input file; give --file".into())),
+            None => Err(Error::Usage("the replayed log has no header line naming the input file; give --file".into())),
         },
-        None => Err(usage("no file to corrupt: set `hdf5_file` in the config or give --file".into())),
+        None => Err(Error::Usage("no file to corrupt: set `hdf5_file` in the config or give --file".into())),
     }
-}
-
-fn usage(message: String) -> Error {
-    Error::Usage(message)
 }

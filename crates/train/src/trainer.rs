@@ -245,7 +245,11 @@ pub const MAX_REDOS: u32 = 16;
 
 enum Topology {
     Data(Arc<data::DataPlan>),
-    Pipeline { ranges: Vec<Range<usize>>, ops: Vec<Vec<Op>> },
+    /// Each stage's block range, and each stage's schedule of operations (shared with the steps).
+    Pipeline {
+        ranges: Vec<Range<usize>>,
+        ops: Arc<Vec<Vec<Op>>>,
+    },
 }
 
 /// How a hook's control value ends a step early.
@@ -501,7 +505,7 @@ impl Trainer {
                 let ranges = stage_ranges(&net.block_costs(input), &parallel)?;
                 let workers = ranges.iter().enumerate().map(|(s, r)| Worker::new(s, net.slice(r.clone()), seed)).collect();
                 let ops = (0..world).map(|s| stage_ops(parallel.schedule, s, world, parallel.micro_batches)).collect();
-                (workers, Topology::Pipeline { ranges, ops })
+                (workers, Topology::Pipeline { ranges, ops: Arc::new(ops) })
             }
         };
         let order = EpochOrder::new(seed, 0, data.train.len());

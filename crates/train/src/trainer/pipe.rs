@@ -4,6 +4,7 @@
 //! over the micro-batches kept and applies one update; the makespan gives the step's time.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
@@ -94,7 +95,7 @@ impl Trainer {
         let Topology::Pipeline { ops, .. } = &self.topology else {
             return Err(Error::State("pipeline step on data-parallel workers".into()));
         };
-        let ops = ops.clone();
+        let ops = Arc::clone(ops);
         let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
         let (mb, lr) = (self.config.batch_size / nm, self.lr());
         let at = At { step: self.step + 1, world: ns, attempt };
