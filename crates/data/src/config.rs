@@ -70,6 +70,11 @@ pub struct DataConfig {
     /// different training seeds see the same data).
     #[serde(default)]
     pub seed: u64,
+    /// Input normalisation per channel, on pixels scaled to `[0, 1]`, as torchvision's
+    /// `Normalize(mean, std)` takes it: set it to the normalisation a model was trained with
+    /// (an imported PyTorch model). Omitted, it is computed from the training set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<crate::Normalization>,
 }
 
 fn default_source() -> DataSource {
@@ -88,6 +93,7 @@ impl Default for DataConfig {
             channels: default_channels(),
             image_size: default_image_size(),
             seed: 0,
+            normalize: None,
         }
     }
 }
@@ -101,6 +107,9 @@ impl DataConfig {
             if size == Some(0) {
                 return Err(Error::Config(format!("{key} = 0 must be at least 1")));
             }
+        }
+        if let Some(norm) = &self.normalize {
+            norm.check(self.shape().0)?;
         }
         if self.source != DataSource::Synthetic {
             // Real data: the sizes only limit what the files hold; nothing is sized by them.
@@ -170,7 +179,11 @@ pub fn load(cfg: &DataConfig) -> Result<Split> {
     if train.is_empty() || test.is_empty() {
         return Err(Error::Config("data.train_size and data.test_size must be at least 1".into()));
     }
-    Ok(Split::new(train, test))
+    let mut split = Split::new(train, test);
+    if let Some(norm) = &cfg.normalize {
+        split.norm = norm.clone();
+    }
+    Ok(split)
 }
 
 /// The configuration spelling of a source.
@@ -209,5 +222,20 @@ mod tests {
         assert!(e.contains("data.train_size"), "{e}");
         // Real data: the sizes are limits, not allocations.
         DataConfig { source: DataSource::Cifar10, train_size: Some(usize::MAX), ..ok }.validate().unwrap();
+    }
+
+    #[test]
+    fn a_configured_normalisation_replaces_the_training_sets() {
+        let small = DataConfig { train_size: Some(20), test_size: Some(4), ..DataConfig::default() };
+        let computed = load(&small).unwrap().norm;
+        let given = crate::Normalization { mean: vec![0.4914, 0.4822, 0.4465], std: vec![0.247, 0.243, 0.261] };
+        let split = load(&DataConfig { normalize: Some(given.clone()), ..small.clone() }).unwrap();
+        assert_eq!(split.norm, given);
+        assert_ne!(computed, given);
+        let two = crate::Normalization { mean: vec![0.5, 0.5], std: vec![0.2, 0.2] };
+        let e = err(DataConfig { normalize: Some(two), ..small.clone() });
+        assert_eq!(e, "data.normalize.mean holds 2 value(s); the images have 3 channel(s)");
+        let zero = crate::Normalization { mean: vec![0.5; 3], std: vec![0.2, 0.0, 0.2] };
+        assert!(err(DataConfig { normalize: Some(zero), ..small }).starts_with("data.normalize.std holds 0"));
     }
 }

@@ -112,7 +112,8 @@ impl Dataset {
 }
 
 /// Per-channel mean and standard deviation of pixel values scaled to `[0, 1]`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Normalization {
     /// Mean per channel.
     pub mean: Vec<f32>,
@@ -121,6 +122,26 @@ pub struct Normalization {
 }
 
 impl Normalization {
+    /// Checks a configured normalisation (`data.normalize`) for images of `channels`
+    /// channels: one finite mean and one finite, positive standard deviation per channel.
+    pub fn check(&self, channels: usize) -> crate::Result<()> {
+        for (key, values) in [("mean", &self.mean), ("std", &self.std)] {
+            if values.len() != channels {
+                return Err(crate::Error::Config(format!(
+                    "data.normalize.{key} holds {} value(s); the images have {channels} channel(s)",
+                    values.len()
+                )));
+            }
+        }
+        if let Some(m) = self.mean.iter().find(|m| !m.is_finite()) {
+            return Err(crate::Error::Config(format!("data.normalize.mean holds {m}: every mean must be finite")));
+        }
+        if let Some(s) = self.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(crate::Error::Config(format!("data.normalize.std holds {s}: every standard deviation must be finite and above 0")));
+        }
+        Ok(())
+    }
+
     /// Computes the statistics of `data` (in f64, so the result does not depend on order).
     pub fn of(data: &Dataset) -> Self {
         let (c, plane) = (data.channels, data.size * data.size);
