@@ -28,9 +28,11 @@ pub mod advise;
 mod policy;
 pub mod probe;
 mod store;
+mod values;
 
 pub use policy::{CheckpointConfig, OnMismatch};
 pub use store::{ROOT_MARKER, STEP_MARKER, claim, is_checkpoint_dir, list, prune};
+pub use values::{Values, read_values};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -205,7 +207,7 @@ pub struct LoadReport {
     pub file: Option<PathBuf>,
 }
 
-fn invalid(path: &Path, message: impl Into<String>) -> Error {
+pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> Error {
     Error::Invalid { path: path.to_path_buf(), message: message.into() }
 }
 
@@ -438,7 +440,7 @@ fn load_file(file: &Path, template: &TrainState, policy: OnMismatch, probe: Prob
 /// Opens a worker file, refusing an HDF5 file that resilab did not write as a checkpoint (no
 /// `format_version` root attribute) with that said, rather than the first attribute or digest it
 /// lacks.
-fn open_checkpoint(path: &Path) -> Result<Reader> {
+pub(crate) fn open_checkpoint(path: &Path) -> Result<Reader> {
     let r = Reader::open(path)?;
     if !r.attr_names("/")?.iter().any(|a| a == "format_version") {
         return Err(invalid(

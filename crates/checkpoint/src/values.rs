@@ -1,0 +1,85 @@
+//! The values a checkpoint holds, read without a model to check them against: what an export
+//! to another framework needs, where the model is rebuilt from the stored configuration only to
+//! name and order them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use resilab_h5::Dtype;
+use resilab_train::{HostParamState, HostTensor};
+
+use crate::{Probe, Result, file_name, file_rank, invalid, open_checkpoint, primary_file};
+
+/// The model and optimizer values of a checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct Values {
+    /// The worker files read, lowest rank first.
+    pub files: Vec<PathBuf>,
+    /// The training step the checkpoint holds.
+    pub step: u64,
+    /// Parameters and buffers by PyTorch-style name.
+    pub params: BTreeMap<String, HostTensor>,
+    /// Optimizer state by parameter name.
+    pub optim: BTreeMap<String, HostParamState>,
+}
+
+/// The worker files of the checkpoint `target` names: `target` itself when it is a file, else
+/// every `worker-<rank>.h5` of the checkpoint directory (or of the newest checkpoint in a
+/// directory of checkpoints), in rank order.
+fn worker_files(target: &Path) -> Result<Vec<PathBuf>> {
+    let primary = primary_file(target)?;
+    if target.is_file() {
+        return Ok(vec![primary]);
+    }
+    let dir = primary.parent().unwrap_or(Path::new("."));
+    let mut files = Vec::new();
+    for rank in 0.. {
+        let f = dir.join(file_name(rank));
+        if !f.is_file() {
+            break;
+        }
+        files.push(f);
+    }
+    Ok(files)
+}
+
+/// Reads every parameter and optimizer buffer of the checkpoint `target` names (see
+/// [`worker_files`]), each file checked by `probe` first. A name held by several files
+/// (data-parallel replicas) is taken from the lowest rank; pipeline stages hold disjoint names,
+/// so their union is the whole model. Digests are not checked: an altered checkpoint is read as
+/// it is.
+pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
+    let mut out = Values { files: worker_files(target)?, ..Values::default() };
+    for (i, file) in out.files.clone().iter().enumerate() {
+        probe(file)?;
+        let r = open_checkpoint(file)?;
+        let version = r.attr_u64("/", "format_version")?;
+        if version != crate::FORMAT_VERSION {
+            return Err(invalid(file, format!("format_version {version}, this resilab reads {}", crate::FORMAT_VERSION)));
+        }
+        if i == 0 {
+            out.step = r.attr_u64("/", "step")?;
+            file_rank(file)?;
+        }
+        for d in r.datasets()?.iter().filter(|d| d.dtype == Dtype::F32) {
+            let tensor = || -> Result<HostTensor> { Ok(HostTensor { shape: d.shape.clone(), values: r.read_f32(&d.path, &d.shape)? }) };
+            if let Some(rest) = d.path.strip_prefix("/model/") {
+                let name = rest.replace('/', ".");
+                if !out.params.contains_key(&name) {
+                    out.params.insert(name, tensor()?);
+                }
+            } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
+                let name = param.replace('/', ".");
+                let group = format!("/optimizer/{param}");
+                let held = out.optim.get(&name).is_some_and(|s| s.buffers.contains_key(buffer));
+                if !held {
+                    let step = r.attr_u64(&group, "step")?;
+                    let entry = out.optim.entry(name).or_default();
+                    entry.step = step;
+                    entry.buffers.insert(buffer.to_string(), tensor()?);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
