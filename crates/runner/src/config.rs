@@ -110,6 +110,37 @@ pub struct RunConfig {
     /// What to do about a detected fault or a crash.
     #[serde(default)]
     pub recovery: RecoveryConfig,
+    /// How `resilab import` maps another framework's parameter names onto the model's.
+    #[serde(default, skip_serializing_if = "ImportConfig::is_empty")]
+    pub import: ImportConfig,
+}
+
+/// The `[import]` section: read by `resilab import` only.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportConfig {
+    /// Renames applied, in order, to every tensor name of the imported file before it is
+    /// matched with the model's (PyTorch-style) names: `[[import.rename]]` entries.
+    #[serde(default)]
+    pub rename: Vec<Rename>,
+}
+
+impl ImportConfig {
+    /// Whether no rename is configured (the section is then left out of a stored configuration).
+    pub fn is_empty(&self) -> bool {
+        self.rename.is_empty()
+    }
+}
+
+/// One `[[import.rename]]` entry: every match of the regular expression `from` in a name is
+/// replaced by `to` (which may refer to groups as `$1` or `${name}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rename {
+    /// A regular expression (Rust's `regex` syntax).
+    pub from: String,
+    /// The replacement.
+    pub to: String,
 }
 
 /// The fault seed when the configuration gives none.

@@ -13,7 +13,7 @@ mod run;
 mod session;
 mod text;
 
-pub use config::{BackendKind, RecoveryConfig, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
+pub use config::{BackendKind, ImportConfig, RecoveryConfig, Rename, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{Clean, EvalReport, clean_source, eval};
 pub use run::{
     FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, check_output_dir, params_digest, stage_blocks, train,
