@@ -1,0 +1,209 @@
+//! Fitting a file's tensors to a model: the configured renames, then every name and shape
+//! checked against the model's, with every problem named in one error.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use resilab_runner::Rename;
+use resilab_train::{HostParamState, HostTensor};
+
+use crate::source::{Host, Source};
+use crate::{Error, Result};
+
+/// One parameter or buffer of the model: its name and shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// PyTorch-style name.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Whether the optimizer updates it (its index in `parameters()` order counts).
+    pub trainable: bool,
+}
+
+/// The file's tensors placed in the model.
+#[derive(Clone, Debug, Default)]
+pub struct Fitted {
+    /// Values by model name.
+    pub params: BTreeMap<String, HostTensor>,
+    /// Optimizer state by model name.
+    pub optim: BTreeMap<String, HostParamState>,
+    /// Problems passed over under `--allow-partial` (empty otherwise).
+    pub skipped: Vec<String>,
+    /// BatchNorm `num_batches_tracked` entries read and dropped (resilab does not keep the count).
+    pub batch_counts: usize,
+}
+
+/// The compiled `[[import.rename]]` rules.
+pub fn compile(rules: &[Rename]) -> Result<Vec<(Regex, String)>> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Regex::new(&r.from).map(|re| (re, r.to.clone())).map_err(|e| {
+                Error::Config(format!("import.rename[{i}].from = {:?} is not a regular expression: {}", r.from, one_line_regex(&e)))
+            })
+        })
+        .collect()
+}
+
+fn one_line_regex(e: &regex::Error) -> String {
+    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// `name` after every rule, in order.
+pub fn rename(name: &str, rules: &[(Regex, String)]) -> String {
+    rules.iter().fold(name.to_string(), |n, (re, to)| re.replace_all(&n, to.as_str()).into_owned())
+}
+
+/// Names shown per kind of problem; the rest are counted.
+const SHOWN: usize = 8;
+
+/// The problems found fitting a file to a model.
+#[derive(Default)]
+struct Problems {
+    missing: Vec<String>,
+    unexpected: Vec<String>,
+    shapes: Vec<String>,
+}
+
+impl Problems {
+    fn count(&self) -> usize {
+        self.missing.len() + self.unexpected.len() + self.shapes.len()
+    }
+
+    fn list(&self) -> Vec<String> {
+        let mut parts = Vec::new();
+        for (what, items) in [("missing", &self.missing), ("unexpected", &self.unexpected), ("wrong shape", &self.shapes)] {
+            if !items.is_empty() {
+                let shown = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+                let more = if items.len() > SHOWN { format!(", ... ({} more)", items.len() - SHOWN) } else { String::new() };
+                parts.push(format!("{what} ({}): {shown}{more}", items.len()));
+            }
+        }
+        parts
+    }
+}
+
+fn shape_problem(name: &str, file: &[usize], model: &[usize]) -> String {
+    let mut text = format!("{name} is {file:?} in the file, {model:?} in the model");
+    if file.len() == 2 && model.len() == 2 && file[0] == model[1] && file[1] == model[0] {
+        text.push_str(" (transposed: a Linear weight is [out, in], as PyTorch stores it)");
+    }
+    text
+}
+
+/// Places the file's model tensors (renamed) in `slots`, the model's parameters and buffers in
+/// module order. Every missing, unexpected or wrongly shaped tensor is named in one error unless
+/// `allow_partial`, which keeps what fits and lists the rest in [`Fitted::skipped`].
+pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &str, allow_partial: bool) -> Result<Fitted> {
+    let by_name: BTreeMap<&str, &Slot> = slots.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut problems = Problems::default();
+    let mut fitted = Fitted::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (file_name, host) in &source.model {
+        let name = rename(file_name, rules);
+        let shown = if name == *file_name { name.clone() } else { format!("{file_name} (renamed {name})") };
+        if let Some(bn) = name.strip_suffix(".num_batches_tracked")
+            && by_name.contains_key(format!("{bn}.running_mean").as_str())
+            && host.values.len() == 1
+        {
+            fitted.batch_counts += 1;
+            continue;
+        }
+        let first = seen.insert(name.clone());
+        match by_name.get(name.as_str()) {
+            None => problems.unexpected.push(shown),
+            Some(_) if !first => problems.unexpected.push(format!("{shown} (a second tensor of that name)")),
+            Some(slot) if slot.shape != host.shape => problems.shapes.push(shape_problem(&shown, &host.shape, &slot.shape)),
+            Some(_) => {
+                fitted.params.insert(name, HostTensor { shape: host.shape.clone(), values: host.values.clone() });
+            }
+        }
+    }
+    problems.missing = slots.iter().filter(|s| !seen.contains(&s.name)).map(|s| s.name.clone()).collect();
+    if problems.count() > 0 {
+        if !allow_partial {
+            return Err(Error::Fit {
+                path: source.path.clone(),
+                model: model.to_string(),
+                problems: problems.list().join("; "),
+                hint: hint(source, fitted.params.len() * 2 < slots.len()),
+            });
+        }
+        fitted.skipped = problems.list();
+    }
+    Ok(fitted)
+}
+
+fn hint(source: &Source, most_missing: bool) -> String {
+    let mut h = "map the names with [[import.rename]] in the configuration, or pass --allow-partial to import what fits".to_string();
+    if most_missing {
+        h = format!(
+            "most of the model is not in the file: is [model] the architecture (depth, width, batch_norm) the file was saved from? Else {h}"
+        );
+    }
+    if source.model.keys().all(|k| k.starts_with("module.")) {
+        h = format!(
+            "the names start with \"module.\" (a model saved from DataParallel): add [[import.rename]] from = \"^module\\\\.\", to = \"\"; or {h}"
+        );
+    }
+    h
+}
+
+/// Places the file's optimizer state: entry `i` belongs to the `i`-th trainable slot (PyTorch
+/// numbers an optimizer's state in `parameters()` order, which is module order, as resilab's).
+/// Each buffer must have its parameter's shape, and the buffers must be those `kept` (the
+/// configured optimizer's). `step` (Adam) becomes the parameter's update count.
+pub fn fit_optimizer(source: &Source, slots: &[Slot], kept: &[&str], fitted: &mut Fitted) -> Result<()> {
+    if source.optimizer.is_empty() {
+        return Ok(());
+    }
+    let trainable: Vec<&Slot> = slots.iter().filter(|s| s.trainable).collect();
+    let path = &source.path;
+    let held: std::collections::BTreeSet<&str> =
+        source.optimizer.values().flat_map(|b| b.keys().map(String::as_str)).filter(|b| *b != "step").collect();
+    let wanted: std::collections::BTreeSet<&str> = kept.iter().copied().collect();
+    if held != wanted {
+        let list = |s: &std::collections::BTreeSet<&str>| {
+            if s.is_empty() { "no buffers".to_string() } else { s.iter().copied().collect::<Vec<_>>().join(", ") }
+        };
+        return Err(Error::file(
+            path,
+            format!(
+                "the optimizer state holds {}, but the configured optimizer keeps {}: set [optimizer] to the optimizer the file was saved with",
+                list(&held),
+                list(&wanted)
+            ),
+        ));
+    }
+    for (&index, buffers) in &source.optimizer {
+        let slot = trainable.get(index).ok_or_else(|| {
+            Error::file(path, format!("optimizer state {index} has no parameter: the model has {} trainable tensors", trainable.len()))
+        })?;
+        let mut state = HostParamState::default();
+        for (buffer, host) in buffers {
+            if buffer == "step" {
+                state.step = step_count(host).ok_or_else(|| Error::file(path, format!("optimizer state {index}: step is not a count")))?;
+                continue;
+            }
+            if host.shape != slot.shape {
+                return Err(Error::file(
+                    path,
+                    format!(
+                        "optimizer state {index}.{buffer} is {:?}, but parameter {index} ({}) is {:?}: the file's parameters() order differs from the model's",
+                        host.shape, slot.name, slot.shape
+                    ),
+                ));
+            }
+            state.buffers.insert(buffer.clone(), HostTensor { shape: host.shape.clone(), values: host.values.clone() });
+        }
+        fitted.optim.insert(slot.name.clone(), state);
+    }
+    Ok(())
+}
+
+fn step_count(host: &Host) -> Option<u64> {
+    let [v] = host.values.as_slice() else { return None };
+    (v.is_finite() && *v >= 0.0 && v.fract() == 0.0).then_some(*v as u64)
+}

@@ -1,0 +1,203 @@
+//! Reading another framework's weights: a PyTorch `.pt`/`.pth` file (a `state_dict`, or a
+//! training checkpoint that also holds the optimizer's state) through Burn's `burn-store`
+//! reader, which parses the pickle without running it, or a `.safetensors` file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn_store::pytorch_reader::{DType, PickleValue, PytorchReader};
+use safetensors::{Dtype as StDtype, SafeTensors};
+
+use crate::{Error, Result};
+
+/// A tensor read from the file, converted to f32.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Host {
+    /// Shape, outermost first (empty for a scalar).
+    pub shape: Vec<usize>,
+    /// Values, row-major.
+    pub values: Vec<f32>,
+    /// Whether the file stored integers (`num_batches_tracked`, an optimizer's `step`).
+    pub integer: bool,
+}
+
+/// What a weights file holds.
+#[derive(Clone, Debug, Default)]
+pub struct Source {
+    /// The file.
+    pub path: PathBuf,
+    /// The model's tensors by the file's names (the training checkpoint's key prefix removed).
+    pub model: BTreeMap<String, Host>,
+    /// The optimizer's per-parameter state, by the parameter's index in the model's
+    /// `parameters()` order, then by buffer name (`momentum_buffer`, `exp_avg`, `exp_avg_sq`,
+    /// `step`). Empty when the file holds none.
+    pub optimizer: BTreeMap<usize, BTreeMap<String, Host>>,
+    /// Tensors of a training checkpoint outside its model and optimizer entries (left alone).
+    pub ignored: Vec<String>,
+    /// The key the model's tensors were under (`model_state_dict`, `state_dict`, `model`), if any.
+    pub model_key: Option<String>,
+}
+
+/// The prefix of the optimizer entries in a safetensors file `resilab export --optimizer`
+/// writes: `optimizer.state.<index>.<buffer>`, numbered as PyTorch's `optimizer.state_dict()`.
+pub const OPTIMIZER_PREFIX: &str = "optimizer.state.";
+
+/// Reads `path`: a `.safetensors` file by its extension, anything else as a PyTorch file.
+pub fn read(path: &Path) -> Result<Source> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
+    if !meta.is_file() {
+        return Err(Error::file(path, "is not a file"));
+    }
+    let tensors = if path.extension().is_some_and(|e| e == "safetensors") { read_safetensors(path)? } else { read_pytorch(path)? };
+    if tensors.is_empty() {
+        return Err(Error::file(path, "holds no tensors: expected a model's state_dict"));
+    }
+    split(path, tensors)
+}
+
+/// Python types a weights file may hold besides plain data: tensors and their storages, dtypes
+/// and devices, ordered dicts, numpy scalars and arrays (a training checkpoint's `best_acc`).
+const DATA_TYPES: [&str; 4] = ["torch.", "numpy.", "collections.OrderedDict", "builtins."];
+
+/// The pickled objects of `value` whose type is not data: callables such as `posix.system`,
+/// which unpickling with `pickle` (or `torch.load(weights_only=False)`) would call.
+fn code_objects(value: &PickleValue, out: &mut Vec<String>) {
+    match value {
+        PickleValue::Unsupported(name) if !DATA_TYPES.iter().any(|t| name.starts_with(t)) => out.push(name.clone()),
+        PickleValue::List(items) => items.iter().for_each(|v| code_objects(v, out)),
+        PickleValue::Dict(map) => map.values().for_each(|v| code_objects(v, out)),
+        _ => {}
+    }
+}
+
+fn read_pytorch(path: &Path) -> Result<BTreeMap<String, Host>> {
+    let unreadable = |e: &dyn std::error::Error| Error::file(path, format!("is not a readable PyTorch file: {}", one_line(e)));
+    // The reader never runs the pickle; a file that would run code when PyTorch loads it is
+    // refused all the same: it is not a state_dict, and whoever made it meant harm or a mistake.
+    let value = PytorchReader::read_pickle_data(path, None).map_err(|e| unreadable(&e))?;
+    let mut code = Vec::new();
+    code_objects(&value, &mut code);
+    if !code.is_empty() {
+        code.sort();
+        code.dedup();
+        return Err(Error::file(
+            path,
+            format!(
+                "holds pickled objects that unpickling would call ({}): a state_dict holds tensors only; resilab reads none of it (nothing was run)",
+                code.join(", ")
+            ),
+        ));
+    }
+    let reader = PytorchReader::new(path).map_err(|e| unreadable(&e))?;
+    let mut out = BTreeMap::new();
+    for (name, t) in reader.into_tensors() {
+        let bytes = t.read().map_err(|e| Error::file(path, format!("tensor {name}: {}", one_line(&e))))?;
+        let host = from_bytes(t.dtype(), t.shape().to_vec(), &bytes).map_err(|m| Error::file(path, format!("tensor {name}: {m}")))?;
+        out.insert(name, host);
+    }
+    Ok(out)
+}
+
+fn read_safetensors(path: &Path) -> Result<BTreeMap<String, Host>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| Error::file(path, format!("is not a safetensors file: {}", one_line(&e))))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in file.iter() {
+        let dtype = match view.dtype() {
+            StDtype::F32 => DType::F32,
+            StDtype::F64 => DType::F64,
+            StDtype::F16 => DType::F16,
+            StDtype::BF16 => DType::BF16,
+            StDtype::I64 => DType::I64,
+            StDtype::I32 => DType::I32,
+            other => {
+                return Err(Error::file(
+                    path,
+                    format!("tensor {name}: type {other:?} is not a floating-point or integer type resilab reads"),
+                ));
+            }
+        };
+        let host = from_bytes(dtype, view.shape().to_vec(), view.data()).map_err(|m| Error::file(path, format!("tensor {name}: {m}")))?;
+        out.insert(name.to_string(), host);
+    }
+    Ok(out)
+}
+
+/// Converts little-endian bytes of `dtype` to f32 (integers exactly up to 2^24).
+fn from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> std::result::Result<Host, String> {
+    let (values, integer): (Vec<f32>, bool) = match dtype {
+        DType::F32 => (bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(), false),
+        DType::F64 => (bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32).collect(), false),
+        DType::F16 => (bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(), false),
+        DType::BF16 => (bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(), false),
+        DType::I64 => (bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32).collect(), true),
+        DType::I32 => (bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32).collect(), true),
+        other => return Err(format!("type {other:?} is not a floating-point or integer type resilab reads")),
+    };
+    if values.len() != shape.iter().product::<usize>() {
+        return Err(format!("{} values for shape {shape:?}", values.len()));
+    }
+    Ok(Host { shape, values, integer })
+}
+
+/// The keys a training checkpoint keeps its model under, most specific first.
+const MODEL_KEYS: [&str; 3] = ["model_state_dict", "state_dict", "model"];
+/// The keys a training checkpoint keeps its optimizer under.
+const OPTIMIZER_KEYS: [&str; 2] = ["optimizer_state_dict", "optimizer"];
+
+/// Splits the file's tensors into the model's and the optimizer's. A plain `state_dict` is all
+/// model; a training checkpoint (a dict with `model_state_dict` / `optimizer_state_dict`, or
+/// `state_dict` / `optimizer`, or `model` / `optimizer`) has its entries' prefixes removed.
+fn split(path: &Path, tensors: BTreeMap<String, Host>) -> Result<Source> {
+    let under = |key: &str| tensors.keys().any(|k| k.starts_with(&format!("{key}.")));
+    let optimizer_key = OPTIMIZER_KEYS.into_iter().find(|k| under(k));
+    // `model.` alone could be a plain state_dict whose first module is named `model`.
+    let model_key = MODEL_KEYS.into_iter().find(|k| under(k) && (*k != "model" || optimizer_key.is_some()));
+    let safetensors_optimizer = model_key.is_none() && tensors.keys().any(|k| k.starts_with(OPTIMIZER_PREFIX));
+    let mut source = Source { path: path.to_path_buf(), model_key: model_key.map(str::to_string), ..Source::default() };
+    for (name, host) in tensors {
+        let optim = match optimizer_key {
+            Some(k) if model_key.is_some() => name.strip_prefix(&format!("{k}.state.")).map(str::to_string),
+            _ if safetensors_optimizer => name.strip_prefix(OPTIMIZER_PREFIX).map(str::to_string),
+            _ => None,
+        };
+        if let Some(rest) = optim {
+            let (index, buffer) = rest
+                .split_once('.')
+                .and_then(|(i, b)| i.parse::<usize>().ok().map(|i| (i, b)))
+                .ok_or_else(|| Error::file(path, format!("optimizer entry {name}: expected state.<index>.<buffer>")))?;
+            source.optimizer.entry(index).or_default().insert(buffer.to_string(), host);
+            continue;
+        }
+        match model_key {
+            Some(k) => match name.strip_prefix(&format!("{k}.")) {
+                Some(rest) => {
+                    source.model.insert(rest.to_string(), host);
+                }
+                None => source.ignored.push(name),
+            },
+            None => {
+                source.model.insert(name, host);
+            }
+        }
+    }
+    if source.model.is_empty() {
+        return Err(Error::file(path, "holds no model tensors: expected a state_dict, or a training checkpoint with model_state_dict"));
+    }
+    Ok(source)
+}
+
+/// An error's message and its causes on one line.
+pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text.replace('\n', " ")
+}

@@ -1,0 +1,84 @@
+"""Makes the PyTorch fixtures of resilab's import and export tests (tests/fixtures/pytorch/).
+
+    bash scripts/with-tch.sh python scripts/pytorch_fixtures.py   # PyTorch from the tch venv
+
+Writes, with fixed seeds:
+  resnet8.pt           a ResNet-8's state_dict (torch.save), BatchNorm statistics and affine
+                       parameters moved away from their initial values
+  vgg11-w0.125.safetensors   a VGG-11 at width 1/8 with BatchNorm, the same way
+  resnet8-train.pt     a training checkpoint of the ResNet-8 as DistributedDataParallel saves
+                       it ("module." names): {"epoch", "model_state_dict",
+                       "optimizer_state_dict"} after three SGD steps (momentum 0.9)
+  logits.safetensors   a fixed input batch and each model's eval-mode logits on it
+  code.pt              a pickle that would run code when unpickled (os.system), which resilab
+                       must refuse without running it
+"""
+
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "docs", "pytorch"))
+import resilab_models as rm  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "pytorch")
+
+
+def settle(model, seed):
+    """Random affine BatchNorm parameters and running statistics from a few training batches."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(1 + 0.2 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+        model.train()
+        for _ in range(3):
+            model(torch.randn(16, 3, 32, 32, generator=g))
+    model.eval()
+    return model
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (os.system, ("echo resilab-fixture-ran-code > /tmp/resilab-fixture-ran-code",))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(0)
+    resnet = settle(rm.resnet(depth=8), 1)
+    vgg = settle(rm.vgg(depth=11, width=0.125, batch_norm=True), 2)
+    torch.save(resnet.state_dict(), os.path.join(OUT, "resnet8.pt"))
+    save_file({k: v.contiguous() for k, v in vgg.state_dict().items()}, os.path.join(OUT, "vgg11-w0.125.safetensors"))
+
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        save_file({"input": x, "resnet8": resnet(x), "vgg11-w0.125": vgg(x)}, os.path.join(OUT, "logits.safetensors"))
+
+    trained = settle(rm.resnet(depth=8), 1)
+    trained.load_state_dict(resnet.state_dict())
+    opt = torch.optim.SGD(trained.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(4)
+    trained.train()
+    for _ in range(3):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(trained(torch.randn(8, 3, 32, 32, generator=g)), torch.randint(0, 10, (8,), generator=g))
+        loss.backward()
+        opt.step()
+    checkpoint = {
+        "epoch": 3,
+        "model_state_dict": {f"module.{k}": v for k, v in trained.state_dict().items()},
+        "optimizer_state_dict": opt.state_dict(),
+    }
+    torch.save(checkpoint, os.path.join(OUT, "resnet8-train.pt"))
+
+    torch.save({"weight": torch.ones(2), "payload": RunsCode()}, os.path.join(OUT, "code.pt"))
+    for name in sorted(os.listdir(OUT)):
+        print(f"{name}: {os.path.getsize(os.path.join(OUT, name))} bytes")
+
+
+if __name__ == "__main__":
+    main()
