@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -64,16 +64,85 @@ pub struct Outcome {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Meta {
+pub(crate) struct Meta {
     platform: String,
     started: String,
     /// Absent in campaigns started before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     revision: String,
+    /// The shard of the grid this directory holds (`I/N`, or `all`); absent in campaigns
+    /// started before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard: Option<String>,
+}
+
+/// How a shard is written in `campaign.json`: `I/N`, or `all` for the whole grid.
+pub(crate) fn shard_text(shard: Option<(u64, u64)>) -> String {
+    shard.map_or_else(|| "all".to_string(), |(i, n)| format!("{i}/{n}"))
+}
+
+/// Reads `campaign.json` of a campaign directory.
+pub(crate) fn read_meta(dir: &Path) -> Option<Meta> {
+    crate::read_json::<Meta>(&dir.join("campaign.json")).ok()
+}
+
+impl Meta {
+    /// The shard recorded, parsed: `Some(None)` for the whole grid, `None` when unrecorded.
+    pub(crate) fn shard(&self) -> Option<Option<(u64, u64)>> {
+        match self.shard.as_deref() {
+            None => None,
+            Some("all") => Some(None),
+            Some(s) => crate::parse_shard(s).ok().map(Some),
+        }
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+/// A campaign directory that exists may be continued only with `--resume`, by the same
+/// campaign, on the same platform, as the same shard.
+fn check_resumed(campaign: &Campaign, opts: &Options) -> Result<()> {
+    let out = &opts.out;
+    let file = out.join(CAMPAIGN_FILE);
+    let meta_path = out.join("campaign.json");
+    if !opts.resume {
+        return Err(Error::Config(format!(
+            "{} already holds a campaign: pass --resume to continue it, or choose another --out",
+            out.display()
+        )));
+    }
+    let old = std::fs::read_to_string(&file).map_err(io(&file))?;
+    if old != campaign.text {
+        return Err(Error::Config(format!(
+            "{} was started with a different campaign (settings, grid or overrides differ); resume it with the same file and --set options, or choose another --out",
+            out.display()
+        )));
+    }
+    let meta = crate::read_json::<Meta>(&meta_path).ok();
+    if let Some(meta) = &meta
+        && meta.platform != opts.platform
+    {
+        return Err(Error::Config(format!(
+            "{} was run on {}, not {}: its bases and golden runs would not match",
+            out.display(),
+            meta.platform,
+            opts.platform
+        )));
+    }
+    if let Some(recorded) = meta.as_ref().and_then(Meta::shard)
+        && recorded != opts.shard
+    {
+        return Err(Error::Config(format!(
+            "{} holds shard {} of its campaign, not {}: resume it with --shard {} (a Slurm array task resubmitted on its own needs RESILAB_SHARDS, see configs/slurm/campaign-array.sh)",
+            out.display(),
+            shard_text(recorded),
+            shard_text(opts.shard),
+            shard_text(recorded)
+        )));
+    }
+    Ok(())
 }
 
 /// Creates or reopens the campaign directory; returns the rows already recorded.
@@ -82,29 +151,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
     let file = out.join(CAMPAIGN_FILE);
     let meta_path = out.join("campaign.json");
     if file.is_file() {
-        if !opts.resume {
-            return Err(Error::Config(format!(
-                "{} already holds a campaign: pass --resume to continue it, or choose another --out",
-                out.display()
-            )));
-        }
-        let old = std::fs::read_to_string(&file).map_err(io(&file))?;
-        if old != campaign.text {
-            return Err(Error::Config(format!(
-                "{} was started with a different campaign (settings, grid or overrides differ); resume it with the same file and --set options, or choose another --out",
-                out.display()
-            )));
-        }
-        if let Ok(meta) = crate::read_json::<Meta>(&meta_path)
-            && meta.platform != opts.platform
-        {
-            return Err(Error::Config(format!(
-                "{} was run on {}, not {}: its bases and golden runs would not match",
-                out.display(),
-                meta.platform,
-                opts.platform
-            )));
-        }
+        check_resumed(campaign, opts)?;
     } else {
         // A new campaign starts only in a new or empty directory: its clean-up (tmp/, stale
         // bases) must never reach files that are not the campaign's.
@@ -120,7 +167,12 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         }
         std::fs::create_dir_all(out).map_err(io(out))?;
         resilab_runner::write_atomic(&file, campaign.text.as_bytes())?;
-        let meta = Meta { platform: opts.platform.clone(), started: resilab_runner::utc_stamp(), revision: opts.revision.clone() };
+        let meta = Meta {
+            platform: opts.platform.clone(),
+            started: resilab_runner::utc_stamp(),
+            revision: opts.revision.clone(),
+            shard: Some(shard_text(opts.shard)),
+        };
         resilab_runner::write_atomic(&meta_path, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::Config(e.to_string()))?)?;
     }
     // Leftovers of runs and bases cut short.
@@ -402,11 +454,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
         Job::Run { .. } => timeout,
     };
     let mut pool = Pool::new(opts.jobs.min(todo.len().max(1)), &opts.worker, &opts.out);
-    let bar = if opts.progress { ProgressBar::new(todo.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs ({per_sec}, eta {eta}) {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let (bar, log_lines) = progress(opts, todo.len());
     let specs: HashMap<u64, crate::RunSpec> = todo.iter().map(|s| (s.index, s.clone())).collect();
     outcome.bases = preps.len() as u64;
     if !preps.is_empty() {
@@ -442,6 +490,9 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
             }
             *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
             bar.inc(1);
+            if log_lines {
+                eprintln!("{}", log_line(&row, outcome.done, todo.len()));
+            }
             Ok(())
         };
     let mut runs = Vec::new();
@@ -462,6 +513,31 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     bar.finish();
     outcome.wall_s = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// The progress bar of a campaign on a terminal; into a log file (a Slurm job's output) a bar
+/// would be invisible or garbage, so there the bar is hidden and `true` asks for one line per
+/// finished run instead ([`log_line`]).
+fn progress(opts: &Options, todo: usize) -> (ProgressBar, bool) {
+    let log_lines = opts.progress && !std::io::stderr().is_terminal();
+    let bar = if opts.progress && !log_lines { ProgressBar::new(todo as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs ({per_sec}, eta {eta}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    (bar, log_lines)
+}
+
+/// The line a campaign writes to a log for each finished run: progress, id, grid index,
+/// status, and the first line of a failed run's message.
+fn log_line(row: &Row, done: u64, todo: usize) -> String {
+    let stamp = resilab_runner::utc_stamp();
+    let mut line = format!("resilab: {stamp} [{done}/{todo}] run {} (grid index {}): {}", row.id, row.index, row.status.name());
+    if let Some(m) = row.message.as_deref().and_then(|m| m.lines().next()).filter(|_| row.status != Status::Ok) {
+        line.push_str(": ");
+        line.push_str(m);
+    }
+    line
 }
 
 /// `--jobs` and `--timeout` as given, and the shard.
@@ -527,53 +603,66 @@ pub struct Merged {
     /// Rows whose base (the same base configuration) was compared with golden runs of different
     /// keys in different parts: their differences may come from the platform, not a fault.
     pub mixed_golden_rows: usize,
+    /// Runs of the grid no part recorded (merged under `partial` only).
+    pub missing: u64,
 }
 
-/// Merges the records of campaign directories (shards) into `out`: the campaigns must be the
-/// same; rows are deduplicated by run id (the first kept) and sorted by grid index. Parts run
-/// on different platforms are merged, and the rows whose golden keys differ for one base are
-/// counted in [`Merged::mixed_golden_rows`].
-pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<Merged> {
-    let Some(first) = parts.first() else { return Err(Error::Config("merge: name at least one campaign directory".into())) };
-    let text_of = |d: &Path| {
-        let p = d.join(CAMPAIGN_FILE);
-        std::fs::read_to_string(&p).map_err(|source| Error::Io { path: p, source })
-    };
-    let text = text_of(first)?;
-    let campaign = Campaign::parse(&text, &[], &first.join(CAMPAIGN_FILE).display().to_string())?;
-    let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+/// Merges the records of campaign directories (shards) into `out`, sorted by grid index. The
+/// parts must hold the same campaign and must not overlap: a run recorded by two parts with
+/// different results is an error (the same record twice, as when `out` is one of the parts, is
+/// kept once). Every run of the grid must be recorded unless `partial`. Parts run on different
+/// platforms are merged, and the rows whose golden keys differ for one base are counted in
+/// [`Merged::mixed_golden_rows`].
+pub fn merge(out: &Path, parts: &[PathBuf], partial: bool) -> Result<Merged> {
+    let (census, campaign, text) = crate::census::census(parts)?;
+    if !census.conflicting.is_empty() {
+        return Err(Error::Config(format!(
+            "{} run(s) are recorded by more than one part with different results ({}): the parts overlap; were they run with the same --shard count?",
+            census.conflicting.len(),
+            census.conflicting.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    if !census.missing.is_empty() && !partial {
+        return Err(Error::Config(format!(
+            "{} of the grid's {} runs are recorded by no part: a shard has not finished (see `resilab campaign --status {}`); resume it, or pass --partial to merge what there is",
+            census.missing.len(),
+            census.grid,
+            parts.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
+        )));
+    }
+    let mut merged = Merged { missing: census.missing.len() as u64, ..Merged::default() };
     let mut platform: Option<Vec<u8>> = None;
-    let mut merged = Merged::default();
     for d in parts {
-        if text_of(d)? != text {
-            return Err(Error::Config(format!("{} holds a different campaign from {}", d.display(), first.display())));
-        }
-        let meta = d.join("campaign.json");
-        if let Ok(m) = std::fs::read(&meta) {
+        if let Ok(m) = std::fs::read(d.join("campaign.json")) {
             merged.platforms.push(serde_json::from_slice::<Meta>(&m).map_or_else(|_| "?".to_string(), |m| m.platform));
             platform.get_or_insert(m);
         } else {
             merged.platforms.push("?".into());
         }
-        for r in read_rows(&d.join(RUNS_JSONL), false)? {
-            rows.entry(r.index).or_insert(r);
-        }
     }
     let _lock = resilab_runner::files::lock_dir(out, "--out")?;
     resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
-    if out.join(CAMPAIGN_FILE).exists() && text_of(out)? != text {
-        return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
+    if out.join(CAMPAIGN_FILE).exists() && std::fs::read_to_string(out.join(CAMPAIGN_FILE)).map_err(io(out))? != text {
+        return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), parts[0].display())));
     }
     std::fs::create_dir_all(out).map_err(io(out))?;
     resilab_runner::write_atomic(&out.join(CAMPAIGN_FILE), text.as_bytes())?;
     if let Some(m) = platform {
-        resilab_runner::write_atomic(&out.join("campaign.json"), &m)?;
+        resilab_runner::write_atomic(&out.join("campaign.json"), &merged_meta(&m))?;
     }
-    merged.mixed_golden_rows = mixed_golden_rows(&campaign, rows.values());
-    let rows: Vec<Row> = rows.into_values().collect();
+    merged.mixed_golden_rows = mixed_golden_rows(&campaign, census.rows.values());
+    let rows: Vec<Row> = census.rows.into_values().collect();
     write_rows(out, &campaign.axis_keys(), campaign.settings.kind, &rows)?;
     merged.rows = rows.len();
     Ok(merged)
+}
+
+/// The first part's `campaign.json` for the merged directory: the whole grid, not its shard.
+fn merged_meta(first: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<Meta>(first) {
+        Ok(m) => serde_json::to_vec_pretty(&Meta { shard: Some(shard_text(None)), ..m }).unwrap_or_else(|_| first.to_vec()),
+        Err(_) => first.to_vec(),
+    }
 }
 
 /// Rows of bases (one base configuration: the grid point without its fault) whose runs name

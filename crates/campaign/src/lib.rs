@@ -9,6 +9,7 @@
 //! (golden runs of `train` campaigns), `runs/` (each `train` run's files) and `logs/` (each
 //! worker process's standard error).
 
+mod census;
 mod command;
 mod estimate;
 mod exec;
@@ -16,6 +17,7 @@ mod spec;
 mod store;
 mod work;
 
+pub use census::{Census, Part, census};
 pub use command::{human_duration, jobs_for, parse_shard, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Merged, Options, Outcome, execute, merge};
