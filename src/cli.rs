@@ -27,6 +27,13 @@ pub(crate) enum Command {
     /// Test accuracy and NaN / Inf / extreme-value counts of the model in a (possibly
     /// corrupted) checkpoint, without training; prints a summary, or one JSON line with --json.
     Eval(EvalArgs),
+    /// Read a PyTorch state_dict or training checkpoint (.pt, .pth) or a .safetensors file for
+    /// the model a run configuration describes, and write it as step 0 of that run: a
+    /// checkpoint directory that eval, inject, diff and train --resume take (docs/pytorch.md).
+    Import(ImportArgs),
+    /// Write a checkpoint's model (and with --optimizer its optimizer state) as a .safetensors
+    /// file under PyTorch's names, for load_state_dict(..., strict=True) (docs/pytorch.md).
+    Export(ExportArgs),
     /// Optimal checkpoint intervals (Young, Daly) for a checkpoint cost and a mean time between
     /// failures, and the expected share of time lost at each.
     Advise(AdviseArgs),
@@ -54,8 +61,9 @@ pub(crate) enum Command {
     /// appended to <out>/runs.jsonl and <out>/runs.csv; a run that crashes, hangs or meets a
     /// corrupt file is recorded as such and the campaign goes on.
     Campaign(CampaignArgs),
-    /// Merge campaign directories (shards of one campaign) into one: same campaign required,
-    /// rows deduplicated by run id and sorted by grid index.
+    /// Merge campaign directories (shards of one campaign) into one, rows sorted by grid index.
+    /// Checks that every part holds the same campaign, that no run is recorded by two parts
+    /// with different results, and that every run of the grid is recorded (unless --partial).
     Merge(MergeArgs),
     /// Write a campaign's report: per grid cell the metrics (ACC, STD, CV, NaN, N-EV by the
     /// outcome, EV injected, RWC, AccR, TF, accuracy loss, time overhead, lost/recomputed steps,
@@ -74,8 +82,12 @@ pub(crate) enum Command {
 #[derive(Args)]
 pub(crate) struct CampaignArgs {
     /// The campaign file (TOML: [campaign], [base], [inject], [grid]; see configs/paper/).
-    #[arg(long, short, value_name = "FILE")]
-    pub(crate) config: PathBuf,
+    #[arg(long, short, value_name = "FILE", required_unless_present = "status")]
+    pub(crate) config: Option<PathBuf>,
+    /// Say how many runs each campaign directory (a shard each, e.g. results/campaigns/nev-shard-*)
+    /// has recorded, by status, and how many are missing, without running or merging anything.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with_all = ["config", "resume", "dry_run", "shard", "out"])]
+    pub(crate) status: Vec<PathBuf>,
     /// Override a campaign key (repeatable), e.g. --set campaign.repetitions=250 or
     /// --set 'grid."inject.injection_tries"=[1, 10, 100, 1000]'.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -138,6 +150,10 @@ pub(crate) struct MergeArgs {
     /// Campaign directories to merge.
     #[arg(required = true, value_name = "DIR")]
     pub(crate) dirs: Vec<PathBuf>,
+    /// Merge even though some runs of the grid are recorded by no part (a shard that has not
+    /// finished); they are counted and named on standard error.
+    #[arg(long)]
+    pub(crate) partial: bool,
 }
 
 #[derive(Args)]
@@ -280,6 +296,47 @@ pub(crate) struct EvalArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct ImportArgs {
+    /// The weights: a PyTorch file (.pt, .pth; a state_dict, or a training checkpoint holding
+    /// model_state_dict and optimizer_state_dict) or a .safetensors file.
+    pub(crate) weights: PathBuf,
+    /// The run configuration the weights are for: its [model], [data] (image shape, classes),
+    /// [optimizer] (the state a training checkpoint brings) and [[import.rename]] rules.
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+    /// Override a configuration key (repeatable), e.g. --set data.path=/data/cifar-10-batches-bin.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// The checkpoint directory to write, new or empty (the checkpoint is <DIR>/step-00000000).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+    /// Import the tensors that fit and keep the configured initialisation for the others
+    /// (listed); without it, any missing, unexpected or misshapen tensor is an error.
+    #[arg(long)]
+    pub(crate) allow_partial: bool,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ExportArgs {
+    /// A checkpoint directory (`step-*`), a directory of checkpoints (the newest), or a
+    /// data-parallel worker file (`worker-N.h5`: that replica).
+    pub(crate) checkpoint: PathBuf,
+    /// The .safetensors file to write; it must not exist.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    /// Also write the optimizer's state, as optimizer.state.<index>.<buffer> entries numbered
+    /// as PyTorch's optimizer.state_dict() numbers them.
+    #[arg(long)]
+    pub(crate) optimizer: bool,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args)]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
-use resilab_models::{Arch, ModelConfig};
+use resilab_models::{Arch, Compute, ModelConfig};
 use resilab_runner::{BackendKind, RunConfig, RunOptions, default_out_dir};
 
 use crate::cli::*;
@@ -72,6 +72,24 @@ pub(crate) fn eval(args: EvalArgs) -> Result<()> {
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
     let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &compute, &|file: &Path| probe_in_child(file))?;
+    emit(args.json, &r, || r.text())
+}
+
+pub(crate) fn import(args: ImportArgs) -> Result<()> {
+    let request = resilab_interop::ImportRequest {
+        weights: args.weights,
+        config: args.config,
+        overrides: args.set,
+        out: args.out,
+        allow_partial: args.allow_partial,
+    };
+    let r = resilab_interop::import(&request, &Compute::native())?;
+    emit(args.json, &r, || r.text())
+}
+
+pub(crate) fn export(args: ExportArgs) -> Result<()> {
+    let request = resilab_interop::ExportRequest { checkpoint: args.checkpoint, out: args.out, optimizer: args.optimizer };
+    let r = resilab_interop::export(&request, &|file: &Path| probe_in_child(file))?;
     emit(args.json, &r, || r.text())
 }
 
@@ -224,7 +242,12 @@ pub(crate) fn inject(args: InjectArgs) -> Result<()> {
 }
 
 pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
-    let c = resilab_campaign::Campaign::load(&args.config, &args.set)?;
+    let Some(config) = &args.config else {
+        let (census, _, _) = resilab_campaign::census(&args.status)?;
+        println!("{}", census.text());
+        return Ok(());
+    };
+    let c = resilab_campaign::Campaign::load(config, &args.set)?;
     let backend = args.backend.unwrap_or_default();
     let compute = ComputeArgs { threads: Some(args.threads), backend: Some(backend), wgpu_device: args.wgpu_device.clone() };
     let (compute, device_name) = device_for(backend, &compute)?;
@@ -266,7 +289,10 @@ pub(crate) fn report(args: ReportArgs) -> Result<()> {
 }
 
 pub(crate) fn merge(args: MergeArgs) -> Result<()> {
-    let m = resilab_campaign::merge(&args.out, &args.dirs)?;
+    let m = resilab_campaign::merge(&args.out, &args.dirs, args.partial)?;
+    if m.missing > 0 {
+        eprintln!("resilab: merged without {} run(s) of the grid that no part recorded (--partial)", m.missing);
+    }
     let platforms: std::collections::BTreeSet<&String> = m.platforms.iter().collect();
     if platforms.len() > 1 {
         eprintln!("resilab: the parts ran on {} platforms (results differ between them without any fault):", platforms.len());

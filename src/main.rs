@@ -19,6 +19,7 @@ fn hdf5_inputs(command: &Command) -> Option<Vec<PathBuf>> {
     match command {
         Command::Inspect(a) => Some(vec![a.checkpoint.clone()]),
         Command::Eval(a) => Some(vec![a.checkpoint.clone()]),
+        Command::Export(a) => Some(vec![a.checkpoint.clone()]),
         Command::Diff(a) => Some(vec![a.a.clone(), a.b.clone()]),
         Command::Inject(a) => Some(a.file.iter().chain(&a.replay).cloned().collect()),
         _ => None,
@@ -85,6 +86,8 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Compare(a) => commands::compare(a),
         Command::Inspect(a) => commands::inspect(a),
         Command::Eval(a) => commands::eval(a),
+        Command::Import(a) => commands::import(a),
+        Command::Export(a) => commands::export(a),
         Command::Advise(a) => commands::advise(a),
         Command::Project(a) => commands::project(a),
         Command::Probe { file } => resilab_checkpoint::probe::probe_file(&file).map_err(Into::into),

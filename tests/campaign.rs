@@ -438,3 +438,57 @@ fn the_injected_extreme_is_read_from_the_files_before_the_restart_broadcast_and_
     assert_eq!(col("ev_injected"), "6");
     assert!(!col("nev_vs_ev_p").is_empty() && !col("rwc_all").is_empty(), "{cell:?}");
 }
+
+#[test]
+fn status_and_merge_check_the_shards_and_a_log_gets_one_line_per_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = NEV.replace("repetitions = 10", "repetitions = 2");
+    let cfg = write(tmp.path(), "nev.toml", &text);
+    let shard = |i: usize| tmp.path().join(format!("nev-shard-{i}"));
+    // Shard 0 in full, without --quiet: its standard error is a file, so one line per run.
+    let args = ["campaign", "--config", cfg.to_str().unwrap(), "--jobs", "1", "--threads", "1", "--shard", "0/2", "--out"];
+    let o = run(&[&args[..], &[shard(0).to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("] run ")).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("[1/2] run ") && lines[0].contains("(grid index 0): ok"), "{err}");
+    assert!(!err.contains('\r') && !err.contains("eta"), "no progress bar into a file: {err}");
+    // Shard 1 not yet run: status and merge say what is missing.
+    std::fs::create_dir_all(shard(1)).unwrap();
+    for f in ["campaign.toml", "campaign.json"] {
+        let t = std::fs::read_to_string(shard(0).join(f)).unwrap();
+        std::fs::write(shard(1).join(f), t.replace("\"shard\": \"0/2\"", "\"shard\": \"1/2\"")).unwrap();
+    }
+    let dirs = [shard(0).to_str().unwrap().to_string(), shard(1).to_str().unwrap().to_string()];
+    let o = run(&["campaign", "--status", &dirs[0], &dirs[1]]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("shard 0/2: 2 of 2 recorded (2 ok), complete"), "{out}");
+    assert!(out.contains("shard 1/2: 0 of 2 recorded (none), 2 missing"), "{out}");
+    assert!(out.contains("all: 2 of 4 runs recorded (0 not ok), 2 missing (grid index 1, 3)"), "{out}");
+    let merged = tmp.path().join("merged");
+    let o = run(&["merge", "--out", merged.to_str().unwrap(), &dirs[0], &dirs[1]]);
+    assert_clean_error(&o, &["2 of the grid's 4 runs are recorded by no part", "--partial"]);
+    assert!(!merged.join("runs.csv").exists());
+    let o = run(&["merge", "--partial", "--out", merged.to_str().unwrap(), &dirs[0], &dirs[1]]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("without 2 run(s)"));
+    // Resuming a shard directory as another shard is refused; as itself, it completes.
+    let o = campaign(&cfg, &shard(1), &["--resume", "--shard", "0/2"]);
+    assert_clean_error(&o, &["holds shard 1/2 of its campaign, not 0/2", "RESILAB_SHARDS"]);
+    let o = campaign(&cfg, &shard(1), &["--resume", "--shard", "1/2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let full = tmp.path().join("full");
+    let o = run(&["merge", "--out", full.to_str().unwrap(), &dirs[0], &dirs[1]]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(rows(&full).len(), 4);
+    // Parts that overlap with different results are refused: the same run id, another result.
+    let mut forged = std::fs::read_to_string(shard(0).join("runs.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(forged.lines().next().unwrap()).unwrap();
+    let mut other = first.clone();
+    other["final_acc"] = serde_json::json!(0.123);
+    forged = format!("{other}\n");
+    std::fs::write(shard(1).join("runs.jsonl"), std::fs::read_to_string(shard(1).join("runs.jsonl")).unwrap() + &forged).unwrap();
+    let o = run(&["merge", "--out", tmp.path().join("overlap").to_str().unwrap(), &dirs[0], &dirs[1]]);
+    assert_clean_error(&o, &["recorded by more than one part with different results", first["id"].as_str().unwrap()]);
+}

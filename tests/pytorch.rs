@@ -1,0 +1,261 @@
+//! PyTorch weights in and out (`resilab import`, `resilab export`) on the fixtures that
+//! scripts/pytorch_fixtures.py made with PyTorch: the imported model computes PyTorch's logits,
+//! an export imports back bit for bit, a training checkpoint brings its momentum, and every
+//! wrong file is one clear error line.
+
+#![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use common::{assert_clean_error, run, write};
+use resilab_models::{Compute, InputShape, Kernels, map_params};
+use resilab_runner::RunConfig;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch").join(name)
+}
+
+/// A ResNet-8 run on 32x32 RGB synthetic images, 10 classes (the fixtures' shape).
+const RESNET8: &str = r#"
+seed = 3
+[data]
+train_size = 16
+test_size = 16
+[model]
+arch = "resnet"
+depth = 8
+[train]
+steps = 2
+batch_size = 8
+[optimizer]
+kind = "sgd"
+lr = 0.05
+momentum = 0.9
+"#;
+
+const VGG11: &str = r#"
+[data]
+train_size = 16
+test_size = 16
+[model]
+arch = "vgg"
+depth = 11
+width = 0.125
+[train]
+batch_size = 8
+"#;
+
+const UNPREFIX: &str = "\n[[import.rename]]\nfrom = \"^module\\\\.\"\nto = \"\"\n";
+
+/// Runs `resilab import` of `weights` for the configuration `text` into `dir/<out>`.
+fn import(dir: &Path, weights: &Path, text: &str, out: &str, extra: &[&str]) -> std::process::Output {
+    let cfg = write(dir, &format!("{out}.toml"), text);
+    let out = dir.join(out);
+    let mut args = vec!["import", weights.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn values(target: &Path) -> resilab_checkpoint::Values {
+    resilab_checkpoint::read_values(target, &resilab_checkpoint::no_probe).unwrap()
+}
+
+fn tensors(path: &Path) -> BTreeMap<String, resilab_interop::source::Host> {
+    resilab_interop::source::read(path).unwrap().model
+}
+
+/// The model of the checkpoint `dir` on `kernels`, its eval-mode logits on `input`.
+fn logits(dir: &Path, text: &str, input: &resilab_interop::source::Host, kernels: Kernels) -> Vec<f32> {
+    let cfg = RunConfig::from_toml(text, &[], "test").unwrap();
+    let compute = Compute { kernels, ..Compute::native() };
+    let net = cfg.model.build(InputShape { channels: 3, size: 32 }, 10, &compute.device).unwrap();
+    let held = values(dir).params;
+    let net = map_params(net, |info, _| {
+        held.get(&info.name).map(|t| Tensor::from_data(TensorData::new(t.values.clone(), [t.values.len()]), &compute.device))
+    })
+    .with_kernels(kernels);
+    let x = Tensor::<4>::from_data(TensorData::new(input.values.clone(), [4, 3, 32, 32]), &compute.device);
+    net.infer(x).into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn imported_models_compute_pytorchs_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = tensors(&fixture("logits.safetensors"));
+    for (weights, text, key) in [("resnet8.pt", RESNET8, "resnet8"), ("vgg11-w0.125.safetensors", VGG11, "vgg11-w0.125")] {
+        let text_out = ok(&import(dir.path(), &fixture(weights), text, key, &[]));
+        assert!(text_out.contains("imported") && text_out.contains("num_batches_tracked"), "{text_out}");
+        let want = &expected[key].values;
+        for kernels in [Kernels::Burn, Kernels::Resilab] {
+            let got = logits(&dir.path().join(key), text, &expected["input"], kernels);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let worst = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(worst <= 1e-4 * scale, "{key} on {kernels:?}: logits differ from PyTorch's by {worst} (scale {scale})");
+        }
+    }
+}
+
+#[test]
+fn a_training_checkpoint_brings_its_momentum_and_training_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("{RESNET8}{UNPREFIX}");
+    let report = ok(&import(dir.path(), &fixture("resnet8-train.pt"), &text, "ckpt", &[]));
+    assert!(report.contains("optimizer state: momentum_buffer for"), "{report}");
+    let source = resilab_interop::source::read(&fixture("resnet8-train.pt")).unwrap();
+    let held = values(&dir.path().join("ckpt"));
+    // State 0 belongs to the first parameter in parameters() order: the stem's convolution.
+    let first = &source.optimizer[&0]["momentum_buffer"];
+    assert_eq!(held.optim["stem.conv.weight"].buffers["momentum_buffer"].values, first.values);
+    let last = &source.optimizer[&(source.optimizer.len() - 1)]["momentum_buffer"];
+    assert_eq!(held.optim["classifier.fc.bias"].buffers["momentum_buffer"].values, last.values);
+    assert_eq!(held.params["layer1.0.bn1.running_var"].values, source.model["module.layer1.0.bn1.running_var"].values);
+    // The published experiment on it: alter the imported checkpoint, compare, evaluate, and
+    // restart training from the altered file.
+    let clean = dir.path().join("ckpt/step-00000000/worker-0.h5");
+    let altered = dir.path().join("ckpt/step-00000000/altered.h5");
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/inject/bit-range.yaml");
+    let (clean_s, altered_s) = (clean.to_str().unwrap(), altered.to_str().unwrap());
+    ok(&run(&["inject", "--config", spec.to_str().unwrap(), "--file", clean_s, "--seed", "1", "--output", altered_s]));
+    let diff = ok(&run(&["diff", clean_s, altered_s]));
+    assert!(diff.contains("differ"), "{diff}");
+    let eval: serde_json::Value = serde_json::from_str(&ok(&run(&["eval", altered_s, "--json"]))).unwrap();
+    assert!(eval["clean"]["file"].as_str().unwrap().ends_with("worker-0.h5"), "{eval}");
+    let cfg = dir.path().join("ckpt.toml");
+    let out = dir.path().join("resumed");
+    let train = ["train", "--config", cfg.to_str().unwrap(), "--resume", altered_s, "--out", out.to_str().unwrap(), "--quiet"];
+    ok(&run(&[&train[..], &["--set", "checkpoint.on_mismatch=\"load\""]].concat()));
+    assert!(out.join("summary.json").is_file());
+}
+
+#[test]
+fn an_export_imports_back_bit_for_bit_with_its_optimizer_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("{RESNET8}{UNPREFIX}");
+    ok(&import(dir.path(), &fixture("resnet8-train.pt"), &text, "a", &[]));
+    let file = dir.path().join("a.safetensors");
+    let report = ok(&run(&["export", dir.path().join("a").to_str().unwrap(), "--out", file.to_str().unwrap(), "--optimizer"]));
+    assert!(report.contains("optimizer tensors"), "{report}");
+    ok(&import(dir.path(), &file, RESNET8, "b", &[]));
+    let (a, b) = (values(&dir.path().join("a")), values(&dir.path().join("b")));
+    assert_eq!(a.params.len(), b.params.len());
+    for (name, t) in &a.params {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&t.values), bits(&b.params[name].values), "{name}");
+    }
+    assert_eq!(a.optim.len(), b.optim.len());
+    for (name, s) in &a.optim {
+        assert_eq!(s.buffers, b.optim[name].buffers, "{name}");
+    }
+    // Adam's moments and step count, from a run resilab trained.
+    let adam = RESNET8.replace("kind = \"sgd\"", "kind = \"adam\"").replace("lr = 0.05", "lr = 0.001");
+    let cfg = write(dir.path(), "adam.toml", &adam);
+    let run_dir = dir.path().join("adam");
+    ok(&run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        run_dir.to_str().unwrap(),
+        "--quiet",
+        "--set",
+        "checkpoint.every_steps=1",
+    ]));
+    let ckpt = run_dir.join("checkpoints/step-00000001");
+    let file = dir.path().join("adam.safetensors");
+    ok(&run(&["export", ckpt.to_str().unwrap(), "--out", file.to_str().unwrap(), "--optimizer"]));
+    ok(&import(dir.path(), &file, &adam, "adam-back", &[]));
+    let (a, b) = (values(&ckpt), values(&dir.path().join("adam-back")));
+    assert_eq!(a.params, b.params);
+    assert!(!a.optim.is_empty());
+    for (name, s) in &a.optim {
+        assert_eq!(s.buffers, b.optim[name].buffers, "{name}");
+        assert_eq!((s.step, b.optim[name].step), (1, 1), "{name}");
+    }
+}
+
+/// `resnet8.pt`'s tensors with `edit` applied, as a safetensors file.
+fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut BTreeMap<String, (Vec<usize>, Vec<f32>)>)) -> PathBuf {
+    let mut t: BTreeMap<String, (Vec<usize>, Vec<f32>)> =
+        tensors(&fixture("resnet8.pt")).into_iter().filter(|(_, h)| !h.integer).map(|(k, h)| (k, (h.shape, h.values))).collect();
+    edit(&mut t);
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
+        t.into_iter().map(|(k, (s, v))| (k, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+        .iter()
+        .map(|(k, s, b)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap()))
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, safetensors::tensor::serialize(views, None).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn every_wrong_file_is_one_error_line_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let missing = edited(d, "missing.safetensors", |t| {
+        t.remove("layer2.0.bn1.running_var");
+    });
+    assert_clean_error(&import(d, &missing, RESNET8, "m", &[]), &["missing (1): layer2.0.bn1.running_var", "--allow-partial"]);
+    let extra = edited(d, "extra.safetensors", |t| {
+        t.insert("head.weight".into(), (vec![2], vec![0.0; 2]));
+    });
+    assert_clean_error(&import(d, &extra, RESNET8, "e", &[]), &["unexpected (1): head.weight"]);
+    let shape = edited(d, "shape.safetensors", |t| {
+        let w = t.get_mut("classifier.fc.weight").unwrap();
+        w.0 = vec![w.0[1], w.0[0]];
+    });
+    assert_clean_error(
+        &import(d, &shape, RESNET8, "s", &[]),
+        &["classifier.fc.weight is [64, 10] in the file, [10, 64] in the model", "transposed"],
+    );
+    let text = write(d, "notes.pt", "not a checkpoint\n");
+    assert_clean_error(&import(d, &text, RESNET8, "t", &[]), &["notes.pt", "not a readable PyTorch file"]);
+    let code = import(d, &fixture("code.pt"), RESNET8, "c", &[]);
+    assert_clean_error(&code, &["code.pt", "posix.system", "nothing was run"]);
+    assert!(!Path::new("/tmp/resilab-fixture-ran-code").exists(), "the pickle's code ran");
+    assert_clean_error(
+        &import(d, &fixture("resnet8-train.pt"), RESNET8, "p", &[]),
+        &["unexpected (56): module.classifier.fc.bias", "(48 more)", "^module"],
+    );
+    let vgg = import(d, &fixture("vgg11-w0.125.safetensors"), RESNET8, "v", &[]);
+    assert_clean_error(&vgg, &["does not fit resnet8", "features.0.conv.weight", "is [model] the architecture"]);
+    // Nothing was written by a failed import.
+    for out in ["m", "e", "s", "t", "c", "p", "v"] {
+        assert!(!d.join(out).join("step-00000000").exists(), "{out}");
+    }
+}
+
+#[test]
+fn allow_partial_imports_what_fits_and_names_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = edited(dir.path(), "missing.safetensors", |t| {
+        t.remove("stem.bn.weight");
+    });
+    let report = ok(&import(dir.path(), &missing, RESNET8, "m", &["--allow-partial"]));
+    assert!(report.contains("not imported (--allow-partial): missing (1): stem.bn.weight"), "{report}");
+    let held = values(&dir.path().join("m"));
+    assert_eq!(held.params["stem.bn.weight"].values, vec![1.0; 16], "the configured initialisation is kept");
+    assert_eq!(held.params["stem.conv.weight"].values, tensors(&fixture("resnet8.pt"))["stem.conv.weight"].values);
+}
+
+#[test]
+fn neither_command_replaces_what_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&import(dir.path(), &fixture("resnet8.pt"), RESNET8, "a", &[]));
+    let again = import(dir.path(), &fixture("resnet8.pt"), RESNET8, "a", &[]);
+    assert_clean_error(&again, &["already holds checkpoints"]);
+    let file = write(dir.path(), "taken.safetensors", "keep me");
+    let o = run(&["export", dir.path().join("a").to_str().unwrap(), "--out", file.to_str().unwrap()]);
+    assert_clean_error(&o, &["taken.safetensors", "exists"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}
