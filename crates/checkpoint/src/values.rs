@@ -64,9 +64,8 @@ pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
         for d in r.datasets()?.iter().filter(|d| d.dtype == Dtype::F32) {
             let tensor = || -> Result<HostTensor> { Ok(HostTensor { shape: d.shape.clone(), values: r.read_f32(&d.path, &d.shape)? }) };
             if let Some(rest) = d.path.strip_prefix("/model/") {
-                let name = rest.replace('/', ".");
-                if !out.params.contains_key(&name) {
-                    out.params.insert(name, tensor()?);
+                if let std::collections::btree_map::Entry::Vacant(slot) = out.params.entry(rest.replace('/', ".")) {
+                    slot.insert(tensor()?);
                 }
             } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
                 let name = param.replace('/', ".");
