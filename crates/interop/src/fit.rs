@@ -207,3 +207,62 @@ fn step_count(host: &Host) -> Option<u64> {
     let [v] = host.values.as_slice() else { return None };
     (v.is_finite() && *v >= 0.0 && v.fract() == 0.0).then_some(*v as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(shape: &[usize]) -> Host {
+        Host { shape: shape.to_vec(), values: vec![0.5; shape.iter().product()], integer: false }
+    }
+
+    fn slot(name: &str, shape: &[usize]) -> Slot {
+        Slot { name: name.into(), shape: shape.to_vec(), trainable: !name.ends_with("running_var") }
+    }
+
+    #[test]
+    fn renames_apply_in_order_and_a_bad_pattern_names_its_key() {
+        let rules = compile(&[
+            Rename { from: "^module\\.".into(), to: String::new() },
+            Rename { from: "downsample\\.0\\.".into(), to: "downsample.conv.".into() },
+        ])
+        .unwrap();
+        assert_eq!(rename("module.layer2.0.downsample.0.weight", &rules), "layer2.0.downsample.conv.weight");
+        let e = compile(&[Rename { from: "ok".into(), to: String::new() }, Rename { from: "(".into(), to: String::new() }]).unwrap_err();
+        assert!(e.to_string().starts_with("import.rename[1].from = \"(\" is not a regular expression"), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn every_problem_is_named_and_a_transposed_linear_is_called_so() {
+        let slots = [slot("fc.weight", &[10, 4]), slot("fc.bias", &[10]), slot("bn.running_mean", &[4]), slot("bn.running_var", &[4])];
+        let mut source = Source { path: "w.pt".into(), ..Source::default() };
+        source.model.insert("fc.weight".into(), host(&[4, 10]));
+        source.model.insert("bn.running_mean".into(), host(&[4]));
+        source.model.insert("bn.num_batches_tracked".into(), Host { integer: true, ..host(&[]) });
+        source.model.insert("head.bias".into(), host(&[2]));
+        let e = fit(&source, &slots, &[], "m", false).unwrap_err().to_string();
+        assert!(e.contains("missing (2): fc.bias, bn.running_var"), "{e}");
+        assert!(e.contains("unexpected (1): head.bias"), "{e}");
+        assert!(e.contains("wrong shape (1): fc.weight is [4, 10] in the file, [10, 4] in the model (transposed"), "{e}");
+        let partial = fit(&source, &slots, &[], "m", true).unwrap();
+        assert_eq!(partial.params.keys().collect::<Vec<_>>(), ["bn.running_mean"]);
+        assert_eq!((partial.batch_counts, partial.skipped.len()), (1, 3));
+    }
+
+    #[test]
+    fn optimizer_state_goes_to_the_trainable_parameters_in_order() {
+        let slots = [slot("a.weight", &[3]), slot("bn.running_var", &[3]), slot("b.weight", &[2])];
+        let mut source = Source { path: "w.pt".into(), ..Source::default() };
+        source.optimizer.entry(0).or_default().insert("momentum_buffer".into(), host(&[3]));
+        source.optimizer.entry(1).or_default().insert("momentum_buffer".into(), host(&[2]));
+        let mut fitted = Fitted::default();
+        fit_optimizer(&source, &slots, &["momentum_buffer"], &mut fitted).unwrap();
+        assert_eq!(fitted.optim.keys().collect::<Vec<_>>(), ["a.weight", "b.weight"]);
+        let e = fit_optimizer(&source, &slots, &["exp_avg", "exp_avg_sq"], &mut Fitted::default()).unwrap_err().to_string();
+        assert!(e.contains("holds momentum_buffer, but the configured optimizer keeps exp_avg, exp_avg_sq"), "{e}");
+        source.optimizer.entry(1).or_default().insert("momentum_buffer".into(), host(&[3]));
+        let e = fit_optimizer(&source, &slots, &["momentum_buffer"], &mut Fitted::default()).unwrap_err().to_string();
+        assert!(e.contains("optimizer state 1.momentum_buffer is [3], but parameter 1 (b.weight) is [2]"), "{e}");
+    }
+}
