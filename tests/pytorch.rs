@@ -99,6 +99,7 @@ fn imported_models_compute_pytorchs_logits() {
             let got = logits(&dir.path().join(key), text, &expected["input"], kernels);
             let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
             let worst = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            eprintln!("{key} on {kernels:?}: largest logit difference from PyTorch {worst:.3e} (largest logit {scale:.3})");
             assert!(worst <= 1e-4 * scale, "{key} on {kernels:?}: logits differ from PyTorch's by {worst} (scale {scale})");
         }
     }
