@@ -11,7 +11,11 @@ Steps:
   3. `resilab import` with a configuration naming the same data and `data.normalize`, then
      `resilab eval`: the number of test images classified correctly must be PyTorch's;
   4. `resilab export --optimizer`, then `load_state_dict(..., strict=True)` into a fresh model:
-     every tensor and every momentum buffer must equal PyTorch's own, bit for bit.
+     every tensor and every momentum buffer must equal PyTorch's own, bit for bit;
+  5. for every architecture of docs/pytorch/resilab_models.py (ResNet 8/20/18/34, VGG 11/16
+     with and without BatchNorm, AlexNet with and without, several widths, 3x32x32 and 1x28x28
+     images): its state_dict imports into the resilab model of the same configuration (every
+     name and shape checked), and the export loads back with strict=True and equal tensors.
 """
 
 import argparse
@@ -22,7 +26,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "docs", "pytorch"))
 import resilab_models as rm  # noqa: E402
@@ -95,6 +99,7 @@ def main():
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     torch.set_num_threads(2)
+    torch.manual_seed(0)  # the models' initialisation
     data, test = make_dataset(os.path.join(a.work, "cifar"))
     pixels = data[0].float() / 255
     mean = [round(float(m), 4) for m in pixels.mean(dim=(0, 2, 3))]
@@ -132,6 +137,45 @@ def main():
         assert torch.equal(tensors[f"optimizer.state.{i}.momentum_buffer"], s["momentum_buffer"]), f"momentum {i} differs"
     assert correct(fresh, test, mean, std) == torch_correct
     print(f"export: {len(weights)} tensors load with strict=True and equal PyTorch's; {len(state)} momentum buffers equal")
+    every_architecture(a.resilab, a.work)
+
+
+ARCHITECTURES = [
+    ("resnet", {"depth": 8, "width": 0.5}, 3, 32),
+    ("resnet", {"depth": 20, "width": 0.25}, 1, 28),
+    ("resnet", {"depth": 18, "width": 0.125}, 3, 32),
+    ("resnet", {"depth": 34, "width": 0.125}, 3, 32),
+    ("vgg", {"depth": 11, "width": 0.25, "batch_norm": False}, 3, 32),
+    ("vgg", {"depth": 16, "width": 0.125, "batch_norm": True}, 1, 28),
+    ("alexnet", {"width": 0.25, "batch_norm": False}, 3, 32),
+    ("alexnet", {"width": 0.125, "batch_norm": True}, 1, 28),
+]
+
+
+def every_architecture(binary, work):
+    for arch, kw, channels, size in ARCHITECTURES:
+        if arch == "resnet":
+            model = rm.resnet(channels=channels, **kw)
+        else:
+            model = getattr(rm, arch)(channels=channels, size=size, **kw)
+        name = f"{arch}-{'-'.join(f'{k}{v}' for k, v in kw.items())}-{channels}x{size}"
+        weights = os.path.join(work, f"{name}.safetensors")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+        config = os.path.join(work, f"{name}.toml")
+        with open(config, "w") as f:
+            f.write(f"[data]\nchannels = {channels}\nimage_size = {size}\ntrain_size = 16\ntest_size = 16\n")
+            f.write(f'[train]\nbatch_size = 8\n[model]\narch = "{arch}"\n')
+            f.write("".join(f"{k} = {str(v).lower()}\n" for k, v in kw.items()))
+        resilab(binary, "import", weights, "--config", config, "--out", os.path.join(work, name))
+        back = os.path.join(work, f"{name}-export.safetensors")
+        resilab(binary, "export", os.path.join(work, name), "--out", back)
+        fresh = rm.resnet(channels=channels, **kw) if arch == "resnet" else getattr(rm, arch)(channels=channels, size=size, **kw)
+        fresh.load_state_dict(load_file(back), strict=True)
+        own = model.state_dict()
+        for key, value in fresh.state_dict().items():
+            if not key.endswith("num_batches_tracked"):
+                assert torch.equal(value, own[key]), f"{name}: {key} differs after import and export"
+        print(f"{name}: {len(own)} tensors import, export and load with strict=True")
 
 
 if __name__ == "__main__":
