@@ -255,6 +255,14 @@ fn neither_command_replaces_what_exists() {
     ok(&import(dir.path(), &fixture("resnet8.pt"), RESNET8, "a", &[]));
     let again = import(dir.path(), &fixture("resnet8.pt"), RESNET8, "a", &[]);
     assert_clean_error(&again, &["already holds checkpoints"]);
+    // A directory another import is writing (claimed, and its lock held: here by this process)
+    // is refused at once.
+    let busy = dir.path().join("busy");
+    resilab_checkpoint::claim(&busy, false).unwrap();
+    let held = resilab_runner::files::lock_dir(&busy, "--out").unwrap();
+    assert_clean_error(&import(dir.path(), &fixture("resnet8.pt"), RESNET8, "busy", &[]), &["is in use by process"]);
+    drop(held);
+    ok(&import(dir.path(), &fixture("resnet8.pt"), RESNET8, "busy", &[]));
     let file = write(dir.path(), "taken.safetensors", "keep me");
     let o = run(&["export", dir.path().join("a").to_str().unwrap(), "--out", file.to_str().unwrap()]);
     assert_clean_error(&o, &["taken.safetensors", "exists"]);

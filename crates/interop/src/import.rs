@@ -95,6 +95,11 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
     // The trainer checks every name, shape and counter before anything is written.
     trainer.restore(&state).map_err(resilab_runner::Error::from)?;
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: label.clone(), config: cfg.to_toml() };
+    // Claimed and locked only now that everything fits, then checked again under the lock: a
+    // second import into the same directory fails at once instead of replacing this one.
+    resilab_checkpoint::claim(&req.out, false)?;
+    let _lock = resilab_runner::files::lock_dir(&req.out, "--out")?;
+    check_out(&req.out)?;
     let checkpoint = resilab_checkpoint::save(&req.out, &state, &meta)?;
     let buffers: std::collections::BTreeSet<String> = fitted.optim.values().flat_map(|s| s.buffers.keys().cloned()).collect();
     Ok(Imported {
