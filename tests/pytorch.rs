@@ -145,6 +145,10 @@ fn an_export_imports_back_bit_for_bit_with_its_optimizer_state() {
     let file = dir.path().join("a.safetensors");
     let report = ok(&run(&["export", dir.path().join("a").to_str().unwrap(), "--out", file.to_str().unwrap(), "--optimizer"]));
     assert!(report.contains("optimizer tensors"), "{report}");
+    // The same checkpoint exports to the same bytes.
+    let again = dir.path().join("again.safetensors");
+    ok(&run(&["export", dir.path().join("a").to_str().unwrap(), "--out", again.to_str().unwrap(), "--optimizer"]));
+    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(&again).unwrap());
     ok(&import(dir.path(), &file, RESNET8, "b", &[]));
     let (a, b) = (values(&dir.path().join("a")), values(&dir.path().join("b")));
     assert_eq!(a.params.len(), b.params.len());

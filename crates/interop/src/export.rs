@@ -106,11 +106,10 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
         entries.extend(optimizer_entries(&slots, &values));
     }
     let optimizer_tensors = entries.len() - tensors;
-    let info = HashMap::from([
-        ("format".to_string(), "pt".to_string()),
-        ("resilab_model".to_string(), cfg.model.label()),
-        ("resilab_step".to_string(), values.step.to_string()),
-    ]);
+    // One entry: safetensors writes its metadata in a hash map's order, and one entry keeps the
+    // file's bytes the same from run to run.
+    let what = format!("{} at step {}, exported by resilab {}", cfg.model.label(), values.step, env!("CARGO_PKG_VERSION"));
+    let info = HashMap::from([("resilab".to_string(), what)]);
     let bytes = write_new(&req.out, &entries, info)?;
     Ok(Exported { file: req.out.clone(), model: cfg.model.label(), step: values.step, tensors, optimizer_tensors, bytes })
 }
