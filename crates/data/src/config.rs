@@ -179,11 +179,11 @@ pub fn load(cfg: &DataConfig) -> Result<Split> {
     if train.is_empty() || test.is_empty() {
         return Err(Error::Config("data.train_size and data.test_size must be at least 1".into()));
     }
-    let mut split = Split::new(train, test);
-    if let Some(norm) = &cfg.normalize {
-        split.norm = norm.clone();
+    match &cfg.normalize {
+        // A configured normalisation: the training set's statistics are not computed at all.
+        Some(norm) => Ok(Split { train, test, norm: norm.clone() }),
+        None => Ok(Split::new(train, test)),
     }
-    Ok(split)
 }
 
 /// The configuration spelling of a source.
