@@ -217,11 +217,7 @@ pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> Error {
 /// `<group>@attributes`. Values that fail their digest are still range-checked by the caller
 /// before use ([`resilab_train::Trainer::restore`]).
 pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, u64, Vec<String>)> {
-    let r = open_checkpoint(path)?;
-    let version = r.attr_u64("/", "format_version")?;
-    if version != FORMAT_VERSION {
-        return Err(invalid(path, format!("format_version {version}, this resilab reads {FORMAT_VERSION}")));
-    }
+    let r = open_current(path)?;
     let datasets = r.datasets()?;
     let infos: BTreeMap<&str, &resilab_h5::DatasetInfo> = datasets.iter().map(|d| (d.path.as_str(), d)).collect();
     let mut mismatched = Vec::new();
@@ -447,6 +443,16 @@ pub(crate) fn open_checkpoint(path: &Path) -> Result<Reader> {
             path,
             "is an HDF5 file but not a resilab checkpoint (it has no format_version attribute): resilab reads the worker files it wrote, step-*/worker-<rank>.h5",
         ));
+    }
+    Ok(r)
+}
+
+/// [`open_checkpoint`], refusing a file of another layout version than [`FORMAT_VERSION`].
+pub(crate) fn open_current(path: &Path) -> Result<Reader> {
+    let r = open_checkpoint(path)?;
+    let version = r.attr_u64("/", "format_version")?;
+    if version != FORMAT_VERSION {
+        return Err(invalid(path, format!("format_version {version}, this resilab reads {FORMAT_VERSION}")));
     }
     Ok(r)
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use resilab_h5::Dtype;
 use resilab_train::{HostParamState, HostTensor};
 
-use crate::{Probe, Result, file_name, file_rank, invalid, open_checkpoint, primary_file};
+use crate::{Probe, Result, file_name, file_rank, open_current, primary_file};
 
 /// The model and optimizer values of a checkpoint.
 #[derive(Clone, Debug, Default)]
@@ -49,14 +49,11 @@ fn worker_files(target: &Path) -> Result<Vec<PathBuf>> {
 /// so their union is the whole model. Digests are not checked: an altered checkpoint is read as
 /// it is.
 pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
-    let mut out = Values { files: worker_files(target)?, ..Values::default() };
-    for (i, file) in out.files.clone().iter().enumerate() {
+    let files = worker_files(target)?;
+    let mut out = Values::default();
+    for (i, file) in files.iter().enumerate() {
         probe(file)?;
-        let r = open_checkpoint(file)?;
-        let version = r.attr_u64("/", "format_version")?;
-        if version != crate::FORMAT_VERSION {
-            return Err(invalid(file, format!("format_version {version}, this resilab reads {}", crate::FORMAT_VERSION)));
-        }
+        let r = open_current(file)?;
         if i == 0 {
             out.step = r.attr_u64("/", "step")?;
             file_rank(file)?;
@@ -80,5 +77,5 @@ pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
             }
         }
     }
-    Ok(out)
+    Ok(Values { files, ..out })
 }
