@@ -49,7 +49,8 @@ pub struct Census {
     pub conflicting: Vec<String>,
 }
 
-fn campaign_text(dir: &Path) -> Result<String> {
+/// The campaign file of a campaign directory, as run.
+pub(crate) fn campaign_text(dir: &Path) -> Result<String> {
     let p = dir.join(CAMPAIGN_FILE);
     std::fs::read_to_string(&p).map_err(|source| Error::Io { path: p, source })
 }
@@ -72,11 +73,10 @@ pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
             return Err(Error::Config(format!("{} holds a different campaign from {}", dir.display(), first.display())));
         }
         let shard = read_meta(dir).and_then(|m| m.shard()).flatten();
-        let in_shard = |i: &u64| shard.is_none_or(|(s, n)| i % n == s);
-        let rows = read_rows(&dir.join(RUNS_JSONL), false)?;
-        let mut part = Part { dir: dir.clone(), shard, expected: (0..census.grid).filter(in_shard).count() as u64, ..empty_part() };
+        let indices: Vec<u64> = (0..census.grid).filter(|i| shard.is_none_or(|(s, n)| i % n == s)).collect();
+        let mut part = Part { dir: dir.clone(), shard, expected: indices.len() as u64, by_status: BTreeMap::new(), missing: Vec::new() };
         let mut held = std::collections::HashSet::new();
-        for r in rows {
+        for r in read_rows(&dir.join(RUNS_JSONL), false)? {
             held.insert(r.index);
             *part.by_status.entry(r.status.name().to_string()).or_default() += 1;
             match census.rows.get(&r.index) {
@@ -87,15 +87,11 @@ pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
                 }
             }
         }
-        part.missing = (0..census.grid).filter(in_shard).filter(|i| !held.contains(i)).collect();
+        part.missing = indices.into_iter().filter(|i| !held.contains(i)).collect();
         census.parts.push(part);
     }
     census.missing = (0..census.grid).filter(|i| !census.rows.contains_key(i)).collect();
     Ok((census, campaign, text))
-}
-
-fn empty_part() -> Part {
-    Part { dir: PathBuf::new(), shard: None, expected: 0, by_status: BTreeMap::new(), missing: Vec::new() }
 }
 
 /// Whether two records of one run agree on everything but the time they took.

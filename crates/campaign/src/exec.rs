@@ -106,7 +106,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 fn check_resumed(campaign: &Campaign, opts: &Options) -> Result<()> {
     let out = &opts.out;
     let file = out.join(CAMPAIGN_FILE);
-    let meta_path = out.join("campaign.json");
     if !opts.resume {
         return Err(Error::Config(format!(
             "{} already holds a campaign: pass --resume to continue it, or choose another --out",
@@ -120,7 +119,7 @@ fn check_resumed(campaign: &Campaign, opts: &Options) -> Result<()> {
             out.display()
         )));
     }
-    let meta = crate::read_json::<Meta>(&meta_path).ok();
+    let meta = read_meta(out);
     if let Some(meta) = &meta
         && meta.platform != opts.platform
     {
@@ -642,7 +641,7 @@ pub fn merge(out: &Path, parts: &[PathBuf], partial: bool) -> Result<Merged> {
     }
     let _lock = resilab_runner::files::lock_dir(out, "--out")?;
     resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
-    if out.join(CAMPAIGN_FILE).exists() && std::fs::read_to_string(out.join(CAMPAIGN_FILE)).map_err(io(out))? != text {
+    if out.join(CAMPAIGN_FILE).exists() && crate::census::campaign_text(out)? != text {
         return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), parts[0].display())));
     }
     std::fs::create_dir_all(out).map_err(io(out))?;

@@ -75,7 +75,9 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
     let (channels, size, classes) = cfg.data.shape();
     let net = cfg.model.build(InputShape { channels, size }, classes, &Compute::native().device).map_err(resilab_runner::Error::from)?;
     let slots = slots(&net);
-    let values = resilab_checkpoint::read_values(&req.checkpoint, probe)?;
+    // `primary` has been probed already; the other worker files are probed as they are read.
+    let probe_rest = |p: &Path| if p == primary { Ok(()) } else { probe(p) };
+    let values = resilab_checkpoint::read_values(&req.checkpoint, &probe_rest)?;
     let mut entries: Vec<Entry> = Vec::new();
     let mut missing = Vec::new();
     for slot in &slots {
