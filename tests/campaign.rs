@@ -461,6 +461,8 @@ fn status_and_merge_check_the_shards_and_a_log_gets_one_line_per_run() {
         std::fs::write(shard(1).join(f), t.replace("\"shard\": \"0/2\"", "\"shard\": \"1/2\"")).unwrap();
     }
     let dirs = [shard(0).to_str().unwrap().to_string(), shard(1).to_str().unwrap().to_string()];
+    let o = run(&["campaign", "--status", tmp.path().to_str().unwrap()]);
+    assert_clean_error(&o, &["not a campaign directory (it has no campaign.toml)"]);
     let o = run(&["campaign", "--status", &dirs[0], &dirs[1]]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -52,7 +52,10 @@ pub struct Census {
 /// The campaign file of a campaign directory, as run.
 pub(crate) fn campaign_text(dir: &Path) -> Result<String> {
     let p = dir.join(CAMPAIGN_FILE);
-    std::fs::read_to_string(&p).map_err(|source| Error::Io { path: p, source })
+    std::fs::read_to_string(&p).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => Error::Config(format!("{}: not a campaign directory (it has no {CAMPAIGN_FILE})", dir.display())),
+        _ => Error::Io { path: p, source },
+    })
 }
 
 /// Reads the directories `dirs`, which must hold the same campaign.
