@@ -101,7 +101,7 @@ fn unsafe_run_names_are_errors() {
 #[test]
 fn sizes_beyond_memory_are_errors_not_aborts() {
     let o = train_with(&TINY.replace("train_size = 128", "train_size = 1000000000000"), &[]);
-    assert_clean_error(&o, &["data.train_size = 1000000000000 needs 769000000000000 bytes", "available"]);
+    assert_clean_error(&o, &["data.train_size = 1000000000000 needs 769000000000000 bytes", "more than the budget of"]);
     let o = train_with(TINY, &["--set", "data.test_size=9223372036854775807"]);
     assert_clean_error(&o, &["data.test_size", "more than 2^64 bytes"]);
     assert_clean_error(&train_with(TINY, &["--set", "data.image_size=1000000"]), &["data.image_size = 1000000"]);
@@ -111,7 +111,7 @@ fn sizes_beyond_memory_are_errors_not_aborts() {
     assert_clean_error(&train_with(TINY, &["--set", "train.eval_batch_size=0"]), &["train.eval_batch_size = 0"]);
     // One record per injection attempt: a count no memory holds is an error naming the key.
     let faulty = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 2\ninjection_tries = 100000000000000\n");
-    assert_clean_error(&train_with(&faulty, &[]), &["injection_tries", "bytes", "available"]);
+    assert_clean_error(&train_with(&faulty, &[]), &["injection_tries", "bytes", "more than the budget of"]);
     // One event per random fault arrival: a length that draws more than memory holds.
     let arrivals = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nmtbf_steps = 1e-15\n");
     assert_clean_error(&train_with(&arrivals, &[]), &["train.steps = 8", "fault[0]", "mtbf_steps"]);
@@ -123,7 +123,7 @@ fn injector_tries_beyond_memory_are_an_error() {
     let cfg = write(dir.path(), "flips.yaml", "injection_tries: 1e15\nuse_random_locations: true\n");
     let h5 = dir.path().join("none.h5");
     let o = run(&["inject", "--config", cfg.to_str().unwrap(), "--file", h5.to_str().unwrap()]);
-    assert_clean_error(&o, &["flips.yaml", "injection_tries = 1000000000000000 needs", "available"]);
+    assert_clean_error(&o, &["flips.yaml", "injection_tries = 1000000000000000 needs", "more than the budget of"]);
 }
 
 #[test]

@@ -101,7 +101,7 @@ impl Default for DataConfig {
 impl DataConfig {
     /// Checks every value before anything is read or generated: sizes of at least 1, the
     /// synthetic generator's ranges, and, for synthetic data, that the images fit in the
-    /// machine's available memory ([`crate::limits::check_memory`]). Errors name the key.
+    /// memory budget ([`crate::limits::check_memory`]). Errors name the key.
     pub fn validate(&self) -> Result<()> {
         for (key, size) in [("data.train_size", self.train_size), ("data.test_size", self.test_size)] {
             if size == Some(0) {
@@ -210,7 +210,7 @@ mod tests {
         ok.validate().unwrap();
         let e = err(DataConfig { train_size: Some(1_000_000_000_000), ..ok.clone() });
         assert!(e.starts_with("data.train_size = 1000000000000 needs 3073000000000000 bytes"), "{e}");
-        assert!(e.contains("available"), "{e}");
+        assert!(e.contains("more than the budget of"), "{e}");
         let e = err(DataConfig { test_size: Some(usize::MAX), ..ok.clone() });
         assert!(e.starts_with("data.test_size = 18446744073709551615 needs more than 2^64 bytes"), "{e}");
         assert!(err(DataConfig { train_size: Some(0), ..ok.clone() }).contains("data.train_size = 0"));

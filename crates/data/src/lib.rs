@@ -19,7 +19,7 @@ pub mod synthetic;
 
 pub use config::{DEFAULT_TEST_SIZE, DEFAULT_TRAIN_SIZE, DataConfig, DataSource, load, source_name};
 pub use dataset::{Dataset, Normalization, Split};
-pub use limits::{available_memory, check_memory};
+pub use limits::check_memory;
 pub use order::{EpochOrder, shard_range};
 
 use std::path::PathBuf;

@@ -70,7 +70,7 @@ impl Synthetic {
         per_image.checked_mul(len as u64)
     }
 
-    /// Checks that `len` images of split `split` fit in the machine's available memory; the
+    /// Checks that `len` images of split `split` fit in the memory budget; the
     /// error names `data.train_size` (split 0) or `data.test_size`.
     pub(crate) fn check_memory(&self, split: u64, len: usize) -> Result<()> {
         let key = if split == 0 { "data.train_size" } else { "data.test_size" };

@@ -531,7 +531,7 @@ mod tests {
         for n in ["100000000000000", "1e15", "1e30"] {
             let e = yaml(&format!("injection_tries: {n}\nuse_random_locations: true\n")).unwrap_err().to_string();
             assert!(e.starts_with("config key `injection_tries`: injection_tries = "), "{e}");
-            assert!(e.contains("bytes") && e.contains("available"), "{e}");
+            assert!(e.contains("bytes") && e.contains("more than the budget of"), "{e}");
         }
         assert_eq!(yaml("injection_tries: 1000\nuse_random_locations: true\n").unwrap().tries, Tries::Count(1000));
     }

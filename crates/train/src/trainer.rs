@@ -117,7 +117,7 @@ impl TrainConfig {
     }
 
     /// Checks, before any data is loaded, that a training batch and an evaluation batch of
-    /// `data`'s images fit in the machine's available memory (as f32 tensors; the network's
+    /// `data`'s images fit in the memory budget (as f32 tensors; the network's
     /// activations come on top), and for synthetic data, whose size is known, that
     /// `batch_size` is at most `train_size`. An evaluation batch is never larger than the test
     /// set, so `eval_batch_size` counts up to the test set's size where that is known. Nothing
