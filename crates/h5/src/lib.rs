@@ -8,9 +8,11 @@
 //! Every HDF5 failure comes back as an [`Error`] naming the file and the object; the C library's
 //! own error printing is silenced by `hdf5-metno`.
 //!
-//! A corrupt file must not make the reader crash, loop or allocate what a damaged header claims:
-//! the tree walk stops at cycles and at [`MAX_DEPTH`], does not follow external links, and every
-//! dataset's claimed size is checked against what the file's bytes can hold before anything is
+//! A corrupt or hostile file must not make the reader crash, loop, allocate what a damaged
+//! header claims, or read or write any other file: opening a file walks its tree once
+//! (the `tree` module), which stops at cycles and at [`MAX_DEPTH`], refuses external links, virtual
+//! datasets and external storage, and checks every dataset's declared size against what the
+//! file's bytes can hold and against the memory budget ([`resilab_limits`]) before anything is
 //! read (see [`Reader::datasets`]).
 
 use std::cell::RefCell;
@@ -20,9 +22,11 @@ use std::path::{Path, PathBuf};
 use hdf5::types::{FloatSize, IntSize, TypeDescriptor, VarLenUnicode};
 
 mod values;
-pub use values::{Editor, Extent};
+pub use values::{Column, Editor, Extent};
 mod links;
-pub use links::{add_hard_link, add_unallocated_f32};
+mod linkval;
+mod tree;
+pub use links::{add_hard_link, add_unallocated_f32, set_sealed_attr_str};
 
 /// Name of the attribute holding a dataset's XXH3-64 digest.
 pub const HASH_ATTR: &str = "xxh3";
@@ -32,10 +36,6 @@ pub const ATTRS_HASH_ATTR: &str = "attrs_xxh3";
 
 /// Deepest group nesting the tree walk follows (resilab's checkpoints nest six deep).
 pub const MAX_DEPTH: usize = 64;
-
-/// How many times larger than its share of the file a filtered (compressed) dataset may claim to
-/// be: deflate's best ratio is about 1032:1.
-const MAX_COMPRESSION: u64 = 1100;
 
 /// Errors of the HDF5 layer.
 #[derive(Debug, thiserror::Error)]
@@ -176,7 +176,7 @@ impl DatasetInfo {
     }
 }
 
-fn dtype_of(td: &TypeDescriptor) -> Dtype {
+pub(crate) fn dtype_of(td: &TypeDescriptor) -> Dtype {
     match td {
         TypeDescriptor::Float(FloatSize::U4) => Dtype::F32,
         TypeDescriptor::Float(FloatSize::U8) => Dtype::F64,
@@ -197,7 +197,7 @@ fn int_size(s: IntSize) -> usize {
 }
 
 /// The number of elements of `shape`, or `None` when it overflows.
-fn element_count(shape: &[usize]) -> Option<usize> {
+pub(crate) fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
@@ -241,7 +241,7 @@ pub fn digest_attrs(attrs: &BTreeMap<String, AttrValue>) -> u64 {
 /// (names, encodings, error texts) from what a corrupt file holds and can panic doing so, for
 /// example with "capacity overflow" on a damaged attribute table; a panic on any file content is
 /// an error here, not a crash. The panic hook is silenced meanwhile, so nothing is printed.
-fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+pub(crate) fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -390,31 +390,32 @@ impl Writer {
     }
 }
 
-/// State of one tree walk: the file's length, the groups above the current one and every group
-/// listed so far, by identity and by path.
-struct Walk {
-    file_len: u64,
-    ancestors: Vec<(u64, String)>,
-    seen: Vec<(u64, String)>,
-    groups: Vec<String>,
-}
-
 /// A file opened for reading.
 pub struct Reader {
     file: hdf5::File,
     path: PathBuf,
+    tree: tree::Tree,
+}
+
+/// The memory budget, or an error naming the file it was needed for.
+pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
+    resilab_limits::memory_budget().map_err(|message| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message })
 }
 
 impl Reader {
-    /// Opens `path` read-only. Anything but a regular file (a FIFO would block) is refused.
+    /// Opens `path` read-only and walks its tree (see the crate's documentation): anything but a regular file (a
+    /// FIFO would block) is refused, and so is a file that is not self-contained or declares
+    /// more than the file or the memory budget can hold. Nothing is read before that walk.
     pub fn open(path: &Path) -> Result<Self> {
         require_regular_file(path)?;
+        let budget = budget_for(path)?;
         let file = hdf5::File::with_options().with_fapl(|p| p.sieve_buf_size(values::SIEVE_BYTES)).open(path).map_err(|e| Error::Hdf5 {
             file: path.to_path_buf(),
             object: "/".into(),
             message: e.to_string(),
         })?;
-        Ok(Self { file, path: path.to_path_buf() })
+        let tree = tree::walk(&file, path, &budget)?;
+        Ok(Self { file, path: path.to_path_buf(), tree })
     }
 
     fn err(&self, object: &str, e: hdf5::Error) -> Error {
@@ -430,120 +431,42 @@ impl Reader {
         &self.path
     }
 
-    /// Every dataset in the file, depth first in name order.
+    /// Every dataset in the file, depth first in name order, each once (the first name in that
+    /// order of an object reached by several links).
     ///
-    /// The walk follows hard and soft links, not external ones (their data is not in this
-    /// file). It fails, naming the group, on a link back to a group it is inside (a cycle,
-    /// which one flipped bit can make) and below [`MAX_DEPTH`] levels; a group reached twice
-    /// without a cycle is listed once. Each dataset's claimed size is checked against the
-    /// file's length (times [`MAX_COMPRESSION`] for filtered datasets), so a corrupt dataspace
-    /// is an error here, before anything would allocate it.
+    /// The walk that made this list ran when the file was opened: it follows hard
+    /// links, fails, naming the group, on a link back to a group it is inside (a cycle, which
+    /// one flipped bit can make) and below [`MAX_DEPTH`] levels, refuses anything that would
+    /// read another file, and checks each dataset's declared size against the file's length
+    /// (unfiltered datasets) and the memory budget, so a corrupt dataspace is an error before
+    /// anything would allocate it.
     pub fn datasets(&self) -> Result<Vec<DatasetInfo>> {
-        Ok(self.tree()?.0)
+        Ok(self.tree.datasets.clone())
     }
 
-    /// Every group in the file (`/` first, then depth first in name order), by the same bounded
-    /// walk as [`Reader::datasets`].
+    /// Every group in the file (`/` first, then depth first in name order), from the same walk
+    /// as [`Reader::datasets`].
     pub fn groups(&self) -> Result<Vec<String>> {
-        Ok(self.tree()?.1)
+        Ok(self.tree.groups.clone())
     }
 
     /// Reads every group's attributes and their seal (see [`Reader::verify_attrs`]): what a
     /// loader may read of them, read once, so that a probe of the file covers it.
     pub fn read_all_attrs(&self) -> Result<()> {
-        for g in self.groups()? {
-            self.verify_attrs(&g)?;
+        for g in &self.tree.groups {
+            self.verify_attrs(g)?;
         }
         Ok(())
-    }
-
-    fn tree(&self) -> Result<(Vec<DatasetInfo>, Vec<String>)> {
-        let mut out = Vec::new();
-        let root = self.file.as_group().map_err(|e| self.err("/", e))?;
-        let file_len = std::fs::metadata(&self.path).map_err(|e| self.invalid("/", e.to_string()))?.len();
-        let mut walk = Walk { file_len, ancestors: Vec::new(), seen: Vec::new(), groups: Vec::new() };
-        self.walk(&root, "", &mut walk, &mut out)?;
-        Ok((out, walk.groups))
-    }
-
-    /// A location's identity in the file: file number and object token.
-    fn identity(&self, loc: &hdf5::Location, path: &str) -> Result<(u64, String)> {
-        let info = loc.loc_info().map_err(|e| self.err(path, e))?;
-        Ok((info.fileno, format!("{:?}", info.token)))
-    }
-
-    fn walk(&self, g: &hdf5::Group, prefix: &str, walk: &mut Walk, out: &mut Vec<DatasetInfo>) -> Result<()> {
-        let here = if prefix.is_empty() { "/" } else { prefix };
-        if walk.ancestors.len() >= MAX_DEPTH {
-            return Err(self.invalid(here, format!("groups nest deeper than {MAX_DEPTH} levels")));
-        }
-        let id = self.identity(g, here)?;
-        if walk.ancestors.contains(&id) {
-            return Err(self.invalid(here, "links back to a group that contains it (a cycle: the file is corrupt)".into()));
-        }
-        if walk.seen.contains(&id) {
-            return Ok(());
-        }
-        walk.seen.push(id.clone());
-        walk.ancestors.push(id);
-        walk.groups.push(here.to_string());
-        let mut links = Vec::new();
-        caught(|| {
-            g.iter_visit_default(|name, info| {
-                links.push((name.to_string(), info.link_type));
-                Ok(())
-            })
-        })
-        .map_err(|m| self.invalid(here, m))?
-        .map_err(|e| self.err(here, e))?;
-        links.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, link) in links {
-            let path = format!("{prefix}/{name}");
-            if link == hdf5::LinkType::External {
-                continue;
-            }
-            if let Ok(ds) = g.dataset(&name) {
-                out.push(self.describe(&ds, path, walk.file_len)?);
-            } else {
-                let sub = g.group(&name).map_err(|e| self.err(&path, e))?;
-                self.walk(&sub, &path, walk, out)?;
-            }
-        }
-        walk.ancestors.pop();
-        Ok(())
-    }
-
-    /// A dataset's path, shape, type and stored digest, after checking that the elements it
-    /// claims fit in a file of `file_len` bytes.
-    fn describe(&self, ds: &hdf5::Dataset, path: String, file_len: u64) -> Result<DatasetInfo> {
-        let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
-        let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
-        let shape = ds.space().map_err(|e| self.err(&path, e))?.shape();
-        let limit = if ds.filters().is_empty() { file_len } else { file_len.saturating_mul(MAX_COMPRESSION) };
-        let bytes = element_count(&shape).and_then(|n| (n as u64).checked_mul(elem));
-        match bytes {
-            Some(b) if b <= limit => {}
-            _ => {
-                return Err(self.invalid(
-                    &path,
-                    format!("claims shape {shape:?} of {elem}-byte elements, more than the file's {file_len} bytes can hold (a corrupt dataspace)"),
-                ));
-            }
-        }
-        let stored_hash = ds.attr(HASH_ATTR).ok().and_then(|a| a.read_scalar::<u64>().ok());
-        Ok(DatasetInfo { path, shape, dtype, stored_hash })
     }
 
     fn dataset(&self, path: &str) -> Result<hdf5::Dataset> {
         self.file.dataset(path).map_err(|e| self.err(path, e))
     }
 
-    /// Opens a dataset whose claimed size has been checked against the file's length.
-    pub(crate) fn checked_dataset(&self, path: &str) -> Result<hdf5::Dataset> {
-        let ds = self.dataset(path)?;
-        let file_len = std::fs::metadata(&self.path).map_err(|e| self.invalid(path, e.to_string()))?.len();
-        self.describe(&ds, path.to_string(), file_len)?;
-        Ok(ds)
+    /// The walk's record of the dataset at `path`: only datasets the walk checked are read.
+    pub(crate) fn checked(&self, path: &str) -> Result<&DatasetInfo> {
+        let key = format!("/{}", path.trim_start_matches('/'));
+        self.tree.datasets.iter().find(|d| d.path == key).ok_or_else(|| self.invalid(path, "no such dataset in the file".into()))
     }
 
     /// Reads an f32 dataset that must have exactly `shape` (checked before reading).
@@ -625,11 +548,7 @@ impl Reader {
         let Some(stored) = info.stored_hash else { return Ok(None) };
         match info.dtype {
             Dtype::F32 => Ok(self.read_f32_verified(info, &info.shape)?.1),
-            Dtype::Int(w) | Dtype::Uint(w) => {
-                let bits = self.read_all_bits(&info.path, info.dtype)?;
-                let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes().into_iter().take(w)).collect();
-                Ok(Some(digest_bytes(&bytes) == stored))
-            }
+            Dtype::Int(_) | Dtype::Uint(_) => Ok(Some(self.read_column(&info.path, info.dtype)?.digest() == stored)),
             _ => Ok(None),
         }
     }
@@ -749,7 +668,7 @@ mod tests {
         let f = hdf5::File::open_rw(&p).unwrap();
         f.group("/model/layer1").unwrap().link_hard("/model", "loop").unwrap();
         f.close().unwrap();
-        let err = Reader::open(&p).unwrap().datasets().unwrap_err().to_string();
+        let err = Reader::open(&p).err().expect("refused at open").to_string();
         assert!(err.contains("loop.h5") && err.contains("/model/layer1/loop") && err.contains("cycle"), "{err}");
 
         let p2 = dir.path().join("shared.h5");
@@ -785,7 +704,7 @@ mod tests {
         let w = Writer::create(&p).unwrap();
         w.write_f32(&format!("{path}/w"), &[1], &[1.0]).unwrap();
         w.close().unwrap();
-        let err = Reader::open(&p).unwrap().datasets().unwrap_err().to_string();
+        let err = Reader::open(&p).err().expect("refused at open").to_string();
         assert!(err.contains("deeper than 64"), "{err}");
     }
 
@@ -796,11 +715,8 @@ mod tests {
         Writer::create(&p).unwrap().close().unwrap();
         // Chunked and never written: it claims 2^40 f32 values and stores none.
         add_unallocated_f32(&p, "/big", &[1usize << 40]).unwrap();
-        let r = Reader::open(&p).unwrap();
-        let err = r.datasets().unwrap_err().to_string();
+        let err = Reader::open(&p).err().expect("refused at open").to_string();
         assert!(err.contains("huge.h5") && err.contains("/big") && err.contains("more than the file"), "{err}");
-        let err = r.read_all_bits("/big", Dtype::F32).unwrap_err().to_string();
-        assert!(err.contains("more than the file"), "{err}");
     }
 
     #[test]

@@ -1,10 +1,16 @@
-//! Links added to an existing file: a hard link from a group to one of its ancestors makes a
-//! file whose group graph has a cycle, which resilab's fuzzing harness (`resilab-fuzz`) feeds to
-//! every command that walks a checkpoint's groups.
+//! Edits of an existing file for tests and fuzzing: a hard link from a group to one of its
+//! ancestors makes a file whose group graph has a cycle, which resilab's fuzzing harness
+//! (`resilab-fuzz`) feeds to every command that walks a checkpoint's groups; a dataset that
+//! claims more than it stores; an attribute changed with its seal renewed, as someone who
+//! knows the format could.
 
 use std::path::Path;
 
-use crate::{Error, Result, split};
+use std::collections::BTreeMap;
+
+use hdf5::types::VarLenUnicode;
+
+use crate::{ATTRS_HASH_ATTR, AttrValue, Error, Reader, Result, digest_attrs, split};
 
 /// Adds a hard link named `link` (an absolute path whose parent group exists) to the existing
 /// object `target` (an absolute path) in `file`, opened read-write. Linking a group under itself
@@ -33,6 +39,32 @@ pub fn add_unallocated_f32(file: &Path, path: &str, shape: &[usize]) -> Result<(
     f.close().map_err(|e| err("/", e))
 }
 
+/// Sets the string attribute `name` of the group `object` of `file` to `value` and renews the
+/// group's attribute seal ([`ATTRS_HASH_ATTR`]), so that the change passes verification.
+pub fn set_sealed_attr_str(file: &Path, object: &str, name: &str, value: &str) -> Result<()> {
+    let err = |e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: format!("{object}@{name}"), message: e.to_string() };
+    let invalid = |message: String| Error::Invalid { file: file.to_path_buf(), object: format!("{object}@{name}"), message };
+    let v: VarLenUnicode = value.parse().map_err(|e: hdf5::types::StringError| invalid(e.to_string()))?;
+    let f = crate::open_rw_unlocked(file).map_err(err)?;
+    let g = f.group(object).map_err(err)?;
+    if g.attr(name).is_ok() {
+        g.delete_attr(name).map_err(err)?;
+    }
+    g.new_attr::<VarLenUnicode>().create(name).and_then(|a| a.write_scalar(&v)).map_err(err)?;
+    drop(g);
+    f.close().map_err(err)?;
+    let r = Reader::open(file)?;
+    let mut attrs: BTreeMap<String, AttrValue> = BTreeMap::new();
+    for n in r.attr_names(object)?.into_iter().filter(|n| n != ATTRS_HASH_ATTR) {
+        let v = r.attr_value(object, &n)?;
+        attrs.insert(n, v);
+    }
+    drop(r);
+    let f = crate::open_rw_unlocked(file).map_err(err)?;
+    f.group(object).and_then(|g| g.attr(ATTRS_HASH_ATTR)).and_then(|a| a.write_scalar(&digest_attrs(&attrs))).map_err(err)?;
+    f.close().map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -48,11 +80,29 @@ mod tests {
         w.close().unwrap();
         add_hard_link(&p, "/a/b/loop", "/a").unwrap();
         add_hard_link(&p, "/self", "/").unwrap();
-        let r = Reader::open(&p).unwrap();
-        assert_eq!(r.read_u64("/a/b/loop/b/x").unwrap(), 42);
-        assert_eq!(r.read_u64("/a/b/loop/b/loop/b/x").unwrap(), 42);
-        assert_eq!(r.read_u64("/self/self/a/b/x").unwrap(), 42);
+        let f = hdf5::File::with_options().with_fapl(|p| p.file_locking(false)).open(&p).unwrap();
+        for path in ["/a/b/loop/b/x", "/a/b/loop/b/loop/b/x", "/self/self/a/b/x"] {
+            assert_eq!(f.dataset(path).unwrap().read_scalar::<u64>().unwrap(), 42, "{path}");
+        }
+        drop(f);
+        let e = Reader::open(&p).err().expect("a cycle is refused at open").to_string();
+        assert!(e.contains("cycle"), "{e}");
         assert!(add_hard_link(&p, "/a/b/loop2", "/missing").is_err());
         assert!(add_hard_link(&dir.path().join("none.h5"), "/l", "/").is_err());
+    }
+
+    #[test]
+    fn a_resealed_attribute_passes_verification_with_its_new_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.h5");
+        let w = Writer::create(&p).unwrap();
+        w.attr_str("/", "config", "width = 0.25\n").unwrap();
+        w.attr_u64("/", "step", 3).unwrap();
+        w.close().unwrap();
+        set_sealed_attr_str(&p, "/", "config", "width = 16.0\n").unwrap();
+        let r = Reader::open(&p).unwrap();
+        assert_eq!(r.attr_str("/", "config").unwrap(), "width = 16.0\n");
+        assert_eq!(r.attr_u64("/", "step").unwrap(), 3);
+        assert_eq!(r.verify_attrs("/").unwrap(), Some(true));
     }
 }

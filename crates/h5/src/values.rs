@@ -187,18 +187,85 @@ pub struct Extent {
     pub size: u64,
 }
 
+/// Every element of a number dataset, kept in its own width (an 8-bit dataset takes a byte per
+/// element), read as raw bit patterns.
+pub struct Column {
+    dtype: Dtype,
+    data: Box<dyn ColumnData>,
+}
+
+/// The typed vector behind a [`Column`].
+trait ColumnData {
+    fn len(&self) -> usize;
+    fn bits(&self, i: usize) -> u64;
+}
+
+impl<T: Bits> ColumnData for Vec<T> {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+    fn bits(&self, i: usize) -> u64 {
+        self[i].to_bits()
+    }
+}
+
+impl Column {
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Element `i`'s bit pattern, zero-extended.
+    pub fn bits(&self, i: usize) -> u64 {
+        self.data.bits(i)
+    }
+    /// Every element's bit pattern, in row-major order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|i| self.bits(i))
+    }
+    /// XXH3-64 of the elements' little-endian bytes at their width (the digest resilab stores
+    /// for integer datasets), computed in pieces without a second copy of the column.
+    pub fn digest(&self) -> u64 {
+        let width = self.dtype.bytes();
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut buf = Vec::with_capacity(64 * 1024);
+        for bits in self.iter() {
+            buf.extend_from_slice(&bits.to_le_bytes()[..width]);
+            if buf.len() >= 64 * 1024 - 8 {
+                hasher.update(&buf);
+                buf.clear();
+            }
+        }
+        hasher.update(&buf);
+        hasher.digest()
+    }
+}
+
 impl Reader {
     /// The raw bit patterns of the elements at the given row-major flat indices, in that order.
     pub fn read_points(&self, path: &str, dtype: Dtype, indices: &[usize]) -> Result<Vec<u64>> {
+        self.checked(path)?;
         read_points(&self.file, &self.path, path, dtype, indices)
     }
 
-    /// Every element of a number dataset as raw bit patterns, in row-major order. The size the
-    /// dataset claims is checked against the file first.
-    pub fn read_all_bits(&self, path: &str, dtype: Dtype) -> Result<Vec<u64>> {
+    /// Every element of a number dataset, in its own width. Its declared size was checked
+    /// against the file and the memory budget when the file was opened.
+    pub fn read_column(&self, path: &str, dtype: Dtype) -> Result<Column> {
+        self.checked(path)?;
         let err = |e: hdf5::Error| Error::Hdf5 { file: self.path.clone(), object: path.into(), message: e.to_string() };
-        let ds = self.checked_dataset(path)?;
-        with_type!(dtype, T => ds.read_raw::<T>().map(|v| v.into_iter().map(Bits::to_bits).collect()).map_err(err), unreachable_numeric(&self.path, path))
+        let ds = self.file.dataset(path).map_err(err)?;
+        with_type!(
+            dtype,
+            T => ds.read_raw::<T>().map(|v| Column { dtype, data: Box::new(v) }).map_err(err),
+            unreachable_numeric(&self.path, path)
+        )
     }
 
     /// Where each dataset with contiguous storage keeps its elements in the file, sorted by offset.
@@ -223,22 +290,37 @@ impl Reader {
 pub struct Editor {
     file: hdf5::File,
     path: PathBuf,
+    tree: crate::tree::Tree,
 }
 
 impl Editor {
-    /// Opens an existing file read-write.
+    /// Opens an existing file read-write, after the same walk as [`Reader::open`]: a file that
+    /// could make a write land in another file (external links or storage, virtual datasets)
+    /// is refused before anything is written.
     pub fn open(path: &Path) -> Result<Self> {
         crate::require_regular_file(path)?;
+        let budget = crate::budget_for(path)?;
         let file = hdf5::File::with_options()
             // Point access: a small sieve buffer, so a scattered element costs a page, not 64 KiB.
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).sieve_buf_size(SIEVE_BYTES).file_locking(false))
             .open_rw(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
-        Ok(Self { file, path: path.to_path_buf() })
+        let tree = crate::tree::walk(&file, path, &budget)?;
+        Ok(Self { file, path: path.to_path_buf(), tree })
+    }
+
+    /// Refuses a path the walk did not list.
+    fn checked(&self, path: &str) -> Result<()> {
+        let key = format!("/{}", path.trim_start_matches('/'));
+        match self.tree.datasets.iter().any(|d| d.path == key) {
+            true => Ok(()),
+            false => Err(Error::Invalid { file: self.path.clone(), object: path.into(), message: "no such dataset in the file".into() }),
+        }
     }
 
     /// See [`Reader::read_points`].
     pub fn read_points(&self, path: &str, dtype: Dtype, indices: &[usize]) -> Result<Vec<u64>> {
+        self.checked(path)?;
         read_points(&self.file, &self.path, path, dtype, indices)
     }
 
@@ -252,6 +334,7 @@ impl Editor {
                 message: format!("{} indices for {} values", indices.len(), raw.len()),
             });
         }
+        self.checked(path)?;
         let ds = self.file.dataset(path).map_err(err)?;
         let shape = check_points(&self.path, &ds, path, dtype, indices)?;
         with_type!(dtype, T => write_points_typed::<T>(&ds, &shape, indices, raw).map_err(err), unreachable_numeric(&self.path, path))
@@ -307,7 +390,7 @@ mod tests {
             assert_eq!(*v, want, "element {i}");
         }
         assert_eq!(r.read_u64("/train_state/step").unwrap(), 9);
-        assert_eq!(r.read_all_bits("/train_state/step", Dtype::Uint(8)).unwrap(), [9]);
+        assert_eq!(r.read_column("/train_state/step", Dtype::Uint(8)).unwrap().iter().collect::<Vec<_>>(), [9]);
         let ext = r.extents().unwrap();
         assert!(ext.iter().any(|x| x.path == "/model/w" && x.size == 96), "{ext:?}");
     }

@@ -106,8 +106,8 @@ fn log_check(a: &Path, b: &Path, differ: u64) -> Option<LogCheck> {
 }
 
 fn compare(ra: &Reader, rb: &Reader, d: &DatasetInfo) -> Result<DatasetDiff> {
-    let a = ra.read_all_bits(&d.path, d.dtype)?;
-    let b = rb.read_all_bits(&d.path, d.dtype)?;
+    let a = ra.read_column(&d.path, d.dtype)?;
+    let b = rb.read_column(&d.path, d.dtype)?;
     let width = d.dtype.bits();
     let mut out = DatasetDiff {
         path: d.path.clone(),
@@ -126,7 +126,7 @@ fn compare(ra: &Reader, rb: &Reader, d: &DatasetInfo) -> Result<DatasetDiff> {
         inf_b: 0,
     };
     let mut sq = 0.0;
-    for (&x, &y) in a.iter().zip(&b) {
+    for (x, y) in a.iter().zip(b.iter()) {
         let (va, vb) = (model::value_of(d.dtype, x), model::value_of(d.dtype, y));
         out.nan_a += u64::from(va.is_nan());
         out.nan_b += u64::from(vb.is_nan());
