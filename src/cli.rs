@@ -334,6 +334,11 @@ pub(crate) struct ExportArgs {
     /// as PyTorch's optimizer.state_dict() numbers them.
     #[arg(long)]
     pub(crate) optimizer: bool,
+    /// Export a checkpoint whose values or attributes fail their stored digest (altered after
+    /// it was written, e.g. by `resilab inject`) as it is, listing what failed; without it,
+    /// such a checkpoint is refused.
+    #[arg(long)]
+    pub(crate) allow_altered: bool,
     /// Print one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,

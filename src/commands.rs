@@ -88,7 +88,12 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
 }
 
 pub(crate) fn export(args: ExportArgs) -> Result<()> {
-    let request = resilab_interop::ExportRequest { checkpoint: args.checkpoint, out: args.out, optimizer: args.optimizer };
+    let request = resilab_interop::ExportRequest {
+        checkpoint: args.checkpoint,
+        out: args.out,
+        optimizer: args.optimizer,
+        allow_altered: args.allow_altered,
+    };
     let r = resilab_interop::export(&request, &|file: &Path| probe_in_child(file))?;
     emit(args.json, &r, || r.text())
 }

@@ -173,12 +173,36 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
 /// it is a resilab checkpoint; anything else under that name is an error.
 pub fn save(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
     claim(root, false)?;
+    write_checkpoint(root, state, meta)
+}
+
+/// [`save`] into a root this run claimed earlier ([`claim`]), which must still hold its marker:
+/// a root that was removed (or replaced by a directory that is not a checkpoint root) is an
+/// error, never created again, so a run whose directory was taken away writes nothing where it
+/// was.
+pub fn save_claimed(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
+    if !root.join(ROOT_MARKER).symlink_metadata().is_ok_and(|m| m.is_file()) {
+        return Err(invalid(
+            root,
+            format!("is no longer the checkpoint directory this run claimed (no {ROOT_MARKER}): nothing was written"),
+        ));
+    }
+    write_checkpoint(root, state, meta)
+}
+
+fn write_checkpoint(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
     let name = dir_name(state.step);
     let dest = root.join(&name);
     if dest.symlink_metadata().is_ok() && !is_checkpoint_dir(&dest) {
         return Err(invalid(&dest, format!("exists and is not a resilab checkpoint (no {STEP_MARKER}); resilab will not replace it")));
     }
-    let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempdir_in(root).map_err(io(root))?;
+    // 0777 less the umask, as any directory the process creates: a temporary one is 0700.
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .tempdir_in(root)
+        .map_err(io(root))?;
     store::write_step_marker(tmp.path(), state.step)?;
     for w in &state.workers {
         write_worker(&tmp.path().join(file_name(w.rank)), w, state.step, state.workers.len(), meta)?;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use resilab_h5::Dtype;
+use resilab_h5::{Dtype, Reader};
 use resilab_train::{HostParamState, HostTensor};
 
 use crate::{Probe, Result, file_name, file_rank, open_current, primary_file};
@@ -21,6 +21,9 @@ pub struct Values {
     pub params: BTreeMap<String, HostTensor>,
     /// Optimizer state by parameter name.
     pub optim: BTreeMap<String, HostParamState>,
+    /// What fails its stored digest (`file: dataset`, or `file: group@attributes`): values
+    /// altered after the checkpoint was written, read as they are.
+    pub altered: Vec<String>,
 }
 
 /// The worker files of the checkpoint `target` names: `target` itself when it is a file, else
@@ -46,8 +49,9 @@ fn worker_files(target: &Path) -> Result<Vec<PathBuf>> {
 /// Reads every parameter and optimizer buffer of the checkpoint `target` names (see
 /// [`worker_files`]), each file checked by `probe` first. A name held by several files
 /// (data-parallel replicas) is taken from the lowest rank; pipeline stages hold disjoint names,
-/// so their union is the whole model. Digests are not checked: an altered checkpoint is read as
-/// it is.
+/// so their union is the whole model. Every value read is checked against its stored digest,
+/// and the root's and each optimizer group's attributes against theirs: what fails is read as
+/// it is and listed in [`Values::altered`], for the caller to refuse or report.
 pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
     let files = worker_files(target)?;
     let mut out = Values::default();
@@ -58,24 +62,48 @@ pub fn read_values(target: &Path, probe: Probe<'_>) -> Result<Values> {
             out.step = r.attr_u64("/", "step")?;
             file_rank(file)?;
         }
-        for d in r.datasets()?.iter().filter(|d| d.dtype == Dtype::F32) {
-            let tensor = || -> Result<HostTensor> { Ok(HostTensor { shape: d.shape.clone(), values: r.read_f32(&d.path, &d.shape)? }) };
-            if let Some(rest) = d.path.strip_prefix("/model/") {
-                if let std::collections::btree_map::Entry::Vacant(slot) = out.params.entry(rest.replace('/', ".")) {
-                    slot.insert(tensor()?);
-                }
-            } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
-                let name = param.replace('/', ".");
-                let group = format!("/optimizer/{param}");
-                let held = out.optim.get(&name).is_some_and(|s| s.buffers.contains_key(buffer));
-                if !held {
-                    let step = r.attr_u64(&group, "step")?;
-                    let entry = out.optim.entry(name).or_default();
-                    entry.step = step;
-                    entry.buffers.insert(buffer.to_string(), tensor()?);
-                }
-            }
-        }
+        read_file(&r, file, &mut out)?;
     }
     Ok(Values { files, ..out })
+}
+
+/// Adds the values of one worker file that `out` does not hold yet.
+fn read_file(r: &Reader, file: &Path, out: &mut Values) -> Result<()> {
+    let note = |what: &str| format!("{}: {what}", file.display());
+    if r.verify_attrs("/")? != Some(true) {
+        out.altered.push(note("/@attributes"));
+    }
+    for d in r.datasets()?.iter().filter(|d| d.dtype == Dtype::F32) {
+        if let Some(rest) = d.path.strip_prefix("/model/") {
+            let name = rest.replace('/', ".");
+            if !out.params.contains_key(&name) {
+                let t = tensor(r, d, file, &mut out.altered)?;
+                out.params.insert(name, t);
+            }
+        } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
+            let name = param.replace('/', ".");
+            if out.optim.get(&name).is_some_and(|s| s.buffers.contains_key(buffer)) {
+                continue;
+            }
+            let group = format!("/optimizer/{param}");
+            let step = r.attr_u64(&group, "step")?;
+            if !out.optim.contains_key(&name) && r.verify_attrs(&group)? != Some(true) {
+                out.altered.push(note(&format!("{group}@attributes")));
+            }
+            let t = tensor(r, d, file, &mut out.altered)?;
+            let entry = out.optim.entry(name).or_default();
+            entry.step = step;
+            entry.buffers.insert(buffer.to_string(), t);
+        }
+    }
+    Ok(())
+}
+
+/// Dataset `d`'s values, noting in `altered` when they fail their digest.
+fn tensor(r: &Reader, d: &resilab_h5::DatasetInfo, file: &Path, altered: &mut Vec<String>) -> Result<HostTensor> {
+    let (values, ok) = r.read_f32_verified(d, &d.shape)?;
+    if ok != Some(true) {
+        altered.push(format!("{}: {}", file.display(), d.path));
+    }
+    Ok(HostTensor { shape: d.shape.clone(), values })
 }

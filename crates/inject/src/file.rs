@@ -464,7 +464,12 @@ impl StagedLog {
 /// Writes a log into a hidden file beside `path`; [`StagedLog::commit`] puts it in place.
 pub fn stage_log(path: &Path, report: &Report) -> Result<StagedLog> {
     let dir = parent_dir(path);
-    let tmp = tempfile::Builder::new().prefix(&staged_prefix(STAGED_LOG, std::process::id())).tempfile_in(&dir).map_err(io(&dir))?;
+    // 0666 less the umask, as any file the process creates: a temporary file is 0600 otherwise.
+    let tmp = tempfile::Builder::new()
+        .prefix(&staged_prefix(STAGED_LOG, std::process::id()))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(&dir)
+        .map_err(io(&dir))?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         let mut line = |l: &LineRef<'_>| -> Result<()> {

@@ -22,6 +22,9 @@ pub struct ExportRequest {
     pub out: PathBuf,
     /// Also write the optimizer's state.
     pub optimizer: bool,
+    /// Export values that fail their stored digest (an injected checkpoint) as they are,
+    /// instead of refusing them.
+    pub allow_altered: bool,
 }
 
 /// What an export wrote.
@@ -39,14 +42,20 @@ pub struct Exported {
     pub optimizer_tensors: usize,
     /// Bytes written.
     pub bytes: u64,
+    /// What failed its stored digest and was exported as it is (with `allow_altered`).
+    pub altered: Vec<String>,
 }
 
 impl Exported {
     /// The report printed after an export.
     pub fn text(&self) -> String {
         let optim = if self.optimizer_tensors > 0 { format!(" and {} optimizer tensors", self.optimizer_tensors) } else { String::new() };
+        let altered = match self.altered.len() {
+            0 => String::new(),
+            n => format!("of these, {n} failed their stored digest and were exported as they are (altered): {}\n", self.altered.join(", ")),
+        };
         format!(
-            "exported {} ({} tensors{optim}, step {}) to {} ({} bytes)\n",
+            "exported {} ({} tensors{optim}, step {}) to {} ({} bytes)\n{altered}",
             self.model,
             self.tensors,
             self.step,
@@ -78,6 +87,19 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
     // `primary` has been probed already; the other worker files are probed as they are read.
     let probe_rest = |p: &Path| if p == primary { Ok(()) } else { probe(p) };
     let values = resilab_checkpoint::read_values(&req.checkpoint, &probe_rest)?;
+    if !values.altered.is_empty() && !req.allow_altered {
+        let shown: Vec<&str> = values.altered.iter().take(4).map(String::as_str).collect();
+        let more = if values.altered.len() > 4 { format!(" and {} more", values.altered.len() - 4) } else { String::new() };
+        return Err(Error::file(
+            &req.checkpoint,
+            format!(
+                "{} dataset(s) or attribute set(s) fail their stored digest ({}{more}): the checkpoint was altered after it was written; \
+                 give --allow-altered to export its values as they are",
+                values.altered.len(),
+                shown.join(", ")
+            ),
+        ));
+    }
     let mut entries: Vec<Entry> = Vec::new();
     let mut missing = Vec::new();
     for slot in &slots {
@@ -113,7 +135,15 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
     let what = format!("{} at step {}, exported by resilab {}", cfg.model.label(), values.step, env!("CARGO_PKG_VERSION"));
     let info = HashMap::from([("resilab".to_string(), what)]);
     let bytes = write_new(&req.out, &entries, info)?;
-    Ok(Exported { file: req.out.clone(), model: cfg.model.label(), step: values.step, tensors, optimizer_tensors, bytes })
+    Ok(Exported {
+        file: req.out.clone(),
+        model: cfg.model.label(),
+        step: values.step,
+        tensors,
+        optimizer_tensors,
+        bytes,
+        altered: values.altered,
+    })
 }
 
 /// The optimizer's buffers as `optimizer.state.<index>.<buffer>`, numbered in `parameters()`
@@ -151,7 +181,13 @@ fn write_new(out: &Path, entries: &[Entry], info: HashMap<String, String>) -> Re
         _ => Path::new("."),
     };
     let io = |e: std::io::Error| Error::file(out, format!("cannot be written: {e}"));
-    let mut tmp = tempfile::Builder::new().prefix(".resilab-export.").suffix(".tmp").tempfile_in(dir).map_err(io)?;
+    // 0666 less the umask, as any file the process creates: a temporary file is 0600 otherwise.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".resilab-export.")
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(io)?;
     tmp.write_all(&data).and_then(|()| tmp.as_file().sync_all()).map_err(io)?;
     tmp.persist_noclobber(out).map_err(|e| match e.error.kind() {
         std::io::ErrorKind::AlreadyExists => Error::file(out, "exists; resilab will not replace it: choose another --out"),
