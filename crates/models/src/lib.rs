@@ -28,7 +28,7 @@ pub use naming::{
     LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param, is_trainable, map_params, named_params,
     update_params,
 };
-pub use net::{Arch, BlockCost, InputShape, ModelConfig, Net};
+pub use net::{Arch, BlockCost, Footprint, InputShape, ModelConfig, Net};
 
 /// Errors from building a model.
 #[derive(Debug, thiserror::Error)]

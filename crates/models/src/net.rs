@@ -122,11 +122,12 @@ impl ModelConfig {
         ((c as f64 * self.width).round() as usize).max(1)
     }
 
-    /// Builds the network with zero parameters; call [`crate::init_parameters`] to initialise.
-    pub fn build(&self, input: InputShape, classes: usize, device: &Device) -> Result<Net> {
+    /// The blocks of the network, named, as shapes only: what [`ModelConfig::build`] builds and
+    /// [`ModelConfig::footprint`] counts, computed without allocating a tensor.
+    fn plan(&self, input: InputShape, classes: usize) -> Result<Vec<(String, Spec)>> {
         self.validate(input, classes)?;
-        let mut blocks: Vec<(String, Block)> = Vec::new();
-        let mut push = |name: String, b: Block| blocks.push((name, b));
+        let mut blocks = Vec::new();
+        let mut push = |name: String, b: Spec| blocks.push((name, b));
         match self.arch {
             Arch::Resnet => {
                 let depth = self.depth.unwrap_or(20);
@@ -136,16 +137,16 @@ impl ModelConfig {
                     d => (vec![16, 32, 64], vec![(d - 2) / 6; 3]),
                 };
                 let mut c = self.ch(widths[0]);
-                push("stem".into(), Block::Conv(ConvUnit::new(input.channels, c, 3, false, true, false, device)));
+                push("stem".into(), Spec::Conv { c_in: input.channels, c_out: c, k: 3, bias: false, bn: true, pool: false });
                 for (li, (&w, &n)) in widths.iter().zip(&counts).enumerate() {
                     let out = self.ch(w);
                     for bi in 0..n {
                         let stride = if li > 0 && bi == 0 { 2 } else { 1 };
-                        push(format!("layer{}.{bi}", li + 1), Block::Basic(BasicBlock::new(c, out, stride, device)));
+                        push(format!("layer{}.{bi}", li + 1), Spec::Basic { c_in: c, c_out: out, stride });
                         c = out;
                     }
                 }
-                push("classifier".into(), Block::PoolHead(PoolHead { fc: Linear::new(c, classes, device) }));
+                push("classifier".into(), Spec::PoolHead { c_in: c, classes });
             }
             Arch::Vgg => {
                 let cfg = if self.depth == Some(16) { VGG16 } else { VGG11 };
@@ -161,14 +162,12 @@ impl ModelConfig {
                     if pool {
                         size /= 2;
                     }
-                    push(
-                        format!("features.{}", i - cfg[..i].iter().filter(|&&c| c == 0).count()),
-                        Block::Conv(ConvUnit::new(c, out, 3, true, bn, pool, device)),
-                    );
+                    let name = format!("features.{}", i - cfg[..i].iter().filter(|&&c| c == 0).count());
+                    push(name, Spec::Conv { c_in: c, c_out: out, k: 3, bias: true, bn, pool });
                     c = out;
                     i += if cfg.get(i + 1) == Some(&0) { 2 } else { 1 };
                 }
-                push("classifier".into(), Block::PoolHead(PoolHead { fc: Linear::new(c, classes, device) }));
+                push("classifier".into(), Spec::PoolHead { c_in: c, classes });
             }
             Arch::Alexnet => {
                 let bn = self.batch_norm.unwrap_or(false);
@@ -177,27 +176,120 @@ impl ModelConfig {
                 let mut size = input.size;
                 for (i, &(w, k, pool)) in spec.iter().enumerate() {
                     let out = self.ch(w);
-                    push(format!("features.{i}"), Block::Conv(ConvUnit::new(c, out, k, true, bn, pool, device)));
+                    push(format!("features.{i}"), Spec::Conv { c_in: c, c_out: out, k, bias: true, bn, pool });
                     if pool {
                         size /= 2;
                     }
                     c = out;
                 }
-                let flat = c * size * size;
-                let (h1, h2) = (self.ch(1024), self.ch(512));
-                push(
-                    "classifier".into(),
-                    Block::MlpHead(MlpHead {
-                        fc1: Linear::new(flat, h1, device),
-                        fc2: Linear::new(h1, h2, device),
-                        fc3: Linear::new(h2, classes, device),
-                    }),
-                );
+                push("classifier".into(), Spec::MlpHead { flat: c * size * size, h1: self.ch(1024), h2: self.ch(512), classes });
             }
         }
-        let (block_names, blocks) = blocks.into_iter().unzip();
+        Ok(blocks)
+    }
+
+    /// Builds the network with zero parameters; call [`crate::init_parameters`] to initialise.
+    pub fn build(&self, input: InputShape, classes: usize, device: &Device) -> Result<Net> {
+        let mut blocks = Vec::new();
+        let mut block_names = Vec::new();
+        for (name, spec) in self.plan(input, classes)? {
+            block_names.push(name);
+            blocks.push(match spec {
+                Spec::Conv { c_in, c_out, k, bias, bn, pool } => Block::Conv(ConvUnit::new(c_in, c_out, k, bias, bn, pool, device)),
+                Spec::Basic { c_in, c_out, stride } => Block::Basic(BasicBlock::new(c_in, c_out, stride, device)),
+                Spec::PoolHead { c_in, classes } => Block::PoolHead(PoolHead { fc: Linear::new(c_in, classes, device) }),
+                Spec::MlpHead { flat, h1, h2, classes } => Block::MlpHead(MlpHead {
+                    fc1: Linear::new(flat, h1, device),
+                    fc2: Linear::new(h1, h2, device),
+                    fc3: Linear::new(h2, classes, device),
+                }),
+            });
+        }
         Ok(Net { blocks, block_names, kernels: Kernels::Burn })
     }
+
+    /// What the network holds and computes with, counted from the configuration without
+    /// building it: every parameter and buffer, and an estimate of the activations one image
+    /// keeps for the backward pass. A model too large for memory is refused from this before
+    /// anything is allocated.
+    pub fn footprint(&self, input: InputShape, classes: usize) -> Result<Footprint> {
+        let mut f = Footprint::default();
+        let mut hw = input.size as u64;
+        let add = |total: &mut u64, n: u64| *total = total.saturating_add(n);
+        for (_, spec) in self.plan(input, classes)? {
+            let (values, trainable, acts) = spec.count(&mut hw);
+            add(&mut f.values, values);
+            add(&mut f.trainable, trainable);
+            add(&mut f.activations_per_image, acts);
+        }
+        Ok(f)
+    }
+}
+
+/// A block's shape, without its tensors (see [`ModelConfig::footprint`]).
+#[derive(Clone, Copy, Debug)]
+enum Spec {
+    Conv { c_in: usize, c_out: usize, k: usize, bias: bool, bn: bool, pool: bool },
+    Basic { c_in: usize, c_out: usize, stride: usize },
+    PoolHead { c_in: usize, classes: usize },
+    MlpHead { flat: usize, h1: usize, h2: usize, classes: usize },
+}
+
+/// Values (all), trainable values and activation values per image of a convolution from `c_in`
+/// to `c_out` channels with a `k`x`k` kernel, a bias when `bias`, a BatchNorm when `bn`, on an
+/// output of `hw` x `hw`: its output, the BatchNorm's and the ReLU's are kept for backward.
+fn conv_counts(c_in: u64, c_out: u64, k: u64, bias: bool, bn: bool, hw: u64) -> (u64, u64, u64) {
+    let weights = c_out.saturating_mul(c_in).saturating_mul(k * k).saturating_add(if bias { c_out } else { 0 });
+    let (trainable, buffers) = if bn { (weights + 2 * c_out, 2 * c_out) } else { (weights, 0) };
+    let kept = if bn { 3 } else { 2 };
+    (trainable + buffers, trainable, c_out.saturating_mul(hw * hw).saturating_mul(kept))
+}
+
+impl Spec {
+    /// Values, trainable values and activations per image; `hw` is the input's side on entry
+    /// and the output's on return.
+    fn count(self, hw: &mut u64) -> (u64, u64, u64) {
+        let u = |n: usize| n as u64;
+        match self {
+            Spec::Conv { c_in, c_out, k, bias, bn, pool } => {
+                let c = conv_counts(u(c_in), u(c_out), u(k), bias, bn, *hw);
+                if pool {
+                    *hw /= 2;
+                }
+                c
+            }
+            Spec::Basic { c_in, c_out, stride } => {
+                let o = hw.div_ceil(u(stride).max(1));
+                let a = conv_counts(u(c_in), u(c_out), 3, false, true, o);
+                let b = conv_counts(u(c_out), u(c_out), 3, false, true, o);
+                let d = if stride != 1 || c_in != c_out { conv_counts(u(c_in), u(c_out), 1, false, true, o) } else { (0, 0, 0) };
+                *hw = o;
+                (a.0 + b.0 + d.0, a.1 + b.1 + d.1, a.2 + b.2 + d.2)
+            }
+            Spec::PoolHead { c_in, classes } => {
+                let n = u(c_in) * u(classes) + u(classes);
+                *hw = 1;
+                (n, n, u(c_in) + u(classes))
+            }
+            Spec::MlpHead { flat, h1, h2, classes } => {
+                let n = [(flat, h1), (h1, h2), (h2, classes)].iter().map(|&(i, o)| u(i).saturating_mul(u(o)) + u(o)).sum();
+                *hw = 1;
+                (n, n, 2 * (u(h1) + u(h2)) + u(classes))
+            }
+        }
+    }
+}
+
+/// What [`ModelConfig::footprint`] counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Scalar values of all parameters and buffers (BatchNorm statistics included).
+    pub values: u64,
+    /// Of those, trainable (what gradients and optimizer state are kept for).
+    pub trainable: u64,
+    /// Activation values one image keeps for the backward pass (an estimate: the output of
+    /// each convolution, BatchNorm and ReLU, and of each linear layer).
+    pub activations_per_image: u64,
 }
 
 /// A network: an ordered list of named blocks. Block names (`stem`, `layer1.0`, `features.3`,

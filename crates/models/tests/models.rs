@@ -31,6 +31,35 @@ fn parameter_counts_match_pytorch() {
 }
 
 #[test]
+fn the_footprint_counts_what_the_built_network_holds_without_building_it() {
+    let device = Device::flex();
+    let mnist = InputShape { channels: 1, size: 28 };
+    for (c, input) in [
+        (cfg(Arch::Resnet, Some(8), 1.0, None), RGB32),
+        (cfg(Arch::Resnet, Some(20), 0.5, None), mnist),
+        (cfg(Arch::Resnet, Some(18), 0.25, None), RGB32),
+        (cfg(Arch::Vgg, Some(11), 0.25, Some(true)), mnist),
+        (cfg(Arch::Vgg, Some(16), 0.125, Some(false)), RGB32),
+        (cfg(Arch::Alexnet, None, 0.5, None), RGB32),
+        (cfg(Arch::Alexnet, None, 0.25, Some(true)), mnist),
+    ] {
+        let f = c.footprint(input, 10).unwrap();
+        let net = c.build(input, 10, &device).unwrap();
+        assert_eq!(f.values, net.num_values() as u64, "{}", c.label());
+        assert_eq!(f.trainable, net.num_trainable() as u64, "{}", c.label());
+        assert!(f.activations_per_image > f.values / 100, "{}: {f:?}", c.label());
+    }
+    // ResNet-8's activations by hand: the stem and layer1 keep 3 tensors of 16x32x32 per
+    // convolution (3 convolutions), layer2 and layer3 2 convolutions and a shortcut each at
+    // 32x16x16 and 64x8x8, and the head its 64 pooled values and 10 logits.
+    let r8 = cfg(Arch::Resnet, Some(8), 1.0, None).footprint(RGB32, 10).unwrap();
+    assert_eq!(r8.activations_per_image, 3 * 3 * 16 * 32 * 32 + 3 * 3 * 32 * 16 * 16 + 3 * 3 * 64 * 8 * 8 + 64 + 10);
+    // A model far beyond any memory is counted without overflow or allocation.
+    let huge = cfg(Arch::Resnet, Some(1202), 16.0, None).footprint(RGB32, 10).unwrap();
+    assert!(huge.trainable > 3_000_000_000, "{huge:?}");
+}
+
+#[test]
 fn names_follow_pytorch_state_dict() {
     let device = Device::flex();
     let net = cfg(Arch::Resnet, Some(8), 1.0, None).build(RGB32, 10, &device).unwrap();
