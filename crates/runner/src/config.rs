@@ -371,7 +371,7 @@ impl RunConfig {
 
     /// Checks every value before anything is allocated or run; errors name the key:
     /// the run's `name` ([`check_name`]), `train` ([`TrainConfig::validate`]: `epochs` and
-    /// `steps` not both), the data's sizes against the machine's available memory
+    /// `steps` not both), the data's sizes against the memory budget
     /// ([`DataConfig::validate`]), the batch sizes ([`TrainConfig::check_sizes`]), and the
     /// random fault arrivals that the run length draws, and `[checkpoint]`
     /// ([`CheckpointConfig::validate`]).
@@ -386,7 +386,49 @@ impl RunConfig {
         self.train.check_sizes(&self.data)?;
         self.check_losses()?;
         self.check_across_sections()?;
+        self.check_footprint()?;
         self.check_fault_schedule()
+    }
+
+    /// The memory the model asks for, estimated from the configuration before anything is
+    /// built ([`resilab_models::ModelConfig::footprint`]): each replica's parameters and
+    /// buffers, gradients and optimizer state, and the activations of a training batch, in f32.
+    /// Above the memory budget it is an error naming the key to lower.
+    fn check_footprint(&self) -> Result<()> {
+        let (channels, size, classes) = self.data.shape();
+        let f = self.model.footprint(resilab_models::InputShape { channels, size }, classes)?;
+        let buffers = match self.optimizer.kind {
+            resilab_train::OptimizerKind::Adam => 2,
+            resilab_train::OptimizerKind::Sgd if self.optimizer.momentum != 0.0 => 1,
+            resilab_train::OptimizerKind::Sgd => 0,
+        };
+        let replicas = if self.parallel.mode == ParallelMode::Pipeline { 1 } else { self.parallel.world().max(1) as u64 };
+        let per_replica = f.trainable.checked_mul(1 + buffers).and_then(|g| g.checked_add(f.values));
+        let model = per_replica.and_then(|v| v.checked_mul(4 * replicas));
+        let activations = f.activations_per_image.checked_mul(4 * self.train.batch_size as u64);
+        let total = model.zip(activations).and_then(|(m, a)| m.checked_add(a));
+        let budget = resilab_limits::memory_budget().map_err(Error::Config)?;
+        if budget.admits(total) {
+            return Ok(());
+        }
+        let lower = if activations > model {
+            "train.batch_size".to_string()
+        } else if replicas > 1 {
+            "model.width or model.depth, or parallel.workers".to_string()
+        } else {
+            "model.width or model.depth".to_string()
+        };
+        Err(Error::Config(format!(
+            "the model {} ({} trainable values) needs about {} of memory: {} for {replicas} replica(s)' parameters, gradients and \
+             optimizer state and {} of activations for a batch of {}, more than the budget of {}: lower {lower}",
+            self.model.label(),
+            f.trainable,
+            resilab_limits::needed(total),
+            resilab_limits::needed(model),
+            resilab_limits::needed(activations),
+            self.train.batch_size,
+            budget.describe()
+        )))
     }
 
     /// Values that are valid alone but not together, or out of range where no section checks
@@ -428,7 +470,7 @@ impl RunConfig {
 
     /// The fault schedule holds one event per random arrival, about `steps / mtbf_steps` per
     /// worker hit (see `resilab_faults::schedule`): the one allocation that grows with the run's
-    /// length. Checked against the available memory where the length is known before the data
+    /// length. Checked against the memory budget where the length is known before the data
     /// is read (`train.steps`, or `train.epochs` of synthetic data).
     fn check_fault_schedule(&self) -> Result<()> {
         if self.faults.is_empty() {
