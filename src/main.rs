@@ -62,6 +62,10 @@ fn main() {
             .into_boxed_str(),
     );
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
+    // A TERM or INT removes the temporary directories a command made before the process ends.
+    if let Err(e) = resilab_runner::interrupt::install() {
+        eprintln!("resilab: warning: cannot watch for TERM and INT ({e}); an interrupted run may leave temporary directories");
+    }
     if let Some(inputs) = hdf5_inputs(&cli.command)
         && !resilab_checkpoint::probe::is_guarded_child()
     {

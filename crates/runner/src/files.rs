@@ -6,6 +6,16 @@
 //! operating system releases it when that process ends, however it ends, so a lock left by a
 //! killed run never blocks. The file keeps the holder's process id and start time for that
 //! message; its presence alone means nothing.
+//!
+//! A lock inside the directory it guards does not survive the directory's removal: a second
+//! run on a new directory of the same name would not be refused. So the lock also records the
+//! directory's identity (device and inode), and a writer checks it ([`DirLock::check`],
+//! [`Watch::check`]) before every prune, rename or checkpoint: a run whose directory was
+//! replaced stops with an error and touches nothing in the new one.
+//!
+//! Files are written only through names of their own: never through a symbolic link, and never
+//! into a file with other hard links (a copy made with `cp -al` would change with it): such a
+//! file is replaced by a private copy first, and a warning says so.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
@@ -23,6 +33,52 @@ pub struct DirLock {
     _file: File,
     /// The directory.
     pub dir: PathBuf,
+    /// Its device and inode when it was locked.
+    id: (u64, u64),
+}
+
+impl DirLock {
+    /// Fails when the locked directory is no longer at its path (removed, or replaced by
+    /// another directory of the same name): see the module documentation.
+    pub fn check(&self) -> Result<()> {
+        check_identity(&self.dir, self.id)
+    }
+}
+
+/// Directories a run writes into, each with the identity it had when the run claimed it.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    dirs: Vec<(PathBuf, (u64, u64))>,
+}
+
+impl Watch {
+    /// Records `dir`'s identity now (it must exist).
+    pub fn add(&mut self, dir: &Path) -> Result<()> {
+        let id = identity(dir)?;
+        self.dirs.push((dir.to_path_buf(), id));
+        Ok(())
+    }
+
+    /// Fails, naming the directory, when any of them is no longer the one recorded.
+    pub fn check(&self) -> Result<()> {
+        self.dirs.iter().try_for_each(|(dir, id)| check_identity(dir, *id))
+    }
+}
+
+/// A directory's device and inode.
+pub fn identity(dir: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(dir).map_err(io(dir))?;
+    Ok((m.dev(), m.ino()))
+}
+
+fn check_identity(dir: &Path, id: (u64, u64)) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    match std::fs::metadata(dir) {
+        Ok(m) if (m.dev(), m.ino()) == id => Ok(()),
+        Ok(_) => Err(Error::Replaced { dir: dir.to_path_buf(), what: "was replaced by another directory" }),
+        Err(_) => Err(Error::Replaced { dir: dir.to_path_buf(), what: "was removed" }),
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -34,6 +90,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let path = dir.join(LOCK_FILE);
+    // A lock file shared with another directory (a copy made with `cp -al`) would lock both
+    // and take this process's note into the other: this directory gets one of its own.
+    if links(&path)? > 1 {
+        std::fs::remove_file(&path).map_err(io(&path))?;
+    }
     let mut file = open_no_follow(&path, OpenOptions::new().read(true).write(true).create(true).truncate(false))?;
     match file.try_lock() {
         Ok(()) => {}
@@ -49,7 +110,8 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
     }
     let note = format!("process {} (started {} UTC)\n", std::process::id(), crate::utc_stamp());
     file.set_len(0).and_then(|()| file.write_all(note.as_bytes())).and_then(|()| file.flush()).map_err(io(&path))?;
-    Ok(DirLock { _file: file, dir: dir.to_path_buf() })
+    let id = identity(dir)?;
+    Ok(DirLock { _file: file, dir: dir.to_path_buf(), id })
 }
 
 /// Opens `path` with `options`, refusing to follow a symbolic link at its last component: an
@@ -65,14 +127,51 @@ pub fn open_no_follow(path: &Path, options: &mut OpenOptions) -> Result<File> {
     }
 }
 
-/// Creates (or truncates) the output file `path`, never through a link.
+/// Creates (or truncates) the output file `path`, never through a link. A file with other hard
+/// links is unlinked first, so the other names keep their content.
 pub fn create_output(path: &Path) -> Result<File> {
-    open_no_follow(path, OpenOptions::new().write(true).create(true).truncate(true))
+    if links(path)? > 1 {
+        std::fs::remove_file(path).map_err(io(path))?;
+        eprintln!("resilab: {} had other hard links; it is written anew, and the other names keep the old content", path.display());
+    }
+    single(path, open_no_follow(path, OpenOptions::new().write(true).create(true).truncate(true))?)
 }
 
-/// Opens the output file `path` for appending (created if missing), never through a link.
+/// Opens the output file `path` for appending (created if missing), never through a link. A
+/// file with other hard links is first replaced by a copy of its own, so what is appended does
+/// not change the other names.
 pub fn append_output(path: &Path) -> Result<File> {
-    open_no_follow(path, OpenOptions::new().append(true).create(true))
+    if links(path)? > 1 {
+        let copy = path.with_extension("tmp");
+        std::fs::copy(path, &copy).and_then(|_| std::fs::rename(&copy, path)).map_err(io(path))?;
+        eprintln!("resilab: {} had other hard links; appending to a copy of its own, the other names keep the old content", path.display());
+    }
+    single(path, open_no_follow(path, OpenOptions::new().append(true).create(true))?)
+}
+
+/// The hard links of the file at `path` (0 when there is none; a link is not followed).
+fn links(path: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    match path.symlink_metadata() {
+        Ok(m) if m.is_file() => Ok(m.nlink()),
+        Ok(_) => Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
+    }
+}
+
+/// `file`, once it is known to be the only link to its content (another process may have linked
+/// it between the check and the open).
+fn single(path: &Path, file: File) -> Result<File> {
+    use std::os::unix::fs::MetadataExt as _;
+    let n = file.metadata().map_err(io(path))?.nlink();
+    if n > 1 {
+        return Err(Error::Config(format!(
+            "{} has {n} hard links: resilab writes only files of its own, never into one another name shares",
+            path.display()
+        )));
+    }
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -87,6 +186,44 @@ mod tests {
         assert!(e.contains("is in use by process") && e.contains(&std::process::id().to_string()), "{e}");
         drop(held);
         lock_dir(d.path(), "--out").unwrap();
+    }
+
+    #[test]
+    fn a_replaced_directory_is_noticed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("out");
+        let held = lock_dir(&dir, "--out").unwrap();
+        let mut watch = Watch::default();
+        watch.add(&dir).unwrap();
+        held.check().unwrap();
+        watch.check().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(held.check().unwrap_err().to_string().contains("was removed"));
+        std::fs::create_dir(&dir).unwrap();
+        for e in [held.check().unwrap_err(), watch.check().unwrap_err()] {
+            let e = e.to_string();
+            assert!(e.contains("out") && e.contains("was replaced by another directory"), "{e}");
+        }
+        // A second writer can lock the new directory, and the first is told before it writes.
+        let _second = lock_dir(&dir, "--out").unwrap();
+    }
+
+    #[test]
+    fn hard_linked_outputs_get_a_copy_of_their_own() {
+        let d = tempfile::tempdir().unwrap();
+        let original = d.path().join("a.csv");
+        std::fs::write(&original, "step\n1\n").unwrap();
+        let twin = d.path().join("b.csv");
+        std::fs::hard_link(&original, &twin).unwrap();
+        let mut f = append_output(&twin).unwrap();
+        f.write_all(b"2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&original).unwrap(), "step\n1\n");
+        assert_eq!(std::fs::read_to_string(&twin).unwrap(), "step\n1\n2\n");
+        std::fs::hard_link(&original, d.path().join("c.csv")).unwrap();
+        let mut f = create_output(&original).unwrap();
+        f.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("c.csv")).unwrap(), "step\n1\n");
+        assert_eq!(std::fs::read_to_string(&original).unwrap(), "new");
     }
 
     #[test]

@@ -84,10 +84,16 @@ impl Golden {
 }
 
 /// Saves the whole model (all stages joined) as a one-worker state under `root`, for golden
-/// comparisons at `step`.
-pub fn save_state(root: &Path, step: u64, model: WorkerState, cfg: &RunConfig) -> Result<()> {
+/// comparisons at `step`. `root` is created (and claimed) by the first save only: once the run's
+/// directory is gone (an interrupted golden run's, removed on the way out) a later save fails
+/// instead of making it again.
+pub fn save_state(root: &Path, step: u64, model: WorkerState, cfg: &RunConfig, first: bool) -> Result<()> {
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
-    resilab_checkpoint::save(root, &TrainState { step, workers: vec![model] }, &meta)?;
+    let state = TrainState { step, workers: vec![model] };
+    match first {
+        true => resilab_checkpoint::save(root, &state, &meta)?,
+        false => resilab_checkpoint::save_claimed(root, &state, &meta)?,
+    };
     Ok(())
 }
 
@@ -118,11 +124,18 @@ pub fn ensure(cfg: &RunConfig, platform: &str, root: &Path, run: impl FnOnce(&Ru
         return Golden::open(&dir);
     }
     std::fs::create_dir_all(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?;
+    remove_stale(root, &key)?;
     let tmp = root.join(format!(".{key}.{}.tmp", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|source| Error::Io { path: tmp.clone(), source })?;
     }
-    run(&golden_config(cfg), &tmp)?;
+    // Removed if a TERM or INT ends the process meanwhile, and on any error.
+    let registered = crate::interrupt::Temporary::new(&tmp);
+    if let Err(e) = run(&golden_config(cfg), &tmp) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    drop(registered);
     if std::fs::rename(&tmp, &dir).is_err() {
         // Another process finished first: use its run.
         let _ = std::fs::remove_dir_all(&tmp);
@@ -131,4 +144,58 @@ pub fn ensure(cfg: &RunConfig, platform: &str, root: &Path, run: impl FnOnce(&Ru
         }
     }
     Golden::open(&dir)
+}
+
+/// Removes the temporary directories of `key`'s golden run (`.<key>.<pid>.tmp`) that processes
+/// killed before they could clean up left in `root`: those whose lock (the run's
+/// `.resilab.lock`) no process holds, or, without a lock file yet, whose process is gone.
+fn remove_stale(root: &Path, key: &str) -> Result<()> {
+    let prefix = format!(".{key}.");
+    let entries = std::fs::read_dir(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let lock = entry.path().join(crate::files::LOCK_FILE);
+        let stale = match std::fs::File::open(&lock) {
+            Ok(f) => f.try_lock().is_ok(),
+            Err(_) => !Path::new(&format!("/proc/{pid}")).exists(),
+        };
+        if stale {
+            std::fs::remove_dir_all(entry.path()).map_err(|source| Error::Io { path: entry.path(), source })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_temporaries_of_a_key_are_removed_and_live_ones_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        // A dead process's directory with a free lock, one without a lock whose process is
+        // gone (pid 0 is never a user process), a live one (its lock held), another key's.
+        let dead = root.join(".abc.4000000.tmp");
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join(crate::files::LOCK_FILE), "process 4000000\n").unwrap();
+        let unlocked = root.join(".abc.0.tmp");
+        std::fs::create_dir(&unlocked).unwrap();
+        let live = root.join(".abc.4000001.tmp");
+        let held = crate::files::lock_dir(&live, "--out").unwrap();
+        let other = root.join(".abd.4000000.tmp");
+        std::fs::create_dir(&other).unwrap();
+        remove_stale(root, "abc").unwrap();
+        assert!(!dead.exists() && !unlocked.exists());
+        assert!(live.exists() && other.exists());
+        drop(held);
+        remove_stale(root, "abc").unwrap();
+        assert!(!live.exists());
+    }
 }

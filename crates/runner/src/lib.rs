@@ -7,6 +7,7 @@ mod config;
 mod eval;
 pub mod files;
 pub mod golden;
+pub mod interrupt;
 pub mod platform;
 pub mod project;
 mod run;
@@ -88,6 +89,15 @@ pub enum Error {
     /// Checkpoint error.
     #[error(transparent)]
     Checkpoint(#[from] resilab_checkpoint::Error),
+    /// A directory the run writes into is no longer the one it claimed (removed, or replaced by
+    /// another of the same name): the run stops without touching the new one.
+    #[error("{dir} {what} while this run was writing into it: stopping without touching it (another run may be using that name now)")]
+    Replaced {
+        /// The directory.
+        dir: PathBuf,
+        /// What happened to it.
+        what: &'static str,
+    },
 }
 
 /// Result alias for this crate.

@@ -14,7 +14,7 @@ use resilab_recovery::{DetectionRecord, Guard};
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 use serde::Serialize;
 
-use crate::session::Session;
+use crate::session::{Dirs, Session};
 use crate::{Error, Provenance, Result, RunConfig};
 
 /// One row of `metrics.csv`. Training loss and accuracy are means over the steps since the
@@ -278,7 +278,7 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
         let name = e.map_err(|source| Error::Io { path: dir.to_path_buf(), source })?.file_name();
         // The lock, and temporary files of resilab's own atomic writes (left by a write that
         // failed: a full disk), are not foreign.
-        if name == crate::files::LOCK_FILE || own_temporary(&name.to_string_lossy(), own) {
+        if name == crate::files::LOCK_FILE || own_temporary(&name.to_string_lossy(), own) || empty_checkpoint_root(&dir.join(&name)) {
             continue;
         }
         if own.iter().any(|o| name == *o) {
@@ -295,6 +295,14 @@ pub fn check_output_dir(dir: &Path, own: &[&str], what: &str) -> Result<()> {
             own.join(" or ")
         ))),
     }
+}
+
+/// Whether `path` is a checkpoint root resilab claimed and wrote nothing into yet (it holds
+/// only its marker): what a run stopped right after claiming it leaves.
+fn empty_checkpoint_root(path: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(path) else { return false };
+    let names: Vec<std::ffi::OsString> = entries.flatten().map(|e| e.file_name()).collect();
+    names.len() == 1 && names[0] == resilab_checkpoint::ROOT_MARKER
 }
 
 /// Whether `name` is the temporary file [`write_atomic`] writes for one of the files in `own`
@@ -383,23 +391,30 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let mut trainer = build_trainer(cfg, split.clone(), &opts.compute)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
     let mut guard = make_guard(cfg, &trainer)?;
+    // The golden run comes before anything is written here: a run stopped while it computes
+    // leaves this directory as it found it.
+    let golden = golden_run(cfg, opts)?;
     let ckpt_root = cfg.checkpoint.root(out);
+    let mut watch = crate::files::Watch::default();
+    watch.add(out)?;
     // A checkpoint directory outside the output directory has its own lock: two runs that
     // share one would prune each other's checkpoints.
     let _ckpt_lock = match cfg.checkpoint.enabled() {
         true => {
             resilab_checkpoint::claim(&ckpt_root, cfg.checkpoint.adopt_dir)?;
+            watch.add(&ckpt_root)?;
             (!ckpt_root.starts_with(out)).then(|| crate::files::lock_dir(&ckpt_root, "checkpoint.dir")).transpose()?
         }
         false => None,
     };
-    let golden = golden_run(cfg, opts)?;
     // Only now, when nothing can refuse the run any more, are the directory's files replaced.
+    watch.check()?;
     write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
-    let mut session = Session::open(cfg, opts, &trainer, ckpt_root, golden, resumed.is_some())?;
+    let mut session = Session::open(cfg, opts, &trainer, Dirs { ckpt_root, watch: watch.clone() }, golden, resumed.is_some())?;
     session.run(&mut trainer, &mut guard)?;
     let summary = session.finish(&mut trainer, &mut guard, &split, resumed)?;
     let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;
+    watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;
     Ok(summary)
 }

@@ -57,11 +57,23 @@ struct Window {
     steps: u64,
 }
 
+/// Where a run writes checkpoints, and the directories it checks before each write there.
+pub(crate) struct Dirs {
+    /// The checkpoint root.
+    pub(crate) ckpt_root: PathBuf,
+    /// The output and checkpoint directories as the run claimed them.
+    pub(crate) watch: crate::files::Watch,
+}
+
 /// One run's loop and its open files.
 pub(crate) struct Session<'a> {
     cfg: &'a RunConfig,
     opts: &'a RunOptions,
     ckpt_root: PathBuf,
+    /// The directories written into, checked before each checkpoint, prune and injection.
+    watch: crate::files::Watch,
+    /// Whether `<out>/states` has been made: later saves never make it again.
+    states_claimed: bool,
     meta: Meta,
     /// The state before the first step, reloaded by a restart when no checkpoint exists yet.
     initial: TrainState,
@@ -99,20 +111,18 @@ impl<'a> Session<'a> {
         cfg: &'a RunConfig,
         opts: &'a RunOptions,
         trainer: &Trainer,
-        ckpt_root: PathBuf,
+        dirs: Dirs,
         golden: Option<Golden>,
         resumed: bool,
     ) -> Result<Self> {
+        let Dirs { ckpt_root, watch } = dirs;
         let out = &opts.out;
         let compare = match &golden {
             Some(_) => Some(csv::Writer::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
             None => None,
         };
         let faults_path = out.join("faults.jsonl");
-        let faults_file = crate::files::open_no_follow(
-            &faults_path,
-            std::fs::OpenOptions::new().create(true).append(resumed).write(true).truncate(!resumed),
-        )?;
+        let faults_file = if resumed { crate::files::append_output(&faults_path)? } else { crate::files::create_output(&faults_path)? };
         let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
         // A run killed between its checkpoint and that step's row resumes without the row.
         let missing_row = resumed && trainer.step > 0 && last_row != Some(trainer.step) && row_due(trainer, trainer.step);
@@ -126,6 +136,8 @@ impl<'a> Session<'a> {
             cfg,
             opts,
             ckpt_root,
+            watch,
+            states_claimed: false,
             meta: Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() },
             initial: trainer.snapshot(),
             golden,
@@ -283,9 +295,13 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let t = Instant::now();
-        resilab_checkpoint::save(&self.ckpt_root, &trainer.snapshot(), &self.meta)?;
+        // A directory replaced meanwhile explains any failure here better than the failure.
+        let replaced = |e: resilab_checkpoint::Error| self.watch.check().err().unwrap_or(e.into());
+        self.watch.check()?;
+        resilab_checkpoint::save_claimed(&self.ckpt_root, &trainer.snapshot(), &self.meta).map_err(replaced)?;
         if self.cfg.checkpoint.keep_last > 0 {
-            resilab_checkpoint::prune(&self.ckpt_root, self.cfg.checkpoint.keep_last)?;
+            self.watch.check()?;
+            resilab_checkpoint::prune(&self.ckpt_root, self.cfg.checkpoint.keep_last).map_err(replaced)?;
         }
         self.tally.checkpoint_s += t.elapsed().as_secs_f64();
         self.tally.checkpoints += 1;
@@ -307,6 +323,7 @@ impl<'a> Session<'a> {
             };
             let file = dir.join(resilab_checkpoint::file_name(event.rank));
             let Some(spec) = guard.faults.spec(&event).cloned() else { continue };
+            self.watch.check()?;
             let seed = guard.faults.event_seed(&event);
             let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
                 .map_err(|e| Error::Config(format!("fault[{}] on {}: {e}", event.entry, file.display())))?;
@@ -433,7 +450,8 @@ impl<'a> Session<'a> {
             w.flush().map_err(io(&path))?;
         }
         if self.opts.record_states {
-            crate::golden::save_state(&self.opts.out.join("states"), step, whole, self.cfg)?;
+            crate::golden::save_state(&self.opts.out.join("states"), step, whole, self.cfg, !self.states_claimed)?;
+            self.states_claimed = true;
         }
         Ok(e)
     }
