@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use burn::prelude::*;
 use common::{assert_clean_error, run, write};
@@ -237,6 +238,51 @@ fn every_wrong_file_is_one_error_line_naming_what_is_wrong() {
     // Nothing was written by a failed import.
     for out in ["m", "e", "s", "t", "c", "p", "v"] {
         assert!(!d.join(out).join("step-00000000").exists(), "{out}");
+    }
+}
+
+/// Runs `scripts/hostile_pickles.py` (python3's standard library only), which writes four
+/// hostile `.pt` files into `dir` and prints their paths; `None` where python3 is missing,
+/// except under `CI=true`.
+fn hostile_pickles(dir: &Path) -> Option<Vec<PathBuf>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hostile_pickles.py");
+    match Command::new("python3").arg(&script).arg(dir).output() {
+        Ok(o) => {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            Some(String::from_utf8(o.stdout).unwrap().lines().map(PathBuf::from).collect())
+        }
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("python3 is required in CI (see .ci/run): {e}");
+            }
+            eprintln!("skipping: python3 is not installed ({e})");
+            None
+        }
+    }
+}
+
+/// A valid state_dict whose pickle also calls code is refused by name, whether the call's
+/// result is popped (no trace in the parsed value), kept under a key, named by protocol 4's
+/// STACK_GLOBAL, or under a module a prefix list lets through (`builtins.`, `numpy.`).
+#[test]
+fn a_pickle_that_would_call_code_anywhere_is_refused_by_name_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(files) = hostile_pickles(&d.join("hostile")) else { return };
+    let cases = [
+        ("system.pt", "GLOBAL posix.system at byte "),
+        ("eval.pt", "GLOBAL builtins.eval at byte "),
+        ("stack-global.pt", "STACK_GLOBAL builtins.eval at byte "),
+        ("runstring.pt", "GLOBAL numpy.testing._private.utils.runstring at byte "),
+    ];
+    assert_eq!(files.len(), cases.len(), "{files:?}");
+    for (name, callable) in cases {
+        let file = d.join("hostile").join(name);
+        assert!(files.contains(&file), "{files:?}");
+        let out = name.trim_end_matches(".pt");
+        let o = import(d, &file, RESNET8, out, &[]);
+        assert_clean_error(&o, &[name, callable, "of archive/data.pkl", "nothing was run"]);
+        assert!(!d.join(out).exists(), "{name}: the failed import wrote {}", d.join(out).display());
     }
 }
 

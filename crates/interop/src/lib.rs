@@ -16,6 +16,7 @@
 mod export;
 pub mod fit;
 mod import;
+pub mod pickle;
 pub mod source;
 
 use std::path::{Path, PathBuf};

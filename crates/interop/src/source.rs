@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn_store::pytorch_reader::{DType, PickleValue, PytorchReader};
+use burn_store::pytorch_reader::{DType, PytorchReader};
 use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::{Error, Result};
@@ -55,39 +55,12 @@ pub fn read(path: &Path) -> Result<Source> {
     split(path, tensors)
 }
 
-/// Python types a weights file may hold besides plain data: tensors and their storages, dtypes
-/// and devices, ordered dicts, numpy scalars and arrays (a training checkpoint's `best_acc`).
-const DATA_TYPES: [&str; 4] = ["torch.", "numpy.", "collections.OrderedDict", "builtins."];
-
-/// The pickled objects of `value` whose type is not data: callables such as `posix.system`,
-/// which unpickling with `pickle` (or `torch.load(weights_only=False)`) would call.
-fn code_objects(value: &PickleValue, out: &mut Vec<String>) {
-    match value {
-        PickleValue::Unsupported(name) if !DATA_TYPES.iter().any(|t| name.starts_with(t)) => out.push(name.clone()),
-        PickleValue::List(items) => items.iter().for_each(|v| code_objects(v, out)),
-        PickleValue::Dict(map) => map.values().for_each(|v| code_objects(v, out)),
-        _ => {}
-    }
-}
-
 fn read_pytorch(path: &Path) -> Result<BTreeMap<String, Host>> {
     let unreadable = |e: &dyn std::error::Error| Error::file(path, format!("is not a readable PyTorch file: {}", one_line(e)));
     // The reader never runs the pickle; a file that would run code when PyTorch loads it is
-    // refused all the same: it is not a state_dict, and whoever made it meant harm or a mistake.
-    let value = PytorchReader::read_pickle_data(path, None).map_err(|e| unreadable(&e))?;
-    let mut code = Vec::new();
-    code_objects(&value, &mut code);
-    if !code.is_empty() {
-        code.sort();
-        code.dedup();
-        return Err(Error::file(
-            path,
-            format!(
-                "holds pickled objects that unpickling would call ({}): a state_dict holds tensors only; resilab reads none of it (nothing was run)",
-                code.join(", ")
-            ),
-        ));
-    }
+    // refused all the same, before the reader parses it: it is not a state_dict, and whoever made
+    // it meant harm or a mistake. The walk reads every opcode against exact lists of names.
+    crate::pickle::check(path)?;
     let reader = PytorchReader::new(path).map_err(|e| unreadable(&e))?;
     let mut out = BTreeMap::new();
     for (name, t) in reader.into_tensors() {
@@ -123,11 +96,13 @@ fn read_safetensors(path: &Path) -> Result<BTreeMap<String, Host>> {
     Ok(out)
 }
 
-/// Converts little-endian bytes of `dtype` to f32 (integers exactly up to 2^24).
+/// Converts little-endian bytes of `dtype` to f32 (integers exactly up to 2^24; counts beyond
+/// round to the nearest f32). A finite f64 beyond f32's range is an error naming it: it would
+/// become infinite.
 fn from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> std::result::Result<Host, String> {
     let (values, integer): (Vec<f32>, bool) = match dtype {
         DType::F32 => (bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(), false),
-        DType::F64 => (bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32).collect(), false),
+        DType::F64 => (narrow_f64(bytes)?, false),
         DType::F16 => (bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(), false),
         DType::BF16 => (bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(), false),
         DType::I64 => (bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32).collect(), true),
@@ -138,6 +113,20 @@ fn from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> std::result::Res
         return Err(format!("{} values for shape {shape:?}", values.len()));
     }
     Ok(Host { shape, values, integer })
+}
+
+/// Little-endian f64 values as f32; the first finite value beyond f32's range is an error.
+fn narrow_f64(bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
+    let narrow = |(i, b): (usize, &[u8])| {
+        let wide = f64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        let value = wide as f32;
+        if wide.is_finite() && value.is_infinite() {
+            Err(format!("value {wide:e} at element {i} overflows f32 (largest {:.1e})", f32::MAX))
+        } else {
+            Ok(value)
+        }
+    };
+    bytes.chunks_exact(8).enumerate().map(narrow).collect()
 }
 
 /// The keys a training checkpoint keeps its model under, most specific first.
@@ -200,4 +189,34 @@ pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn le(values: &[f64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn an_f64_beyond_f32s_range_is_an_error_naming_the_tensor_and_the_value() {
+        let e = from_bytes(DType::F64, vec![2, 2], &le(&[0.0, 1.5, -2.0, 1e300])).unwrap_err();
+        assert_eq!(e, "value 1e300 at element 3 overflows f32 (largest 3.4e38)");
+        let e = from_bytes(DType::F64, vec![3], &le(&[-3.5e38, 1.0, 1e300])).unwrap_err();
+        assert_eq!(e, "value -3.5e38 at element 0 overflows f32 (largest 3.4e38)");
+        // What f32 holds, infinities and NaN stay as they are; values too small for f32 become 0.
+        let fine = [f64::from(f32::MAX), -f64::from(f32::MAX), f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-300, 0.1];
+        let host = from_bytes(DType::F64, vec![fine.len()], &le(&fine)).unwrap();
+        let want: Vec<f32> = fine.iter().map(|&v| v as f32).collect();
+        assert_eq!(host.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        // The file's error names the tensor.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.safetensors");
+        let data = le(&[1.0, -1e300, 2.0]);
+        let view = safetensors::tensor::TensorView::new(StDtype::F64, vec![3], &data).unwrap();
+        std::fs::write(&path, safetensors::tensor::serialize([("fc.weight", view)], None).unwrap()).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.ends_with("wide.safetensors: tensor fc.weight: value -1e300 at element 1 overflows f32 (largest 3.4e38)"), "{e}");
+    }
 }
