@@ -454,12 +454,13 @@ fn status_and_merge_check_the_shards_and_a_log_gets_one_line_per_run() {
     assert_eq!(lines.len(), 2, "{err}");
     assert!(lines[0].contains("[1/2] run ") && lines[0].contains("(grid index 0): ok"), "{err}");
     assert!(!err.contains('\r') && !err.contains("eta"), "no progress bar into a file: {err}");
-    // Shard 1 not yet run: status and merge say what is missing.
+    // Shard 1 started, nothing recorded yet: status and merge say what is missing.
     std::fs::create_dir_all(shard(1)).unwrap();
     for f in ["campaign.toml", "campaign.json"] {
         let t = std::fs::read_to_string(shard(0).join(f)).unwrap();
         std::fs::write(shard(1).join(f), t.replace("\"shard\": \"0/2\"", "\"shard\": \"1/2\"")).unwrap();
     }
+    std::fs::write(shard(1).join("runs.jsonl"), "").unwrap();
     let dirs = [shard(0).to_str().unwrap().to_string(), shard(1).to_str().unwrap().to_string()];
     let o = run(&["campaign", "--status", tmp.path().to_str().unwrap()]);
     assert_clean_error(&o, &["not a campaign directory (it has no campaign.toml)"]);
@@ -493,4 +494,170 @@ fn status_and_merge_check_the_shards_and_a_log_gets_one_line_per_run() {
     std::fs::write(shard(1).join("runs.jsonl"), std::fs::read_to_string(shard(1).join("runs.jsonl")).unwrap() + &forged).unwrap();
     let o = run(&["merge", "--out", tmp.path().join("overlap").to_str().unwrap(), &dirs[0], &dirs[1]]);
     assert_clean_error(&o, &["recorded by more than one part with different results", first["id"].as_str().unwrap()]);
+}
+
+/// Runs `resilab` with `args`, killing it after `limit`; returns its output and how long it ran.
+fn run_within(args: &[&str], limit: Duration) -> (std::process::Output, Duration) {
+    let start = Instant::now();
+    let mut child = resilab().args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    (child.wait_with_output().unwrap(), start.elapsed())
+}
+
+#[test]
+fn a_grid_is_counted_before_it_is_expanded_and_one_above_the_bound_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(tmp.path(), "nev.toml", NEV);
+    let out = tmp.path().join("dry");
+    let dry = ["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dry-run", "--set"];
+    let (o, took) = run_within(&[&dry[..], &["campaign.repetitions=1000000000"]].concat(), Duration::from_secs(60));
+    assert!(took < Duration::from_secs(20), "{took:?}: the grid was expanded before it was counted");
+    assert_clean_error(
+        &o,
+        &["nev.toml: the grid has 2000000000 runs (seeds 1 x repetitions 1000000000 x \"inject.injection_tries\" 2), more than 1000000: "],
+    );
+    // Axes whose product is past what 64 bits hold: counted, never wrapped.
+    let axis = format!("grid.\"inject.first_bit\"=[{}]", vec!["0"; 400].join(", "));
+    let (o, took) =
+        run_within(&[&dry[..], &[&axis, "--set", "campaign.repetitions=9223372036854775807"]].concat(), Duration::from_secs(60));
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_clean_error(&o, &["runs (seeds 1 x repetitions 9223372036854775807 x \"inject.first_bit\" 400 x \"inject.injection_tries\" 2)"]);
+    assert!(!out.exists());
+}
+
+/// A campaign directory written by hand for the 4-run grid of `text` (`NEV` with 2
+/// repetitions): `campaign.toml` as `campaign` writes it, and `runs.jsonl` holding `lines`.
+fn handmade(dir: &Path, name: &str, lines: &str) -> PathBuf {
+    let cfg = write(dir, &format!("{name}.toml"), &NEV.replace("repetitions = 10", "repetitions = 2"));
+    let c = resilab_campaign::Campaign::load(&cfg, &[]).unwrap();
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("campaign.toml"), &c.text).unwrap();
+    std::fs::write(out.join("runs.jsonl"), lines).unwrap();
+    out
+}
+
+/// Run `index` of `handmade`'s grid recorded as `ok` with final accuracy `acc`, as one line
+/// (without its newline).
+fn row(dir: &Path, index: u64, acc: f64) -> String {
+    let c = resilab_campaign::Campaign::parse(&std::fs::read_to_string(dir.join("campaign.toml")).unwrap(), &[], "t").unwrap();
+    let spec = c.run(index).unwrap();
+    let metrics = resilab_campaign::Metrics {
+        final_acc: Some(acc),
+        golden_acc: Some(0.5),
+        acc_loss: Some(0.5 - acc),
+        nev: Some(false),
+        ev_injected: Some(false),
+        collapsed: Some(false),
+        values_corrupted: Some(1),
+        ..Default::default()
+    };
+    let r = resilab_campaign::Row {
+        id: spec.id,
+        index,
+        coords: spec.coords.into_iter().collect(),
+        seed: spec.seed,
+        rep: spec.rep,
+        status: resilab_campaign::Status::Ok,
+        message: None,
+        metrics,
+    };
+    serde_json::to_string(&r).unwrap()
+}
+
+#[test]
+fn rows_are_checked_against_the_grid_and_runs_are_counted_per_grid_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = handmade(tmp.path(), "forged", "");
+    let s = |d: &Path| d.to_str().unwrap().to_string();
+    // A row whose grid index is outside the 4-run grid: refused by each reader, naming it.
+    let mut outside: serde_json::Value = serde_json::from_str(&row(&d, 1, 0.4)).unwrap();
+    outside["index"] = 1_000_000_000.into();
+    std::fs::write(d.join("runs.jsonl"), format!("{}\n{}\n{outside}\n", row(&d, 0, 0.4), row(&d, 1, 0.4))).unwrap();
+    let merged = tmp.path().join("merged");
+    let named = format!("{} line 3: grid index 1000000000 is outside the grid, which has 4 runs", d.join("runs.jsonl").display());
+    for args in [vec!["campaign", "--status", &s(&d)], vec!["merge", "--partial", "--out", &s(&merged), &s(&d)], vec!["report", &s(&d)]] {
+        assert_clean_error(&run(&args), &[&named]);
+    }
+    assert!(!merged.exists() && !d.join("report").exists());
+    // The same run twice is one run: 2 of 4 recorded, and the report says so.
+    std::fs::write(d.join("runs.jsonl"), format!("{0}\n{1}\n{1}\n{0}\n", row(&d, 0, 0.4), row(&d, 1, 0.4))).unwrap();
+    let o = run(&["campaign", "--status", &s(&d)]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("shard all: 2 of 4 recorded (2 ok), 2 missing"), "{text}");
+    assert!(text.contains("all: 2 of 4 runs recorded (0 not ok), 2 missing (grid index 2, 3)"), "{text}");
+    let o = run(&["report", &s(&d)]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("2 runs in "), "{o:?}");
+    let md = std::fs::read_to_string(d.join("report/report.md")).unwrap();
+    assert!(md.contains("2 runs recorded of 4 in the grid (2 ok; 2 not recorded)"), "{md}");
+    // The same index with another result is refused.
+    std::fs::write(d.join("runs.jsonl"), format!("{}\n{}\n", row(&d, 0, 0.4), row(&d, 0, 0.3))).unwrap();
+    assert_clean_error(
+        &run(&["campaign", "--status", &s(&d)]),
+        &["line 2: grid index 0 is recorded again with another result (first on line 1)"],
+    );
+
+    // A last row without its newline that is whole counts; one cut short is said, and missing.
+    std::fs::write(d.join("runs.jsonl"), format!("{}\n{}\n{}", row(&d, 0, 0.4), row(&d, 1, 0.4), row(&d, 2, 0.4))).unwrap();
+    let o = run(&["campaign", "--status", &s(&d)]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("all: 3 of 4 runs recorded"), "{o:?}");
+    let o = run(&["merge", "--partial", "--out", &s(&merged), &s(&d)]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("3 runs -> "), "{o:?}");
+    std::fs::write(d.join("runs.jsonl"), format!("{}\n{}\n{{\"id\":\"4147bd\",\"ind", row(&d, 0, 0.4), row(&d, 1, 0.4))).unwrap();
+    let o = run(&["campaign", "--status", &s(&d)]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && out.contains("all: 2 of 4 runs recorded (0 not ok), 2 missing (grid index 2, 3)"), "{out}{err}");
+    assert!(err.contains(&format!("warning: {} line 3: the last line is cut short", d.join("runs.jsonl").display())), "{err}");
+    assert!(err.contains("its run counts as missing"), "{err}");
+}
+
+#[test]
+fn resume_keeps_a_whole_last_row_without_its_newline_and_reruns_only_the_missing_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = handmade(tmp.path(), "cut", "");
+    let (first, second) = (row(&d, 0, 0.123), row(&d, 1, 0.456));
+    std::fs::write(d.join("runs.jsonl"), format!("{first}\n{second}")).unwrap();
+    let o = campaign(&tmp.path().join("cut.toml"), &d, &["--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(d.join("runs.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines[..2], [first.as_str(), second.as_str()], "the recorded rows are kept as they were");
+    let indices: HashSet<u64> = rows(&d).iter().map(|r| r["index"].as_u64().unwrap()).collect();
+    assert_eq!(indices, [0, 1, 2, 3].into());
+}
+
+#[test]
+fn a_half_written_directory_is_no_campaign_and_every_error_names_its_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = handmade(tmp.path(), "c", "");
+    let s = |d: &Path| d.to_str().unwrap().to_string();
+    std::fs::write(d.join("runs.jsonl"), row(&d, 0, 0.4) + "\n").unwrap();
+    // What a merge cut short used to leave: the campaign file, and its record under a
+    // temporary name.
+    let half = tmp.path().join("half");
+    std::fs::create_dir(&half).unwrap();
+    std::fs::copy(d.join("campaign.toml"), half.join("campaign.toml")).unwrap();
+    std::fs::copy(d.join("runs.jsonl"), half.join("runs.tmp")).unwrap();
+    assert_clean_error(
+        &run(&["campaign", "--status", &s(&half)]),
+        &["half: holds campaign.toml but no record of runs (runs.jsonl or runs.csv)"],
+    );
+    // An --out that is a file: said so, by report and merge alike.
+    let file = d.join("runs.jsonl");
+    let said = format!("--out {} is a file, not a directory", file.display());
+    assert_clean_error(&run(&["report", &s(&d), "--out", &s(&file)]), &[&said]);
+    assert_clean_error(&run(&["merge", "--partial", "--out", &s(&file), &s(&d)]), &[&said]);
+    // A report replaces its directory whole: never one holding other files.
+    assert_clean_error(&run(&["report", &s(&d), "--out", &s(&d)]), &["which a report does not write"]);
+    // An I/O error says its cause, once.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let o = run(&["campaign", "--status", &s(&d)]);
+    assert_clean_error(&o, &[&format!("{}: Is a directory", file.display())]);
+    assert_eq!(String::from_utf8_lossy(&o.stderr).matches("Is a directory").count(), 1, "{o:?}");
 }

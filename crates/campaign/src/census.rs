@@ -3,12 +3,12 @@
 //! recorded, missing, and recorded in more than one directory. `resilab campaign --status` prints
 //! it, and `merge` refuses parts that overlap or leave runs missing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::exec::{read_meta, shard_text};
 use crate::spec::Campaign;
-use crate::{CAMPAIGN_FILE, Error, RUNS_JSONL, Result, Row, Status, read_rows};
+use crate::{CAMPAIGN_FILE, Error, RUNS_CSV, RUNS_JSONL, Result, Row, Status, read_rows};
 
 /// One campaign directory.
 #[derive(Clone, Debug)]
@@ -23,10 +23,13 @@ pub struct Part {
     pub by_status: BTreeMap<String, u64>,
     /// Runs of its shard it has not recorded, by grid index.
     pub missing: Vec<u64>,
+    /// Runs it recorded of other shards of the grid (a directory resumed or merged into; they
+    /// count in the whole grid, not in its shard).
+    pub outside: u64,
 }
 
 impl Part {
-    /// Runs recorded.
+    /// Runs of its shard recorded, one per grid index.
     pub fn recorded(&self) -> u64 {
         self.by_status.values().sum()
     }
@@ -58,30 +61,34 @@ pub(crate) fn campaign_text(dir: &Path) -> Result<String> {
     })
 }
 
-/// Reads the directories `dirs`, which must hold the same campaign.
+/// Reads the directories `dirs`, which must hold the same campaign. Every row is checked
+/// against the grid ([`read_rows`]), and runs are counted per grid index, never by rows.
 pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
     let Some(first) = dirs.first() else { return Err(Error::Config("name at least one campaign directory".into())) };
     let text = campaign_text(first)?;
     let campaign = Campaign::parse(&text, &[], &first.join(CAMPAIGN_FILE).display().to_string())?;
-    let mut census = Census {
-        name: campaign.name(),
-        grid: campaign.len(),
-        parts: Vec::new(),
-        rows: BTreeMap::new(),
-        missing: Vec::new(),
-        conflicting: Vec::new(),
-    };
+    let grid = campaign.len();
+    let mut census =
+        Census { name: campaign.name(), grid, parts: Vec::new(), rows: BTreeMap::new(), missing: Vec::new(), conflicting: Vec::new() };
     for dir in dirs {
         if campaign_text(dir)? != text {
             return Err(Error::Config(format!("{} holds a different campaign from {}", dir.display(), first.display())));
         }
         let shard = read_meta(dir).and_then(|m| m.shard()).flatten();
-        let indices: Vec<u64> = (0..census.grid).filter(|i| shard.is_none_or(|(s, n)| i % n == s)).collect();
-        let mut part = Part { dir: dir.clone(), shard, expected: indices.len() as u64, by_status: BTreeMap::new(), missing: Vec::new() };
-        let mut held = std::collections::HashSet::new();
-        for r in read_rows(&dir.join(RUNS_JSONL), false)? {
+        let in_shard = |i: u64| shard.is_none_or(|(s, n)| i % n == s);
+        let expected = match shard {
+            None => grid,
+            Some((s, n)) => grid.saturating_sub(s).div_ceil(n),
+        };
+        let mut part = Part { dir: dir.clone(), shard, expected, by_status: BTreeMap::new(), missing: Vec::new(), outside: 0 };
+        let mut held = HashSet::new();
+        for r in record(dir, &campaign)? {
             held.insert(r.index);
-            *part.by_status.entry(r.status.name().to_string()).or_default() += 1;
+            if in_shard(r.index) {
+                *part.by_status.entry(r.status.name().to_string()).or_default() += 1;
+            } else {
+                part.outside += 1;
+            }
             match census.rows.get(&r.index) {
                 Some(first) if !same_result(first, &r) => census.conflicting.push(r.id.clone()),
                 Some(_) => {}
@@ -90,15 +97,26 @@ pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
                 }
             }
         }
-        part.missing = indices.into_iter().filter(|i| !held.contains(i)).collect();
+        part.missing = (0..grid).filter(|&i| in_shard(i) && !held.contains(&i)).collect();
         census.parts.push(part);
     }
-    census.missing = (0..census.grid).filter(|i| !census.rows.contains_key(i)).collect();
+    census.missing = (0..grid).filter(|i| !census.rows.contains_key(i)).collect();
     Ok((census, campaign, text))
 }
 
+/// The rows of the campaign directory `dir`, which must hold its record: a directory with the
+/// campaign file and neither `runs.jsonl` nor `runs.csv` is a merge or a start that did not
+/// finish, not a campaign with no runs recorded.
+fn record(dir: &Path, campaign: &Campaign) -> Result<Vec<Row>> {
+    let jsonl = dir.join(RUNS_JSONL);
+    if !jsonl.exists() && !dir.join(RUNS_CSV).exists() {
+        return Err(Error::NoRecord(dir.to_path_buf()));
+    }
+    read_rows(&jsonl, campaign, false)
+}
+
 /// Whether two records of one run agree on everything but the time they took.
-fn same_result(a: &Row, b: &Row) -> bool {
+pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
     let strip = |r: &Row| {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
@@ -122,7 +140,10 @@ impl Census {
         let mut lines = vec![format!("campaign {}: {} runs in the grid", self.name, self.grid)];
         for p in &self.parts {
             let statuses: Vec<String> = p.by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
-            let missing = if p.missing.is_empty() { "complete".to_string() } else { format!("{} missing", p.missing.len()) };
+            let mut missing = if p.missing.is_empty() { "complete".to_string() } else { format!("{} missing", p.missing.len()) };
+            if p.outside > 0 {
+                missing.push_str(&format!(", and {} run(s) of other shards", p.outside));
+            }
             lines.push(format!(
                 "  {}  shard {}: {} of {} recorded ({}), {missing}",
                 p.dir.display(),

@@ -69,7 +69,7 @@ pub fn estimate(
     platform: &str,
     compute: &Compute,
 ) -> Result<Estimate> {
-    let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), false)?.into_iter().map(|r| r.id).collect();
+    let done: HashSet<String> = read_rows(&out.join(RUNS_JSONL), campaign, false)?.into_iter().map(|r| r.id).collect();
     let (runs, todo) = pending(campaign, shard, &done)?;
     let preps: HashSet<u64> = bases_to_prepare(campaign, out, &todo, platform).iter().map(|s| s.index).collect();
     let mut costs: HashMap<String, SetupCost> = HashMap::new();

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::output::{Staged, check_out_dir};
 use crate::spec::{Campaign, Kind};
-use crate::store::{Appender, read_rows, write_csv, write_rows};
+use crate::store::{Appender, csv_bytes, jsonl_bytes, read_rows, write_csv};
 use crate::work::{Job, Reply, base_dir};
 use crate::{CAMPAIGN_FILE, Error, Metrics, READY_LINE, REPLY_PREFIX, RUNS_CSV, RUNS_JSONL, Result, Row, Status};
 
@@ -190,7 +191,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         }
     }
     std::fs::create_dir_all(out.join("logs")).map_err(io(out))?;
-    let rows = read_rows(&out.join(RUNS_JSONL), true)?;
+    let rows = read_rows(&out.join(RUNS_JSONL), campaign, true)?;
     write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), campaign.settings.kind, &rows)?;
     Ok(rows)
 }
@@ -639,21 +640,38 @@ pub fn merge(out: &Path, parts: &[PathBuf], partial: bool) -> Result<Merged> {
             merged.platforms.push("?".into());
         }
     }
-    let _lock = resilab_runner::files::lock_dir(out, "--out")?;
-    resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
-    if out.join(CAMPAIGN_FILE).exists() && crate::census::campaign_text(out)? != text {
-        return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), parts[0].display())));
-    }
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    resilab_runner::write_atomic(&out.join(CAMPAIGN_FILE), text.as_bytes())?;
-    if let Some(m) = platform {
-        resilab_runner::write_atomic(&out.join("campaign.json"), &merged_meta(&m))?;
-    }
     merged.mixed_golden_rows = mixed_golden_rows(&campaign, census.rows.values());
     let rows: Vec<Row> = census.rows.into_values().collect();
-    write_rows(out, &campaign.axis_keys(), campaign.settings.kind, &rows)?;
+    check_out_dir(out, "--out")?;
+    let created = !out.exists();
+    let _lock = resilab_runner::files::lock_dir(out, "--out")?;
+    let written = write_merged(out, &campaign, &text, &rows, platform, &parts[0]);
+    if written.is_err() && created {
+        crate::output::remove_if_bare(out);
+    }
+    written?;
     merged.rows = rows.len();
     Ok(merged)
+}
+
+/// Writes the merged record into `out` (locked) all or nothing: every file is written under a
+/// temporary name and synced, then each is renamed into place, the campaign file last. `out`
+/// may be one of the parts or hold an earlier merge (with bases and logs beside the record),
+/// so it is not replaced whole; a full disk leaves its earlier files as they were.
+fn write_merged(out: &Path, campaign: &Campaign, text: &str, rows: &[Row], meta: Option<Vec<u8>>, first: &Path) -> Result<()> {
+    let mut staged = Staged::new(out, &[RUNS_JSONL, RUNS_CSV, "campaign.json", CAMPAIGN_FILE])?;
+    resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
+    if out.join(CAMPAIGN_FILE).exists() && crate::census::campaign_text(out)? != text {
+        return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
+    }
+    let (axes, kind) = (campaign.axis_keys(), campaign.settings.kind);
+    staged.write(RUNS_JSONL, &jsonl_bytes(rows)?)?;
+    staged.write(RUNS_CSV, &csv_bytes(&out.join(RUNS_CSV), &axes, kind, rows)?)?;
+    if let Some(m) = meta {
+        staged.write("campaign.json", &merged_meta(&m))?;
+    }
+    staged.write(CAMPAIGN_FILE, text.as_bytes())?;
+    staged.commit()
 }
 
 /// The first part's `campaign.json` for the merged directory: the whole grid, not its shard.

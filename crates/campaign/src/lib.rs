@@ -13,6 +13,7 @@ mod census;
 mod command;
 mod estimate;
 mod exec;
+pub mod output;
 mod spec;
 mod store;
 mod work;
@@ -21,7 +22,7 @@ pub use census::{Census, Part, census};
 pub use command::{human_duration, jobs_for, parse_shard, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Merged, Options, Outcome, execute, merge};
-pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, RunSpec, SelfTest, Settings};
+pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, MAX_RUNS, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
 pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
 
@@ -348,13 +349,51 @@ pub enum Error {
     /// A bad campaign file, option or state of the campaign directory.
     #[error("{0}")]
     Config(String),
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file could not be read or written. The cause is the error's source, printed once
+    /// after the path by `{:#}` (or [`error_text`]).
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A line of `runs.jsonl` is not a run record.
+    #[error("{path} line {line}: not a run record")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// A row of `runs.jsonl` is not a run of its campaign's grid, or records a run again with
+    /// another result.
+    #[error("{path} line {line}: {why}")]
+    Row {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A campaign directory without its record (`runs.jsonl` or `runs.csv`): a merge or a
+    /// campaign's start that did not finish, not a campaign with no runs recorded.
+    #[error(
+        "{0}: holds {CAMPAIGN_FILE} but no record of runs ({RUNS_JSONL} or {RUNS_CSV}): a merge or a campaign start that did not finish; merge it again, or continue it with `campaign --resume`"
+    )]
+    NoRecord(PathBuf),
+    /// An output directory given is something else.
+    #[error("{what} {} is {kind}, not a directory", path.display())]
+    NotADirectory {
+        /// The option that named it (`--out`).
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// What it is instead (`a file`).
+        kind: &'static str,
     },
     /// An altered checkpoint could not be read.
     #[error("{0}")]
@@ -369,6 +408,23 @@ pub enum Error {
 
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `e` with its causes, as `{:#}` of an `anyhow` error prints it (`outer: cause: cause`),
+/// leaving out a cause whose text the line already holds (a transparent wrapper's): for an
+/// error recorded as text, such as a run's message.
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        next = cause.source();
+    }
+    text
+}
 
 /// The operating-system errors that are the machine's, not the experiment's.
 const MACHINE_ERRNOS: &[(i32, &str)] =

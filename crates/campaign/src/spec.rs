@@ -187,6 +187,14 @@ pub struct Axis {
     pub options: Vec<(String, toml::Value)>,
 }
 
+/// The most runs a campaign's grid may have. The grid is counted from its axes, seeds and
+/// repetitions before anything is expanded, and a larger one is refused: every process lists
+/// (a shard of) the grid, and its record, census and report hold up to one entry per run. A
+/// listed run takes about 2.7 KB (a 1,000,000-run `--dry-run` took 76 s and 2.7 GB on the
+/// 2-core machine), so the bound keeps the listing within the memory of any machine that could
+/// run such a campaign (at a second per run, 1,000,000 runs are 12 days on one core).
+pub const MAX_RUNS: u64 = 1_000_000;
+
 /// A parsed, checked campaign file.
 #[derive(Clone, Debug)]
 pub struct Campaign {
@@ -254,6 +262,16 @@ fn label(v: &toml::Value) -> String {
 
 fn hash(text: &str) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+/// A run's coordinates, seed and repetition as one string: its id is hashed from it.
+fn canonical(coords: &[(String, String)], seed: u64, rep: u64) -> String {
+    format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"))
+}
+
+/// A run's stable id: the first 12 hex digits of its canonical string's hash.
+fn run_id(coords: &[(String, String)], seed: u64, rep: u64) -> String {
+    hash(&canonical(coords, seed, rep))[..12].to_string()
 }
 
 impl Campaign {
@@ -343,6 +361,7 @@ impl Campaign {
             }
         }
         let mut c = Campaign { settings: file.campaign, base: file.base, inject: file.inject, axes, text: String::new() };
+        c.size().map_err(bad)?;
         c.check(origin)?;
         c.text = toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?;
         Ok(c)
@@ -391,9 +410,37 @@ impl Campaign {
         self.settings.name.clone().unwrap_or_else(|| "campaign".into())
     }
 
-    /// Runs in the whole grid.
+    /// Runs in the whole grid: the product of the axes' lengths, the seeds and the repetitions,
+    /// at most [`MAX_RUNS`] for a campaign that [`Campaign::parse`] accepted (saturating, never
+    /// wrapping, for one changed since).
     pub fn len(&self) -> u64 {
-        self.axes.iter().map(|a| a.options.len() as u64).product::<u64>() * self.settings.seeds.len() as u64 * self.settings.repetitions
+        self.factors().iter().fold(1u64, |n, (_, k)| n.saturating_mul(*k))
+    }
+
+    /// Each factor of the grid's size with its length: the seeds, the repetitions, then each
+    /// axis (its key quoted).
+    fn factors(&self) -> Vec<(String, u64)> {
+        let mut f = vec![("seeds".to_string(), self.settings.seeds.len() as u64), ("repetitions".to_string(), self.settings.repetitions)];
+        f.extend(self.axes.iter().map(|a| (format!("{:?}", a.key), a.options.len() as u64)));
+        f
+    }
+
+    /// The grid's size, counted from its factors with checked arithmetic before anything is
+    /// expanded: an error naming each factor when it passes [`MAX_RUNS`].
+    pub fn size(&self) -> std::result::Result<u64, String> {
+        let factors = self.factors();
+        let product = factors.iter().try_fold(1u128, |n, (_, k)| n.checked_mul(u128::from(*k)));
+        match product.and_then(|p| u64::try_from(p).ok()).filter(|&p| p <= MAX_RUNS) {
+            Some(p) => Ok(p),
+            None => {
+                let what = product.map_or_else(|| format!("more than {}", u128::MAX), |p| p.to_string());
+                let parts: Vec<String> = factors.iter().map(|(name, k)| format!("{name} {k}")).collect();
+                Err(format!(
+                    "the grid has {what} runs ({}), more than {MAX_RUNS}: a campaign is at most {MAX_RUNS} runs; lower campaign.repetitions or an axis, or split the grid into several campaigns",
+                    parts.join(" x ")
+                ))
+            }
+        }
     }
 
     /// Whether the grid is empty (never, once parsed).
@@ -409,6 +456,14 @@ impl Campaign {
     /// Run `index`. Repetitions vary slowest, then seeds, then the axes in key order (the last
     /// fastest), so a partly finished campaign has every cell with similar counts.
     pub fn run(&self, index: u64) -> Result<RunSpec> {
+        let (choice, seed, rep) = self.decode(index)?;
+        let mut spec = self.resolve(&choice, seed, rep).map_err(Error::Config)?;
+        spec.index = index;
+        Ok(spec)
+    }
+
+    /// Run `index`'s option of each axis, its seed and its repetition (mixed-radix decoding).
+    fn decode(&self, index: u64) -> Result<(Vec<usize>, u64, u64)> {
         if index >= self.len() {
             return Err(Error::Config(format!("run {index} is beyond the grid's {} runs", self.len())));
         }
@@ -420,11 +475,34 @@ impl Campaign {
             rest /= n;
         }
         let seeds = self.settings.seeds.len() as u64;
-        let seed = self.settings.seeds[(rest % seeds) as usize];
-        let rep = rest / seeds;
-        let mut spec = self.resolve(&choice, seed, rep).map_err(Error::Config)?;
-        spec.index = index;
-        Ok(spec)
+        Ok((choice, self.settings.seeds[(rest % seeds) as usize], rest / seeds))
+    }
+
+    /// Whether `row` is a run of this grid: its index is in the grid, and its id, coordinates,
+    /// seed and repetition are that index's. Says what differs, without resolving the run.
+    pub fn check_row(&self, row: &crate::Row) -> std::result::Result<(), String> {
+        if row.index >= self.len() {
+            return Err(format!(
+                "grid index {} is outside the grid, which has {} runs (0 to {})",
+                row.index,
+                self.len(),
+                self.len().saturating_sub(1)
+            ));
+        }
+        let (choice, seed, rep) = self.decode(row.index).map_err(|e| e.to_string())?;
+        let coords: Vec<(String, String)> = self.axes.iter().zip(&choice).map(|(a, &j)| (a.key.clone(), a.options[j].0.clone())).collect();
+        let id = run_id(&coords, seed, rep);
+        let same_coords = coords.len() == row.coords.len() && coords.iter().all(|(k, l)| row.coords.get(k) == Some(l));
+        if row.id != id || !same_coords || row.seed != seed || row.rep != rep {
+            let want: Vec<String> = coords.iter().map(|(k, l)| format!("{k} = {l}")).collect();
+            return Err(format!(
+                "run {} is not grid index {}'s run ({id}: {}, seed {seed}, repetition {rep}); the row was not written by this campaign",
+                row.id,
+                row.index,
+                want.join(", ")
+            ));
+        }
+        Ok(())
     }
 
     fn resolve(&self, choice: &[usize], seed: u64, rep: u64) -> std::result::Result<RunSpec, String> {
@@ -456,8 +534,8 @@ impl Campaign {
         let (channels, size, classes) = config.data.shape();
         config.model.validate(resilab_models::InputShape { channels, size }, classes).map_err(|e| format!("{where_}: {e}"))?;
         let injector = self.check_faults(&config, &inject, workers_hit, &where_)?;
-        let canonical = format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"));
-        let id = hash(&canonical)[..12].to_string();
+        let canonical = canonical(&coords, seed, rep);
+        let id = run_id(&coords, seed, rep);
         let fault_seed = xxhash_rust::xxh3::xxh3_64(format!("{}|{canonical}", s.fault_seed).as_bytes());
         config.fault_seed = if s.kind == Kind::Train { fault_seed } else { config.fault_seed };
         let base_key = match s.kind {
@@ -547,7 +625,7 @@ impl GridPoint {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) const SMALL: &str = r#"
@@ -675,6 +753,34 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         let again = Campaign::parse(&c.text, &[], "t").unwrap();
         assert_eq!(again.text, c.text);
         assert_eq!(again.run(77).unwrap().id, c.run(77).unwrap().id);
+    }
+
+    #[test]
+    fn a_grid_is_counted_before_it_is_expanded_and_refused_above_the_bound() {
+        let first = |over: &[&str]| {
+            let over: Vec<String> = over.iter().map(|o| o.to_string()).collect();
+            Campaign::parse(SMALL, &over, "c.toml").unwrap_err().to_string()
+        };
+        let e = first(&["campaign.repetitions=1000000000"]);
+        assert_eq!(
+            e.lines().next().unwrap(),
+            "c.toml: the grid has 8000000000 runs (seeds 2 x repetitions 1000000000 x \"inject.injection_tries\" 2 x \"model\" 2), more than 1000000: a campaign is at most 1000000 runs; lower campaign.repetitions or an axis, or split the grid into several campaigns"
+        );
+        // Past what 64 bits hold: counted all the same, never wrapped.
+        let e = first(&["campaign.repetitions=9223372036854775807"]);
+        assert!(e.contains("the grid has 73786976294838206456 runs (seeds 2 x repetitions 9223372036854775807 x"), "{e}");
+        // 2 seeds x 50 repetitions x 5000 x 2 options: 1,000,000, the most a grid may have.
+        let long: Vec<String> = (1..=5000).map(|i| i.to_string()).collect();
+        let axis = format!("grid.\"inject.injection_tries\"=[{}]", long.join(", "));
+        let c = Campaign::parse(SMALL, &[axis.clone(), "campaign.repetitions=50".into()], "c.toml").unwrap();
+        assert_eq!((c.len(), c.size()), (MAX_RUNS, Ok(MAX_RUNS)));
+        let e = first(&[&axis, "campaign.repetitions=51"]);
+        assert!(e.contains("the grid has 1020000 runs (seeds 2 x repetitions 51 x \"inject.injection_tries\" 5000 x \"model\" 2)"), "{e}");
+        // A campaign changed after parsing never wraps its count.
+        let mut c = Campaign::parse(SMALL, &[], "t").unwrap();
+        c.settings.repetitions = u64::MAX;
+        assert_eq!(c.len(), u64::MAX);
+        assert!(c.run(u64::MAX - 1).is_ok() && c.size().is_err());
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //! and flushed as each run ends); `runs.csv` holds the same rows and is rebuilt from it when a
 //! campaign resumes or campaigns are merged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Kind, Metrics, Result, Status};
+use crate::{Campaign, Error, Kind, Metrics, Result, Status};
 
 /// One finished run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,9 +61,19 @@ impl Row {
     }
 }
 
-/// Reads `runs.jsonl`. A last line cut short (the campaign was killed while writing it) is
-/// dropped and, with `repair`, cut from the file; any other bad line is an error naming it.
-pub fn read_rows(path: &Path, repair: bool) -> Result<Vec<Row>> {
+/// Reads `runs.jsonl` of `campaign`, checking each row before it is trusted: a line that is not
+/// a run record, a row that is not a run of the grid ([`Campaign::check_row`]: its grid index
+/// outside the grid, or its id, coordinates, seed or repetition not that index's), or a second
+/// row of one grid index with another result, is an error naming the file and the line. The
+/// same record twice is kept once, so the rows returned hold each grid index at most once, in
+/// the order first recorded. A missing file holds no rows.
+///
+/// The last line may lack its newline (the campaign was killed while writing it). When it
+/// parses as a whole row it is kept, and with `repair` its newline is written, so that the next
+/// row appended starts a line of its own. When it does not, a warning names the file and the
+/// line, its run counts as missing (`campaign --resume` runs it again), and with `repair` the
+/// cut line is removed from the file: it is never dropped without a word.
+pub fn read_rows(path: &Path, campaign: &Campaign, repair: bool) -> Result<Vec<Row>> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -71,45 +81,107 @@ pub fn read_rows(path: &Path, repair: bool) -> Result<Vec<Row>> {
         Err(e) => return Err(io(e)),
     };
     let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-    if complete < bytes.len() && repair {
-        let f = std::fs::OpenOptions::new().write(true).open(path).map_err(io)?;
-        f.set_len(complete as u64).map_err(io)?;
-        f.sync_all().map_err(io)?;
-    }
     let text = String::from_utf8_lossy(&bytes[..complete]);
-    let mut rows = Vec::new();
+    let mut lines: Vec<(usize, Row)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Row = serde_json::from_str(line).map_err(|e| Error::Config(format!("{} line {}: {e}", path.display(), i + 1)))?;
-        rows.push(row);
+        let row = serde_json::from_str(line).map_err(|source| Error::Record { path: path.to_path_buf(), line: i + 1, source })?;
+        lines.push((i + 1, row));
+    }
+    if let Some(row) = last_line(path, &bytes, complete, text.lines().count() + 1, repair)? {
+        lines.push(row);
+    }
+    let mut first: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut rows: Vec<Row> = Vec::new();
+    for (line, row) in lines {
+        campaign.check_row(&row).map_err(|why| Error::Row { path: path.to_path_buf(), line, why })?;
+        match first.get(&row.index).copied() {
+            Some((_, k)) if crate::census::same_result(&rows[k], &row) => {}
+            Some((at, _)) => {
+                return Err(Error::Row {
+                    path: path.to_path_buf(),
+                    line,
+                    why: format!("grid index {} is recorded again with another result (first on line {at})", row.index),
+                });
+            }
+            None => {
+                first.insert(row.index, (line, rows.len()));
+                rows.push(row);
+            }
+        }
     }
     Ok(rows)
 }
 
+/// The last line of `runs.jsonl` when it lacks its newline (`bytes[complete..]`, line
+/// `number`): the row it holds, if it parses as one (with `repair`, the file gets its newline);
+/// else `None`, after a warning (with `repair`, the line is cut from the file).
+fn last_line(path: &Path, bytes: &[u8], complete: usize, number: usize, repair: bool) -> Result<Option<(usize, Row)>> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let tail = &bytes[complete..];
+    if tail.is_empty() {
+        return Ok(None);
+    }
+    let parsed =
+        std::str::from_utf8(tail).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str::<Row>(t).map_err(|e| e.to_string()));
+    let blank = tail.iter().all(u8::is_ascii_whitespace);
+    if repair {
+        // Never through a link, as every output of a campaign.
+        let open = |o: &mut std::fs::OpenOptions| resilab_runner::files::open_no_follow(path, o);
+        if parsed.is_ok() {
+            let mut f = open(std::fs::OpenOptions::new().append(true))?;
+            f.write_all(b"\n").and_then(|()| f.sync_all()).map_err(io)?;
+        } else {
+            let f = open(std::fs::OpenOptions::new().write(true))?;
+            f.set_len(complete as u64).and_then(|()| f.sync_all()).map_err(io)?;
+        }
+    }
+    match parsed {
+        Ok(row) => Ok(Some((number, row))),
+        Err(_) if blank => Ok(None),
+        Err(e) => {
+            let what = if repair {
+                "it is removed, and this --resume runs its run again"
+            } else {
+                "its run counts as missing (`campaign --resume` runs it again)"
+            };
+            eprintln!(
+                "resilab: warning: {} line {number}: the last line is cut short ({} bytes, no newline at its end) and is not a whole run ({e}): {what}",
+                path.display(),
+                tail.len()
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// Writes `rows` as CSV to `path` (atomically), one column per axis key.
 pub fn write_csv(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<()> {
+    resilab_runner::write_atomic(path, &csv_bytes(path, axes, kind, rows)?)?;
+    Ok(())
+}
+
+/// `rows` as the CSV file `path`.
+pub(crate) fn csv_bytes(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let csv_err = |e: csv::Error| Error::Config(format!("{}: {e}", path.display()));
     w.write_record(Row::header(axes, kind)).map_err(csv_err)?;
     for r in rows {
         w.write_record(r.fields(axes, kind)).map_err(csv_err)?;
     }
-    let bytes = w.into_inner().map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-    resilab_runner::write_atomic(path, &bytes)?;
-    Ok(())
+    w.into_inner().map_err(|e| Error::Config(format!("{}: {e}", path.display())))
 }
 
-/// Writes `rows` as the whole record of `dir`: `runs.jsonl` and `runs.csv` (each atomically).
-pub fn write_rows(dir: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<()> {
+/// `rows` as `runs.jsonl`: one JSON object per line.
+pub(crate) fn jsonl_bytes(rows: &[Row]) -> Result<Vec<u8>> {
     let mut jsonl = Vec::new();
     for r in rows {
         jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
         jsonl.push(b'\n');
     }
-    resilab_runner::write_atomic(&dir.join(crate::RUNS_JSONL), &jsonl)?;
-    write_csv(&dir.join(crate::RUNS_CSV), axes, kind, rows)
+    Ok(jsonl)
 }
 
 /// Appends rows to an open `runs.jsonl` and `runs.csv`, flushing each.
@@ -158,16 +230,96 @@ mod tests {
         }
     }
 
+    /// The spec tests' 24-run campaign, and its run `index` recorded as `ok`.
+    fn grid_row(c: &Campaign, index: u64) -> Row {
+        let spec = c.run(index).unwrap();
+        Row {
+            id: spec.id,
+            index,
+            coords: spec.coords.into_iter().collect(),
+            seed: spec.seed,
+            rep: spec.rep,
+            status: Status::Ok,
+            message: None,
+            metrics: Metrics { final_acc: Some(0.5), ..Metrics::default() },
+        }
+    }
+
+    fn small() -> Campaign {
+        Campaign::parse(crate::spec::tests::SMALL, &[], "t").unwrap()
+    }
+
+    fn lines(rows: &[Row]) -> String {
+        rows.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect()
+    }
+
     #[test]
-    fn a_cut_last_line_is_dropped_and_repaired() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_last_line_without_its_newline_is_kept_when_whole_and_given_its_newline_by_repair() {
+        let (dir, c) = (tempfile::tempdir().unwrap(), small());
         let p = dir.path().join("runs.jsonl");
-        let full = format!("{}\n{}\n", serde_json::to_string(&row("a")).unwrap(), serde_json::to_string(&row("b")).unwrap());
+        let full = lines(&[grid_row(&c, 0), grid_row(&c, 1)]);
+        std::fs::write(&p, full.trim_end()).unwrap();
+        let rows = read_rows(&p, &c, false).unwrap();
+        assert_eq!(rows.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), full.trim_end(), "read without repair, untouched");
+        assert_eq!(read_rows(&p, &c, true).unwrap(), rows);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), full, "repaired: the next row starts a line of its own");
+    }
+
+    #[test]
+    fn a_last_line_cut_short_counts_as_missing_and_repair_removes_it() {
+        let (dir, c) = (tempfile::tempdir().unwrap(), small());
+        let p = dir.path().join("runs.jsonl");
+        let full = lines(&[grid_row(&c, 0), grid_row(&c, 1)]);
         std::fs::write(&p, format!("{full}{{\"id\":\"c\",\"ind")).unwrap();
-        let rows = read_rows(&p, true).unwrap();
-        assert_eq!(rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(read_rows(&p, &c, false).unwrap().len(), 2);
+        assert!(std::fs::read_to_string(&p).unwrap().ends_with("\"ind"), "read without repair, untouched");
+        let rows = read_rows(&p, &c, true).unwrap();
+        assert_eq!(rows.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), full);
-        assert_eq!(rows[0], row("a"));
+        assert_eq!(rows[0], grid_row(&c, 0));
+    }
+
+    #[test]
+    fn rows_that_are_not_runs_of_the_grid_are_refused_naming_file_line_and_index() {
+        let (dir, c) = (tempfile::tempdir().unwrap(), small());
+        let p = dir.path().join("runs.jsonl");
+        let mut outside = grid_row(&c, 1);
+        outside.index = 1_000_000_000;
+        std::fs::write(&p, lines(&[grid_row(&c, 0), outside.clone()])).unwrap();
+        let e = read_rows(&p, &c, false).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{} line 2: grid index 1000000000 is outside the grid", p.display())) && e.contains("24 runs"),
+            "{e}"
+        );
+        // The same outside the grid on a last line without its newline: refused too.
+        std::fs::write(&p, lines(&[grid_row(&c, 0), outside]).trim_end()).unwrap();
+        assert!(read_rows(&p, &c, true).unwrap_err().to_string().contains("line 2: grid index 1000000000"));
+        // In the grid, but another index's run.
+        let mut moved = grid_row(&c, 1);
+        moved.index = 2;
+        std::fs::write(&p, lines(&[grid_row(&c, 0), moved])).unwrap();
+        let e = read_rows(&p, &c, false).unwrap_err().to_string();
+        assert!(e.contains("line 2: run ") && e.contains("is not grid index 2's run"), "{e}");
+        std::fs::write(&p, "{\"id\": 3}\n").unwrap();
+        let e = read_rows(&p, &c, false).unwrap_err();
+        assert_eq!(e.to_string(), format!("{} line 1: not a run record", p.display()));
+        assert!(crate::error_text(&e).contains("not a run record: invalid type"), "the cause follows once");
+    }
+
+    #[test]
+    fn a_run_recorded_twice_is_kept_once_or_refused_when_its_results_differ() {
+        let (dir, c) = (tempfile::tempdir().unwrap(), small());
+        let p = dir.path().join("runs.jsonl");
+        let mut slower = grid_row(&c, 1);
+        slower.metrics.wall_s = Some(9.0);
+        std::fs::write(&p, lines(&[grid_row(&c, 0), grid_row(&c, 1), slower.clone()])).unwrap();
+        assert_eq!(read_rows(&p, &c, false).unwrap().len(), 2);
+        let mut other = slower;
+        other.metrics.final_acc = Some(0.25);
+        std::fs::write(&p, lines(&[grid_row(&c, 0), grid_row(&c, 1), other])).unwrap();
+        let e = read_rows(&p, &c, false).unwrap_err().to_string();
+        assert!(e.contains("line 3: grid index 1 is recorded again with another result (first on line 2)"), "{e}");
     }
 
     #[test]

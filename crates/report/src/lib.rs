@@ -27,8 +27,12 @@ pub enum Error {
     /// The campaign directory could not be read.
     #[error(transparent)]
     Campaign(#[from] resilab_campaign::Error),
-    /// A file could not be written.
-    #[error("{path}: {source}")]
+    /// The output directory could not be locked or checked.
+    #[error(transparent)]
+    Runner(#[from] resilab_runner::Error),
+    /// A file could not be written. The cause is the error's source, printed once after the
+    /// path by `{:#}`.
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -41,6 +45,23 @@ pub enum Error {
     /// Nothing to report.
     #[error("{0}")]
     Empty(String),
+    /// A symbolic link where a report's file goes: never written through.
+    #[error(
+        "{} is a symbolic link: resilab writes its outputs only into files of their own, never through a link (remove it, or give another directory)",
+        .0.display()
+    )]
+    Link(PathBuf),
+    /// The output directory holds files a report does not write.
+    #[error(
+        "--out {} holds {name}, which a report does not write: a report replaces its directory whole, so --out must be new, empty or hold an earlier report",
+        out.display()
+    )]
+    NotAReport {
+        /// The output directory.
+        out: PathBuf,
+        /// The first entry a report does not write.
+        name: String,
+    },
     /// A table could not be written as CSV.
     #[error("csv: {0}")]
     Csv(String),
@@ -75,7 +96,7 @@ fn write(path: &Path, text: &str) -> Result<PathBuf> {
         std::fs::create_dir_all(p).map_err(|source| Error::Io { path: p.to_path_buf(), source })?;
     }
     // Never through a link: a link in the report's directory is an error naming it.
-    let mut f = resilab_runner::files::create_output(path).map_err(|e| Error::Empty(e.to_string()))?;
+    let mut f = resilab_runner::files::create_output(path)?;
     std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     Ok(path.to_path_buf())
 }
@@ -390,9 +411,13 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
     let statuses: Vec<String> = by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         md,
-        "{runs} runs recorded of {} in the grid ({}); seeds {:?}, {} repetition(s) per cell and seed.\n",
+        "{runs} runs recorded of {} in the grid ({}{}); seeds {:?}, {} repetition(s) per cell and seed.\n",
         c.len(),
         statuses.join(", "),
+        match c.len().saturating_sub(runs as u64) {
+            0 => String::new(),
+            n => format!("; {n} not recorded"),
+        },
         s.seeds,
         s.repetitions
     );
@@ -489,17 +514,99 @@ fn num(s: &str) -> Option<f64> {
     s.parse().ok()
 }
 
+/// What a report directory holds: a directory given as `--out` holding anything else is
+/// refused, since a report replaces its directory whole.
+const REPORT_ENTRIES: &[&str] = &[
+    "report.md",
+    "cells.csv",
+    "comparisons.csv",
+    "bits.csv",
+    "cells_study.csv",
+    "which_strategy.csv",
+    "plots",
+    resilab_runner::files::LOCK_FILE,
+];
+
 /// Reads a campaign directory and writes its report into `out`: `cells.csv`, the comparisons
 /// (or the study's tests), the plots, and `report.md` that ties them together.
+///
+/// All or nothing: the report is written into a directory beside `out`, synced, and put in
+/// `out`'s place in one rename, so a failure (a full disk) leaves the earlier report, or
+/// nothing, never a part of one. `out` must be new, empty or hold an earlier report.
 pub fn report(dir: &Path, out: &Path) -> Result<Written> {
-    let _lock = resilab_runner::files::lock_dir(out, "--out").map_err(|e| Error::Empty(e.to_string()))?;
-    resilab_runner::check_output_dir(out, &["report.md", "cells.csv"], "--out").map_err(|e| Error::Empty(e.to_string()))?;
+    resilab_campaign::output::check_out_dir(out, "--out")?;
     let (campaign, rows) = load(dir)?;
-    let facts = RunFacts::of(&campaign, &rows);
+    let created = !out.exists();
+    let lock = resilab_runner::files::lock_dir(out, "--out")?;
+    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows));
+    if written.is_err() && created {
+        resilab_campaign::output::remove_if_bare(out);
+    }
+    drop(lock);
+    written
+}
+
+/// Fails when `out` holds something a report does not write (the report replaces it whole),
+/// or a symbolic link where a report's file goes (in it or in its `plots/`), as every output
+/// of resilab does.
+fn check_report_dir(out: &Path) -> Result<()> {
+    let io = |source| Error::Io { path: out.to_path_buf(), source };
+    for e in std::fs::read_dir(out).map_err(io)? {
+        let e = e.map_err(io)?;
+        let name = e.file_name();
+        if !REPORT_ENTRIES.iter().any(|r| name == *r) {
+            return Err(Error::NotAReport { out: out.to_path_buf(), name: name.to_string_lossy().into_owned() });
+        }
+        let kind = e.file_type().map_err(io)?;
+        if kind.is_symlink() {
+            return Err(Error::Link(e.path()));
+        }
+        if kind.is_dir() {
+            for p in std::fs::read_dir(e.path()).map_err(io)? {
+                let p = p.map_err(io)?;
+                if p.file_type().map_err(io)?.is_symlink() {
+                    return Err(Error::Link(p.path()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the report of `campaign`'s `rows` (from `dir`) beside `out` and puts it in `out`'s
+/// place; the files returned are named in `out`.
+fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Result<Written> {
+    let staging = resilab_campaign::output::staging_dir(out)?;
+    let io = |source| Error::Io { path: staging.clone(), source };
+    // Left by a report that was killed: ours, since `out` is locked.
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(io)?;
+    }
+    std::fs::create_dir(&staging).map_err(io)?;
+    let written = write_report(dir, &staging, campaign, rows).and_then(|w| {
+        resilab_campaign::output::sync_tree(&staging)?;
+        resilab_campaign::output::replace_dir(&staging, out)?;
+        Ok(w)
+    });
+    match written {
+        Ok(mut w) => {
+            w.files = w.files.iter().map(|f| f.strip_prefix(&staging).map_or_else(|_| f.clone(), |rel| out.join(rel))).collect();
+            Ok(w)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Err(e)
+        }
+    }
+}
+
+/// Writes the report of `campaign`'s `rows` (from `dir`) into `out`.
+fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Result<Written> {
+    let facts = RunFacts::of(campaign, rows);
     let tol = campaign.settings.rwc_tolerance_points;
-    let cells = cells(&rows, |r| facts.chance(r), tol);
+    let cells = cells(rows, |r| facts.chance(r), tol);
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
-    let (mut md, study) = tables(&campaign, &rows, &cells, &facts, out, &mut written)?;
+    let (mut md, study) = tables(campaign, rows, &cells, &facts, out, &mut written)?;
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     // Axes with one option say nothing in a label; the first varying axis picks the colour.
@@ -510,25 +617,26 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
     };
     let train = campaign.settings.kind == Kind::Train && !study;
     let mut figures: Vec<figures::Figure> = Vec::new();
-    figures.extend(figures::nev_vs_flips(&campaign, &cells, &fixed, &palette, &plots)?);
+    figures.extend(figures::nev_vs_flips(campaign, &cells, &fixed, &palette, &plots)?);
     if train {
-        figures.extend(figures::acc_vs_step(&campaign, dir, &rows, &cells, &fixed, &palette, &plots)?);
-        figures.extend(loss_vs_overhead(&campaign, &cells, &fixed, &palette, &plots)?);
+        figures.extend(figures::acc_vs_step(campaign, dir, rows, &cells, &fixed, &palette, &plots)?);
+        figures.extend(loss_vs_overhead(campaign, &cells, &fixed, &palette, &plots)?);
     }
-    let (by_layer, by_bit) = single_flip_tallies(&rows, &facts);
-    figures.extend(layer_figures(&campaign, &by_layer, &plots)?);
-    figures.extend(bit_figures(&campaign, &by_bit, &plots, out, &mut written)?);
+    let (by_layer, by_bit) = single_flip_tallies(rows, &facts);
+    figures.extend(layer_figures(campaign, &by_layer, &plots)?);
+    figures.extend(bit_figures(campaign, &by_bit, &plots, out, &mut written)?);
     plots_markdown(&mut md, &figures, out, &mut written);
     written.files.push(write(&out.join("report.md"), &md)?);
     Ok(written)
 }
 
-/// A campaign directory's campaign and recorded runs (an error if none are recorded yet).
+/// A campaign directory's campaign and recorded runs, each checked against the grid and one
+/// per grid index (an error if none are recorded yet).
 fn load(dir: &Path) -> Result<(Campaign, Vec<Row>)> {
     let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
     let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
     let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;
-    let rows = resilab_campaign::read_rows(&dir.join(resilab_campaign::RUNS_JSONL), false)?;
+    let rows = resilab_campaign::read_rows(&dir.join(resilab_campaign::RUNS_JSONL), &campaign, false)?;
     if rows.is_empty() {
         return Err(Error::Empty(format!("{}: no runs recorded yet", dir.join(resilab_campaign::RUNS_JSONL).display())));
     }
