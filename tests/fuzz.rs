@@ -23,6 +23,9 @@ fn mutated_checkpoints_and_configs_never_crash_hang_or_modify_their_input() {
     let mut opts = Options::new(Path::new(env!("CARGO_BIN_EXE_resilab")), &scratch);
     opts.cases = CASES;
     opts.seed = 20260;
+    // One case in 8 runs on a hostile file (external storage, virtual datasets, links out of
+    // the file, declared sizes beyond memory) and must leave what it points to untouched.
+    opts.corpus = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile"));
     let base = prepare(&opts).unwrap();
     let r = run(&opts, &base, &|_| {}).unwrap();
     let table = report::table(&r);
@@ -33,4 +36,18 @@ fn mutated_checkpoints_and_configs_never_crash_hang_or_modify_their_input() {
         assert!(t.count(Class::Ok) > 0, "no {} case succeeded:\n{table}", t.target);
     }
     assert_eq!(r.failures(), 0, "\n{table}\nfirst failures (inputs in {}):\n{}", r.failures_dir.display(), report::examples(&r));
+}
+
+#[test]
+fn the_hostile_pickles_of_the_corpus_are_refused_by_import() {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-ci-import");
+    let mut opts = Options::new(Path::new(env!("CARGO_BIN_EXE_resilab")), &scratch);
+    opts.corpus = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile"));
+    opts.targets = vec![resilab_fuzz::Target::Import];
+    opts.cases = 8;
+    let base = prepare(&opts).unwrap();
+    let r = run(&opts, &base, &|_| {}).unwrap();
+    let table = report::table(&r);
+    assert_eq!(r.failures(), 0, "\n{table}\n{}", report::examples(&r));
+    assert_eq!(r.tallies[0].count(Class::CleanError), 8, "every hostile pickle is refused:\n{table}");
 }

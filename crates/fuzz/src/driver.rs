@@ -42,6 +42,9 @@ pub enum Target {
     /// `resilab train` on a small tmpfs that fills (see [`crate::collide`]); needs root; not in
     /// [`Target::ALL`].
     FullDisk,
+    /// `resilab import FILE.pt` on the hostile pickles of the corpus (`Options::corpus`), in
+    /// turn: each must be refused and nothing written. Not in [`Target::ALL`].
+    Import,
 }
 
 impl Target {
@@ -60,6 +63,7 @@ impl Target {
             Target::Probe => "probe",
             Target::Writers => "writers",
             Target::FullDisk => "full-disk",
+            Target::Import => "import",
         }
     }
 
@@ -79,7 +83,8 @@ impl std::fmt::Display for Target {
 impl std::str::FromStr for Target {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let known: Vec<Target> = Target::ALL.into_iter().chain([Target::Probe, Target::Writers, Target::FullDisk]).collect();
+        let known: Vec<Target> =
+            Target::ALL.into_iter().chain([Target::Probe, Target::Writers, Target::FullDisk, Target::Import]).collect();
         let names: Vec<&str> = known.iter().map(|t| t.name()).collect();
         known.into_iter().find(|t| t.name() == s).ok_or_else(|| format!("unknown command `{s}` (known: {})", names.join(", ")))
     }
@@ -151,6 +156,76 @@ pub struct Options {
     /// An intact worker file to mutate instead of training one, so that two binaries (two HDF5
     /// builds) can be fuzzed on the same files.
     pub base: Option<PathBuf>,
+    /// A corpus of hostile files ([`corpus_files`]): every [`HOSTILE_EVERY`]th case of a file
+    /// command runs on one of them, unmutated, instead of a mutated checkpoint.
+    pub corpus: Option<PathBuf>,
+}
+
+/// One case in this many runs on a file of the hostile corpus (when there is one).
+pub const HOSTILE_EVERY: usize = 8;
+
+/// The files an attacker's checkpoint points to, kept beside the corpus and copied into each
+/// hostile case: a command must leave them as they were.
+pub const VICTIMS: [&str; 2] = ["victim.raw", "victim.h5"];
+
+/// The files of the corpus directory `dir` whose extension is `ext`, sorted, victims excluded.
+fn corpus_with(dir: &Path, ext: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("the hostile corpus {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext) && !p.file_name().is_some_and(|n| VICTIMS.iter().any(|v| n == *v)))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Case `index` of [`Target::Import`]: the corpus's hostile pickles in turn, imported with the
+/// base configuration.
+fn import_case(opts: &Options, index: usize, dir: &Path) -> anyhow::Result<Case> {
+    let corpus = opts.corpus.as_deref().context("the import command fuzzes the corpus's .pt files: give a corpus")?;
+    let files = corpus_with(corpus, "pt")?;
+    anyhow::ensure!(!files.is_empty(), "the corpus {} holds no .pt files", corpus.display());
+    let src = &files[index % files.len()];
+    let file = dir.join("weights.pt");
+    std::fs::copy(src, &file).with_context(|| format!("{}", src.display()))?;
+    write(&dir.join("import.toml"), BASE_CONFIG)?;
+    let args = ["import", "weights.pt", "--config", "import.toml", "--out", "out"].iter().map(OsString::from).collect();
+    let invocation = Invocation { program: opts.resilab.clone(), args, dir: dir.to_path_buf() };
+    Ok(Case { mutation: format!("hostile corpus file {}", src.display()), invocation, inputs: vec![file, dir.join("import.toml")] })
+}
+
+/// The hostile `.h5` files of a corpus directory (made by `scripts/hostile_h5.py`: external
+/// storage, virtual datasets, external and soft links out of the file, declared sizes beyond
+/// memory), sorted, victims excluded.
+pub fn corpus_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    corpus_with(dir, "h5")
+}
+
+/// The hostile corpus file case `index` runs on, if it is one of every [`HOSTILE_EVERY`].
+fn hostile_file(opts: &Options, index: usize) -> anyhow::Result<Option<PathBuf>> {
+    let Some(dir) = &opts.corpus else { return Ok(None) };
+    if index % HOSTILE_EVERY != HOSTILE_EVERY - 1 {
+        return Ok(None);
+    }
+    let files = corpus_files(dir)?;
+    Ok((!files.is_empty()).then(|| files[(index / HOSTILE_EVERY) % files.len()].clone()))
+}
+
+/// Puts hostile corpus file `src` at `file` and what it points to into `dir` (the victims, and
+/// a FIFO named `fifo` that blocks whoever opens it); returns the victims to keep unchanged.
+fn place_hostile(src: &Path, file: &Path, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::copy(src, file).with_context(|| format!("{}", src.display()))?;
+    let corpus = src.parent().unwrap_or(Path::new("."));
+    let mut victims = Vec::new();
+    for v in VICTIMS {
+        std::fs::copy(corpus.join(v), dir.join(v)).with_context(|| format!("{}", corpus.join(v).display()))?;
+        victims.push(dir.join(v));
+    }
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().with_context(|| "mkfifo")?;
+    anyhow::ensure!(made.success(), "mkfifo {} failed", fifo.display());
+    Ok(victims)
 }
 
 impl Options {
@@ -167,6 +242,7 @@ impl Options {
             limits: Limits { time: Duration::from_secs(90), memory_mb: Some(4096) },
             keep: 3,
             base: None,
+            corpus: None,
         }
     }
 }
@@ -253,6 +329,9 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
     if let Some(case) = crate::collide::case(opts, target, index, dir)? {
         return Ok(case);
     }
+    if target == Target::Import {
+        return import_case(opts, index, dir);
+    }
     let mut rng = case_rng(opts.seed, target, index);
     let strs = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
     let train = ["--out", "out", "--quiet", "--threads", "1", "--golden-dir", "golden"];
@@ -266,11 +345,17 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
     let step = dir.join(step_dir_name());
     std::fs::create_dir_all(&step).with_context(|| format!("{}", step.display()))?;
     let file = step.join("worker-0.h5");
-    std::fs::copy(&base.file, &file).with_context(|| format!("{}", file.display()))?;
     let m = FileMutation::draw(&mut rng, &base.layout);
-    m.apply_to_file(&file).with_context(|| format!("mutating {}: {m}", file.display()))?;
+    let (mutation, victims) = match hostile_file(opts, index)? {
+        Some(src) => (format!("hostile corpus file {}", src.display()), place_hostile(&src, &file, dir)?),
+        None => {
+            std::fs::copy(&base.file, &file).with_context(|| format!("{}", file.display()))?;
+            m.apply_to_file(&file).with_context(|| format!("mutating {}: {m}", file.display()))?;
+            (m.to_string(), Vec::new())
+        }
+    };
     let rel = format!("{}/worker-0.h5", step_dir_name());
-    let (args, inputs) = match target {
+    let (args, mut inputs) = match target {
         Target::Inspect => (strs(&["inspect", rel.as_str()]), vec![file]),
         Target::Probe => (strs(&["__probe", rel.as_str()]), vec![file]),
         Target::Eval => (strs(&["eval", rel.as_str(), "--threads", "1"]), vec![file]),
@@ -296,7 +381,7 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
             ];
             (strs(&args), vec![dir.join("inj.toml"), file])
         }
-        Target::Resume | Target::Config | Target::Writers | Target::FullDisk => {
+        Target::Resume | Target::Config | Target::Writers | Target::FullDisk | Target::Import => {
             let cfg = BASE_CONFIG.replace("\nsteps = 4\n", &format!("\nsteps = {}\n", CHECKPOINT_STEP + 2));
             write(&dir.join("resume.toml"), &cfg)?;
             let name = step_dir_name();
@@ -304,7 +389,8 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
             (strs(&[&resume[..], &train[..]].concat()), vec![dir.join("resume.toml"), step])
         }
     };
-    Ok(Case { mutation: m.to_string(), invocation: Invocation { program: opts.resilab.clone(), args, dir: dir.to_path_buf() }, inputs })
+    inputs.extend(victims);
+    Ok(Case { mutation, invocation: Invocation { program: opts.resilab.clone(), args, dir: dir.to_path_buf() }, inputs })
 }
 
 /// The result of one case.

@@ -33,7 +33,8 @@ struct Args {
     /// Commands to fuzz, comma-separated: inspect, eval, diff, inject, resume, config; probe
     /// (the HDF5 library reading inspect's files with no child-process guard); writers (two
     /// `train` processes on one --out, the second a drawn delay after the first) and full-disk
-    /// (`train` on a tmpfs of a drawn size; needs root and permission to mount).
+    /// (`train` on a tmpfs of a drawn size; needs root and permission to mount); import (the
+    /// corpus's hostile pickles, each of which must be refused).
     #[arg(long, value_delimiter = ',', default_value = "inspect,eval,diff,inject,resume,config")]
     commands: Vec<Target>,
     /// Seed of every mutation (case i of a command draws from its own ChaCha8 stream).
@@ -65,6 +66,11 @@ struct Args {
     /// e.g. two HDF5 libraries, on the same files).
     #[arg(long, value_name = "FILE")]
     base: Option<PathBuf>,
+    /// A directory of hostile HDF5 files (scripts/hostile_h5.py) with the victims they point
+    /// to: one case in 8 of each file command runs on one of them instead of a mutated
+    /// checkpoint, and must not touch the victims.
+    #[arg(long, value_name = "DIR", default_value = "tests/fixtures/hostile")]
+    corpus: PathBuf,
 }
 
 /// One JSON line of `--log`.
@@ -98,6 +104,7 @@ fn options(args: &Args) -> Options {
         limits: Limits { time: Duration::from_secs(args.timeout.max(1)), memory_mb: (args.mem_limit > 0).then_some(args.mem_limit) },
         keep: args.keep,
         base: args.base.as_ref().map(|b| std::path::absolute(b).unwrap_or_else(|_| b.clone())),
+        corpus: args.corpus.is_dir().then(|| std::path::absolute(&args.corpus).unwrap_or_else(|_| args.corpus.clone())),
     }
 }
 
