@@ -279,3 +279,288 @@ fn non_regular_files_are_refused_at_once() {
     assert_clean_error(&run(&["diff", s(&fifo), s(&fifo)]), &["pipe.h5", "not a regular file"]);
     assert!(start.elapsed().as_secs() < 10, "took {:?}", start.elapsed());
 }
+
+/// Runs `resilab` with `args` in `cwd` and `env`, killed if it runs past `secs` (a command that
+/// opened a FIFO would wait for a writer forever).
+fn run_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], secs: u64) -> std::process::Output {
+    let mut c = common::resilab();
+    c.args(args).current_dir(cwd).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            panic!("resilab {args:?} ran past {secs} s: it waited on a file nobody named");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Builds the hostile copies of `ckpt` with h5py (scripts/hostile_h5.py) into `out`; `false`
+/// when h5py is missing outside CI.
+fn hostile_files(ckpt: &Path, out: &Path, cases: &[&str]) -> bool {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hostile_h5.py");
+    match std::process::Command::new("python3").arg(script).arg(ckpt).arg(out).args(cases).output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named") => {
+            assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "python3 with h5py is required in CI (see .ci/run)");
+            eprintln!("skipping: h5py is not installed");
+            false
+        }
+        Ok(o) => panic!("hostile_h5.py failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("python3: {e}"),
+    }
+}
+
+/// Every file in `dir` with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+#[test]
+fn hdf5_files_that_point_elsewhere_are_refused_by_every_command_and_what_they_name_is_never_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = trained(d);
+    let step = ckpts.join("step-00000004");
+    let h = d.join("hostile");
+    let cases = ["external-storage", "passwd", "fifo", "virtual", "external-link", "soft-external"];
+    if !hostile_files(&step.join("worker-0.h5"), &h, &cases) {
+        return;
+    }
+    assert!(std::process::Command::new("mkfifo").arg(h.join("fifo")).status().unwrap().success());
+    let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+    let cfg = write(d, "resume.toml", &format!("{TINY}\n[checkpoint]\non_mismatch = \"load\"\n"));
+    let inj = injector(d);
+    // What each case's error names: the object, and where it points.
+    let named = |case: &str| -> Vec<&'static str> {
+        match case {
+            "external-storage" => vec!["external file", "victim.raw"],
+            "passwd" => vec!["external file", "/etc/passwd"],
+            "fifo" => vec!["external file", "fifo"],
+            "virtual" => vec!["virtual dataset", "victim.h5"],
+            _ => vec!["external link", "victim.h5"],
+        }
+    };
+    for case in cases {
+        let file = h.join(format!("{case}.h5"));
+        let in_place = h.join(format!("{case}-copy.h5"));
+        std::fs::copy(&file, &in_place).unwrap();
+        let resume = d.join(format!("resume-{case}/step-00000004"));
+        std::fs::create_dir_all(&resume).unwrap();
+        std::fs::copy(&file, resume.join("worker-0.h5")).unwrap();
+        let before = snapshot(&h);
+        let out = h.join("out.h5");
+        let st = h.join("out.safetensors");
+        let run_dir = d.join(format!("run-{case}"));
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["inspect", s(&file)],
+            vec!["eval", s(&file)],
+            vec!["diff", "victim.h5", s(&file)],
+            vec!["export", s(&file), "--out", s(&st)],
+            vec!["inject", "--config", s(&inj), "--file", s(&file), "--output", s(&out), "--seed", "1"],
+            vec!["inject", "--config", s(&inj), "--file", s(&in_place), "--in-place", "--seed", "1"],
+            vec!["train", "--config", s(&cfg), "--resume", s(&resume), "--out", s(&run_dir), "--quiet"],
+        ];
+        for args in &commands {
+            let o = run_within(args, &h, &[], 60);
+            let mut needles = named(case);
+            needles.push(if *case == *"soft-external" { "/elsewhere" } else { "/model/" });
+            assert_clean_error(&o, &needles);
+            assert_eq!(snapshot(&h), before, "{args:?} on {case} changed a file in the directory");
+            assert!(!out.exists() && !st.exists(), "{args:?} on {case} wrote an output");
+        }
+        assert_eq!(std::fs::read("/etc/passwd").unwrap_or_default(), passwd);
+    }
+}
+
+#[test]
+fn declared_sizes_are_refused_above_the_memory_budget_naming_both_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = trained(d);
+    let h = d.join("hostile");
+    if !hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &["bomb", "wide-u8"]) {
+        return;
+    }
+    let budget = [("RESILAB_MAX_MEMORY", "1G")];
+    for (case, needles) in [
+        ("bomb", ["/model/bomb", "4.00 GiB", "1.00 GiB (RESILAB_MAX_MEMORY = 1G)"]),
+        ("wide-u8", ["/train_state/wide", "3.73 GiB", "1.00 GiB"]),
+    ] {
+        let file = h.join(format!("{case}.h5"));
+        for args in [vec!["inspect", s(&file)], vec!["eval", s(&file)], vec!["diff", s(&file), s(&file)]] {
+            let o = run_within(&args, d, &budget, 60);
+            assert_clean_error(&o, &needles);
+        }
+    }
+    // A budget that is not a size is one error naming the variable.
+    let o = run_within(&["inspect", s(&h.join("bomb.h5"))], d, &[("RESILAB_MAX_MEMORY", "lots")], 60);
+    assert_clean_error(&o, &["RESILAB_MAX_MEMORY", "lots", "is not a size"]);
+}
+
+#[test]
+fn a_model_too_large_for_memory_is_refused_from_its_configuration_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = write(d, "big.toml", TINY);
+    let start = std::time::Instant::now();
+    let o = run_within(
+        &["train", "--config", s(&cfg), "--out", s(&d.join("out")), "--quiet", "--set", "model.width=16.0", "--set", "model.depth=1202"],
+        d,
+        &[],
+        60,
+    );
+    assert_clean_error(&o, &["resnet1202-w16", "trainable values", "more than the budget of", "lower model.width or model.depth"]);
+    assert!(start.elapsed().as_secs() < 20, "refused only after {:?}", start.elapsed());
+    // A batch whose activations do not fit names the batch size.
+    let o = run_within(&["train", "--config", s(&cfg), "--out", s(&d.join("out")), "--quiet"], d, &[("RESILAB_MAX_MEMORY", "1M")], 60);
+    assert_clean_error(&o, &["train.batch_size", "RESILAB_MAX_MEMORY = 1M"]);
+    // A checkpoint whose stored configuration asks for such a model (its seal renewed) is
+    // refused by eval and export before the model is built, not blamed on the file.
+    let ckpts = trained(d);
+    let file = ckpts.join("step-00000004/worker-0.h5");
+    let text = resilab_h5::Reader::open(&file).unwrap().attr_str("/", "config").unwrap();
+    let huge = text.replace("width = 0.25", "width = 16.0").replace("depth = 8", "depth = 1202");
+    assert_ne!(huge, text);
+    resilab_h5::set_sealed_attr_str(&file, "/", "config", &huge).unwrap();
+    for args in [vec!["eval", s(&file)], vec!["export", s(&file), "--out", s(&d.join("x.safetensors"))]] {
+        assert_clean_error(&run_within(&args, d, &[], 60), &["resnet1202-w16", "lower model.width or model.depth"]);
+    }
+    // A campaign whose base does not fit fails when it is checked, before any run.
+    let campaign = write(d, "c.toml", &common::NEV.replace("width = 0.25 }", "width = 16.0 }").replace("depth = 8,", "depth = 1202,"));
+    let o = run_within(&["campaign", "--config", s(&campaign), "--out", s(&d.join("camp")), "--dry-run"], d, &[], 60);
+    assert_clean_error(&o, &["resnet1202-w16", "more than the budget of"]);
+}
+
+/// The golden runs' temporary directories left in `golden`.
+fn golden_temporaries(golden: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(golden) else { return Vec::new() };
+    entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect()
+}
+
+#[test]
+fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A long golden run, so that the TERM lands inside it.
+    let fault =
+        "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n\n[parallel]\nworkers = 2\n\n[recovery]\nstrategy = \"rollback\"\n";
+    let cfg = write(d, "faulty.toml", &format!("{}\n{fault}", TINY.replace("steps = 8", "steps = 100000")));
+    let (out, golden) = (d.join("out"), d.join("golden"));
+    for signal in ["-TERM", "-INT"] {
+        let mut child = common::resilab()
+            .args(["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--golden-dir", s(&golden)])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while golden_temporaries(&golden).is_empty() {
+            assert!(start.elapsed().as_secs() < 60, "the golden run never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "{signal}: {status}");
+        assert_eq!(golden_temporaries(&golden), Vec::<String>::new(), "{signal} left the golden run's temporary directory");
+        let left: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert!(left.iter().all(|n| n == ".resilab.lock"), "{signal} left {left:?} in the output");
+    }
+    // The same directory takes the run again.
+    let o = run_within(
+        &["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--golden-dir", s(&golden), "--set", "train.steps=8"],
+        d,
+        &[],
+        120,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_run_whose_directory_is_replaced_stops_and_touches_nothing_in_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg =
+        write(d, "long.toml", &format!("{}\n[checkpoint]\nevery_steps = 2\nkeep_last = 1\n", TINY.replace("steps = 8", "steps = 100000")));
+    let out = d.join("out");
+    let mut a = common::resilab()
+        .args(["train", "--config", s(&cfg), "--out", s(&out), "--quiet"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !out
+        .join("checkpoints")
+        .read_dir()
+        .is_ok_and(|mut e| e.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("step-"))))
+    {
+        assert!(start.elapsed().as_secs() < 60, "no checkpoint written");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::rename(&out, d.join("moved")).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("mine.txt"), "another user's file").unwrap();
+    let status = a.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("was replaced by another directory") || err.contains("was removed"), "{err}");
+    let now: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(now, ["mine.txt"], "the first run wrote into the new directory");
+}
+
+#[test]
+fn a_hard_linked_copy_of_a_run_is_continued_without_changing_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = write(d, "ck.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n"));
+    let hl1 = d.join("hl1");
+    ok(&run(&["train", "--config", s(&cfg), "--out", s(&hl1), "--quiet", "--set", "train.steps=4"]));
+    let hl2 = d.join("hl2");
+    assert!(std::process::Command::new("cp").arg("-al").arg(&hl1).arg(&hl2).status().unwrap().success());
+    let before = snapshot(&hl1);
+    let o = run(&["train", "--config", s(&cfg), "--resume", s(&hl2.join("checkpoints")), "--out", s(&hl2)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("had other hard links"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(snapshot(&hl1), before, "continuing the copy changed the original's files");
+    assert!(
+        std::fs::read_to_string(hl2.join("metrics.csv")).unwrap().lines().count()
+            > std::fs::read_to_string(hl1.join("metrics.csv")).unwrap().lines().count()
+    );
+}
+
+#[test]
+fn export_verifies_digests_and_outputs_get_the_usual_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = trained(d);
+    let file = ckpts.join("step-00000004/worker-0.h5");
+    let injected = d.join("injected.h5");
+    let log = d.join("injected.log.jsonl");
+    ok(&run(&["inject", "--config", s(&injector(d)), "--file", s(&file), "--output", s(&injected), "--log", s(&log), "--seed", "1"]));
+    let st = d.join("x.safetensors");
+    assert_clean_error(&run(&["export", s(&injected), "--out", s(&st)]), &["fail their stored digest", "/model/", "--allow-altered"]);
+    assert!(!st.exists());
+    let text = ok(&run(&["export", s(&injected), "--out", s(&st), "--allow-altered"]));
+    assert!(text.contains("failed their stored digest") && text.contains("/model/"), "{text}");
+    let umask_mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let plain = d.join("plain.txt");
+    std::fs::write(&plain, "").unwrap();
+    let plain_dir = d.join("plain-dir");
+    std::fs::create_dir(&plain_dir).unwrap();
+    for p in [&st, &log, &injected, &ckpts.join("step-00000004")] {
+        let want = if p.is_dir() { umask_mode(&plain_dir) } else { umask_mode(&plain) };
+        assert_eq!(umask_mode(p), want, "{} is {:o}, other outputs {want:o}", p.display(), umask_mode(p));
+    }
+}
