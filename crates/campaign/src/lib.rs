@@ -350,7 +350,7 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     /// A file could not be read or written. The cause is the error's source, printed once
-    /// after the path by `{:#}` (or [`error_text`]).
+    /// after the path by `{:#}` (or [`resilab_runner::one_line`]).
     #[error("{path}")]
     Io {
         /// The file.
@@ -408,23 +408,6 @@ pub enum Error {
 
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// `e` with its causes, as `{:#}` of an `anyhow` error prints it (`outer: cause: cause`),
-/// leaving out a cause whose text the line already holds (a transparent wrapper's): for an
-/// error recorded as text, such as a run's message.
-pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let c = cause.to_string();
-        if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-        next = cause.source();
-    }
-    text
-}
 
 /// The operating-system errors that are the machine's, not the experiment's.
 const MACHINE_ERRNOS: &[(i32, &str)] =

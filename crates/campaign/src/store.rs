@@ -304,7 +304,7 @@ mod tests {
         std::fs::write(&p, "{\"id\": 3}\n").unwrap();
         let e = read_rows(&p, &c, false).unwrap_err();
         assert_eq!(e.to_string(), format!("{} line 1: not a run record", p.display()));
-        assert!(crate::error_text(&e).contains("not a run record: invalid type"), "the cause follows once");
+        assert!(resilab_runner::one_line(&e).contains("not a run record: invalid type"), "the cause follows once");
     }
 
     #[test]

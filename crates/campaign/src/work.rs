@@ -129,9 +129,11 @@ impl<'a> Worker<'a> {
         }));
         let (status, message, metrics) = match caught {
             Ok(Ok(m)) => (Status::Ok, None, m),
-            Ok(Err(e)) if crate::infrastructure(&e).is_some() => (Status::Infrastructure, Some(crate::error_text(&e)), Metrics::default()),
+            Ok(Err(e)) if crate::infrastructure(&e).is_some() => {
+                (Status::Infrastructure, Some(resilab_runner::one_line(&e)), Metrics::default())
+            }
             Ok(Err(Error::CorruptFile(m))) => (Status::CorruptFile, Some(m), Metrics::default()),
-            Ok(Err(e)) => (Status::Error, Some(crate::error_text(&e)), Metrics::default()),
+            Ok(Err(e)) => (Status::Error, Some(resilab_runner::one_line(&e)), Metrics::default()),
             Err(p) => {
                 let m = p
                     .downcast_ref::<&str>()

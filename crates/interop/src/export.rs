@@ -173,9 +173,9 @@ fn write_new(out: &Path, entries: &[Entry], info: HashMap<String, String>) -> Re
         .iter()
         .map(|(name, dtype, shape, bytes)| TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v)))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::file(out, format!("cannot be written: {}", crate::source::one_line(&e))))?;
+        .map_err(|e| Error::file(out, format!("cannot be written: {}", resilab_runner::one_line(&e))))?;
     let data = safetensors::tensor::serialize(views, Some(info))
-        .map_err(|e| Error::file(out, format!("cannot be written: {}", crate::source::one_line(&e))))?;
+        .map_err(|e| Error::file(out, format!("cannot be written: {}", resilab_runner::one_line(&e))))?;
     let dir = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -9,6 +9,7 @@ use burn_store::pytorch_reader::{DType, PytorchReader};
 use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::{Error, Result};
+use resilab_runner::one_line;
 
 /// A tensor read from the file, converted to f32.
 #[derive(Clone, Debug, PartialEq)]
@@ -174,21 +175,6 @@ fn split(path: &Path, tensors: BTreeMap<String, Host>) -> Result<Source> {
         return Err(Error::file(path, "holds no model tensors: expected a state_dict, or a training checkpoint with model_state_dict"));
     }
     Ok(source)
-}
-
-/// An error's message and its causes on one line.
-pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text.replace('\n', " ")
 }
 
 #[cfg(test)]

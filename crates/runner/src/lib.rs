@@ -21,6 +21,7 @@ pub use run::{
     write_atomic,
 };
 pub use session::WorkersSummary;
+pub use text::one_line;
 
 use std::path::PathBuf;
 

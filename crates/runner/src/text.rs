@@ -83,3 +83,21 @@ impl EvalReport {
         lines.join("\n")
     }
 }
+
+/// An error's message and its causes on one line, as `{:#}` of an `anyhow` error prints them
+/// (`outer: cause: cause`), leaving out a cause whose text the line already holds (a transparent
+/// wrapper's), newlines made spaces: for an error kept as text (a run's recorded message) or
+/// put inside another message.
+pub fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text.replace('\n', " ")
+}
