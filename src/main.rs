@@ -62,6 +62,12 @@ fn main() {
             .into_boxed_str(),
     );
     let cli = Cli::from_arg_matches(&Cli::command().version(version).get_matches()).unwrap_or_else(|e| e.exit());
+    // The memory budget every declared size is checked against: a RESILAB_MAX_MEMORY that is
+    // not a size is refused here, before any command, naming the variable alone.
+    if let Err(e) = resilab_limits::memory_budget() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     // A TERM or INT removes the temporary directories a command made before the process ends.
     if let Err(e) = resilab_runner::interrupt::install() {
         eprintln!("resilab: warning: cannot watch for TERM and INT ({e}); an interrupted run may leave temporary directories");

@@ -404,8 +404,10 @@ fn declared_sizes_are_refused_above_the_memory_budget_naming_both_figures() {
         }
     }
     // A budget that is not a size is one error naming the variable.
-    let o = run_within(&["inspect", s(&h.join("bomb.h5"))], d, &[("RESILAB_MAX_MEMORY", "lots")], 60);
-    assert_clean_error(&o, &["RESILAB_MAX_MEMORY", "lots", "is not a size"]);
+    for args in [vec!["inspect", s(&h.join("bomb.h5"))], vec!["train", "--config", "nothing.toml"]] {
+        let o = run_within(&args, d, &[("RESILAB_MAX_MEMORY", "lots")], 60);
+        assert_clean_error(&o, &["error: RESILAB_MAX_MEMORY = \"lots\" is not a size"]);
+    }
 }
 
 #[test]
