@@ -465,8 +465,7 @@ impl Reader {
 
     /// The walk's record of the dataset at `path`: only datasets the walk checked are read.
     pub(crate) fn checked(&self, path: &str) -> Result<&DatasetInfo> {
-        let key = format!("/{}", path.trim_start_matches('/'));
-        self.tree.datasets.iter().find(|d| d.path == key).ok_or_else(|| self.invalid(path, "no such dataset in the file".into()))
+        self.tree.dataset(path).ok_or_else(|| self.invalid(path, "no such dataset in the file".into()))
     }
 
     /// Reads an f32 dataset that must have exactly `shape` (checked before reading).

@@ -21,7 +21,7 @@
 //!
 //! The walk is linear in the number of objects: identities go into hash sets.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use hdf5::LinkType;
@@ -34,6 +34,19 @@ use crate::{DatasetInfo, Dtype, Error, HASH_ATTR, MAX_DEPTH, Result, caught, dty
 pub(crate) struct Tree {
     pub(crate) datasets: Vec<DatasetInfo>,
     pub(crate) groups: Vec<String>,
+    /// Each dataset's position in `datasets`, by path.
+    index: HashMap<String, usize>,
+}
+
+impl Tree {
+    /// The walk's record of the dataset at `path` (`/a/b` or `a/b`).
+    pub(crate) fn dataset(&self, path: &str) -> Option<&DatasetInfo> {
+        let i = match path.starts_with('/') {
+            true => self.index.get(path),
+            false => self.index.get(&format!("/{path}")),
+        };
+        i.map(|&i| &self.datasets[i])
+    }
 }
 
 /// An object's identity in a file: file number and object token.
@@ -152,6 +165,7 @@ fn hard_link(w: &mut Walk<'_>, g: &hdf5::Group, name: &str, path: &str) -> Resul
             }
             let ds = g.dataset(name).map_err(|e| w.hdf5(path, e))?;
             let info = describe(&ds, path, w.file, w.file_len, w.budget)?;
+            w.tree.index.insert(info.path.clone(), w.tree.datasets.len());
             w.tree.datasets.push(info);
             Ok(())
         }

@@ -311,8 +311,7 @@ impl Editor {
 
     /// Refuses a path the walk did not list.
     fn checked(&self, path: &str) -> Result<()> {
-        let key = format!("/{}", path.trim_start_matches('/'));
-        match self.tree.datasets.iter().any(|d| d.path == key) {
+        match self.tree.dataset(path).is_some() {
             true => Ok(()),
             false => Err(Error::Invalid { file: self.path.clone(), object: path.into(), message: "no such dataset in the file".into() }),
         }
