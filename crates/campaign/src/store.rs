@@ -128,7 +128,8 @@ fn last_line(path: &Path, bytes: &[u8], complete: usize, number: usize, repair: 
         std::str::from_utf8(tail).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str::<Row>(t).map_err(|e| e.to_string()));
     let blank = tail.iter().all(u8::is_ascii_whitespace);
     if repair {
-        // Never through a link, as every output of a campaign.
+        // Never through a link, symbolic or hard, as every output of a campaign.
+        resilab_runner::files::own_copy(path)?;
         let open = |o: &mut std::fs::OpenOptions| resilab_runner::files::open_no_follow(path, o);
         if parsed.is_ok() {
             let mut f = open(std::fs::OpenOptions::new().append(true))?;

@@ -141,12 +141,19 @@ pub fn create_output(path: &Path) -> Result<File> {
 /// file with other hard links is first replaced by a copy of its own, so what is appended does
 /// not change the other names.
 pub fn append_output(path: &Path) -> Result<File> {
+    own_copy(path)?;
+    single(path, open_no_follow(path, OpenOptions::new().append(true).create(true))?)
+}
+
+/// Makes the file at `path`, if it has other hard links, a copy of its own (the other names
+/// keep the content), saying so: call it before changing a file in place.
+pub fn own_copy(path: &Path) -> Result<()> {
     if links(path)? > 1 {
         let copy = path.with_extension("tmp");
         std::fs::copy(path, &copy).and_then(|_| std::fs::rename(&copy, path)).map_err(io(path))?;
-        eprintln!("resilab: {} had other hard links; appending to a copy of its own, the other names keep the old content", path.display());
+        eprintln!("resilab: {} had other hard links; changing a copy of its own, the other names keep the old content", path.display());
     }
-    single(path, open_no_follow(path, OpenOptions::new().append(true).create(true))?)
+    Ok(())
 }
 
 /// The hard links of the file at `path` (0 when there is none; a link is not followed).
