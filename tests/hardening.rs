@@ -478,6 +478,26 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
         let left: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
         assert!(left.iter().all(|n| n == ".resilab.lock"), "{signal} left {left:?} in the output");
     }
+    // A run started with INT ignored (a job a script put in the background) keeps ignoring it.
+    let line = format!(
+        "trap '' INT; exec {} train --config {} --out {} --quiet --golden-dir {}",
+        env!("CARGO_BIN_EXE_resilab"),
+        s(&cfg),
+        s(&out),
+        s(&golden)
+    );
+    let mut child = std::process::Command::new("sh").args(["-c", &line]).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while golden_temporaries(&golden).is_empty() {
+        assert!(start.elapsed().as_secs() < 60, "the golden run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "an ignored INT ended the run");
+    assert!(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    child.wait().unwrap();
+    assert_eq!(golden_temporaries(&golden), Vec::<String>::new());
     // The same directory takes the run again.
     let o = run_within(
         &["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--golden-dir", s(&golden), "--set", "train.steps=8"],

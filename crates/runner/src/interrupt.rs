@@ -41,9 +41,15 @@ impl Drop for Temporary {
 }
 
 /// Starts the thread that cleans up on SIGTERM and SIGINT. Call once, early, from the binary.
+/// A signal the process was started ignoring (SIGINT of a job a script put in the background)
+/// stays ignored.
 pub fn install() -> std::io::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let watched: Vec<i32> = [SIGTERM, SIGINT].into_iter().filter(|&s| !ignored(s)).collect();
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let mut signals = signal_hook::iterator::Signals::new(&watched)?;
     std::thread::Builder::new().name("resilab-interrupt".into()).spawn(move || {
         if let Some(signal) = signals.forever().next() {
             let dirs = REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -55,6 +61,17 @@ pub fn install() -> std::io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Whether `signal`'s disposition is "ignore" (as inherited from the parent).
+#[allow(unsafe_code)]
+fn ignored(signal: i32) -> bool {
+    // SAFETY: a query only (no new action is given); `old` is a zeroed sigaction that the call
+    // fills in, alive for the call.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// Removes `dir`, again while the other threads, still running, add to it (a removal that
@@ -72,6 +89,13 @@ fn remove_while_written(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ignored_signal_is_told_from_a_default_one() {
+        // The test harness leaves SIGTERM at its default; SIGPIPE is ignored by Rust programs.
+        assert!(!ignored(libc::SIGTERM));
+        assert!(ignored(libc::SIGPIPE));
+    }
 
     #[test]
     fn a_temporary_is_registered_while_it_lives() {
