@@ -450,6 +450,15 @@ fn golden_temporaries(golden: &Path) -> Vec<String> {
     entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect()
 }
 
+/// Waits until a golden run's temporary directory appears in `golden` (at most a minute).
+fn wait_for_golden(golden: &Path) {
+    let start = std::time::Instant::now();
+    while golden_temporaries(golden).is_empty() {
+        assert!(start.elapsed().as_secs() < 60, "the golden run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
     let dir = tempfile::tempdir().unwrap();
@@ -465,11 +474,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let start = std::time::Instant::now();
-        while golden_temporaries(&golden).is_empty() {
-            assert!(start.elapsed().as_secs() < 60, "the golden run never started");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait_for_golden(&golden);
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
         let status = child.wait().unwrap();
@@ -487,11 +492,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
         s(&golden)
     );
     let mut child = std::process::Command::new("sh").args(["-c", &line]).stderr(std::process::Stdio::null()).spawn().unwrap();
-    let start = std::time::Instant::now();
-    while golden_temporaries(&golden).is_empty() {
-        assert!(start.elapsed().as_secs() < 60, "the golden run never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_golden(&golden);
     assert!(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "an ignored INT ended the run");
