@@ -403,9 +403,10 @@ pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
 }
 
 impl Reader {
-    /// Opens `path` read-only and walks its tree (see the crate's documentation): anything but a regular file (a
-    /// FIFO would block) is refused, and so is a file that is not self-contained or declares
-    /// more than the file or the memory budget can hold. Nothing is read before that walk.
+    /// Opens `path` read-only and walks its tree (see the crate's documentation): anything but
+    /// a regular file (a FIFO would block) is refused, and so is a file that is not
+    /// self-contained or declares more than the file or the memory budget can hold. Nothing is
+    /// read before that walk.
     pub fn open(path: &Path) -> Result<Self> {
         require_regular_file(path)?;
         let budget = budget_for(path)?;
@@ -465,7 +466,7 @@ impl Reader {
 
     /// The walk's record of the dataset at `path`: only datasets the walk checked are read.
     pub(crate) fn checked(&self, path: &str) -> Result<&DatasetInfo> {
-        self.tree.dataset(path).ok_or_else(|| self.invalid(path, "no such dataset in the file".into()))
+        self.tree.dataset(&self.path, path)
     }
 
     /// Reads an f32 dataset that must have exactly `shape` (checked before reading).

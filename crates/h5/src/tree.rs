@@ -39,13 +39,16 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
-    /// The walk's record of the dataset at `path` (`/a/b` or `a/b`).
-    pub(crate) fn dataset(&self, path: &str) -> Option<&DatasetInfo> {
+    /// The walk's record of the dataset at `path` (`/a/b` or `a/b`) of `file`: only datasets the
+    /// walk checked are read or written.
+    pub(crate) fn dataset(&self, file: &Path, path: &str) -> Result<&DatasetInfo> {
         let i = match path.starts_with('/') {
             true => self.index.get(path),
             false => self.index.get(&format!("/{path}")),
         };
-        i.map(|&i| &self.datasets[i])
+        let missing =
+            || Error::Invalid { file: file.to_path_buf(), object: path.to_string(), message: "no such dataset in the file".into() };
+        i.map(|&i| &self.datasets[i]).ok_or_else(missing)
     }
 }
 
@@ -75,8 +78,7 @@ impl Walk<'_> {
     }
 }
 
-/// Walks `file` (opened from `path`, whose length is `file_len`) and checks it (see the module
-/// documentation).
+/// Walks `file` (opened from `path`) and checks it (see the module documentation).
 pub(crate) fn walk(file: &hdf5::File, path: &Path, budget: &Budget) -> Result<Tree> {
     let file_len =
         std::fs::metadata(path).map_err(|e| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?.len();
@@ -193,7 +195,7 @@ fn soft_links(w: &mut Walk<'_>, root: &hdf5::Group) -> Result<()> {
 
 /// A dataset's path, shape, type and stored digest, after checking that its storage is inside
 /// the file and that the elements it declares fit in the file (unfiltered) and in the budget.
-pub(crate) fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: &Budget) -> Result<DatasetInfo> {
+fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: &Budget) -> Result<DatasetInfo> {
     let invalid = |message: String| Error::Invalid { file: file.to_path_buf(), object: path.to_string(), message };
     storage_is_inside(ds, &invalid)?;
     let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);

@@ -311,10 +311,7 @@ impl Editor {
 
     /// Refuses a path the walk did not list.
     fn checked(&self, path: &str) -> Result<()> {
-        match self.tree.dataset(path).is_some() {
-            true => Ok(()),
-            false => Err(Error::Invalid { file: self.path.clone(), object: path.into(), message: "no such dataset in the file".into() }),
-        }
+        self.tree.dataset(&self.path, path).map(drop)
     }
 
     /// See [`Reader::read_points`].

@@ -412,11 +412,11 @@ impl RunConfig {
             return Ok(());
         }
         let lower = if activations > model {
-            "train.batch_size".to_string()
+            "train.batch_size"
         } else if replicas > 1 {
-            "model.width or model.depth, or parallel.workers".to_string()
+            "model.width or model.depth, or parallel.workers"
         } else {
-            "model.width or model.depth".to_string()
+            "model.width or model.depth"
         };
         Err(Error::Config(format!(
             "the model {} ({} trainable values) needs about {} of memory: {} for {replicas} replica(s)' parameters, gradients and \

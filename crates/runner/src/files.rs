@@ -8,10 +8,10 @@
 //! message; its presence alone means nothing.
 //!
 //! A lock inside the directory it guards does not survive the directory's removal: a second
-//! run on a new directory of the same name would not be refused. So the lock also records the
-//! directory's identity (device and inode), and a writer checks it ([`DirLock::check`],
-//! [`Watch::check`]) before every prune, rename or checkpoint: a run whose directory was
-//! replaced stops with an error and touches nothing in the new one.
+//! run on a new directory of the same name would not be refused. So a run also records the
+//! identity (device and inode) of each directory it writes into ([`Watch`]) and checks it
+//! before every prune, rename or checkpoint: a run whose directory was replaced stops with an
+//! error and touches nothing in the new one.
 //!
 //! Files are written only through names of their own: never through a symbolic link, and never
 //! into a file with other hard links (a copy made with `cp -al` would change with it): such a
@@ -33,16 +33,6 @@ pub struct DirLock {
     _file: File,
     /// The directory.
     pub dir: PathBuf,
-    /// Its device and inode when it was locked.
-    id: (u64, u64),
-}
-
-impl DirLock {
-    /// Fails when the locked directory is no longer at its path (removed, or replaced by
-    /// another directory of the same name): see the module documentation.
-    pub fn check(&self) -> Result<()> {
-        check_identity(&self.dir, self.id)
-    }
 }
 
 /// Directories a run writes into, each with the identity it had when the run claimed it.
@@ -66,7 +56,7 @@ impl Watch {
 }
 
 /// A directory's device and inode.
-pub fn identity(dir: &Path) -> Result<(u64, u64)> {
+fn identity(dir: &Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
     let m = std::fs::metadata(dir).map_err(io(dir))?;
     Ok((m.dev(), m.ino()))
@@ -110,8 +100,7 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
     }
     let note = format!("process {} (started {} UTC)\n", std::process::id(), crate::utc_stamp());
     file.set_len(0).and_then(|()| file.write_all(note.as_bytes())).and_then(|()| file.flush()).map_err(io(&path))?;
-    let id = identity(dir)?;
-    Ok(DirLock { _file: file, dir: dir.to_path_buf(), id })
+    Ok(DirLock { _file: file, dir: dir.to_path_buf() })
 }
 
 /// Opens `path` with `options`, refusing to follow a symbolic link at its last component: an
@@ -199,18 +188,15 @@ mod tests {
     fn a_replaced_directory_is_noticed() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("out");
-        let held = lock_dir(&dir, "--out").unwrap();
+        let _held = lock_dir(&dir, "--out").unwrap();
         let mut watch = Watch::default();
         watch.add(&dir).unwrap();
-        held.check().unwrap();
         watch.check().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(held.check().unwrap_err().to_string().contains("was removed"));
+        assert!(watch.check().unwrap_err().to_string().contains("was removed"));
         std::fs::create_dir(&dir).unwrap();
-        for e in [held.check().unwrap_err(), watch.check().unwrap_err()] {
-            let e = e.to_string();
-            assert!(e.contains("out") && e.contains("was replaced by another directory"), "{e}");
-        }
+        let e = watch.check().unwrap_err().to_string();
+        assert!(e.contains("out") && e.contains("was replaced by another directory"), "{e}");
         // A second writer can lock the new directory, and the first is told before it writes.
         let _second = lock_dir(&dir, "--out").unwrap();
     }

@@ -84,16 +84,12 @@ impl Golden {
 }
 
 /// Saves the whole model (all stages joined) as a one-worker state under `root`, for golden
-/// comparisons at `step`. `root` is created (and claimed) by the first save only: once the run's
-/// directory is gone (an interrupted golden run's, removed on the way out) a later save fails
-/// instead of making it again.
-pub fn save_state(root: &Path, step: u64, model: WorkerState, cfg: &RunConfig, first: bool) -> Result<()> {
+/// comparisons at `step`. `root` must have been claimed ([`resilab_checkpoint::claim`]) and is
+/// never made again: once the run's directory is gone (an interrupted golden run's, removed on
+/// the way out) a save fails instead of recreating it.
+pub fn save_state(root: &Path, step: u64, model: WorkerState, cfg: &RunConfig) -> Result<()> {
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
-    let state = TrainState { step, workers: vec![model] };
-    match first {
-        true => resilab_checkpoint::save(root, &state, &meta)?,
-        false => resilab_checkpoint::save_claimed(root, &state, &meta)?,
-    };
+    resilab_checkpoint::save_claimed(root, &TrainState { step, workers: vec![model] }, &meta)?;
     Ok(())
 }
 

@@ -72,8 +72,6 @@ pub(crate) struct Session<'a> {
     ckpt_root: PathBuf,
     /// The directories written into, checked before each checkpoint, prune and injection.
     watch: crate::files::Watch,
-    /// Whether `<out>/states` has been made: later saves never make it again.
-    states_claimed: bool,
     meta: Meta,
     /// The state before the first step, reloaded by a restart when no checkpoint exists yet.
     initial: TrainState,
@@ -121,6 +119,9 @@ impl<'a> Session<'a> {
             Some(_) => Some(csv::Writer::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
             None => None,
         };
+        if opts.record_states {
+            resilab_checkpoint::claim(&out.join("states"), false)?;
+        }
         let faults_path = out.join("faults.jsonl");
         let faults_file = if resumed { crate::files::append_output(&faults_path)? } else { crate::files::create_output(&faults_path)? };
         let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
@@ -137,7 +138,6 @@ impl<'a> Session<'a> {
             opts,
             ckpt_root,
             watch,
-            states_claimed: false,
             meta: Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() },
             initial: trainer.snapshot(),
             golden,
@@ -450,8 +450,7 @@ impl<'a> Session<'a> {
             w.flush().map_err(io(&path))?;
         }
         if self.opts.record_states {
-            crate::golden::save_state(&self.opts.out.join("states"), step, whole, self.cfg, !self.states_claimed)?;
-            self.states_claimed = true;
+            crate::golden::save_state(&self.opts.out.join("states"), step, whole, self.cfg)?;
         }
         Ok(e)
     }
