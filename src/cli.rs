@@ -257,6 +257,11 @@ pub(crate) struct TrainArgs {
     /// the golden run of the same configuration (computed once, then reused).
     #[arg(long, value_name = "DIR", default_value = "results/golden")]
     pub(crate) golden_dir: PathBuf,
+    /// Write samples.csv into the output directory: the training images (their indices in the
+    /// training split) each worker reads at each step, one row per image, so that another
+    /// framework can train on the same per-rank batches (scripts/ddp-check.sh does).
+    #[arg(long)]
+    pub(crate) record_samples: bool,
     #[command(flatten)]
     pub(crate) compute: ComputeArgs,
 }

@@ -26,6 +26,7 @@ pub(crate) fn compare(args: CompareArgs) -> Result<()> {
         golden: Some(args.train.golden_dir.clone()),
         compare_fault_free: false,
         record_states: false,
+        record_samples: args.train.record_samples,
     };
     let table = resilab_runner::compare::run(&args.train.config, &args.train.set, &args.strategies, &root, &options)?;
     println!("\n{table}");
@@ -49,6 +50,7 @@ pub(crate) fn train(args: TrainArgs) -> Result<()> {
         golden: Some(args.golden_dir.clone()),
         compare_fault_free: false,
         record_states: false,
+        record_samples: args.record_samples,
     };
     eprintln!(
         "resilab: training {} ({}) on {} ({threads} threads) -> {}",

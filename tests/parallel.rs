@@ -97,13 +97,65 @@ fn ddp_replicas_share_rank_zero_buffers_at_each_forward() {
     assert!(!d.is_empty() && d.iter().all(|n| n.contains("running_")), "{d:?}");
 }
 
+/// `samples.csv` as (step, worker, position, sample) rows.
+fn samples(out: &Path) -> Vec<[usize; 4]> {
+    let text = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("step,worker,position,sample"));
+    lines.map(|l| <[usize; 4]>::try_from(l.split(',').map(|v| v.parse().unwrap()).collect::<Vec<_>>()).unwrap()).collect()
+}
+
+#[test]
+fn recorded_samples_and_buckets_say_what_each_worker_read_and_reduced() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "workers = 2\nbucket_mb = 0.004\n");
+    let a = dir.path().join("a");
+    let s = train(&cfg, &a, &["--record-samples"]);
+    let rows = samples(&a);
+    // 8 steps of 32 images, 16 per worker, positions in order; the 128 images of an epoch (4
+    // steps) are each read once, and the next epoch reads them again in another order.
+    assert_eq!(rows.len(), 8 * 32);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!([r[0], r[1], r[2]], [i / 32 + 1, i % 32 / 16, i % 16], "{r:?}");
+    }
+    let epoch = |e: usize| rows[e * 128..(e + 1) * 128].iter().map(|r| r[3]).collect::<Vec<_>>();
+    let mut first = epoch(0);
+    assert_ne!(first, epoch(1));
+    first.sort_unstable();
+    assert_eq!(first, (0..128).collect::<Vec<_>>());
+    // The buckets hold every trainable parameter once, last parameters first, each under 4 KiB
+    // unless alone.
+    let buckets: Vec<Vec<String>> = serde_json::from_value(s["buckets"].clone()).unwrap();
+    assert!(buckets.len() > 2, "{buckets:?}");
+    let names: Vec<&String> = buckets.iter().flatten().collect();
+    assert_eq!(names.first().map(|n| n.as_str()), Some("classifier.fc.bias"));
+    assert_eq!(names.last().map(|n| n.as_str()), Some("stem.conv.weight"));
+    let unique: std::collections::BTreeSet<_> = names.iter().collect();
+    assert_eq!(unique.len(), names.len());
+    assert_eq!(names.len(), 29, "ResNet-8's trainable tensors: {names:?}");
+    // Resumed from step 4 into the same directory, the run keeps steps 1-4 and reads 5-8 again:
+    // the file is the uninterrupted run's.
+    let before = std::fs::read(a.join("samples.csv")).unwrap();
+    let at4 = dir.path().join("at4");
+    std::fs::rename(a.join("checkpoints/step-00000004"), &at4).unwrap();
+    std::fs::remove_dir_all(a.join("checkpoints")).unwrap();
+    train(&cfg, &a, &["--record-samples", "--resume", at4.to_str().unwrap()]);
+    assert_eq!(std::fs::read(a.join("samples.csv")).unwrap(), before);
+}
+
 #[test]
 fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "mode = \"pipeline\"\nstages = 3\nmicro_batches = 4\nschedule = \"1f1b\"\n");
     let a = dir.path().join("a");
-    let s = train(&cfg, &a, &[]);
+    let s = train(&cfg, &a, &["--record-samples"]);
     assert_eq!(s["parallel"], "pipeline 3 stages x 4 micro-batches (1f1b)");
+    // Stage 0 reads each global batch whole; the other stages read none. A pipeline has no
+    // all-reduce buckets.
+    let rows = samples(&a);
+    assert_eq!(rows.len(), 8 * 32);
+    assert!(rows.iter().all(|r| r[1] == 0) && rows[31][2] == 31);
+    assert_eq!(s["buckets"], serde_json::json!([]));
     let stages = s["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 3);
     assert_eq!(stages[0][0], "stem");

@@ -157,6 +157,7 @@ impl<'a> Worker<'a> {
             golden,
             compare_fault_free: true,
             record_states: false,
+            record_samples: false,
         }
     }
 

@@ -72,6 +72,9 @@ pub struct Summary {
     pub parallel: String,
     /// Blocks of each pipeline stage (empty for data parallelism).
     pub stages: Vec<Vec<String>>,
+    /// Data parallelism: the parameters of each all-reduce bucket, in reduction order (the
+    /// reverse of the model's order); empty for a pipeline.
+    pub buckets: Vec<Vec<String>>,
     /// Simulated wall time on a real parallel machine: per step, the end of its overlapped
     /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
     /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
@@ -216,6 +219,8 @@ pub struct RunOptions {
     pub compare_fault_free: bool,
     /// Save the whole model at every evaluation under `<out>/states` (golden runs do).
     pub record_states: bool,
+    /// Write `samples.csv`: the training images each worker reads at each step.
+    pub record_samples: bool,
 }
 
 /// One row of `compare.csv`: a faulty run against its golden run at an evaluated step.
@@ -560,6 +565,7 @@ fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden
             golden: None,
             compare_fault_free: false,
             record_states: true,
+            record_samples: false,
         };
         train(gcfg, &o).map(|_| ())
     })?;

@@ -20,6 +20,7 @@ use crate::run::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fa
 use crate::{Error, Result, RunConfig};
 
 mod losses;
+pub mod samples;
 
 pub use losses::WorkersSummary;
 
@@ -78,6 +79,8 @@ pub(crate) struct Session<'a> {
     golden: Option<Golden>,
     metrics: csv::Writer<File>,
     compare: Option<csv::Writer<File>>,
+    /// `samples.csv`, with `--record-samples`.
+    samples: Option<samples::SampleLog>,
     faults_file: BufWriter<File>,
     logged_faults: usize,
     tally: Tally,
@@ -122,6 +125,10 @@ impl<'a> Session<'a> {
         if opts.record_states {
             resilab_checkpoint::claim(&out.join("states"), false)?;
         }
+        let samples = match opts.record_samples {
+            true => Some(samples::SampleLog::open(&out.join("samples.csv"), trainer.step, resumed)?),
+            false => None,
+        };
         let faults_path = out.join("faults.jsonl");
         let faults_file = if resumed { crate::files::append_output(&faults_path)? } else { crate::files::create_output(&faults_path)? };
         let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
@@ -143,6 +150,7 @@ impl<'a> Session<'a> {
             golden,
             metrics,
             compare,
+            samples,
             faults_file: BufWriter::new(faults_file),
             logged_faults: 0,
             tally: Tally::default(),
@@ -164,6 +172,9 @@ impl<'a> Session<'a> {
             self.recreate_row(trainer)?;
         }
         while !trainer.done() {
+            if let Some(log) = &mut self.samples {
+                log.record(trainer)?;
+            }
             let t = Instant::now();
             let outcome = trainer.step_with(guard)?;
             self.tally.train_s += t.elapsed().as_secs_f64();
@@ -488,6 +499,7 @@ impl<'a> Session<'a> {
             images_per_s: ((steps - self.first_step) as f64 * trainer.config.batch_size as f64) / t.train_s.max(1e-9),
             parallel: cfg.parallel.describe(),
             stages: stage_blocks(trainer),
+            buckets: trainer.buckets().unwrap_or_default().iter().map(|b| b.iter().map(|(name, _)| name.clone()).collect()).collect(),
             simulated_s: t.sim_s,
             simulated_comm_s: t.comm_s,
             simulated_snapshot_s: t.snapshot_s,

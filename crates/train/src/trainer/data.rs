@@ -308,9 +308,13 @@ fn shards(len: usize, live: &[bool], rebalance: bool) -> Vec<Option<std::ops::Ra
 impl Trainer {
     /// The images (indices into the training set) each worker reads in the next step when all
     /// of them go on, in rank order: the data that the next step's global batch spreads over
-    /// the workers the job has now.
+    /// the workers the job has now. In a pipeline, stage 0 reads the whole global batch (then
+    /// cut into micro-batches in order) and the other stages read none.
     pub fn next_shards(&mut self) -> Vec<Vec<usize>> {
         let (_, global) = self.global_batch();
+        if self.stage_ranges().is_some() {
+            return std::iter::once(global).chain(std::iter::repeat_n(Vec::new(), self.workers.len() - 1)).collect();
+        }
         shards(global.len(), &vec![true; self.workers.len()], false).into_iter().flatten().map(|r| global[r].to_vec()).collect()
     }
 }
