@@ -1,0 +1,737 @@
+#!/usr/bin/env python3
+"""resilab's simulated workers against real torch.distributed training, step for step.
+
+Every check trains the same ResNet-8 (width 1/4, BatchNorm) from the same weights on the same
+images twice: once in resilab's simulation, once as real PyTorch processes talking over gloo.
+Before each step every PyTorch rank loads what resilab's rank held after the step before (its
+checkpoint), takes the step, and every parameter, BatchNorm buffer and momentum buffer of every
+rank is compared with resilab's: each difference is that one step's float32 arithmetic.
+
+- ddp / horovod: fault-free data parallelism (DistributedDataParallel with broadcast_buffers;
+  Horovod's semantics with torch.distributed collectives: fused buckets summed, then scaled by
+  1/N, no buffer broadcast, each replica keeping its own BatchNorm statistics);
+- flip: one bit of one element of rank 1's gradient at step 10 (a finite change, and one that
+  overflows the next step), flipped in PyTorch by a DDP communication hook before the average;
+- crash-*: rank 1 fails inside step 10 with k of resilab's all-reduce buckets complete, under
+  lossy forward (the hook averages buckets < k over every rank and the rest over the survivors),
+  rollback (the step redone over the survivors from the pre-step state) and checkpoint-restart
+  (every rank reloads the newest checkpoint, step 9's), for k = 0, 1 and all but one, at 4 and
+  8 ranks;
+- gpipe-*: resilab's GPipe over 2 and 4 stages against torch.distributed.pipelining's
+  ScheduleGPipe on the same split and micro-batches.
+
+Both sides start from weights made here and imported with `resilab import`, and read the
+per-rank batches resilab recorded (`train --record-samples`). Run it through
+scripts/ddp-check.sh, which provides PyTorch, h5py and safetensors.
+"""
+
+import argparse
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def die(message):
+    print(f"ddp-check: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    import h5py
+    import numpy as np
+    import safetensors.torch
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+except ImportError as e:
+    die(f"the Python module {e.name} is missing: run `bash scripts/ddp-check.sh`, which installs what the check needs into PyTorch's virtual environment")
+
+sys.path.insert(0, str(ROOT / "docs" / "pytorch"))
+import resilab_models  # noqa: E402
+
+# The checkpoint layout this script reads (docs/checkpoint-format.md).
+FORMAT_VERSION = 3
+PER_RANK = 8  # images per rank and step
+LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
+MEAN, STD = 0.5, 0.25
+# Six all-reduce buckets for this model (4 KiB each), so that a crash can fall between them.
+BUCKET_MB = 0.004
+CRASH_STEP, CRASH_STEPS = 10, 12
+# The bounds, from float32 reassociation (see docs/parallel.md, "Checked against PyTorch"): an
+# average of N gradients summed in another order differs by a few ulps (1e-7 relative) of its
+# largest terms; the differences grow through the steps that follow.
+BOUND = 1e-5
+# Memory one PyTorch rank takes (measured: about 330 MB resident), for the host check.
+RANK_BYTES = 400 << 20
+
+
+@dataclass
+class Check:
+    """One comparison: a resilab run and the PyTorch job that should compute the same."""
+
+    name: str
+    world: int
+    steps: int
+    sync: str = "ddp"
+    mode: str = "data"
+    fault: str = ""
+    strategy: str = "none"
+    crash_k: int = -1  # buckets complete at the crash (-1: no crash)
+    stages: int = 1
+    first: int = 1  # the first step compared (the steps before a fault are the fault-free check's)
+    split_at: list = field(default_factory=list)
+    micro_batches: int = 1
+
+    @property
+    def batch(self):
+        return PER_RANK * (self.world if self.mode == "data" else 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The data and the resilab side
+
+
+def write_cifar(directory, train, test, seed=0):
+    """A CIFAR-10-format dataset (five training files and a test file) with a learnable pattern."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def records(n):
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        pixels = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        for c in range(10):
+            band = slice(c * 300, c * 300 + 300)
+            pixels[labels == c, band] = pixels[labels == c, band] // 4 + 180
+        return np.concatenate([labels[:, None], pixels], 1)
+
+    per_file = train // 5
+    for i in range(1, 6):
+        records(per_file).tofile(directory / f"data_batch_{i}.bin")
+    records(test).tofile(directory / "test_batch.bin")
+    raw = b"".join((directory / f"data_batch_{i}.bin").read_bytes() for i in range(1, 6))
+    data = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3073)
+    images = torch.from_numpy(data[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32))
+    # resilab's normalisation in float32: (p / 255 - mean) * (1 / std).
+    images = (images / 255.0 - MEAN) * (1.0 / STD)
+    return images, torch.from_numpy(data[:, 0].astype(np.int64))
+
+
+def config_text(check, data_dir):
+    lines = [
+        f'name = "{check.name}"',
+        "seed = 1",
+        "[data]",
+        'source = "cifar10"',
+        f'path = "{data_dir}"',
+        f"normalize = {{ mean = [{MEAN}, {MEAN}, {MEAN}], std = [{STD}, {STD}, {STD}] }}",
+        "[model]",
+        'arch = "resnet"',
+        "depth = 8",
+        "width = 0.25",
+        "[train]",
+        f"steps = {check.steps}",
+        f"batch_size = {check.batch}",
+        "[optimizer]",
+        f"lr = {LR}",
+        f"momentum = {MOMENTUM}",
+        f"weight_decay = {WEIGHT_DECAY}",
+        "[recovery]",
+        f'strategy = "{check.strategy}"',
+        "[parallel]",
+    ]
+    if check.mode == "data":
+        lines += [f"workers = {check.world}", f'sync = "{check.sync}"', f"bucket_mb = {BUCKET_MB}"]
+    else:
+        lines += ['mode = "pipeline"', f"stages = {check.stages}", f"micro_batches = {check.micro_batches}",
+                  'schedule = "gpipe"', f"split_at = {check.split_at}"]
+    lines += ["[checkpoint]", "every_steps = 1", "keep_last = 0", check.fault]
+    return "\n".join(lines) + "\n"
+
+
+def resilab(binary, *args):
+    result = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True)
+    if result.returncode != 0:
+        die(f"`resilab {' '.join(map(str, args))}` failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+    return result
+
+
+def run_resilab(binary, check, work, data_dir, init):
+    """Imports the initial weights into the check's configuration and trains from them."""
+    d = work / check.name
+    d.mkdir(parents=True)
+    cfg = d / "run.toml"
+    cfg.write_text(config_text(check, data_dir))
+    resilab(binary, "import", init, "--config", cfg, "--out", d / "init")
+    resilab(binary, "train", "--config", cfg, "--resume", d / "init", "--out", d / "run", "--quiet",
+            "--record-samples", "--golden-dir", work / "golden")
+    summary = json.loads((d / "run" / "summary.json").read_text())
+    samples = {}
+    for line in (d / "run" / "samples.csv").read_text().splitlines()[1:]:
+        step, worker, _, sample = map(int, line.split(","))
+        samples.setdefault(step, {}).setdefault(worker, []).append(sample)
+    faults = [json.loads(l) for l in (d / "run" / "faults.jsonl").read_text().splitlines() if l.strip()]
+    return d / "run", summary, samples, faults
+
+
+def read_worker(path):
+    """Every tensor of a resilab worker file by PyTorch name: weights, buffers and momentum."""
+    with h5py.File(path, "r") as f:
+        version = int(f.attrs.get("format_version", 0))
+        if version != FORMAT_VERSION:
+            die(f"{path} has checkpoint format {version}, and this script reads format {FORMAT_VERSION} only: use the scripts/ddp_check.py of the same resilab revision as the binary")
+        out = {}
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset) and name.startswith(("model/", "optimizer/")):
+                out[name] = np.asarray(obj[()], dtype=np.float32)
+
+        f.visititems(visit)
+    named = {}
+    for path_, value in out.items():
+        if path_.startswith("model/"):
+            named["param:" + path_[len("model/"):].replace("/", ".")] = value
+        elif path_.endswith("/momentum_buffer"):
+            named["momentum:" + path_[len("optimizer/"):-len("/momentum_buffer")].replace("/", ".")] = value
+    return named
+
+
+# ---------------------------------------------------------------------------------------------
+# The PyTorch side: one process per rank
+
+
+def make_model():
+    return resilab_models.resnet(depth=8, width=0.25, channels=3, classes=10)
+
+
+def torch_state(model, opt, names=None):
+    """Parameters, buffers and momentum by the names `read_worker` gives."""
+    state = {}
+    for name, t in model.state_dict().items():
+        if not name.endswith("num_batches_tracked"):
+            state["param:" + name] = t.detach().clone().numpy()
+    by_param = {p: n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            buf = opt.state.get(p, {}).get("momentum_buffer")
+            if buf is not None:
+                state["momentum:" + by_param[p]] = buf.detach().clone().numpy()
+    if names is not None:
+        state = {k: v for k, v in state.items() if k.split(":", 1)[1] in names}
+    return state
+
+
+def respawn(model, opt, rank, src, dst):
+    """Rank `dst` becomes a copy of rank `src` (parameters, buffers and momentum), as a worker
+    respawned from a healthy replica: sent with a broadcast, kept by `dst` only."""
+    tensors = list(model.state_dict().values()) + [opt.state[p]["momentum_buffer"] for g in opt.param_groups for p in g["params"]]
+    for t in tensors:
+        received = t.clone()
+        dist.broadcast(received, src)
+        if rank == dst:
+            t.copy_(received)
+
+
+class Hook:
+    """A DDP communication hook that applies what resilab's check does to the average: DDP's
+    division by N before the sum, a bit flip in one rank's gradient, and the survivors-only
+    average of a crash (per parameter, by resilab's bucket plan, whatever DDP's buckets are)."""
+
+    def __init__(self, rank, world, names):
+        self.rank, self.world, self.names = rank, world, names
+        self.flip = None  # (param name, index, xor mask), applied once
+        self.crash = None  # (crashed rank, set of parameters averaged over every rank)
+
+    def on_bucket(self, bucket):
+        buffer = bucket.buffer()
+        lo, hi = buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * 4
+        for p, g in zip(bucket.parameters(), bucket.gradients()):
+            assert lo <= g.data_ptr() < hi, "a DDP gradient view outside its bucket"
+            name = self.names[p]
+            if self.flip and self.flip[0] == name:
+                bits = g.view(-1).view(torch.int32)
+                bits[self.flip[1]] ^= self.flip[2]
+                self.flip = None
+            if self.crash is None or name in self.crash[1]:
+                g.div_(self.world)
+            elif self.rank == self.crash[0]:
+                g.zero_()
+            else:
+                g.div_(self.world - 1)
+        return dist.all_reduce(buffer, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def comm_hook(hook, bucket):
+    return hook.on_bucket(bucket)
+
+
+def horovod_allreduce(model, buckets, world):
+    """Horovod's averaging: each fusion buffer (resilab's buckets) summed, then scaled by 1/N."""
+    params = dict(model.named_parameters())
+    for bucket in buckets:
+        grads = [params[n].grad for n in bucket]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat.mul_(1.0 / world)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+def dp_rank(rank, world, plan, port):
+    """Runs every data-parallel check of one world size on this rank."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    images, labels = torch.load(plan["data"])
+    init = safetensors.torch.load_file(plan["init"])
+    for c in plan["checks"]:
+        model = make_model()
+        model.load_state_dict(init, strict=True)
+        model.train()
+        names = {p: n for n, p in model.named_parameters()}
+        hook = Hook(rank, world, names)
+        net = model
+        if c["sync"] == "ddp":
+            net = DDP(model, broadcast_buffers=True)
+            if c["hooked"]:
+                net.register_comm_hook(hook, comm_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        train_dp(rank, world, c, net, model, opt, hook, images, labels)
+    dist.destroy_process_group()
+
+
+def batch_of(c, step, rank, images, labels):
+    idx = torch.tensor(c["samples"][str(step)][str(rank)])
+    return images[idx], labels[idx]
+
+
+def attempt(c, step, rank, net, images, labels):
+    x, y = batch_of(c, step, rank, images, labels)
+    loss = torch.nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+
+
+def snapshot(model, opt):
+    """A copy of the model's and the optimizer's state (a rollback's copy)."""
+    return copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+
+
+def state_dir(c, step):
+    """The resilab checkpoint holding the state after `step` (0: the imported weights)."""
+    return Path(c["imported"] if step == 0 else c["checkpoints"]) / f"step-{step:08d}"
+
+
+def load_state(model, opt, path):
+    """resilab's state in a worker file into the PyTorch model and optimizer, in place: each
+    PyTorch step starts from the state resilab had before it (teacher forcing). A pipeline
+    stage's file holds its own blocks only."""
+    state = read_worker(path)
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if "param:" + name in state:
+                t.copy_(torch.from_numpy(state["param:" + name]).view_as(t))
+    for name, p in model.named_parameters():
+        if "momentum:" + name in state:
+            opt.state[p]["momentum_buffer"] = torch.from_numpy(state["momentum:" + name]).view_as(p).clone()
+
+
+def train_dp(rank, world, c, net, model, opt, hook, images, labels):
+    out = Path(c["out"])
+    for step in range(c["first"], c["steps"] + 1):
+        load_state(model, opt, state_dir(c, step - 1) / f"worker-{rank}.h5")
+        crash = c["crash_k"] >= 0 and step == CRASH_STEP
+        if c["crash_k"] >= 0 and step == CRASH_STEP + 1 and c["strategy"] != "checkpoint_restart":
+            respawn(model, opt, rank, 0, 1)  # the crashed rank rejoins as a copy of rank 0
+        if c.get("flip") and step == c["flip"]["step"] and rank == c["flip"]["worker"]:
+            hook.flip = tuple(c["flip"]["what"])
+        if crash and c["strategy"] in ("rollback", "checkpoint_restart"):
+            before = snapshot(model, opt)
+            attempt(c, step, rank, net, images, labels)  # the attempt the crash cuts short
+            opt.zero_grad(set_to_none=True)
+            # Rollback restores its pre-step copy; checkpoint-restart reloads the newest
+            # checkpoint, written after the step before (checkpoint.every_steps = 1).
+            model.load_state_dict(before[0])
+            opt.load_state_dict(before[1])
+            if c["strategy"] == "rollback":
+                hook.crash = (1, set())  # the redo: every bucket over the survivors
+        elif crash and c["strategy"] == "lossy_forward":
+            hook.crash = (1, set(n for b in c["buckets"][:c["crash_k"]] for n in b))
+        if c["sync"] == "horovod":
+            attempt(c, step, rank, model, images, labels)
+            horovod_allreduce(model, c["buckets"], world)
+        else:
+            attempt(c, step, rank, net, images, labels)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        hook.crash = None
+        (out / f"step-{step}").mkdir(parents=True, exist_ok=True)
+        np.savez(out / f"step-{step}" / f"rank-{rank}.npz", **torch_state(model, opt))
+
+
+def pipe_rank(rank, world, plan, port):
+    """One pipeline stage of a GPipe check."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    images, labels = torch.load(plan["data"])
+    c = plan["checks"][0]
+    model = make_model()
+    model.load_state_dict(safetensors.torch.load_file(plan["init"]), strict=True)
+    blocks = c["stages"][rank]
+    stage_module = Blocks(model, blocks)
+    opt = torch.optim.SGD(stage_module.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    micro = c["batch"] // c["micro_batches"]
+    shapes = stage_shapes(model, c["stages"], micro)
+    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"),
+                          input_args=torch.zeros(shapes[rank]), output_args=torch.zeros(shapes[rank + 1]))
+    # PyTorch 2.9's first-step handshake sends an int64 into a float32 receive, which gloo
+    # refuses (it only warms up NCCL's communicators): skipped, the schedule's own messages
+    # carry everything.
+    stage._get_init_p2p_neighbors_ops = lambda: []
+    schedule = ScheduleGPipe(stage, c["micro_batches"], loss_fn=torch.nn.functional.cross_entropy, scale_grads=True)
+    stage_module.train()
+    names = set(n for b in blocks for n in Blocks.names(model, b))
+    for step in range(1, c["steps"] + 1):
+        load_state(model, opt, state_dir(c, step - 1) / f"worker-{rank}.h5")
+        idx = torch.tensor(c["samples"][str(step)]["0"])
+        x, y = images[idx], labels[idx]
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world - 1:
+            schedule.step(target=y)
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        out = Path(c["out"]) / f"step-{step}"
+        out.mkdir(parents=True, exist_ok=True)
+        np.savez(out / f"rank-{rank}.npz", **torch_state(model, opt, names))
+    dist.destroy_process_group()
+
+
+class Blocks(torch.nn.Module):
+    """A run of the model's blocks (`stem`, `layer1.0`, ..., `classifier`), applied in order."""
+
+    def __init__(self, model, blocks):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(model.get_submodule(b) for b in blocks)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+    @staticmethod
+    def names(model, block):
+        sub = model.get_submodule(block)
+        return [f"{block}.{n}" for n, t in sub.state_dict().items() if not n.endswith("num_batches_tracked")]
+
+
+def stage_shapes(model, stages, micro):
+    """The activation shape entering each stage, and the logits' shape, for a micro-batch."""
+    probe = copy.deepcopy(model).eval()
+    x = torch.zeros(micro, 3, 32, 32)
+    shapes = [tuple(x.shape)]
+    with torch.no_grad():
+        for blocks in stages:
+            for b in blocks:
+                x = probe.get_submodule(b)(x)
+            shapes.append(tuple(x.shape))
+    return shapes
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(fn, world, plan):
+    mp.spawn(fn, args=(world, plan, free_port()), nprocs=world, join=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+
+def rel_diff(a, b):
+    """The largest difference over the largest magnitude (finite values), and whether NaN and
+    Inf sit at the same places."""
+    same_nonfinite = np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(np.isinf(a) & (a > 0), np.isinf(b) & (b > 0))
+    fin = np.isfinite(a) & np.isfinite(b)
+    if not fin.any():
+        return 0.0, same_nonfinite
+    scale = max(np.abs(b[fin]).max(), np.abs(a[fin]).max(), 1e-30)
+    return float(np.abs(a[fin] - b[fin]).max() / scale), same_nonfinite
+
+
+def kind_of(key):
+    if key.startswith("momentum:"):
+        return "momentum"
+    return "buffers" if key.endswith(("running_mean", "running_var")) else "weights"
+
+
+def compare(check, run_dir, torch_dir, ranks, plan, data):
+    """Every step of every rank: the largest relative difference per tensor kind (rows), the
+    steps whose differences PyTorch's own float32 sensitivity explains, and every failure."""
+    worst, explained, failures = {}, [], []
+    scale = flip_scale(plan, data)
+    if scale > 1.0:
+        flip = plan["flip"]
+        explained.append(f"{check.name} step {flip['step']}: {flip['what'][0]}, hit by the flip, held to {BOUND * scale:.1e} "
+                         f"(its element was 1/{scale:.0f} of the tensor's largest gradient; the flip keeps its relative difference)")
+    for step in range(check.first, check.steps + 1):
+        over, step_worst = [], {}
+        for rank in range(ranks):
+            if rank == 1 and step == CRASH_STEP and check.strategy in ("rollback", "lossy_forward"):
+                continue  # the crashed process: what it held is gone, and it rejoins at the next step
+            ours = read_worker(run_dir / "checkpoints" / f"step-{step:08d}" / f"worker-{rank}.h5")
+            theirs = dict(np.load(torch_dir / f"step-{step}" / f"rank-{rank}.npz"))
+            if set(ours) != set(theirs):
+                failures.append(f"{check.name}: rank {rank}, step {step}: tensors differ: resilab only {sorted(set(ours) - set(theirs))[:3]}, PyTorch only {sorted(set(theirs) - set(ours))[:3]}")
+                continue
+            for key in ours:
+                a, b = ours[key], theirs[key].reshape(ours[key].shape)
+                d, same = rel_diff(a, b)
+                kind = kind_of(key)
+                if d > step_worst.get(kind, (-1,))[0]:
+                    step_worst[kind] = (d, step, key.split(":", 1)[1], rank)
+                if not same:
+                    failures.append(f"{check.name}: {key} on rank {rank} after step {step}: NaN or Inf at other places than PyTorch's")
+                elif d > BOUND * (scale if hit(plan, step, key) else 1.0):
+                    fin = np.isfinite(a) & np.isfinite(b)
+                    over.append((key, rank, d, float(np.abs(a[fin] - b[fin]).max())))
+        if over:
+            why = kink(check, plan, step, over, data)
+            if why:
+                explained.append(f"{check.name} step {step}: within PyTorch's own float32 sensitivity: {why}")
+                continue
+            else:
+                failures += [f"{check.name}: {k} on rank {r} after step {step} differs from PyTorch's by {d:.2e} (relative), above the bound {BOUND:.0e}" for k, r, d, _ in over]
+        for kind, w in step_worst.items():
+            if w[0] > worst.get(kind, (-1,))[0]:
+                worst[kind] = w
+    rows = [(check.name, kind, d, step, key, rank) for kind, (d, step, key, rank) in sorted(worst.items())]
+    return rows, explained, failures
+
+
+def hit(plan, step, key):
+    """Whether `key` is the tensor a gradient flip hit in `step` (its momentum and weight)."""
+    flip = plan.get("flip")
+    return bool(flip) and step == flip["step"] and key.split(":", 1)[1] == flip["what"][0]
+
+
+def flip_scale(plan, data):
+    """How much a gradient flip scales the relative rounding difference of the tensor it hits,
+    in its step. The flip keeps the element's own relative difference, and after the flip the
+    element is the tensor's largest; before it, the difference was relative to the tensor's
+    largest gradient. So the bound grows by max|gradient| / |element|, both from rank's own
+    gradient computed here from resilab's state before the step."""
+    flip = plan.get("flip")
+    if not flip:
+        return 1.0
+    images, labels = data
+    model = model_at(plan, flip["step"], [state_dir(plan, flip["step"] - 1) / f"worker-{flip['worker']}.h5"], None)
+    idx = torch.tensor(plan["samples"][str(flip["step"])][str(flip["worker"])])
+    torch.nn.functional.cross_entropy(model(images[idx]), labels[idx]).backward()
+    grad = dict(model.named_parameters())[flip["what"][0]].grad
+    return max(1.0, float(grad.abs().max()) / max(abs(flip["old"]), 1e-30))
+
+
+def kink(check, plan, step, over, data, trials=16):
+    """Whether PyTorch's own gradient at `step` moves as far as resilab's difference when the
+    state before the step changes by one ulp (a ReLU input within rounding of zero, whose gate
+    float32 cannot decide): then neither side is wrong. Returns the explanation, or None."""
+    if any(kind_of(k) == "buffers" for k, *_ in over):
+        return None  # running statistics come from the forward pass, which has no such jump
+    images, labels = data
+    generator = torch.Generator().manual_seed(step)
+    ref, spread = None, {}
+    for trial in range(trials + 1):
+        grads = step_gradients(check, plan, step, images, labels, generator if trial else None)
+        if ref is None:
+            ref = grads
+            continue
+        for name, g in grads.items():
+            spread[name] = max(spread.get(name, 0.0), float((g - ref[name]).abs().max()))
+    # A weight moves by lr times its momentum's change, and the momentum by the gradient's.
+    moved = [(k, diff / (LR if kind_of(k) == "weights" else 1.0)) for k, _, _, diff in over]
+    if all(diff <= 2 * spread.get(k.split(":", 1)[1], 0.0) for k, diff in moved):
+        name, diff = max(moved, key=lambda m: m[1])
+        return f"{name.split(':', 1)[1]}'s gradient differs by {diff:.1e}; PyTorch's own moves by {spread[name.split(':', 1)[1]]:.1e} under one-ulp changes of the state"
+    return None
+
+
+def model_at(plan, step, files, generator):
+    """A model in training mode with resilab's state from `files`, each parameter changed by -1,
+    0 or +1 ulp at random when `generator` is given."""
+    m = make_model()
+    opt = torch.optim.SGD(m.parameters(), lr=LR)
+    for f in files:
+        load_state(m, opt, f)
+    if generator is not None:
+        with torch.no_grad():
+            for p in m.parameters():
+                p.view(torch.int32).add_(torch.randint(-1, 2, p.shape, generator=generator, dtype=torch.int32))
+    return m.train()
+
+
+def step_gradients(check, plan, step, images, labels, generator):
+    """The step's averaged gradient, computed in one process from resilab's state before it
+    (each parameter changed by -1, 0 or +1 ulp at random with `generator`)."""
+    before = state_dir(plan, step - 1)
+    total = {}
+    if check.mode == "pipeline":
+        m = model_at(plan, step, [before / f"worker-{s}.h5" for s in range(check.stages)], generator)
+        idx = torch.tensor(plan["samples"][str(step)]["0"])
+        for x, y in zip(images[idx].chunk(check.micro_batches), labels[idx].chunk(check.micro_batches)):
+            (torch.nn.functional.cross_entropy(m(x), y) / check.micro_batches).backward()
+        return {n: p.grad.clone() for n, p in m.named_parameters()}
+    for rank in range(check.world):
+        m = model_at(plan, step, [before / f"worker-{rank}.h5"], generator)
+        idx = torch.tensor(plan["samples"][str(step)][str(rank)])
+        torch.nn.functional.cross_entropy(m(images[idx]), labels[idx]).backward()
+        for n, p in m.named_parameters():
+            total[n] = total.get(n, 0) + p.grad / check.world
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+def data_checks(world, buckets):
+    def flip(bit):
+        return (f'[[fault]]\ntarget = "gradients"\nat_step = {CRASH_STEP}\nworker = 1\nfirst_bit = {bit}\nlast_bit = {bit}\n'
+                'locations_to_corrupt = ["gradients/layer2/0/conv1/weight"]')
+
+    checks = []
+    if world == 4:
+        # Bit 5 (reference numbering, 0 = sign) multiplies the element by 2^8 or 2^-8: training
+        # goes on, finite. Bit 1, the exponent's top bit, multiplies a gradient below 2 by 2^128:
+        # the next forward pass overflows, and NaN and Inf must appear at the same places.
+        checks += [Check("ddp-4", 4, 20), Check("horovod-4", 4, 20, sync="horovod"),
+                   Check("flip-4", 4, 20, fault=flip(5), first=CRASH_STEP),
+                   Check("flip-nan-4", 4, CRASH_STEPS, fault=flip(1), first=CRASH_STEP)]
+    for k in (0, 1, buckets - 1):
+        where = 'phase = "forward"' if k == 0 else f'phase = "allreduce"\nbucket = {k}'
+        crash = f'[[fault]]\ntarget = "crash"\nat_step = {CRASH_STEP}\nworker = 1\n{where}'
+        for strategy in ("lossy_forward", "rollback", "checkpoint_restart"):
+            checks.append(Check(f"crash-{world}-k{k}-{strategy}", world, CRASH_STEPS, fault=crash, strategy=strategy, crash_k=k,
+                                first=CRASH_STEP))
+    return checks
+
+
+def check_host(world):
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return
+    if world * RANK_BYTES > avail:
+        die(f"{world} PyTorch ranks need about {world * RANK_BYTES >> 20} MiB and this machine has {avail >> 20} MiB available: pass --workers with fewer ranks (e.g. --workers 4)")
+
+
+def plan_for(check, run_dir, samples, summary, faults, out):
+    plan = {"name": check.name, "steps": check.steps, "first": check.first, "sync": check.sync, "strategy": check.strategy, "crash_k": check.crash_k,
+            "samples": {str(s): {str(w): v for w, v in ws.items()} for s, ws in samples.items()},
+            "buckets": summary["buckets"], "stages": summary["stages"], "batch": check.batch,
+            "micro_batches": check.micro_batches, "out": str(out), "hooked": bool(check.fault),
+            "imported": str(run_dir.parent / "init"), "checkpoints": str(run_dir / "checkpoints")}
+    flips = [r for f in faults if f["event"]["target"] == "gradients" for r in f["records"]]
+    if flips:
+        r, event = flips[0], faults[0]["event"]
+        mask = int(r["old_bits"], 16) ^ int(r["new_bits"], 16)
+        mask = mask - (1 << 32) if mask >= 1 << 31 else mask
+        name = r["dataset"][len("gradients/"):].replace("/", ".")
+        plan["flip"] = {"step": event["step"], "worker": event["rank"], "what": [name, r["index"], mask], "old": r["old"]}
+    return plan
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--resilab", type=Path, default=ROOT / "target" / "release" / "resilab", help="the resilab binary")
+    ap.add_argument("--work", type=Path, required=True, help="an empty scratch directory")
+    ap.add_argument("--workers", default="4,8", help="data-parallel world sizes (default 4,8)")
+    ap.add_argument("--out", type=Path, help="write the measured differences here (CSV)")
+    ap.add_argument("--only", default="", help="run only the checks whose name contains this text (e.g. gpipe, crash-8)")
+    args = ap.parse_args()
+    if not args.resilab.is_file():
+        die(f"{args.resilab} is not a file: build resilab first (cargo build --release) or pass --resilab")
+    try:
+        worlds = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        die(f"--workers {args.workers}: expected world sizes separated by commas, e.g. 4,8")
+    if any(w < 2 for w in worlds):
+        die(f"--workers {args.workers}: a crash needs rank 1 and a survivor, so every world size is at least 2")
+    if args.work.exists() and any(args.work.iterdir()):
+        die(f"{args.work} is not empty: pass a new or empty scratch directory")
+    for w in worlds:
+        check_host(w)
+    t0 = time.time()
+    work = args.work.resolve()
+    images, labels = write_cifar(work / "cifar", train=640, test=64)
+    torch.save((images, labels), work / "data.pt")
+    torch.manual_seed(0)
+    init_model = make_model()
+    init = {k: v for k, v in init_model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    safetensors.torch.save_file(init, work / "init.safetensors")
+    rows, explained, failures = [], [], []
+    jobs = [(w, data_checks(w, 6)) for w in worlds]
+    jobs += [(2, [Check("gpipe-2", 1, 10, mode="pipeline", stages=2, split_at=[2], micro_batches=4)]),
+             (4, [Check("gpipe-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4)])]
+    jobs = [(w, [c for c in cs if args.only in c.name]) for w, cs in jobs]
+    for world, checks in [j for j in jobs if j[1]]:
+        plans, runs = [], []
+        for check in checks:
+            run_dir, summary, samples, faults = run_resilab(args.resilab, check, work, work / "cifar", work / "init.safetensors")
+            if check.mode == "data" and len(summary["buckets"]) != 6:
+                die(f"{check.name}: resilab made {len(summary['buckets'])} buckets where this check expects 6: update BUCKET_MB")
+            plans.append(plan_for(check, run_dir, samples, summary, faults, work / check.name / "torch"))
+            runs.append((check, run_dir))
+        plan = {"data": str(work / "data.pt"), "init": str(work / "init.safetensors"), "checks": plans}
+        launch(dp_rank if checks[0].mode == "data" else pipe_rank, world, plan)
+        for (check, run_dir), p in zip(runs, plans):
+            r, e, f = compare(check, run_dir, work / check.name / "torch", world, p, (images, labels))
+            rows += r
+            explained += e
+            failures += f
+        print(f"ddp-check: {', '.join(c.name for c in checks)}: compared ({time.time() - t0:.0f} s)", file=sys.stderr)
+    report(rows, args.out)
+    for e in explained:
+        print(f"ddp-check: note: {e}", file=sys.stderr)
+    if failures:
+        for f in failures[:20]:
+            print(f"ddp-check: MISMATCH {f}", file=sys.stderr)
+        die(f"{len(failures)} tensor(s) differ from PyTorch's beyond the bound")
+    print(f"ddp-check: every check agrees with torch.distributed {torch.__version__} ({time.time() - t0:.0f} s)")
+
+
+def report(rows, out):
+    header = ("check", "kind", "max_rel_diff", "step", "tensor", "rank")
+    width = max(len(r[0]) for r in rows) if rows else 10
+    print(f"{'check':<{width}}  {'kind':<8}  max rel diff  step  (tensor, rank)")
+    for name, kind, d, step, key, rank in rows:
+        print(f"{name:<{width}}  {kind:<8}  {d:12.2e}  {step:>4}  ({key}, {rank})")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w") as f:
+            f.write(",".join(header) + "\n")
+            for r in rows:
+                f.write(",".join(str(v) for v in r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
