@@ -719,8 +719,14 @@ def main():
     print(f"ddp-check: every check agrees with torch.distributed {torch.__version__} ({time.time() - t0:.0f} s)")
 
 
+def revision():
+    """The resilab source revision the check ran from (git), for the table's provenance."""
+    r = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "unknown"
+
+
 def report(rows, out):
-    header = ("check", "kind", "max_rel_diff", "step", "tensor", "rank")
+    header = ("check", "kind", "max_rel_diff", "step", "tensor", "rank", "torch", "revision")
     width = max(len(r[0]) for r in rows) if rows else 10
     print(f"{'check':<{width}}  {'kind':<8}  max rel diff  step  (tensor, rank)")
     for name, kind, d, step, key, rank in rows:
@@ -729,8 +735,9 @@ def report(rows, out):
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "w") as f:
             f.write(",".join(header) + "\n")
+            extra = (torch.__version__, revision())
             for r in rows:
-                f.write(",".join(str(v) for v in r) + "\n")
+                f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
 
 
 if __name__ == "__main__":
