@@ -732,10 +732,10 @@ def report(rows, out):
     for name, kind, d, step, key, rank in rows:
         print(f"{name:<{width}}  {kind:<8}  {d:12.2e}  {step:>4}  ({key}, {rank})")
     if out:
+        extra = (torch.__version__, revision())  # before the file is rewritten, which dirties the tree
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "w") as f:
             f.write(",".join(header) + "\n")
-            extra = (torch.__version__, revision())
             for r in rows:
                 f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
 
