@@ -12,6 +12,11 @@ Writes, with fixed seeds:
   logits.safetensors   a fixed input batch and each model's eval-mode logits on it
   code.pt              a pickle that would run code when unpickled (os.system), which resilab
                        must refuse without running it
+  resnet8-probe.safetensors  a probe of resnet8.pt (docs/pytorch/resilab_probe.py): 8 images in
+                       [0, 1], CIFAR-10's normalisation, the model's logits
+  resnet8-stride.pt    a ResNet-8 with the same names and shapes whose downsampling blocks put
+                       the stride on their second convolution, not the first; and
+  resnet8-stride-probe.safetensors  its probe
 """
 
 import os
@@ -22,6 +27,9 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "docs", "pytorch"))
 import resilab_models as rm  # noqa: E402
+from resilab_probe import save_probe  # noqa: E402
+
+CIFAR_MEAN, CIFAR_STD = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "pytorch")
 
@@ -44,6 +52,14 @@ def settle(model, seed):
 class RunsCode:
     def __reduce__(self):
         return (os.system, ("echo resilab-fixture-ran-code > /tmp/resilab-fixture-ran-code",))
+
+
+def stride_second(model):
+    """The same model with each downsampling block's stride moved from conv1 to conv2 (a common
+    variant): every name and shape stays, the forward pass changes."""
+    for block in [b for layer in (model.layer2, model.layer3) for b in layer if b.downsample is not None]:
+        block.conv1.stride, block.conv2.stride = (1, 1), (2, 2)
+    return model
 
 
 def main():
@@ -76,6 +92,12 @@ def main():
     torch.save(checkpoint, os.path.join(OUT, "resnet8-train.pt"))
 
     torch.save({"weight": torch.ones(2), "payload": RunsCode()}, os.path.join(OUT, "code.pt"))
+
+    images = torch.rand(8, 3, 32, 32, generator=torch.Generator().manual_seed(6))
+    save_probe(resnet, images, os.path.join(OUT, "resnet8-probe.safetensors"), CIFAR_MEAN, CIFAR_STD)
+    strided = settle(stride_second(rm.resnet(depth=8)), 7)
+    torch.save(strided.state_dict(), os.path.join(OUT, "resnet8-stride.pt"))
+    save_probe(strided, images, os.path.join(OUT, "resnet8-stride-probe.safetensors"), CIFAR_MEAN, CIFAR_STD)
     for name in sorted(os.listdir(OUT)):
         print(f"{name}: {os.path.getsize(os.path.join(OUT, name))} bytes")
 

@@ -163,7 +163,7 @@ def every_architecture(binary, work):
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
         config = os.path.join(work, f"{name}.toml")
         with open(config, "w") as f:
-            f.write(f"[data]\nchannels = {channels}\nimage_size = {size}\ntrain_size = 16\ntest_size = 16\n")
+            f.write(f'[data]\nchannels = {channels}\nimage_size = {size}\ntrain_size = 16\ntest_size = 16\nnormalize = "dataset"\n')
             f.write(f'[train]\nbatch_size = 8\n[model]\narch = "{arch}"\n')
             f.write("".join(f"{k} = {str(v).lower()}\n" for k, v in kw.items()))
         resilab(binary, "import", weights, "--config", config, "--out", os.path.join(work, name))

@@ -322,6 +322,11 @@ pub(crate) struct ImportArgs {
     /// (listed); without it, any missing, unexpected or misshapen tensor is an error.
     #[arg(long)]
     pub(crate) allow_partial: bool,
+    /// A probe saved with docs/pytorch/resilab_probe.py beside the weights (images and the
+    /// logits PyTorch gave for them): the import is refused unless resilab's forward pass, on
+    /// the images normalised by data.normalize, gives those logits within 1e-4 of the largest.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) probe: Option<PathBuf>,
     /// Print one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -84,6 +84,7 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
         overrides: args.set,
         out: args.out,
         allow_partial: args.allow_partial,
+        probe: args.probe,
     };
     let r = resilab_interop::import(&request, &Compute::native())?;
     emit(args.json, &r, || r.text())

@@ -26,6 +26,7 @@ seed = 3
 [data]
 train_size = 16
 test_size = 16
+normalize = "dataset"
 [model]
 arch = "resnet"
 depth = 8
@@ -42,6 +43,7 @@ const VGG11: &str = r#"
 [data]
 train_size = 16
 test_size = 16
+normalize = "dataset"
 [model]
 arch = "vgg"
 depth = 11
@@ -104,6 +106,69 @@ fn imported_models_compute_pytorchs_logits() {
             assert!(worst <= 1e-4 * scale, "{key} on {kernels:?}: logits differ from PyTorch's by {worst} (scale {scale})");
         }
     }
+}
+
+/// RESNET8 normalised as the probes were made: CIFAR-10's statistics.
+fn cifar_normalised() -> String {
+    RESNET8.replace("normalize = \"dataset\"", "normalize = { mean = [0.4914, 0.4822, 0.4465], std = [0.2470, 0.2435, 0.2616] }")
+}
+
+/// Writes a probe holding `images` ([n, 3, 32, 32]) and `logits` ([n, 10]).
+fn probe(dir: &Path, name: &str, images: &[f32], logits: &[f32]) -> PathBuf {
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (i, l) = (bytes(images), bytes(logits));
+    let n = images.len() / 3072;
+    let views = [
+        ("images", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![n, 3, 32, 32], &i).unwrap()),
+        ("logits", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![n, logits.len() / n], &l).unwrap()),
+    ];
+    let path = dir.join(name);
+    std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn a_probe_verifies_the_forward_pass_and_the_normalisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The same weights, forward pass and normalisation: verified, with the difference printed.
+    let good = fixture("resnet8-probe.safetensors");
+    let good = ["--probe", good.to_str().unwrap()];
+    let text = ok(&import(d, &fixture("resnet8.pt"), &cifar_normalised(), "a", &good));
+    assert!(text.contains("forward pass verified: on the probe's 8 images"), "{text}");
+    // Without a probe the import goes through and says the forward pass is unverified.
+    let text = ok(&import(d, &fixture("resnet8-stride.pt"), &cifar_normalised(), "b", &[]));
+    assert!(text.contains("forward pass unverified") && text.contains("resilab_probe.py"), "{text}");
+    // The stride on the other convolution: same names and shapes, other logits: refused, and
+    // nothing is written.
+    let strided = fixture("resnet8-stride-probe.safetensors");
+    let o = import(d, &fixture("resnet8-stride.pt"), &cifar_normalised(), "c", &["--probe", strided.to_str().unwrap()]);
+    assert_clean_error(&o, &["logits differ from the probe's", "stride", "no max-pool", "refused"]);
+    assert!(!d.join("c").exists());
+    // The training set's statistics instead of the probe's: the error names both.
+    let o = import(d, &fixture("resnet8.pt"), RESNET8, "e", &good);
+    assert_clean_error(&o, &["the probe was made with mean [0.4914, 0.4822, 0.4465]", "set data.normalize to the probe's"]);
+    // Bad probes: another image shape, NaN logits, images before scaling, not a probe.
+    let half = RESNET8.replace("[data]", "[data]\nimage_size = 16");
+    let o = import(d, &fixture("resnet8.pt"), &half, "f", &good);
+    assert_clean_error(&o, &["the probe's images are 3x32x32 with 10 classes", "takes 3x16x16"]);
+    let nan = probe(d, "nan.safetensors", &[0.5; 3072], &[f32::NAN; 10]);
+    assert_clean_error(&import(d, &fixture("resnet8.pt"), RESNET8, "g", &["--probe", nan.to_str().unwrap()]), &["holds a logit of NaN"]);
+    let raw = probe(d, "raw.safetensors", &[128.0; 3072], &[0.0; 10]);
+    assert_clean_error(&import(d, &fixture("resnet8.pt"), RESNET8, "h", &["--probe", raw.to_str().unwrap()]), &["outside [0, 1]"]);
+    let logits = fixture("logits.safetensors");
+    let o = import(d, &fixture("resnet8.pt"), RESNET8, "i", &["--probe", logits.to_str().unwrap()]);
+    assert_clean_error(&o, &["holds no \"images\" tensor"]);
+}
+
+#[test]
+fn an_import_without_data_normalize_names_both_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = import(dir.path(), &fixture("resnet8.pt"), &RESNET8.replace("normalize = \"dataset\"\n", ""), "a", &[]);
+    assert_clean_error(&o, &["data.normalize is not set", "mean = [...], std = [...]", "normalize = \"dataset\""]);
+    assert!(!dir.path().join("a").exists());
+    let bad = RESNET8.replace("normalize = \"dataset\"", "normalize = \"imagenet\"");
+    assert_clean_error(&import(dir.path(), &fixture("resnet8.pt"), &bad, "b", &[]), &["data.normalize", "expected \"dataset\""]);
 }
 
 #[test]
@@ -220,10 +285,15 @@ fn every_wrong_file_is_one_error_line_naming_what_is_wrong() {
         let w = t.get_mut("classifier.fc.weight").unwrap();
         w.0 = vec![w.0[1], w.0[0]];
     });
-    assert_clean_error(
-        &import(d, &shape, RESNET8, "s", &[]),
-        &["classifier.fc.weight is [64, 10] in the file, [10, 64] in the model", "transposed"],
-    );
+    let o = import(d, &shape, RESNET8, "s", &[]);
+    assert_clean_error(&o, &["classifier.fc.weight is [64, 10] in the file, [10, 64] in the model", "transposed", "[out, in]"]);
+    // An ImageNet stem (7x7): another architecture, which the error says and no rename is offered for.
+    let stem = edited(d, "stem.safetensors", |t| {
+        t.insert("stem.conv.weight".into(), (vec![16, 3, 7, 7], vec![0.0; 16 * 3 * 49]));
+    });
+    let o = import(d, &stem, RESNET8, "stem", &[]);
+    assert_clean_error(&o, &["stem.conv.weight is [16, 3, 7, 7]", "CIFAR stem", "no max-pool", "no rename fixes"]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("[[import.rename]]"), "{}", String::from_utf8_lossy(&o.stderr));
     let text = write(d, "notes.pt", "not a checkpoint\n");
     assert_clean_error(&import(d, &text, RESNET8, "t", &[]), &["notes.pt", "not a readable PyTorch file"]);
     let code = import(d, &fixture("code.pt"), RESNET8, "c", &[]);
@@ -236,7 +306,7 @@ fn every_wrong_file_is_one_error_line_naming_what_is_wrong() {
     let vgg = import(d, &fixture("vgg11-w0.125.safetensors"), RESNET8, "v", &[]);
     assert_clean_error(&vgg, &["does not fit resnet8", "features.0.conv.weight", "is [model] the architecture"]);
     // Nothing was written by a failed import.
-    for out in ["m", "e", "s", "t", "c", "p", "v"] {
+    for out in ["m", "e", "s", "stem", "t", "c", "p", "v"] {
         assert!(!d.join(out).join("step-00000000").exists(), "{out}");
     }
 }

@@ -72,9 +72,62 @@ pub struct DataConfig {
     pub seed: u64,
     /// Input normalisation per channel, on pixels scaled to `[0, 1]`, as torchvision's
     /// `Normalize(mean, std)` takes it: set it to the normalisation a model was trained with
-    /// (an imported PyTorch model). Omitted, it is computed from the training set.
+    /// (an imported PyTorch model), or to `"dataset"` for the training set's statistics chosen
+    /// knowingly. Omitted, it is computed from the training set (refused by `resilab import`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub normalize: Option<crate::Normalization>,
+    #[schemars(with = "Option<RawNormalize>")]
+    pub normalize: Option<NormalizeSpec>,
+}
+
+/// `data.normalize`: the statistics given, or the training set's.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NormalizeSpec {
+    /// `{ mean = [...], std = [...] }`.
+    Given(crate::Normalization),
+    /// `"dataset"`: computed from the training set.
+    Dataset,
+}
+
+/// How `data.normalize` is written (its schema).
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // read by the schema only
+enum RawNormalize {
+    /// `"dataset"`.
+    Name(String),
+    /// `{ mean = [...], std = [...] }`.
+    Table(crate::Normalization),
+}
+
+impl Serialize for NormalizeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Self::Given(n) => n.serialize(s),
+            Self::Dataset => s.serialize_str("dataset"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NormalizeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Spec;
+        impl<'de> serde::de::Visitor<'de> for Spec {
+            type Value = NormalizeSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"dataset\" or { mean = [...], std = [...] } (one value per channel)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<NormalizeSpec, E> {
+                match v {
+                    "dataset" => Ok(NormalizeSpec::Dataset),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> std::result::Result<NormalizeSpec, M::Error> {
+                crate::Normalization::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(NormalizeSpec::Given)
+            }
+        }
+        d.deserialize_any(Spec)
+    }
 }
 
 fn default_source() -> DataSource {
@@ -108,7 +161,7 @@ impl DataConfig {
                 return Err(Error::Config(format!("{key} = 0 must be at least 1")));
             }
         }
-        if let Some(norm) = &self.normalize {
+        if let Some(NormalizeSpec::Given(norm)) = &self.normalize {
             norm.check(self.shape().0)?;
         }
         if self.source != DataSource::Synthetic {
@@ -181,8 +234,8 @@ pub fn load(cfg: &DataConfig) -> Result<Split> {
     }
     match &cfg.normalize {
         // A configured normalisation: the training set's statistics are not computed at all.
-        Some(norm) => Ok(Split { train, test, norm: norm.clone() }),
-        None => Ok(Split::new(train, test)),
+        Some(NormalizeSpec::Given(norm)) => Ok(Split { train, test, norm: norm.clone() }),
+        Some(NormalizeSpec::Dataset) | None => Ok(Split::new(train, test)),
     }
 }
 
@@ -229,13 +282,13 @@ mod tests {
         let small = DataConfig { train_size: Some(20), test_size: Some(4), ..DataConfig::default() };
         let computed = load(&small).unwrap().norm;
         let given = crate::Normalization { mean: vec![0.4914, 0.4822, 0.4465], std: vec![0.247, 0.243, 0.261] };
-        let split = load(&DataConfig { normalize: Some(given.clone()), ..small.clone() }).unwrap();
+        let split = load(&DataConfig { normalize: Some(NormalizeSpec::Given(given.clone())), ..small.clone() }).unwrap();
         assert_eq!(split.norm, given);
         assert_ne!(computed, given);
         let two = crate::Normalization { mean: vec![0.5, 0.5], std: vec![0.2, 0.2] };
-        let e = err(DataConfig { normalize: Some(two), ..small.clone() });
+        let e = err(DataConfig { normalize: Some(NormalizeSpec::Given(two)), ..small.clone() });
         assert_eq!(e, "data.normalize.mean holds 2 value(s); the images have 3 channel(s)");
         let zero = crate::Normalization { mean: vec![0.5; 3], std: vec![0.2, 0.0, 0.2] };
-        assert!(err(DataConfig { normalize: Some(zero), ..small }).starts_with("data.normalize.std holds 0"));
+        assert!(err(DataConfig { normalize: Some(NormalizeSpec::Given(zero)), ..small }).starts_with("data.normalize.std holds 0"));
     }
 }

@@ -17,7 +17,7 @@ pub mod mnist;
 mod order;
 pub mod synthetic;
 
-pub use config::{DEFAULT_TEST_SIZE, DEFAULT_TRAIN_SIZE, DataConfig, DataSource, load, source_name};
+pub use config::{DEFAULT_TEST_SIZE, DEFAULT_TRAIN_SIZE, DataConfig, DataSource, NormalizeSpec, load, source_name};
 pub use dataset::{Dataset, Normalization, Split};
 pub use limits::check_memory;
 pub use order::{EpochOrder, shard_range};

@@ -128,7 +128,7 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
                 path: source.path.clone(),
                 model: model.to_string(),
                 problems: problems.list().join("; "),
-                hint: hint(source, fitted.params.len() * 2 < slots.len()),
+                hint: hint(source, &problems, fitted.params.len() * 2 < slots.len()),
             });
         }
         fitted.skipped = problems.list();
@@ -136,7 +136,16 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
     Ok(fitted)
 }
 
-fn hint(source: &Source, most_missing: bool) -> String {
+fn hint(source: &Source, problems: &Problems, most_missing: bool) -> String {
+    if !problems.shapes.is_empty() && problems.shapes.iter().all(|p| p.contains("(transposed")) {
+        return "store each Linear weight as [out, in], as torch.nn.Linear keeps it".into();
+    }
+    if !problems.shapes.is_empty() {
+        // No rename changes a shape: the file holds another architecture.
+        return String::from(
+            "a tensor of another shape is another architecture, which no rename fixes: is [model] the one the file was saved from (depth, width, batch_norm)? resilab builds the forward passes of docs/pytorch/resilab_models.py: ResNets with a CIFAR stem (one 3x3 stride-1 convolution, no max-pool; torchvision's ImageNet ResNets have a 7x7 stem and a max-pool), VGG and AlexNet for small images",
+        );
+    }
     let mut h = "map the names with [[import.rename]] in the configuration, or pass --allow-partial to import what fits".to_string();
     if most_missing {
         h = format!(

@@ -24,6 +24,9 @@ pub struct ImportRequest {
     pub out: PathBuf,
     /// Import what fits and keep the configured initialisation for the rest.
     pub allow_partial: bool,
+    /// A probe (`docs/pytorch/resilab_probe.py`): the import is refused unless resilab's
+    /// forward pass gives the probe's logits.
+    pub probe: Option<PathBuf>,
 }
 
 /// What an import wrote.
@@ -47,6 +50,8 @@ pub struct Imported {
     pub skipped: Vec<String>,
     /// Tensors of a training checkpoint outside its model and optimizer entries.
     pub ignored: Vec<String>,
+    /// What the probe showed (`None`: no probe, the forward pass is unverified).
+    pub probe: Option<crate::probe::Verified>,
 }
 
 impl Imported {
@@ -66,6 +71,13 @@ impl Imported {
         if !self.ignored.is_empty() {
             s += &format!("left alone: {}\n", self.ignored.join(", "));
         }
+        s += &match &self.probe {
+            Some(p) => format!(
+                "forward pass verified: on the probe's {} images resilab's logits are within {:.1e} of PyTorch's (largest logit {:.3})\n",
+                p.images, p.largest_difference, p.largest_logit
+            ),
+            None => "forward pass unverified: save a probe with docs/pytorch/resilab_probe.py and pass --probe FILE to check that resilab computes the module's logits\n".into(),
+        };
         s
     }
 }
@@ -94,6 +106,14 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
     let state = place(trainer.snapshot(), &fitted);
     // The trainer checks every name, shape and counter before anything is written.
     trainer.restore(&state).map_err(resilab_runner::Error::from)?;
+    check_normalize(&cfg, &req.config)?;
+    let probe = match &req.probe {
+        Some(path) => {
+            let (channels, size, classes) = (trainer.data.train.channels, trainer.data.train.size, trainer.data.train.classes);
+            Some(crate::probe::check(path, &trainer.model(), &label, &trainer.data.norm, (channels, size), classes, &compute.device)?)
+        }
+        None => None,
+    };
     let meta = resilab_checkpoint::Meta { seed: cfg.seed, arch: label.clone(), config: cfg.to_toml() };
     // Claimed and locked only now that everything fits, then checked again under the lock: a
     // second import into the same directory fails at once instead of replacing this one.
@@ -112,7 +132,20 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
         batch_counts: fitted.batch_counts,
         skipped: fitted.skipped,
         ignored: source.ignored,
+        probe,
     })
+}
+
+/// An import without `data.normalize` would evaluate and train the PyTorch model on inputs
+/// normalised as it never saw them: refused, naming both choices.
+fn check_normalize(cfg: &RunConfig, path: &std::path::Path) -> Result<()> {
+    if cfg.data.normalize.is_some() {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "{}: data.normalize is not set. Set it to the normalisation the PyTorch model was trained with, data.normalize = {{ mean = [...], std = [...] }} on pixels scaled to [0, 1] as torchvision's Normalize takes it; or normalize = \"dataset\" to use this training set's statistics knowingly",
+        path.display()
+    )))
 }
 
 /// The fresh run's state with the imported values in every worker that holds them (each

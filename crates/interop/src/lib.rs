@@ -17,6 +17,7 @@ mod export;
 pub mod fit;
 mod import;
 pub mod pickle;
+pub mod probe;
 pub mod source;
 
 use std::path::{Path, PathBuf};
