@@ -8,8 +8,10 @@ Steps:
   2. trains the ResNet-8 of docs/pytorch/resilab_models.py on it in PyTorch (SGD, momentum
      0.9, 3 epochs) with a fixed Normalize(mean, std), and saves a training checkpoint
      {epoch, model_state_dict, optimizer_state_dict};
-  3. `resilab import` with a configuration naming the same data and `data.normalize`, then
-     `resilab eval`: the number of test images classified correctly must be PyTorch's;
+  3. `resilab import --probe` (a probe of the trained model on 16 test images, saved with
+     docs/pytorch/resilab_probe.py) with a configuration naming the same data and
+     `data.normalize`, then `resilab eval`: the number of test images classified correctly
+     must be PyTorch's;
   4. `resilab export --optimizer`, then `load_state_dict(..., strict=True)` into a fresh model:
      every tensor and every momentum buffer must equal PyTorch's own, bit for bit;
   5. for every architecture of docs/pytorch/resilab_models.py (ResNet 8/20/18/34, VGG 11/16
@@ -30,6 +32,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "docs", "pytorch"))
 import resilab_models as rm  # noqa: E402
+from resilab_probe import save_probe  # noqa: E402
 
 TRAIN_BATCH, TEST, CLASSES = 400, 500, 10
 
@@ -115,7 +118,12 @@ def main():
         f.write(f'[data]\nsource = "cifar10"\npath = "{os.path.join(a.work, "cifar")}"\n')
         f.write(f"normalize = {{ mean = {mean}, std = {std} }}\n")
         f.write('[model]\narch = "resnet"\ndepth = 8\n[optimizer]\nkind = "sgd"\nlr = 0.05\nmomentum = 0.9\n')
-    print(resilab(a.resilab, "import", ckpt, "--config", config, "--out", os.path.join(a.work, "ckpt")), end="")
+    # A probe of the trained model on 16 test images: the import verifies resilab's forward pass.
+    probe = os.path.join(a.work, "probe.safetensors")
+    save_probe(model, test[0][:16].float() / 255, probe, mean, std)
+    imported = resilab(a.resilab, "import", ckpt, "--config", config, "--out", os.path.join(a.work, "ckpt"), "--probe", probe)
+    print(imported, end="")
+    assert "forward pass verified" in imported, "the import did not verify the probe"
     report = json.loads(resilab(a.resilab, "eval", os.path.join(a.work, "ckpt"), "--json"))
     resilab_correct = round(report["test_acc"] * report["test_images"])
     print(f"test accuracy: PyTorch {torch_correct}/{TEST}, resilab eval {resilab_correct}/{report['test_images']}")
