@@ -17,6 +17,10 @@ Writes, with fixed seeds:
   resnet8-stride.pt    a ResNet-8 with the same names and shapes whose downsampling blocks put
                        the stride on their second convolution, not the first; and
   resnet8-stride-probe.safetensors  its probe
+  resnet8-reordered-train.pt  a training checkpoint (three SGD steps, momentum 0.9) of a ResNet-8
+                       whose first block registers conv2 and bn2 before conv1 and bn1 (same
+                       shapes), so its optimizer numbers their state in another order; and
+  resnet8-reordered-momentum.safetensors  its momentum buffers by parameter name
 """
 
 import os
@@ -52,6 +56,26 @@ def settle(model, seed):
 class RunsCode:
     def __reduce__(self):
         return (os.system, ("echo resilab-fixture-ran-code > /tmp/resilab-fixture-ran-code",))
+
+
+def reordered(out):
+    """A training checkpoint whose optimizer state is numbered in another order than resilab's
+    module order, with equal shapes where the orders differ, and the truth by name."""
+    from collections import OrderedDict
+
+    model = settle(rm.resnet(depth=8), 8)
+    block = model.layer1[0]
+    block._modules = OrderedDict((k, block._modules[k]) for k in ["conv2", "bn2", "conv1", "bn1"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(9)
+    model.train()
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.randn(8, 3, 32, 32, generator=g)), torch.randint(0, 10, (8,), generator=g)).backward()
+        opt.step()
+    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": opt.state_dict()}, os.path.join(out, "resnet8-reordered-train.pt"))
+    momentum = {n: opt.state[p]["momentum_buffer"].contiguous() for n, p in model.named_parameters()}
+    save_file(momentum, os.path.join(out, "resnet8-reordered-momentum.safetensors"))
 
 
 def stride_second(model):
@@ -98,6 +122,7 @@ def main():
     strided = settle(stride_second(rm.resnet(depth=8)), 7)
     torch.save(strided.state_dict(), os.path.join(OUT, "resnet8-stride.pt"))
     save_probe(strided, images, os.path.join(OUT, "resnet8-stride-probe.safetensors"), CIFAR_MEAN, CIFAR_STD)
+    reordered(OUT)
     for name in sorted(os.listdir(OUT)):
         print(f"{name}: {os.path.getsize(os.path.join(OUT, name))} bytes")
 

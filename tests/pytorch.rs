@@ -172,6 +172,21 @@ fn an_import_without_data_normalize_names_both_choices() {
 }
 
 #[test]
+fn optimizer_state_follows_the_files_own_parameter_order() {
+    // The fixture's first block registers conv2 and bn2 before conv1 and bn1, with the same
+    // shapes: numbered by resilab's module order, their momentum would land swapped, silently.
+    let dir = tempfile::tempdir().unwrap();
+    ok(&import(dir.path(), &fixture("resnet8-reordered-train.pt"), RESNET8, "ckpt", &[]));
+    let held = values(&dir.path().join("ckpt"));
+    let truth = tensors(&fixture("resnet8-reordered-momentum.safetensors"));
+    assert_eq!(truth.len(), 29);
+    for (name, want) in &truth {
+        assert_eq!(held.optim[name].buffers["momentum_buffer"].values, want.values, "{name}");
+    }
+    assert_ne!(truth["layer1.0.conv1.weight"].values, truth["layer1.0.conv2.weight"].values);
+}
+
+#[test]
 fn a_training_checkpoint_brings_its_momentum_and_training_resumes_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!("{RESNET8}{UNPREFIX}");

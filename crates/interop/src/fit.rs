@@ -160,15 +160,33 @@ fn hint(source: &Source, problems: &Problems, most_missing: bool) -> String {
     h
 }
 
-/// Places the file's optimizer state: entry `i` belongs to the `i`-th trainable slot (PyTorch
-/// numbers an optimizer's state in `parameters()` order, which is module order, as resilab's).
-/// Each buffer must have its parameter's shape, and the buffers must be those `kept` (the
-/// configured optimizer's). `step` (Adam) becomes the parameter's update count.
-pub fn fit_optimizer(source: &Source, slots: &[Slot], kept: &[&str], fitted: &mut Fitted) -> Result<()> {
+/// The trainable slots in the order the file's optimizer numbers them. PyTorch numbers an
+/// optimizer's state by `parameters()` order, the module's registration order, which is the
+/// order of the file's `state_dict` (its parameters, without buffers). When the file keeps no
+/// order (safetensors) or its order does not name every trainable slot, resilab's own module
+/// order, which `resilab export` writes.
+fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, String)]) -> Vec<&'a Slot> {
+    let trainable: Vec<&Slot> = slots.iter().filter(|s| s.trainable).collect();
+    let by_name: BTreeMap<&str, &Slot> = trainable.iter().map(|s| (s.name.as_str(), *s)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let file: Vec<&Slot> = source
+        .order
+        .iter()
+        .filter_map(|n| by_name.get(rename(n, rules).as_str()).copied())
+        .filter(|s| seen.insert(s.name.as_str()))
+        .collect();
+    if file.len() == trainable.len() { file } else { trainable }
+}
+
+/// Places the file's optimizer state: entry `i` belongs to the `i`-th trainable parameter in
+/// the file's own order ([`optimizer_order`]). Each buffer must have its parameter's shape, and
+/// the buffers must be those `kept` (the configured optimizer's). `step` (Adam) becomes the
+/// parameter's update count.
+pub fn fit_optimizer(source: &Source, slots: &[Slot], rules: &[(Regex, String)], kept: &[&str], fitted: &mut Fitted) -> Result<()> {
     if source.optimizer.is_empty() {
         return Ok(());
     }
-    let trainable: Vec<&Slot> = slots.iter().filter(|s| s.trainable).collect();
+    let trainable = optimizer_order(source, slots, rules);
     let path = &source.path;
     let held: std::collections::BTreeSet<&str> =
         source.optimizer.values().flat_map(|b| b.keys().map(String::as_str)).filter(|b| *b != "step").collect();
@@ -200,7 +218,7 @@ pub fn fit_optimizer(source: &Source, slots: &[Slot], kept: &[&str], fitted: &mu
                 return Err(Error::file(
                     path,
                     format!(
-                        "optimizer state {index}.{buffer} is {:?}, but parameter {index} ({}) is {:?}: the file's parameters() order differs from the model's",
+                        "optimizer state {index}.{buffer} is {:?}, but parameter {index} ({}) is {:?}: the optimizer was saved for another model",
                         host.shape, slot.name, slot.shape
                     ),
                 ));
@@ -266,12 +284,31 @@ mod tests {
         source.optimizer.entry(0).or_default().insert("momentum_buffer".into(), host(&[3]));
         source.optimizer.entry(1).or_default().insert("momentum_buffer".into(), host(&[2]));
         let mut fitted = Fitted::default();
-        fit_optimizer(&source, &slots, &["momentum_buffer"], &mut fitted).unwrap();
+        fit_optimizer(&source, &slots, &[], &["momentum_buffer"], &mut fitted).unwrap();
         assert_eq!(fitted.optim.keys().collect::<Vec<_>>(), ["a.weight", "b.weight"]);
-        let e = fit_optimizer(&source, &slots, &["exp_avg", "exp_avg_sq"], &mut Fitted::default()).unwrap_err().to_string();
+        let e = fit_optimizer(&source, &slots, &[], &["exp_avg", "exp_avg_sq"], &mut Fitted::default()).unwrap_err().to_string();
         assert!(e.contains("holds momentum_buffer, but the configured optimizer keeps exp_avg, exp_avg_sq"), "{e}");
         source.optimizer.entry(1).or_default().insert("momentum_buffer".into(), host(&[3]));
-        let e = fit_optimizer(&source, &slots, &["momentum_buffer"], &mut Fitted::default()).unwrap_err().to_string();
+        let e = fit_optimizer(&source, &slots, &[], &["momentum_buffer"], &mut Fitted::default()).unwrap_err().to_string();
         assert!(e.contains("optimizer state 1.momentum_buffer is [3], but parameter 1 (b.weight) is [2]"), "{e}");
+    }
+
+    #[test]
+    fn optimizer_state_follows_the_files_own_parameter_order() {
+        // The file's module registered b before a (same shapes): state 0 is b's.
+        let slots = [slot("a.weight", &[3]), slot("b.weight", &[3])];
+        let mut source = Source { path: "w.pt".into(), ..Source::default() };
+        let buffer = |v: f32| [("momentum_buffer".to_string(), Host { values: vec![v; 3], ..host(&[3]) })].into_iter().collect();
+        source.optimizer.insert(0, buffer(1.0));
+        source.optimizer.insert(1, buffer(2.0));
+        let momentum = |f: &Fitted, n: &str| f.optim[n].buffers["momentum_buffer"].values[0];
+        let mut fitted = Fitted::default();
+        fit_optimizer(&source, &slots, &[], &["momentum_buffer"], &mut fitted).unwrap();
+        assert_eq!((momentum(&fitted, "a.weight"), momentum(&fitted, "b.weight")), (1.0, 2.0), "no order: the model's");
+        source.order = vec!["m.b.weight".into(), "m.bn.running_var".into(), "m.a.weight".into()];
+        let rules = compile(&[Rename { from: "^m\\.".into(), to: String::new() }]).unwrap();
+        let mut fitted = Fitted::default();
+        fit_optimizer(&source, &slots, &rules, &["momentum_buffer"], &mut fitted).unwrap();
+        assert_eq!((momentum(&fitted, "a.weight"), momentum(&fitted, "b.weight")), (2.0, 1.0), "the file's order, renamed");
     }
 }

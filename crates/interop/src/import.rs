@@ -102,7 +102,7 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
     let slots = slots(&trainer.model());
     let label = cfg.model.label();
     let mut fitted = fit(&source, &slots, &rules, &label, req.allow_partial)?;
-    fit_optimizer(&source, &slots, cfg.optimizer.buffer_names(), &mut fitted)?;
+    fit_optimizer(&source, &slots, &rules, cfg.optimizer.buffer_names(), &mut fitted)?;
     let state = place(trainer.snapshot(), &fitted);
     // The trainer checks every name, shape and counter before anything is written.
     trainer.restore(&state).map_err(resilab_runner::Error::from)?;

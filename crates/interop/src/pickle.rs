@@ -163,8 +163,8 @@ const LEGACY_PICKLES: [&str; 5] = ["magic number", "protocol version", "system i
 /// Checks every pickle in the PyTorch file `path` against the lists, running nothing. The
 /// container is told as Burn's reader tells it: a ZIP (PyTorch 1.6 and later: its `data.pkl`),
 /// a legacy stream (its first five pickles), a plain pickle; a TAR file (before PyTorch 0.1.10)
-/// is refused.
-pub fn check(path: &Path) -> Result<()> {
+/// is refused. Returns the names tensors are stored under, in the order the pickle sets them.
+pub fn check(path: &Path) -> Result<Vec<String>> {
     let mut file = File::open(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
     let mut header = Vec::new();
     (&mut file).take(HEADER_LEN as u64).read_to_end(&mut header).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
@@ -247,7 +247,7 @@ fn refused(path: &Path, where_: &str, refusal: Refusal) -> Error {
 /// finds it: the directory of an entry named `data.pkl`. An archive with more than one is
 /// refused: PyTorch picks the first entry's directory, the reader the shortest, so each could
 /// load a different pickle.
-fn check_zip(path: &Path, mut file: File) -> Result<()> {
+fn check_zip(path: &Path, mut file: File) -> Result<Vec<String>> {
     // From the start, as the reader opens it: the zip crate reads offsets from where it starts.
     file.seek(SeekFrom::Start(0)).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
     let mut archive = ZipArchive::new(BufReader::new(file)).map_err(|e| unreadable(path, format!("its ZIP archive: {e}")))?;
@@ -268,7 +268,7 @@ fn check_zip(path: &Path, mut file: File) -> Result<()> {
         }
     };
     let bytes = read_entry(&mut archive, name).map_err(|e| unreadable(path, format!("ZIP entry {name}: {e}")))?;
-    walk(&bytes, 0, MAX_ENTRIES).map(drop).map_err(|r| refused(path, name, r))
+    walk_keys(&bytes, 0, MAX_ENTRIES).map(|(_, keys)| keys).map_err(|r| refused(path, name, r))
 }
 
 /// The bytes of the archive entry `name`, refused beyond [`MAX_PICKLE_SIZE`] whatever size its
@@ -293,7 +293,7 @@ fn read_entry<R: Read + Seek>(archive: &mut ZipArchive<R>, name: &str) -> std::r
 /// Checks the first `parts.len()` pickles of a stream that starts at byte 0 of `file`: a legacy
 /// file's five, a plain pickle file's one. What follows them (a legacy file's storages) is not
 /// read; the prefix read grows while a pickle runs past it.
-fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<()> {
+fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<Vec<String>> {
     let io = |e: std::io::Error| Error::file(path, format!("cannot be read: {e}"));
     let mut limit = FIRST_READ;
     loop {
@@ -303,16 +303,20 @@ fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<()> {
         let whole = (data.len() as u64) < limit;
         let mut at = 0;
         let mut failed = None;
+        let mut keys = Vec::new();
         for (i, part) in parts.iter().enumerate() {
-            match walk(&data, at, MAX_ENTRIES) {
-                Ok(end) => at = end,
+            match walk_keys(&data, at, MAX_ENTRIES) {
+                Ok((end, k)) => {
+                    at = end;
+                    keys.extend(k);
+                }
                 Err(r) => {
                     failed = Some((i, part, r));
                     break;
                 }
             }
         }
-        let Some((i, part, refusal)) = failed else { return Ok(()) };
+        let Some((i, part, refusal)) = failed else { return Ok(keys) };
         if matches!(refusal, Refusal::Truncated { .. }) && !whole {
             if limit >= MAX_PICKLE_SIZE {
                 return Err(unreadable(path, format!("its pickles run past the first {MAX_PICKLE_SIZE} bytes, the most resilab reads")));
@@ -569,10 +573,19 @@ impl Op {
 
 /// Walks the pickle that starts at byte `start` of `data` up to its STOP, and returns the offset
 /// just past it. `limit` bounds the stack, the marks and the memo.
+#[cfg(test)]
 fn walk(data: &[u8], start: usize, limit: usize) -> std::result::Result<usize, Refusal> {
-    let mut walker = Walker { data, pos: start, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit };
+    walk_keys(data, start, limit).map(|(end, _)| end)
+}
+
+/// [`walk`], also returning the names tensors are stored under, in the order the pickle sets
+/// them (a `state_dict`'s order: module registration order).
+fn walk_keys(data: &[u8], start: usize, limit: usize) -> std::result::Result<(usize, Vec<String>), Refusal> {
+    let mut walker = Walker { data, pos: start, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit, keys: Vec::new() };
     while !walker.step()? {}
-    Ok(walker.pos)
+    let keys =
+        walker.keys.iter().map(|&(at, len)| String::from_utf8_lossy(&data[at as usize..at as usize + usize::from(len)]).into_owned());
+    Ok((walker.pos, keys.collect()))
 }
 
 /// CPython's unpickler, run on symbols: its stack (with marks as fences, as `_pickle.c` keeps
@@ -584,6 +597,8 @@ struct Walker<'a> {
     marks: Vec<usize>,
     memo: HashMap<u64, Value>,
     limit: usize,
+    /// Where the names that tensors are set under are, in order.
+    keys: Vec<(u32, u16)>,
 }
 
 type Step<T = ()> = std::result::Result<T, Refusal>;
@@ -872,10 +887,17 @@ impl Walker<'_> {
                 self.pop(o)?;
             }
             op::SETITEM => {
-                self.pop(o)?;
-                self.pop(o)?;
+                let value = self.pop(o)?;
+                let key = self.pop(o)?;
+                self.note_key(key, value);
             }
             _ => {
+                if o.code == op::SETITEMS {
+                    let pairs: Vec<Value> = self.stack.get(self.fence()..).unwrap_or_default().to_vec();
+                    for pair in pairs.chunks_exact(2) {
+                        self.note_key(pair[0], pair[1]);
+                    }
+                }
                 let (count, _) = self.pop_mark(o)?;
                 if o.code == op::SETITEMS && count % 2 != 0 {
                     return Err(o.invalid("with an odd number of items"));
@@ -885,6 +907,15 @@ impl Walker<'_> {
         match self.top(o)? {
             Value::Global(i) => Err(o.code(format!("on {}, which is no container", dotted(i)))),
             _ => Ok(()),
+        }
+    }
+
+    /// Records `key` when `value` is a tensor that a listed `_rebuild_*` function made.
+    fn note_key(&mut self, key: Value, value: Value) {
+        if let (Value::Str { at, len }, Value::Made(i)) = (key, value)
+            && listed(i).0.1.starts_with("_rebuild_")
+        {
+            self.keys.push((at, len));
         }
     }
 
@@ -1085,13 +1116,15 @@ mod tests {
             assert_eq!(layout == Arg::Nothing, arg.is_empty(), "{name}");
             // The argument, then a byte it must not read.
             let bytes = [vec![c], arg.clone(), vec![STOP]].concat();
-            let mut w = Walker { data: &bytes, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8 };
+            let mut w =
+                Walker { data: &bytes, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8, keys: Vec::new() };
             w.argument(name, layout, 0).unwrap();
             assert_eq!(w.pos, bytes.len() - 1, "{name} read {} bytes of its {}-byte argument", w.pos - 1, arg.len());
             // One byte short, it is truncated, whatever its length claims.
             if !arg.is_empty() {
                 let short = [vec![c], arg[..arg.len() - 1].to_vec()].concat();
-                let mut w = Walker { data: &short, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8 };
+                let mut w =
+                    Walker { data: &short, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8, keys: Vec::new() };
                 assert!(matches!(w.argument(name, layout, 0), Err(Refusal::Truncated { at: 0, .. })), "{name}");
             }
         }

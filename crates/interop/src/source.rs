@@ -37,6 +37,10 @@ pub struct Source {
     pub ignored: Vec<String>,
     /// The key the model's tensors were under (`model_state_dict`, `state_dict`, `model`), if any.
     pub model_key: Option<String>,
+    /// The model's tensor names in the file's own order: a PyTorch file's `state_dict` order,
+    /// which is its module's registration order and so its `parameters()` order. Empty for a
+    /// safetensors file, which keeps no such order.
+    pub order: Vec<String>,
 }
 
 /// The prefix of the optimizer entries in a safetensors file `resilab export --optimizer`
@@ -49,19 +53,24 @@ pub fn read(path: &Path) -> Result<Source> {
     if !meta.is_file() {
         return Err(Error::file(path, "is not a file"));
     }
-    let tensors = if path.extension().is_some_and(|e| e == "safetensors") { read_safetensors(path)? } else { read_pytorch(path)? };
+    let (tensors, keys) =
+        if path.extension().is_some_and(|e| e == "safetensors") { (read_safetensors(path)?, Vec::new()) } else { read_pytorch(path)? };
     if tensors.is_empty() {
         return Err(Error::file(path, "holds no tensors: expected a model's state_dict"));
     }
-    split(path, tensors)
+    let mut source = split(path, tensors)?;
+    let mut seen = std::collections::BTreeSet::new();
+    source.order = keys.into_iter().filter(|k| source.model.contains_key(k) && seen.insert(k.clone())).collect();
+    Ok(source)
 }
 
-fn read_pytorch(path: &Path) -> Result<BTreeMap<String, Host>> {
+/// The file's tensors, and the names they are set under in the pickle's order.
+fn read_pytorch(path: &Path) -> Result<(BTreeMap<String, Host>, Vec<String>)> {
     let unreadable = |e: &dyn std::error::Error| Error::file(path, format!("is not a readable PyTorch file: {}", one_line(e)));
     // The reader never runs the pickle; a file that would run code when PyTorch loads it is
     // refused all the same, before the reader parses it: it is not a state_dict, and whoever made
     // it meant harm or a mistake. The walk reads every opcode against exact lists of names.
-    crate::pickle::check(path)?;
+    let keys = crate::pickle::check(path)?;
     let reader = PytorchReader::new(path).map_err(|e| unreadable(&e))?;
     let mut out = BTreeMap::new();
     for (name, t) in reader.into_tensors() {
@@ -69,7 +78,7 @@ fn read_pytorch(path: &Path) -> Result<BTreeMap<String, Host>> {
         let host = from_bytes(t.dtype(), t.shape().to_vec(), &bytes).map_err(|m| Error::file(path, format!("tensor {name}: {m}")))?;
         out.insert(name, host);
     }
-    Ok(out)
+    Ok((out, keys))
 }
 
 fn read_safetensors(path: &Path) -> Result<BTreeMap<String, Host>> {
