@@ -313,3 +313,43 @@ fn late_detected_damage_is_beyond_rollback_so_it_resyncs_the_diverged_replica() 
     let golden = train_with(dir.path(), "golden", "", detect);
     assert_ne!(rollback["final_params_digest"], golden["final_params_digest"], "the damaged gradients of steps 2-4 stay in the average");
 }
+
+#[test]
+fn compare_says_what_each_strategy_did_in_one_unit_and_that_one_run_decides_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Worker 1 crashes during bucket 2's all-reduce at step 5: buckets 0 and 1 are complete.
+    let crash = crash_at("phase = \"allreduce\"\nbucket = 2\n");
+    let text = format!(
+        "{TINY}\n[parallel]\nworkers = 2\n{SMALL_BUCKETS}\n[checkpoint]\nevery_steps = 3\nkeep_last = 0\n\n{crash}\n{}",
+        under("none", "")
+    );
+    let cfg = write(dir.path(), "compare.toml", &text);
+    let out = dir.path().join("cmp");
+    let o = run(&[
+        "compare",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--golden-dir",
+        dir.path().join("golden").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = std::fs::read_to_string(out.join("table.txt")).unwrap();
+    let line = |s: &str| table.lines().find(|l| l.starts_with(&format!("{s} "))).unwrap_or_else(|| panic!("{s}: {table}"));
+    assert!(table.contains("test acc %") && table.contains("acc loss pts") && table.contains("what it did"), "{table}");
+    assert!(line("none").ends_with("failed at step 5 (crash)"), "{table}");
+    assert!(line("checkpoint_restart").ends_with("restarted from step 3 at step 5"), "{table}");
+    assert!(line("rollback").contains("rolled back step 5 and redid it without rank 1; respawned rank 1 from rank 0"), "{table}");
+    let lossy = line("lossy_forward");
+    assert!(lossy.contains("kept 2 of ") && lossy.contains("buckets of step 5, reduced the rest without rank 1"), "{table}");
+    // The last line names the cheapest strategy within the budget on this run, and says that
+    // one run decides nothing, with the size of one test image in points.
+    let last = table.lines().last().unwrap();
+    assert!(last.starts_with("On this run, the cheapest strategy within 0.5 points"), "{last}");
+    assert!(last.contains("One run decides nothing: one test image is 1.56 points here"), "{last}");
+    // strategies.csv has the actions too.
+    let csv = std::fs::read_to_string(out.join("strategies.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",actions"), "{csv}");
+}

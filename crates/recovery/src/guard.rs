@@ -89,6 +89,9 @@ pub struct DetectionRecord {
     pub latency_steps: Option<u64>,
     /// What the strategy decided.
     pub decision: Decision,
+    /// A crash's all-reduce buckets: those whose all-reduce had completed, and all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<[usize; 2]>,
 }
 
 /// The detections of a run in words: how many, on how many steps, and by what. A detector fires
@@ -227,6 +230,7 @@ impl Guard {
             point: Some(ctx.point),
             latency_steps: self.latency(ctx.step),
             decision: decision.clone(),
+            buckets: None,
         });
         self.carry_out(decision, ctx.step)
     }
@@ -244,6 +248,7 @@ impl Guard {
             point: None,
             latency_steps: self.latency(step),
             decision: decision.clone(),
+            buckets: None,
         });
         decision
     }
@@ -323,11 +328,15 @@ impl Hooks for Guard {
     /// A real job sees a crash when the collective in flight times out: the strategy decides
     /// (rollback redoes the step without the worker, lossy forward finishes it over the
     /// survivors, checkpoint-restart reloads, `none` fails the run).
-    fn on_crash(&mut self, ctx: &Ctx, _crash: &Crash) -> Control {
+    fn on_crash(&mut self, ctx: &Ctx, crash: &Crash) -> Control {
         if !self.down.insert(ctx.rank) {
             return Control::Skip;
         }
-        match self.fire(ctx, Detection::Crash, &[ctx.rank]) {
+        let control = self.fire(ctx, Detection::Crash, &[ctx.rank]);
+        if let Some(record) = self.detections.last_mut() {
+            record.buckets = Some([crash.completed_buckets, crash.buckets]);
+        }
+        match control {
             Control::Continue => Control::Skip,
             other => other,
         }

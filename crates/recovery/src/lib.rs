@@ -265,7 +265,15 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(e).unwrap(), e.name());
         }
-        let record = |step, kind| DetectionRecord { step, rank: Some(0), kind, point: None, latency_steps: None, decision: D::Continue };
+        let record = |step, kind| DetectionRecord {
+            step,
+            rank: Some(0),
+            kind,
+            point: None,
+            latency_steps: None,
+            decision: D::Continue,
+            buckets: None,
+        };
         let records: Vec<DetectionRecord> = (1..=3).flat_map(|s| [record(s, E::NonFiniteLoss), record(s, E::NonFiniteWeights)]).collect();
         let text = detections_text(&records);
         assert!(text.starts_with("6 detection(s) on 3 step(s) (non_finite_loss x3, non_finite_weights x3;"), "{text}");

@@ -24,7 +24,7 @@ pub fn run(
     own.extend(["strategies.csv", "table.txt"]);
     let _lock = crate::files::lock_dir(root, "--out")?;
     crate::check_output_dir(root, &own, "--out")?;
-    let (mut rows, mut golden) = (Vec::new(), None);
+    let (mut rows, mut golden, mut test_images) = (Vec::new(), None, 0);
     for strategy in strategies {
         let mut set = set.to_vec();
         set.push(format!("recovery.strategy=\"{strategy}\""));
@@ -33,9 +33,10 @@ pub fn run(
         eprintln!("resilab: {} under strategy {strategy} -> {}", cfg.model.label(), out.display());
         let s = crate::train(&cfg, &options(&cfg, out))?;
         golden = golden.or(s.golden.clone());
+        test_images = s.test_images;
         rows.push(StrategyRow::of(strategy, &s));
     }
-    let table = table(&rows, golden.as_ref());
+    let table = table(&rows, golden.as_ref(), test_images);
     write(root, &rows, &table)?;
     Ok(table)
 }
@@ -72,6 +73,9 @@ pub struct StrategyRow {
     pub simulated_overhead_vs_golden: Option<f64>,
     /// Steps recomputed per step run.
     pub step_overhead: f64,
+    /// What the strategy did, in order: restarts, rolled-back steps, dropped contributions,
+    /// buckets kept after a crash, respawned and re-synchronised ranks.
+    pub actions: String,
 }
 
 impl StrategyRow {
@@ -92,27 +96,75 @@ impl StrategyRow {
             time_overhead_vs_golden: s.time_overhead_vs_golden,
             simulated_overhead_vs_golden: s.simulated_overhead_vs_golden,
             step_overhead: s.steps_recomputed as f64 / s.steps.max(1) as f64,
+            actions: actions(s),
         }
     }
 }
 
-/// The one-screen table of `rows` against `golden`.
-pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
-    let opt = |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".to_string(), |x| format!("{:+.digits$}", x * scale));
+/// Actions listed in full; the rest are counted.
+const SHOWN_ACTIONS: usize = 4;
+
+/// What a run's strategy did, from its summary: each restart and each decision that changed
+/// something, in words, the first [`SHOWN_ACTIONS`] in full.
+pub fn actions(s: &Summary) -> String {
+    let mut all: Vec<(u64, String)> =
+        s.restarts.iter().map(|r| (r.at_step, format!("restarted from step {} at step {}", r.to_step, r.at_step))).collect();
+    for d in &s.detections {
+        all.extend(decision_text(&d.decision, d.step, d.buckets).into_iter().map(|t| (d.step, t)));
+        if d.decision == resilab_recovery::Decision::Fail {
+            all.push((d.step, format!("failed at step {} ({})", d.step, d.kind.name().replace('_', " "))));
+        }
+    }
+    all.sort_by_key(|a| a.0);
+    if s.status == "failed" && !s.detections.iter().any(|d| d.decision == resilab_recovery::Decision::Fail) {
+        all.push((u64::MAX, "the run failed".into()));
+    }
+    let more = all.len().saturating_sub(SHOWN_ACTIONS);
+    let mut text: Vec<String> = all.into_iter().take(SHOWN_ACTIONS).map(|a| a.1).collect();
+    if more > 0 {
+        text.push(format!("{more} more"));
+    }
+    if text.is_empty() { "nothing".into() } else { text.join("; ") }
+}
+
+fn decision_text(d: &resilab_recovery::Decision, step: u64, buckets: Option<[usize; 2]>) -> Vec<String> {
+    use resilab_recovery::Decision as D;
+    let ranks = |r: &[usize]| r.iter().map(|r| format!("rank {r}")).collect::<Vec<_>>().join(", ");
+    match d {
+        D::Continue | D::RestartFromCheckpoint | D::FallBackToOlderCheckpoint | D::Fail => Vec::new(),
+        D::DropContribution { ranks: r } => match buckets {
+            // A crash: the buckets reduced before it hold the crashed rank's gradient.
+            Some([k, n]) => vec![format!("kept {k} of {n} buckets of step {step}, reduced the rest without {}", ranks(r))],
+            None => vec![format!("dropped {}'s gradient in step {step}", ranks(r))],
+        },
+        D::RedoStep { without } if without.is_empty() => vec![format!("rolled back and redid step {step}")],
+        D::RedoStep { without } => vec![format!("rolled back step {step} and redid it without {}", ranks(without))],
+        D::Resync { ranks: r, from, next_step: true } => vec![format!("respawned {} from rank {from}", ranks(r))],
+        D::Resync { ranks: r, from, next_step: false } => vec![format!("re-synchronised {} from rank {from} in step {step}", ranks(r))],
+        D::Both { steps } => steps.iter().flat_map(|d| decision_text(d, step, buckets)).collect(),
+    }
+}
+
+/// The one-screen table of `rows` against `golden`, on a test set of `test_images`, with the
+/// line that says what this one run suggests and what it cannot decide.
+pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) -> String {
+    // Accuracies in percent, losses in points: the units of cells.csv and the reports.
+    let pts = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:+.2}", 100.0 * x));
     // A failed run's overhead is no cost of recovery: n/a.
     let pct = |v: Option<f64>, digits: usize| v.map_or("n/a".to_string(), |x| format!("{:+.digits$}%", 100.0 * x));
     let mut t = String::new();
     if let Some(g) = golden {
         let sim = g.simulated_s.map_or(String::new(), |s| format!(", simulated {s:.3} s"));
-        let _ = writeln!(t, "golden run: test accuracy {:.4}, wall {:.1} s{sim} ({})", g.final_test_acc, g.wall_s, g.dir.display());
+        let _ =
+            writeln!(t, "golden run: test accuracy {:.2}%, wall {:.1} s{sim} ({})", 100.0 * g.final_test_acc, g.wall_s, g.dir.display());
     }
     let _ = writeln!(
         t,
-        "{:<20} {:<9} {:>8} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}",
+        "{:<20} {:<9} {:>10} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}  {}",
         "strategy",
         "status",
-        "test acc",
-        "acc loss",
+        "test acc %",
+        "acc loss pts",
         "faults",
         "detect",
         "restarts",
@@ -122,16 +174,17 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
         "sim ovh",
         "steps ovh",
         "wall s",
-        "wall ovh"
+        "wall ovh",
+        "what it did"
     );
     for r in rows {
         let _ = writeln!(
             t,
-            "{:<20} {:<9} {:>8.4} {:>9} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>8.1}% {:>7.1} {:>9}",
+            "{:<20} {:<9} {:>10.2} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>8.1}% {:>7.1} {:>9}  {}",
             r.strategy,
             r.status,
-            r.final_test_acc,
-            opt(r.acc_loss_vs_golden, 1.0, 3),
+            100.0 * r.final_test_acc,
+            pts(r.acc_loss_vs_golden),
             r.faults,
             r.detections,
             r.restarts,
@@ -142,9 +195,36 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>) -> String {
             100.0 * r.step_overhead,
             r.wall_s,
             pct(r.time_overhead_vs_golden, 1),
+            r.actions,
         );
     }
-    t
+    t + &verdict(rows, test_images)
+}
+
+/// The accuracy loss, in points, within which a strategy counts as harmless: the studies'
+/// default budget (docs/recovery.md).
+pub const BUDGET_POINTS: f64 = 0.5;
+
+/// The cheapest strategy (simulated overhead, else wall overhead) whose run completed with an
+/// accuracy loss within [`BUDGET_POINTS`], said as what it is: one run, which decides nothing.
+fn verdict(rows: &[StrategyRow], test_images: usize) -> String {
+    let cost = |r: &StrategyRow| r.simulated_overhead_vs_golden.or(r.time_overhead_vs_golden);
+    let within = rows
+        .iter()
+        .filter(|r| r.status == "completed" && r.acc_loss_vs_golden.is_some_and(|l| 100.0 * l <= BUDGET_POINTS) && cost(r).is_some());
+    let image = 100.0 / test_images.max(1) as f64;
+    let caveat = format!(
+        "One run decides nothing: one test image is {image:.2} points here, and another fault seed strikes elsewhere. To choose, compare them over seeds and faults in a campaign, as configs/paper/recovery.toml does (docs/recovery.md)."
+    );
+    match within.min_by(|a, b| cost(a).unwrap_or(f64::MAX).total_cmp(&cost(b).unwrap_or(f64::MAX))) {
+        Some(r) => format!(
+            "On this run, the cheapest strategy within {BUDGET_POINTS} points of the golden accuracy is {} ({} overhead, {} points lost). {caveat}\n",
+            r.strategy,
+            cost(r).map_or("n/a".into(), |c| format!("{:+.2}%", 100.0 * c)),
+            r.acc_loss_vs_golden.map_or("-".into(), |l| format!("{:+.2}", 100.0 * l))
+        ),
+        None => format!("On this run, no strategy completed within {BUDGET_POINTS} points of the golden accuracy. {caveat}\n"),
+    }
 }
 
 /// Writes `strategies.csv` and `table.txt` into `dir`.
