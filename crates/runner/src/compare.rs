@@ -160,7 +160,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
     }
     let _ = writeln!(
         t,
-        "{:<20} {:<9} {:>10} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}  {}",
+        "{:<20} {:<9} {:>10} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}  what it did",
         "strategy",
         "status",
         "test acc %",
@@ -174,8 +174,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
         "sim ovh",
         "steps ovh",
         "wall s",
-        "wall ovh",
-        "what it did"
+        "wall ovh"
     );
     for r in rows {
         let _ = writeln!(
