@@ -13,6 +13,11 @@ pub fn parse_shard(s: &str) -> Result<(u64, u64)> {
     let parsed = s.split_once('/').and_then(|(i, n)| Some((i.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?)));
     match parsed {
         Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        // What a Slurm array task resubmitted on its own passes when it takes the count from
+        // SLURM_ARRAY_TASK_COUNT, which is then 1.
+        Some((i, n)) if n > 0 => Err(Error::Config(format!(
+            "--shard {s}: shard {i} of {n} does not exist (I must be below N); an array task resubmitted on its own sees an array of {n} task(s): set RESILAB_SHARDS to the campaign's shard count (configs/slurm/campaign-array.sh reads it)"
+        ))),
         _ => Err(Error::Config(format!("--shard {s}: expected I/N with 0 <= I < N, e.g. 0/4"))),
     }
 }
@@ -146,6 +151,9 @@ mod tests {
         for bad in ["4/4", "1/0", "x/2", "3"] {
             assert!(parse_shard(bad).is_err(), "{bad}");
         }
+        // A lone resubmitted array task is told which variable to set.
+        let lone = parse_shard("3/1").unwrap_err().to_string();
+        assert!(lone.contains("shard 3 of 1 does not exist") && lone.contains("set RESILAB_SHARDS"), "{lone}");
         assert_eq!(human_duration(59.4), "59 s");
         assert_eq!(human_duration(150.0), "2.5 min");
         assert_eq!(human_duration(9000.0), "2.5 h");

@@ -104,10 +104,9 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
     for (file_name, host) in &source.model {
         let name = rename(file_name, rules);
         let shown = if name == *file_name { name.clone() } else { format!("{file_name} (renamed {name})") };
-        if let Some(bn) = name.strip_suffix(".num_batches_tracked")
-            && by_name.contains_key(format!("{bn}.running_mean").as_str())
-            && host.values.len() == 1
-        {
+        // BatchNorm's batch count is dropped wherever it is (resilab keeps none): under a name
+        // the model lacks, the BatchNorm's other tensors already say what does not fit.
+        if name.ends_with(".num_batches_tracked") && host.values.len() == 1 {
             fitted.batch_counts += 1;
             continue;
         }

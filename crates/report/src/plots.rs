@@ -313,8 +313,9 @@ impl Plot for LineChart {
                 (_, false) => String::new(),
                 (true, _) if (v - v.round()).abs() < 1e-6 => format!("{}", 10f64.powf(v.round())),
                 (true, _) => String::new(),
-                (false, _) => format!("{v}"),
+                (false, _) => tick(*v),
             })
+            .y_label_formatter(&|v| tick(*v))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
         // References first, beneath the lines they are compared with; lines with intervals
@@ -610,4 +611,21 @@ pub fn save(plot: &impl Plot, stem: &Path) -> Result<Vec<PathBuf>> {
         plot.draw(&area).map_err(|e| err(&svg, e.to_string()))?;
     }
     Ok(vec![png, svg])
+}
+
+/// An axis tick: at most six decimals, and never "-0" (a tick at zero that float arithmetic put
+/// a hair below it).
+pub(crate) fn tick(v: f64) -> String {
+    let r = (v * 1e6).round() / 1e6;
+    if r == 0.0 { "0".into() } else { format!("{r}") }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ticks_are_short_and_never_negative_zero() {
+        for (v, want) in [(-0.0, "0"), (-1e-17, "0"), (0.30000000000000004, "0.3"), (-2.5, "-2.5"), (100.0, "100"), (1e-7, "0")] {
+            assert_eq!(super::tick(v), want, "{v}");
+        }
+    }
 }
