@@ -10,8 +10,8 @@ Steps:
      {epoch, model_state_dict, optimizer_state_dict};
   3. `resilab import --probe` (a probe of the trained model on 16 test images, saved with
      docs/pytorch/resilab_probe.py) with a configuration naming the same data and
-     `data.normalize`, then `resilab eval`: the number of test images classified correctly
-     must be PyTorch's;
+     `data.normalize`, then `resilab eval --predictions`: every test image must get PyTorch's
+     class (logits within 1e-4 of the largest), and the number classified correctly PyTorch's;
   4. `resilab export --optimizer`, then `load_state_dict(..., strict=True)` into a fresh model:
      every tensor and every momentum buffer must equal PyTorch's own, bit for bit;
   5. for every architecture of docs/pytorch/resilab_models.py (ResNet 8/20/18/34, VGG 11/16
@@ -89,6 +89,24 @@ def correct(model, test, mean, std):
         return int((model(normalise(test[0], mean, std)).argmax(1) == test[1]).sum())
 
 
+def same_predictions(model, test, mean, std, path):
+    """resilab's `eval --predictions` against PyTorch, image by image: the same class for every
+    test image, and logits within 1e-4 of the largest."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(normalise(test[0], mean, std))
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+        rows = [list(map(float, line.split(","))) for line in f]
+    assert header[:3] == ["image", "label", "predicted"] and len(rows) == len(test[1]), "predictions.csv has another shape"
+    ours = torch.tensor([r[3:] for r in rows])
+    worst = float((ours - logits).abs().max())
+    scale = float(logits.abs().max())
+    agree = sum(int(r[2]) == int(p) for r, p in zip(rows, logits.argmax(1)))
+    print(f"predictions: {agree}/{len(rows)} test images get PyTorch's class; logits within {worst:.1e} (largest {scale:.2f})")
+    assert agree == len(rows) and worst <= 1e-4 * scale, "resilab's predictions differ from PyTorch's"
+
+
 def resilab(binary, *args):
     out = subprocess.run([binary, *args], capture_output=True, text=True)
     if out.returncode != 0:
@@ -124,7 +142,9 @@ def main():
     imported = resilab(a.resilab, "import", ckpt, "--config", config, "--out", os.path.join(a.work, "ckpt"), "--probe", probe)
     print(imported, end="")
     assert "forward pass verified" in imported, "the import did not verify the probe"
-    report = json.loads(resilab(a.resilab, "eval", os.path.join(a.work, "ckpt"), "--json"))
+    predictions = os.path.join(a.work, "predictions.csv")
+    report = json.loads(resilab(a.resilab, "eval", os.path.join(a.work, "ckpt"), "--json", "--predictions", predictions))
+    same_predictions(model, test, mean, std, predictions)
     resilab_correct = round(report["test_acc"] * report["test_images"])
     print(f"test accuracy: PyTorch {torch_correct}/{TEST}, resilab eval {resilab_correct}/{report['test_images']}")
     assert report["test_images"] == TEST and resilab_correct == torch_correct, "the imported model's accuracy differs"

@@ -296,6 +296,11 @@ pub(crate) struct EvalArgs {
     /// --set data.path=/data/cifar-10-batches-bin.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
+    /// Also write each test image's label, predicted class and logits to this CSV file (new:
+    /// never replaced), one row per image in the test set's order: image, label, predicted,
+    /// logit_0, logit_1, ... for a comparison with PyTorch's predictions image by image.
+    #[arg(long, value_name = "FILE.csv")]
+    pub(crate) predictions: Option<PathBuf>,
     /// Print one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -73,7 +73,8 @@ fn emit(json: bool, value: &impl serde::Serialize, text: impl FnOnce() -> String
 pub(crate) fn eval(args: EvalArgs) -> Result<()> {
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
-    let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &compute, &|file: &Path| probe_in_child(file))?;
+    let probe = |file: &Path| probe_in_child(file);
+    let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &compute, &probe, args.predictions.as_deref())?;
     emit(args.json, &r, || r.text())
 }
 

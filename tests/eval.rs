@@ -45,6 +45,27 @@ fn eval_reports_the_trained_accuracy_then_the_damage_of_an_injection() {
     assert!(clean["values"].as_u64().unwrap() > 5_000);
     assert_eq!((clean["nan"].as_u64(), clean["inf"].as_u64(), clean["extreme"].as_u64()), (Some(0), Some(0), Some(0)));
     assert_eq!(clean["digest_mismatches"], serde_json::json!([]));
+    // --predictions: one row per test image, the predicted class the arg-max of its logits,
+    // the correct ones the accuracy eval reports; an existing file is never replaced.
+    let preds = d.join("predictions.csv");
+    let with = json(&run(&["eval", step.to_str().unwrap(), "--json", "--predictions", preds.to_str().unwrap()]));
+    assert_eq!(with["test_acc"], clean["test_acc"]);
+    let text = std::fs::read_to_string(&preds).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("image,label,predicted,logit_0,logit_1,logit_2,logit_3,logit_4,logit_5,logit_6,logit_7,logit_8,logit_9"));
+    let rows: Vec<Vec<f64>> = lines.map(|l| l.split(',').map(|v| v.parse().unwrap()).collect()).collect();
+    assert_eq!(rows.len(), 64);
+    let mut correct = 0;
+    for (i, r) in rows.iter().enumerate() {
+        let best = (0..10).fold(0, |b, k| if r[3 + k] > r[3 + b] { k } else { b });
+        assert_eq!((r[0], r[2]), (i as f64, best as f64), "row {i}");
+        correct += usize::from(r[1] == r[2]);
+    }
+    assert_eq!(correct as f64 / 64.0, clean["test_acc"].as_f64().unwrap());
+    let again = run(&["eval", step.to_str().unwrap(), "--predictions", preds.to_str().unwrap()]);
+    assert_clean_error(&again, &["predictions.csv", "exists", "never replaces"]);
+    assert_eq!(std::fs::read_to_string(&preds).unwrap(), text);
+
     // A directory of checkpoints means its newest; --set changes the stored configuration.
     let fewer = json(&run(&["eval", out.join("checkpoints").to_str().unwrap(), "--json", "--set", "data.test_size=32"]));
     assert_eq!((fewer["step"].as_u64(), fewer["test_images"].as_u64()), (Some(8), Some(32)));

@@ -10,7 +10,7 @@ use resilab_models::Compute;
 use resilab_train::{ParallelMode, evaluate};
 use serde::Serialize;
 
-use crate::{Result, RunConfig, build_trainer};
+use crate::{Error, Result, RunConfig, build_trainer};
 
 /// What `resilab eval` reports.
 #[derive(Clone, Debug, Serialize)]
@@ -65,7 +65,19 @@ pub struct Clean {
 /// data-parallel worker file (`worker-2.h5`) evaluates that replica; a directory, replica 0;
 /// pipeline stages are joined into the whole model. An altered worker file is evaluated beside
 /// the clean file it was made from, when that is known ([`clean_source`]).
-pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], compute: &Compute, probe: Probe<'_>) -> Result<EvalReport> {
+/// With `predictions`, each test image's label, predicted class and logits are written there
+/// (CSV, a new file), for a comparison with another framework image by image.
+pub fn eval(
+    target: &Path,
+    config: Option<&Path>,
+    overrides: &[String],
+    compute: &Compute,
+    probe: Probe<'_>,
+    predictions: Option<&Path>,
+) -> Result<EvalReport> {
+    if let Some(p) = predictions.filter(|p| p.symlink_metadata().is_ok()) {
+        return Err(Error::Config(format!("--predictions {}: the file exists, and eval never replaces a file", p.display())));
+    }
     let file = resilab_checkpoint::primary_file(target)?;
     probe(&file)?;
     let cfg = match config {
@@ -88,6 +100,9 @@ pub fn eval(target: &Path, config: Option<&Path>, overrides: &[String], compute:
     let replica = (!pipeline).then_some(rank);
     let evaluated: Vec<usize> = replica.map_or_else(|| (0..state.workers.len()).collect(), |r| vec![r]);
     let (test_acc, test_loss) = accuracy(&mut trainer, &state, &cfg, &split, replica)?;
+    if let Some(path) = predictions {
+        write_predictions(path, &trainer, &cfg, &split, replica)?;
+    }
     let threshold = cfg.detect.extreme_threshold;
     let counts = value_counts(evaluated.iter().map(|&r| &state.workers[r]), threshold);
     let clean = match (target.is_file() && !report.mismatched.is_empty()).then(|| clean_source(target, rank)).flatten() {
@@ -132,6 +147,37 @@ fn accuracy(
     };
     let e = evaluate(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device());
     Ok((e.accuracy, e.loss))
+}
+
+/// Writes the prediction of the model `accuracy` last restored (replica `rank`, or the whole
+/// pipeline) for every test image to `path`: `image, label, predicted, logit_0, ...`.
+fn write_predictions(
+    path: &Path,
+    trainer: &resilab_train::Trainer,
+    cfg: &RunConfig,
+    split: &resilab_data::Split,
+    rank: Option<usize>,
+) -> Result<()> {
+    let net = match rank {
+        Some(r) => trainer.workers[r].net.clone(),
+        None => trainer.model(),
+    };
+    let rows = resilab_train::predict(&net, &split.test, &split.norm, cfg.train.eval_batch_size, trainer.device())?;
+    let csv_err = |e: csv::Error| Error::Csv { path: path.to_path_buf(), source: e };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let mut w = csv::Writer::from_writer(file);
+    let classes = rows.first().map_or(0, |r| r.logits.len());
+    let header = ["image", "label", "predicted"].into_iter().map(String::from).chain((0..classes).map(|k| format!("logit_{k}")));
+    w.write_record(header).map_err(csv_err)?;
+    for (i, r) in rows.iter().enumerate() {
+        let fields = [i, r.label, r.predicted].map(|v| v.to_string()).into_iter().chain(r.logits.iter().map(|v| v.to_string()));
+        w.write_record(fields).map_err(csv_err)?;
+    }
+    w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
 /// Values, then NaN, ±Inf and extreme (finite, |v| above `threshold`) counts over the

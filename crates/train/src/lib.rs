@@ -33,7 +33,7 @@ pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};
 pub use trainer::{MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
-pub use worker::{Cursor, Evaluation, LocalPass, Worker, count_correct, evaluate, forward_watched};
+pub use worker::{Cursor, Evaluation, LocalPass, Prediction, Worker, count_correct, evaluate, forward_watched, predict};
 
 /// Errors from configuring or running training.
 #[derive(Debug, thiserror::Error)]

@@ -186,3 +186,34 @@ pub fn evaluate(net: &Net, data: &Dataset, norm: &Normalization, batch: usize, d
     let n = data.len().max(1) as f64;
     Evaluation { loss: loss_sum / n, accuracy: correct as f64 / n }
 }
+
+/// One test image's prediction: its label, the predicted class and every logit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// The label.
+    pub label: usize,
+    /// The arg-max of the logits (the first of equal ones).
+    pub predicted: usize,
+    /// The logits, one per class.
+    pub logits: Vec<f32>,
+}
+
+/// Each image of `data`, in order, through `net` in inference mode, `batch` at a time: what
+/// [`evaluate`] counts, image by image.
+pub fn predict(net: &Net, data: &Dataset, norm: &Normalization, batch: usize, device: &Device) -> crate::Result<Vec<Prediction>> {
+    let net = net.valid();
+    let inner = device.clone().without_autodiff();
+    let all: Vec<usize> = (0..data.len()).collect();
+    let mut out = Vec::with_capacity(data.len());
+    for chunk in all.chunks(batch.max(1)) {
+        let (x, _) = data.batch(chunk, norm, &inner);
+        let logits = net.infer(x);
+        let classes = logits.dims()[1];
+        let values = logits.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| crate::Error::State(format!("logits: {e:?}")))?;
+        for (row, &i) in values.chunks_exact(classes.max(1)).zip(chunk) {
+            let predicted = row.iter().enumerate().fold(0, |best, (k, v)| if *v > row[best] { k } else { best });
+            out.push(Prediction { label: usize::from(data.labels[i]), predicted, logits: row.to_vec() });
+        }
+    }
+    Ok(out)
+}
