@@ -354,6 +354,11 @@ pub(crate) struct ExportArgs {
     /// such a checkpoint is refused.
     #[arg(long)]
     pub(crate) allow_altered: bool,
+    /// Undo the [[import.rename]] rules of this run configuration on every name written, so
+    /// the file carries the names of the module the weights were imported from and loads into
+    /// it with strict=True (rules of a fixed text only, e.g. from = "^module\\.").
+    #[arg(long, value_name = "CONFIG")]
+    pub(crate) renames_from: Option<PathBuf>,
     /// Print one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,

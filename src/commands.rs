@@ -97,6 +97,7 @@ pub(crate) fn export(args: ExportArgs) -> Result<()> {
         out: args.out,
         optimizer: args.optimizer,
         allow_altered: args.allow_altered,
+        renames_from: args.renames_from,
     };
     let r = resilab_interop::export(&request, &|file: &Path| probe_in_child(file))?;
     emit(args.json, &r, || r.text())

@@ -385,6 +385,33 @@ fn allow_partial_imports_what_fits_and_names_the_rest() {
 }
 
 #[test]
+fn an_export_with_the_import_renames_undone_carries_the_files_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let text = format!("{RESNET8}{UNPREFIX}");
+    ok(&import(d, &fixture("resnet8-train.pt"), &text, "a", &[]));
+    let cfg = write(d, "renames.toml", &text);
+    let file = d.join("back.safetensors");
+    ok(&run(&["export", d.join("a").to_str().unwrap(), "--out", file.to_str().unwrap(), "--renames-from", cfg.to_str().unwrap()]));
+    // The names are the DDP module's ("module." first), every one of the file's model tensors,
+    // and the values are the file's.
+    let module = tensors(&fixture("resnet8-train.pt"));
+    let exported = tensors(&file);
+    assert_eq!(exported.keys().collect::<Vec<_>>(), module.keys().collect::<Vec<_>>());
+    assert_eq!(exported["module.layer1.0.conv1.weight"].values, module["module.layer1.0.conv1.weight"].values);
+    // Rules that cannot be undone: one line naming the rule, and no file.
+    let grouped = write(d, "grouped.toml", &format!("{RESNET8}[[import.rename]]\nfrom = \"^m(\\\\w)\"\nto = \"$1\"\n"));
+    let no = d.join("no.safetensors");
+    let o = run(&["export", d.join("a").to_str().unwrap(), "--out", no.to_str().unwrap(), "--renames-from", grouped.to_str().unwrap()]);
+    assert_clean_error(&o, &["import.rename[0].to = \"$1\" refers to a group"]);
+    assert!(!no.exists());
+    // An import whose rules map two of the file's names to one says so.
+    let twice = format!("{RESNET8}[[import.rename]]\nfrom = \"^module\\\\.(layer1\\\\.0\\\\.conv)[12]\"\nto = \"$1\"\n{UNPREFIX}");
+    let o = import(d, &fixture("resnet8-train.pt"), &twice, "t", &[]);
+    assert_clean_error(&o, &["the rules map module.layer1.0.conv1.weight to the same name, two tensors to one"]);
+}
+
+#[test]
 fn neither_command_replaces_what_exists() {
     let dir = tempfile::tempdir().unwrap();
     ok(&import(dir.path(), &fixture("resnet8.pt"), RESNET8, "a", &[]));

@@ -25,6 +25,9 @@ pub struct ExportRequest {
     /// Export values that fail their stored digest (an injected checkpoint) as they are,
     /// instead of refusing them.
     pub allow_altered: bool,
+    /// A run configuration whose `[[import.rename]]` rules are undone on every name written,
+    /// so the file carries the names of the module the weights were imported from.
+    pub renames_from: Option<PathBuf>,
 }
 
 /// What an export wrote.
@@ -100,6 +103,10 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
             ),
         ));
     }
+    let renames = match &req.renames_from {
+        Some(path) => Some(crate::reverse::Reverse::new(&RunConfig::load(path, &[])?.import.rename)?),
+        None => None,
+    };
     let mut entries: Vec<Entry> = Vec::new();
     let mut missing = Vec::new();
     for slot in &slots {
@@ -124,6 +131,12 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
                 missing.join(", ")
             ),
         ));
+    }
+    if let Some(r) = &renames {
+        let names = r.names(entries.iter().map(|e| e.0.as_str()))?;
+        for e in &mut entries {
+            e.0.clone_from(&names[&e.0]);
+        }
     }
     let tensors = entries.len();
     if req.optimizer {

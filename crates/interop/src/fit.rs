@@ -100,7 +100,8 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
     let by_name: BTreeMap<&str, &Slot> = slots.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut problems = Problems::default();
     let mut fitted = Fitted::default();
-    let mut seen = std::collections::BTreeSet::new();
+    // Each model name, and the file's name that took it first.
+    let mut sources: BTreeMap<String, String> = BTreeMap::new();
     for (file_name, host) in &source.model {
         let name = rename(file_name, rules);
         let shown = if name == *file_name { name.clone() } else { format!("{file_name} (renamed {name})") };
@@ -110,24 +111,25 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
             fitted.batch_counts += 1;
             continue;
         }
-        let first = seen.insert(name.clone());
+        let first = !sources.contains_key(&name);
+        let other = sources.entry(name.clone()).or_insert_with(|| file_name.clone()).clone();
         match by_name.get(name.as_str()) {
+            _ if !first => problems.unexpected.push(format!("{shown}: the rules map {other} to the same name, two tensors to one")),
             None => problems.unexpected.push(shown),
-            Some(_) if !first => problems.unexpected.push(format!("{shown} (a second tensor of that name)")),
             Some(slot) if slot.shape != host.shape => problems.shapes.push(shape_problem(&shown, &host.shape, &slot.shape)),
             Some(_) => {
                 fitted.params.insert(name, HostTensor { shape: host.shape.clone(), values: host.values.clone() });
             }
         }
     }
-    problems.missing = slots.iter().filter(|s| !seen.contains(&s.name)).map(|s| s.name.clone()).collect();
+    problems.missing = slots.iter().filter(|s| !sources.contains_key(&s.name)).map(|s| s.name.clone()).collect();
     if problems.count() > 0 {
         if !allow_partial {
             return Err(Error::Fit {
                 path: source.path.clone(),
                 model: model.to_string(),
                 problems: problems.list().join("; "),
-                hint: hint(source, &problems, fitted.params.len() * 2 < slots.len()),
+                hint: hint(source, rules, &problems, fitted.params.len() * 2 < slots.len()),
             });
         }
         fitted.skipped = problems.list();
@@ -135,7 +137,7 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
     Ok(fitted)
 }
 
-fn hint(source: &Source, problems: &Problems, most_missing: bool) -> String {
+fn hint(source: &Source, rules: &[(Regex, String)], problems: &Problems, most_missing: bool) -> String {
     if !problems.shapes.is_empty() && problems.shapes.iter().all(|p| p.contains("(transposed")) {
         return "store each Linear weight as [out, in], as torch.nn.Linear keeps it".into();
     }
@@ -151,7 +153,7 @@ fn hint(source: &Source, problems: &Problems, most_missing: bool) -> String {
             "most of the model is not in the file: is [model] the architecture (depth, width, batch_norm) the file was saved from? Else {h}"
         );
     }
-    if source.model.keys().all(|k| k.starts_with("module.")) {
+    if source.model.keys().all(|k| rename(k, rules).starts_with("module.")) {
         h = format!(
             "the names start with \"module.\" (a model saved from DataParallel): add [[import.rename]] from = \"^module\\\\.\", to = \"\"; or {h}"
         );

@@ -18,6 +18,7 @@ pub mod fit;
 mod import;
 pub mod pickle;
 pub mod probe;
+mod reverse;
 pub mod source;
 
 use std::path::{Path, PathBuf};
