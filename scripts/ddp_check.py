@@ -51,6 +51,7 @@ try:
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ImportError as e:
     die(f"the Python module {e.name} is missing: run `bash scripts/ddp-check.sh`, which installs what the check needs into PyTorch's virtual environment")
@@ -459,7 +460,10 @@ def free_port():
 
 
 def launch(fn, world, plan):
-    mp.spawn(fn, args=(world, plan, free_port()), nprocs=world, join=True)
+    try:
+        mp.spawn(fn, args=(world, plan, free_port()), nprocs=world, join=True)
+    except ProcessException as e:
+        die(f"a PyTorch rank of the {world}-rank job failed ({str(e).strip().splitlines()[-1]}); its error is printed above")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,7 +473,7 @@ def launch(fn, world, plan):
 def rel_diff(a, b):
     """The largest difference over the largest magnitude (finite values), and whether NaN and
     Inf sit at the same places."""
-    same_nonfinite = np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(np.isinf(a) & (a > 0), np.isinf(b) & (b > 0))
+    same_nonfinite = all(np.array_equal(f(a), f(b)) for f in (np.isnan, np.isposinf, np.isneginf))
     fin = np.isfinite(a) & np.isfinite(b)
     if not fin.any():
         return 0.0, same_nonfinite
@@ -599,12 +603,19 @@ def step_gradients(check, plan, step, images, labels, generator):
         for x, y in zip(images[idx].chunk(check.micro_batches), labels[idx].chunk(check.micro_batches)):
             (torch.nn.functional.cross_entropy(m(x), y) / check.micro_batches).backward()
         return {n: p.grad.clone() for n, p in m.named_parameters()}
+    # The step's average as the check's hook takes it: at a crash, buckets complete before it
+    # over every rank, the others over the survivors (rank 1 left out).
+    crash = check.crash_k >= 0 and step == CRASH_STEP and check.strategy != "checkpoint_restart"
+    early = set(n for b in plan["buckets"][:check.crash_k if check.strategy == "lossy_forward" else 0] for n in b) if crash else None
     for rank in range(check.world):
         m = model_at(plan, step, [before / f"worker-{rank}.h5"], generator)
         idx = torch.tensor(plan["samples"][str(step)][str(rank)])
         torch.nn.functional.cross_entropy(m(images[idx]), labels[idx]).backward()
         for n, p in m.named_parameters():
-            total[n] = total.get(n, 0) + p.grad / check.world
+            if early is None or n in early:
+                total[n] = total.get(n, 0) + p.grad / check.world
+            elif rank != 1:
+                total[n] = total.get(n, 0) + p.grad / (check.world - 1)
     return total
 
 
@@ -641,7 +652,7 @@ def check_host(world):
     except (OSError, StopIteration):
         return
     if world * RANK_BYTES > avail:
-        die(f"{world} PyTorch ranks need about {world * RANK_BYTES >> 20} MiB and this machine has {avail >> 20} MiB available: pass --workers with fewer ranks (e.g. --workers 4)")
+        die(f"{world} PyTorch ranks need about {world * RANK_BYTES >> 20} MiB and this machine has {avail >> 20} MiB available: pass --workers with fewer ranks, or --only to run fewer checks")
 
 
 def plan_for(check, run_dir, samples, summary, faults, out):
@@ -650,9 +661,9 @@ def plan_for(check, run_dir, samples, summary, faults, out):
             "buckets": summary["buckets"], "stages": summary["stages"], "batch": check.batch,
             "micro_batches": check.micro_batches, "out": str(out), "hooked": bool(check.fault),
             "imported": str(run_dir.parent / "init"), "checkpoints": str(run_dir / "checkpoints")}
-    flips = [r for f in faults if f["event"]["target"] == "gradients" for r in f["records"]]
+    flips = [(r, f["event"]) for f in faults if f["event"]["target"] == "gradients" for r in f["records"] if r["outcome"] == "corrupted"]
     if flips:
-        r, event = flips[0], faults[0]["event"]
+        r, event = flips[0]
         mask = int(r["old_bits"], 16) ^ int(r["new_bits"], 16)
         mask = mask - (1 << 32) if mask >= 1 << 31 else mask
         name = r["dataset"][len("gradients/"):].replace("/", ".")
@@ -678,8 +689,6 @@ def main():
         die(f"--workers {args.workers}: a crash needs rank 1 and a survivor, so every world size is at least 2")
     if args.work.exists() and any(args.work.iterdir()):
         die(f"{args.work} is not empty: pass a new or empty scratch directory")
-    for w in worlds:
-        check_host(w)
     t0 = time.time()
     work = args.work.resolve()
     images, labels = write_cifar(work / "cifar", train=640, test=64)
@@ -693,7 +702,12 @@ def main():
     jobs += [(2, [Check("gpipe-2", 1, 10, mode="pipeline", stages=2, split_at=[2], micro_batches=4)]),
              (4, [Check("gpipe-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4)])]
     jobs = [(w, [c for c in cs if args.only in c.name]) for w, cs in jobs]
-    for world, checks in [j for j in jobs if j[1]]:
+    jobs = [j for j in jobs if j[1]]
+    if not jobs:
+        die(f"--only {args.only!r} names no check: they are ddp-4, horovod-4, flip-4, flip-nan-4, crash-<ranks>-k<k>-<strategy>, gpipe-2, gpipe-4")
+    for world in sorted({w for w, _ in jobs}):
+        check_host(world)
+    for world, checks in jobs:
         plans, runs = [], []
         for check in checks:
             run_dir, summary, samples, faults = run_resilab(args.resilab, check, work, work / "cifar", work / "init.safetensors")
@@ -701,6 +715,8 @@ def main():
                 die(f"{check.name}: resilab made {len(summary['buckets'])} buckets where this check expects 6: update BUCKET_MB")
             plans.append(plan_for(check, run_dir, samples, summary, faults, work / check.name / "torch"))
             runs.append((check, run_dir))
+        # The layout is checked here, before the ranks read it, so an unknown one is one line.
+        read_worker(Path(plans[0]["imported"]) / "step-00000000" / "worker-0.h5")
         plan = {"data": str(work / "data.pt"), "init": str(work / "init.safetensors"), "checks": plans}
         launch(dp_rank if checks[0].mode == "data" else pipe_rank, world, plan)
         for (check, run_dir), p in zip(runs, plans):

@@ -176,7 +176,8 @@ fn optimizer_state_follows_the_files_own_parameter_order() {
     // The fixture's first block registers conv2 and bn2 before conv1 and bn1, with the same
     // shapes: numbered by resilab's module order, their momentum would land swapped, silently.
     let dir = tempfile::tempdir().unwrap();
-    ok(&import(dir.path(), &fixture("resnet8-reordered-train.pt"), RESNET8, "ckpt", &[]));
+    let text = ok(&import(dir.path(), &fixture("resnet8-reordered-train.pt"), RESNET8, "ckpt", &[]));
+    assert!(text.contains("momentum_buffer for 29 parameters, numbered in the file's state_dict order"), "{text}");
     let held = values(&dir.path().join("ckpt"));
     let truth = tensors(&fixture("resnet8-reordered-momentum.safetensors"));
     assert_eq!(truth.len(), 29);

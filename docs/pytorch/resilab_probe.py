@@ -35,11 +35,12 @@ def save_probe(model, images, path, mean, std):
         raise ValueError("images must hold pixels scaled to [0, 1], before normalisation")
     m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    device = next(model.parameters()).device
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            logits = model((images - m) / s).detach().to(torch.float32).cpu().contiguous()
+            logits = model(((images - m) / s).to(device)).detach().to(torch.float32).cpu().contiguous()
     finally:
         model.train(training)
     metadata = {"format": FORMAT, "mean": json.dumps([float(v) for v in mean]), "std": json.dumps([float(v) for v in std])}

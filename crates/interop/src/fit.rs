@@ -32,6 +32,8 @@ pub struct Fitted {
     pub skipped: Vec<String>,
     /// BatchNorm `num_batches_tracked` entries read and dropped (resilab does not keep the count).
     pub batch_counts: usize,
+    /// Which order numbered the optimizer's state (`None`: the file holds none).
+    pub optimizer_order: Option<String>,
 }
 
 /// The compiled `[[import.rename]]` rules.
@@ -166,7 +168,7 @@ fn hint(source: &Source, rules: &[(Regex, String)], problems: &Problems, most_mi
 /// order of the file's `state_dict` (its parameters, without buffers). When the file keeps no
 /// order (safetensors) or its order does not name every trainable slot, resilab's own module
 /// order, which `resilab export` writes.
-fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, String)]) -> Vec<&'a Slot> {
+fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, String)]) -> (Vec<&'a Slot>, &'static str) {
     let trainable: Vec<&Slot> = slots.iter().filter(|s| s.trainable).collect();
     let by_name: BTreeMap<&str, &Slot> = trainable.iter().map(|s| (s.name.as_str(), *s)).collect();
     let mut seen = std::collections::BTreeSet::new();
@@ -176,7 +178,11 @@ fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, Stri
         .filter_map(|n| by_name.get(rename(n, rules).as_str()).copied())
         .filter(|s| seen.insert(s.name.as_str()))
         .collect();
-    if file.len() == trainable.len() { file } else { trainable }
+    match (file.len() == trainable.len(), source.order.is_empty()) {
+        (true, _) => (file, "the file's state_dict order"),
+        (false, true) => (trainable, "resilab's module order (the file keeps no order)"),
+        (false, false) => (trainable, "resilab's module order (the file's state_dict does not name every trainable tensor)"),
+    }
 }
 
 /// Places the file's optimizer state: entry `i` belongs to the `i`-th trainable parameter in
@@ -187,7 +193,8 @@ pub fn fit_optimizer(source: &Source, slots: &[Slot], rules: &[(Regex, String)],
     if source.optimizer.is_empty() {
         return Ok(());
     }
-    let trainable = optimizer_order(source, slots, rules);
+    let (trainable, order) = optimizer_order(source, slots, rules);
+    fitted.optimizer_order = Some(order.to_string());
     let path = &source.path;
     let held: std::collections::BTreeSet<&str> =
         source.optimizer.values().flat_map(|b| b.keys().map(String::as_str)).filter(|b| *b != "step").collect();
@@ -311,5 +318,6 @@ mod tests {
         let mut fitted = Fitted::default();
         fit_optimizer(&source, &slots, &rules, &["momentum_buffer"], &mut fitted).unwrap();
         assert_eq!((momentum(&fitted, "a.weight"), momentum(&fitted, "b.weight")), (2.0, 1.0), "the file's order, renamed");
+        assert_eq!(fitted.optimizer_order.as_deref(), Some("the file's state_dict order"));
     }
 }

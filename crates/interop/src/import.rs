@@ -44,6 +44,8 @@ pub struct Imported {
     pub optimizer_params: usize,
     /// The optimizer buffers imported (`momentum_buffer`, or `exp_avg` and `exp_avg_sq`).
     pub optimizer_buffers: Vec<String>,
+    /// Which order numbered the optimizer's state (docs/pytorch.md).
+    pub optimizer_order: Option<String>,
     /// BatchNorm `num_batches_tracked` counts read and dropped.
     pub batch_counts: usize,
     /// Under `--allow-partial`: what was not imported.
@@ -60,7 +62,8 @@ impl Imported {
         let mut s =
             format!("imported {} of {} tensors of {} into {}\n", self.tensors, self.model_tensors, self.model, self.checkpoint.display());
         if self.optimizer_params > 0 {
-            s += &format!("optimizer state: {} for {} parameters\n", self.optimizer_buffers.join(", "), self.optimizer_params);
+            let order = self.optimizer_order.as_deref().map_or(String::new(), |o| format!(", numbered in {o}"));
+            s += &format!("optimizer state: {} for {} parameters{order}\n", self.optimizer_buffers.join(", "), self.optimizer_params);
         }
         if self.batch_counts > 0 {
             s += &format!("dropped {} BatchNorm num_batches_tracked counts (resilab keeps none)\n", self.batch_counts);
@@ -129,6 +132,7 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
         model_tensors: slots.len(),
         optimizer_params: fitted.optim.len(),
         optimizer_buffers: buffers.into_iter().collect(),
+        optimizer_order: fitted.optimizer_order.clone(),
         batch_counts: fitted.batch_counts,
         skipped: fitted.skipped,
         ignored: source.ignored,

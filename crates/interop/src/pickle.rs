@@ -929,6 +929,12 @@ impl Walker<'_> {
             _ => 0,
         };
         if popped == 0 {
+            if o.code == op::DICT {
+                let pairs: Vec<Value> = self.stack.get(self.fence()..).unwrap_or_default().to_vec();
+                for pair in pairs.chunks_exact(2) {
+                    self.note_key(pair[0], pair[1]);
+                }
+            }
             let (count, _) = self.pop_mark(o)?;
             if o.code == op::DICT && count % 2 != 0 {
                 return Err(o.invalid("with an odd number of items"));

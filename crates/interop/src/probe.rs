@@ -86,7 +86,7 @@ pub fn check(
 /// when the probe says it differs.
 fn mismatch(probe: &Probe, model: &str, norm: &Normalization, diff: f32, scale: f32) -> String {
     let head = format!(
-        "resilab's logits differ from the probe's by up to {diff:.4} (largest logit {scale:.4}; allowed {:.1e} relative), so the import is refused",
+        "resilab's logits differ from the probe's by up to {diff:.3e} (largest logit {scale:.3e}; allowed {:.1e} relative), so the import is refused",
         TOLERANCE
     );
     let same = |a: &Option<Vec<f32>>, b: &[f32]| {
