@@ -325,17 +325,7 @@ fn compare_says_what_each_strategy_did_in_one_unit_and_that_one_run_decides_noth
     );
     let cfg = write(dir.path(), "compare.toml", &text);
     let out = dir.path().join("cmp");
-    let o = run(&[
-        "compare",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        dir.path().join("golden").to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::backends::command(&run, "compare", dir.path(), &cfg, &out, &[]);
     let table = std::fs::read_to_string(out.join("table.txt")).unwrap();
     let line = |s: &str| table.lines().find(|l| l.starts_with(&format!("{s} "))).unwrap_or_else(|| panic!("{s}: {table}"));
     assert!(table.contains("test acc %") && table.contains("acc loss pts") && table.contains("what it did"), "{table}");
