@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::exec::{read_meta, shard_text};
+use crate::meta::{read_meta, shard_text};
 use crate::spec::Campaign;
 use crate::{CAMPAIGN_FILE, Error, RUNS_CSV, RUNS_JSONL, Result, Row, Status, read_rows};
 
@@ -90,7 +90,7 @@ pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
                 part.outside += 1;
             }
             match census.rows.get(&r.index) {
-                Some(first) if !same_result(first, &r) => census.conflicting.push(r.id.clone()),
+                Some(first) if !crate::store::same_result(first, &r) => census.conflicting.push(r.id.clone()),
                 Some(_) => {}
                 None => {
                     census.rows.insert(r.index, r);
@@ -113,20 +113,6 @@ fn record(dir: &Path, campaign: &Campaign) -> Result<Vec<Row>> {
         return Err(Error::NoRecord(dir.to_path_buf()));
     }
     read_rows(&jsonl, campaign, false)
-}
-
-/// Whether two records of one run agree on everything but the time they took.
-pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
-    let strip = |r: &Row| {
-        let mut v = serde_json::to_value(r).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            for k in ["wall_s", "golden_wall_s", "time_overhead"] {
-                o.remove(k);
-            }
-        }
-        v
-    };
-    strip(a) == strip(b)
 }
 
 impl Census {

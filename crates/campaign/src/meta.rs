@@ -1,0 +1,40 @@
+//! `campaign.json`: the platform, start time, revision and shard of a campaign directory.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// What `campaign.json` holds.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub(crate) platform: String,
+    pub(crate) started: String,
+    /// Absent in campaigns started before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) revision: String,
+    /// The shard of the grid this directory holds (`I/N`, or `all`); absent in campaigns
+    /// started before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shard: Option<String>,
+}
+
+/// How a shard is written in `campaign.json`: `I/N`, or `all` for the whole grid.
+pub(crate) fn shard_text(shard: Option<(u64, u64)>) -> String {
+    shard.map_or_else(|| "all".to_string(), |(i, n)| format!("{i}/{n}"))
+}
+
+/// Reads `campaign.json` of a campaign directory.
+pub(crate) fn read_meta(dir: &Path) -> Option<Meta> {
+    crate::read_json::<Meta>(&dir.join("campaign.json")).ok()
+}
+
+impl Meta {
+    /// The shard recorded, parsed: `Some(None)` for the whole grid, `None` when unrecorded.
+    pub(crate) fn shard(&self) -> Option<Option<(u64, u64)>> {
+        match self.shard.as_deref() {
+            None => None,
+            Some("all") => Some(None),
+            Some(s) => crate::parse_shard(s).ok().map(Some),
+        }
+    }
+}
