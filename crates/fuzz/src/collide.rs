@@ -17,8 +17,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use rand::Rng as _;
 
+use crate::case::{BASE_CONFIG, Case, CaseResult, Options, Target, case_rng};
 use crate::classify::{Class, Observed, classify};
-use crate::driver::{BASE_CONFIG, Case, CaseResult, Options, Target, case_rng};
 use crate::exec::{self, Finished, Invocation};
 
 /// What one case does, drawn from its seed.

@@ -19,6 +19,7 @@
 //! The `resilab-fuzz` binary and the root package's `tests/fuzz.rs` (a bounded slice for CI)
 //! both call [`driver::prepare`] and [`driver::run`]; `scripts/fuzz.sh` runs the long fuzz.
 
+pub mod case;
 pub mod classify;
 pub mod collide;
 pub mod driver;
@@ -27,5 +28,6 @@ pub mod mutate;
 pub mod report;
 pub mod text;
 
+pub use case::{CaseResult, Options, Target};
 pub use classify::{Class, Observed, classify};
-pub use driver::{Base, CaseResult, Options, Report, Tally, Target, prepare, run};
+pub use driver::{Base, Report, Tally, prepare, run};
