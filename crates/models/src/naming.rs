@@ -137,6 +137,18 @@ impl ModuleVisitor for Lister {
     }
 }
 
+impl Net {
+    /// Number of scalar values in all parameters and buffers.
+    pub fn num_values(&self) -> usize {
+        named_params(self).iter().map(|p| p.numel()).sum()
+    }
+
+    /// Number of trainable scalars.
+    pub fn num_trainable(&self) -> usize {
+        named_params(self).iter().filter(|p| p.trainable).map(|p| p.numel()).sum()
+    }
+}
+
 /// Every parameter and buffer of `net`, in module order.
 pub fn named_params(net: &Net) -> Vec<ParamInfo> {
     let mut lister = Lister { path: PathStack::new(net), out: Vec::new() };

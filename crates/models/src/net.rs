@@ -344,16 +344,6 @@ impl Net {
     pub fn infer(&self, x: Tensor<4>) -> Tensor<2> {
         self.clone().forward(x, Mode::Eval)
     }
-
-    /// Number of scalar values in all parameters and buffers.
-    pub fn num_values(&self) -> usize {
-        crate::naming::named_params(self).iter().map(|p| p.numel()).sum()
-    }
-
-    /// Number of trainable scalars.
-    pub fn num_trainable(&self) -> usize {
-        crate::naming::named_params(self).iter().filter(|p| p.trainable).map(|p| p.numel()).sum()
-    }
 }
 
 /// Size and compute of one block, for balancing pipeline stages.
@@ -399,7 +389,7 @@ impl Net {
         let mut hw = input.size;
         let mut out = Vec::with_capacity(self.blocks.len());
         for (i, (block, name)) in self.blocks.iter().zip(&self.block_names).enumerate() {
-            let params = crate::naming::named_params(&self.slice(i..i + 1)).iter().filter(|p| p.trainable).map(|p| p.numel()).sum();
+            let params = self.slice(i..i + 1).num_trainable();
             let (flops, c) = match block {
                 Block::Conv(u) => {
                     let f = conv_flops(&u.conv, hw);
