@@ -10,17 +10,15 @@ pub mod golden;
 pub mod interrupt;
 pub mod platform;
 pub mod project;
+mod records;
 mod run;
 mod session;
 mod text;
 
 pub use config::{BackendKind, ImportConfig, RecoveryConfig, Rename, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{Clean, EvalReport, clean_source, eval};
-pub use run::{
-    FileProbe, MetricsRow, RunOptions, Summary, build_net, build_trainer, check_output_dir, params_digest, stage_blocks, train,
-    write_atomic,
-};
-pub use session::WorkersSummary;
+pub use records::{FileProbe, MetricsRow, RunOptions, Summary, WorkersSummary, params_digest, stage_blocks};
+pub use run::{build_net, build_trainer, check_output_dir, train, write_atomic};
 pub use text::one_line;
 
 use std::path::PathBuf;

@@ -3,240 +3,19 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use resilab_checkpoint::{LoadReport, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::{FaultInjector, FaultTarget};
 use resilab_models::{Compute, InputShape, Net, init_parameters};
-use resilab_recovery::{DetectionRecord, Guard};
+use resilab_recovery::Guard;
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
-use serde::Serialize;
 
+use crate::records::{Resumed, RunOptions, Summary};
 use crate::session::{Dirs, Session};
-use crate::{Error, Provenance, Result, RunConfig};
-
-/// One row of `metrics.csv`. Training loss and accuracy are means over the steps since the
-/// previous row; test columns are empty where no evaluation ran.
-#[derive(Debug, Serialize)]
-pub struct MetricsRow {
-    /// Steps completed.
-    pub step: u64,
-    /// Epoch of the last step (0-based).
-    pub epoch: usize,
-    /// Mean training loss since the previous row (empty in a row recreated on resume: the
-    /// losses of the steps before it are not in the checkpoint).
-    pub loss: Option<f64>,
-    /// Training accuracy since the previous row (empty in a recreated row).
-    pub train_acc: Option<f64>,
-    /// Test accuracy, when evaluated at this step.
-    pub test_acc: Option<f64>,
-    /// Test loss, when evaluated at this step.
-    pub test_loss: Option<f64>,
-    /// Learning rate of the last step (empty in a recreated row).
-    pub lr: Option<f64>,
-    /// Seconds since training started (evaluation included; empty in a recreated row).
-    pub wall_s: Option<f64>,
-    /// Simulated seconds of the parallel run so far (steps only; see the cost model; empty in
-    /// a recreated row).
-    pub sim_s: Option<f64>,
-}
-
-/// `summary.json`.
-#[derive(Debug, Serialize)]
-pub struct Summary {
-    /// Run name.
-    pub name: String,
-    /// Model label (e.g. `resnet8`).
-    pub model: String,
-    /// Trainable parameters.
-    pub params: usize,
-    /// Final test accuracy in `[0, 1]`.
-    pub final_test_acc: f64,
-    /// Final test loss.
-    pub final_test_loss: f64,
-    /// Final training loss (mean over the last logged window).
-    pub final_train_loss: f64,
-    /// Steps run.
-    pub steps: u64,
-    /// Epochs run (fractional when the run ends mid-epoch).
-    pub epochs: f64,
-    /// Wall time of the training loop, evaluation included.
-    pub wall_s: f64,
-    /// Wall time spent in training steps only (checkpoint writes excluded).
-    pub train_s: f64,
-    /// Training throughput: images per second of step time.
-    pub images_per_s: f64,
-    /// Workers or stages, e.g. `data x4 (ddp, ring)`.
-    pub parallel: String,
-    /// Blocks of each pipeline stage (empty for data parallelism).
-    pub stages: Vec<Vec<String>>,
-    /// Data parallelism: the parameters of each all-reduce bucket, in reduction order (the
-    /// reverse of the model's order); empty for a pipeline.
-    pub buckets: Vec<Vec<String>>,
-    /// Simulated wall time on a real parallel machine: per step, the end of its overlapped
-    /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
-    /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
-    /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
-    /// writes, the relaunches and reloads of restarts, and respawned workers' state transfers.
-    pub simulated_s: f64,
-    /// Modelled communication time within `simulated_s`.
-    pub simulated_comm_s: f64,
-    /// Within `simulated_s`: rollback's copies of model and optimizer state before every step
-    /// and on every redo, at `parallel.compute.memory_gbps`.
-    pub simulated_snapshot_s: f64,
-    /// Within `simulated_s`: attempts of steps that were thrown away and redone.
-    pub simulated_redo_s: f64,
-    /// Within `simulated_s`: checkpoint writes and restart reloads at
-    /// `parallel.compute.storage_gbps`.
-    pub simulated_storage_s: f64,
-    /// Within `simulated_s`: the part of each step that a crash cut short before a restart
-    /// from a checkpoint (a rollback's abandoned attempts are in `simulated_redo_s`).
-    pub simulated_crash_lost_s: f64,
-    /// Within `simulated_s`: job relaunches of restarts from a checkpoint
-    /// (`recovery.relaunch_s` each).
-    pub simulated_relaunch_s: f64,
-    /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
-    /// network's bandwidth.
-    pub simulated_transfer_s: f64,
-    /// `(simulated_s - golden simulated_s) / golden simulated_s`: deterministic when
-    /// `parallel.compute.gflops` is set.
-    pub simulated_overhead_vs_golden: Option<f64>,
-    /// Simulated seconds at the first evaluation whose test accuracy reached the golden run's
-    /// final accuracy (`train.eval_every` sets how often that is looked at); `None`: never
-    /// reached, or no golden run.
-    pub simulated_s_to_golden_acc: Option<f64>,
-    /// The workers: at the start and the end, those lost for good, the spares used, the steps
-    /// at each worker count and the batch and learning-rate rule in force.
-    pub workers: crate::session::WorkersSummary,
-    /// Bytes moved over the network, all links and steps together.
-    pub comm_bytes: u64,
-    /// Training and test set sizes.
-    pub train_images: usize,
-    /// Test set size.
-    pub test_images: usize,
-    /// Checkpoint the run continued from, if any.
-    pub resumed_from: Option<PathBuf>,
-    /// Settings that differ from the run that wrote that checkpoint (`key: old -> new`:
-    /// `seed`, `optimizer.lr`, `train.batch_size`, `data.train_size`), each also warned about.
-    pub resume_changes: Vec<String>,
-    /// Datasets loaded despite a digest mismatch (policy `load`).
-    pub checkpoint_mismatches: Vec<String>,
-    /// Checkpoints written.
-    pub checkpoints: usize,
-    /// Seconds spent writing checkpoints.
-    pub checkpoint_s: f64,
-    /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
-    /// name order): equal digests mean bit-identical final weights.
-    pub final_params_digest: String,
-    /// `completed`, or `failed` (the strategy gave up: a crash under `none`; or a worker was
-    /// lost for good and the job could not go on).
-    pub status: String,
-    /// Why the run failed, where it is more than the strategy giving up.
-    pub failure: Option<String>,
-    /// Recovery strategy.
-    pub strategy: String,
-    /// Faults that struck (see `faults.jsonl`).
-    pub faults_injected: usize,
-    /// Values the faults changed.
-    pub values_corrupted: usize,
-    /// Corrupted values that became NaN, ±Inf or extreme.
-    pub values_non_finite_or_extreme: usize,
-    /// Every detection, with its step, worker, latency and the strategy's decision.
-    pub detections: Vec<DetectionRecord>,
-    /// Restarts from a checkpoint (or from the initial state).
-    pub restarts: Vec<Restart>,
-    /// Completed steps thrown away by restarts.
-    pub steps_lost: u64,
-    /// Steps computed again: redone steps plus the lost steps.
-    pub steps_recomputed: u64,
-    /// Whether any worker's final state (parameters, buffers, optimizer state) holds a NaN/Inf,
-    /// or the last step's training loss is not finite.
-    pub collapsed: bool,
-    /// Whether any worker's final state holds a NaN/Inf or a value above
-    /// `detect.extreme_threshold` in magnitude (N-EV's state rule).
-    pub final_state_extreme: bool,
-    /// The golden run compared with (runs with faults).
-    pub golden: Option<crate::golden::Golden>,
-    /// Golden final test accuracy minus this run's.
-    pub acc_loss_vs_golden: Option<f64>,
-    /// `(wall_s - golden wall_s) / golden wall_s`.
-    pub time_overhead_vs_golden: Option<f64>,
-    /// Distance of the final parameters from the golden run's.
-    pub final_param_distance: Option<f64>,
-    /// Where the numbers came from.
-    pub provenance: Provenance,
-}
-
-/// One restart.
-#[derive(Debug, Serialize)]
-pub struct Restart {
-    /// The step that failed.
-    pub at_step: u64,
-    /// The checkpoint reloaded (`None`: the initial state).
-    pub from: Option<PathBuf>,
-    /// Steps completed in the state reloaded.
-    pub to_step: u64,
-    /// Seconds to reload.
-    pub seconds: f64,
-}
-
-/// XXH3-64 over every parameter's values (little-endian f32) in module order, with names.
-pub fn params_digest(net: &Net) -> String {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    resilab_models::for_each_param(net, |info, t| {
-        h.update(info.name.as_bytes());
-        let values = t.into_data().convert::<f32>();
-        h.update(values.as_bytes());
-    });
-    format!("{:016x}", h.digest())
-}
-
-/// A check run on each checkpoint file before it is opened in this process.
-pub type FileProbe = Box<dyn Fn(&Path) -> resilab_checkpoint::Result<()>>;
-
-/// Options of a run that are not part of the configuration.
-pub struct RunOptions {
-    /// Output directory.
-    pub out: PathBuf,
-    /// The device to train on (an autodiff device is made from it) and the kernels to run.
-    pub compute: Compute,
-    /// Provenance to record.
-    pub provenance: Provenance,
-    /// Show a progress bar.
-    pub progress: bool,
-    /// Continue from this checkpoint (a `step-*` directory, a worker file in one, or a
-    /// directory of checkpoints, whose newest is used).
-    pub resume: Option<PathBuf>,
-    /// Checked on every checkpoint file before it is opened in this process.
-    pub probe: FileProbe,
-    /// Root of the golden-run cache: a run with faults is compared with its fault-free golden
-    /// run, computed there once. `None`: no comparison.
-    pub golden: Option<PathBuf>,
-    /// Compare a run without faults with its golden run too (a campaign's fault-free cells,
-    /// whose accuracy loss and overhead are then measured as zero rather than missing).
-    pub compare_fault_free: bool,
-    /// Save the whole model at every evaluation under `<out>/states` (golden runs do).
-    pub record_states: bool,
-    /// Write `samples.csv`: the training images each worker reads at each step.
-    pub record_samples: bool,
-}
-
-/// One row of `compare.csv`: a faulty run against its golden run at an evaluated step.
-#[derive(Debug, Serialize)]
-pub struct CompareRow {
-    /// Step.
-    pub step: u64,
-    /// This run's test accuracy.
-    pub test_acc: f64,
-    /// The golden run's test accuracy at the same step.
-    pub golden_test_acc: Option<f64>,
-    /// `golden_test_acc - test_acc`.
-    pub acc_loss: Option<f64>,
-    /// Euclidean distance between this run's and the golden run's trainable parameters.
-    pub param_distance: Option<f64>,
-}
+use crate::{Error, Result, RunConfig};
 
 /// Builds and initialises the network a configuration describes, for `split`'s images, on
 /// `compute`'s device and running its kernels.
@@ -258,11 +37,6 @@ pub fn build_trainer(cfg: &RunConfig, split: Arc<Split>, compute: &Compute) -> R
         seed: cfg.seed,
     };
     Ok(Trainer::new(net, spec, split, device)?)
-}
-
-/// The block names of each pipeline stage (empty for data parallelism).
-pub fn stage_blocks(trainer: &Trainer) -> Vec<Vec<String>> {
-    trainer.workers.iter().filter(|_| trainer.stage_ranges().is_some()).map(|w| w.net.block_names.clone()).collect()
 }
 
 /// Checks that resilab may write its files into `dir`: it does not exist yet, is empty, or holds
@@ -330,54 +104,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-/// Opens `metrics.csv` for writing. When resuming at step `resume_step` into a directory that
-/// already has one, the rows up to that step are kept and later rows (from the interrupted run,
-/// about to be recomputed) are dropped, so the file reads as one uninterrupted run.
-/// Returns the writer and, when resuming, the last step that has a row.
-pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv::Writer<std::fs::File>, Option<u64>)> {
-    let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
-    let Some(step) = resume_step.filter(|_| path.exists()) else {
-        return Ok((csv::Writer::from_writer(crate::files::create_output(path)?), None));
-    };
-    let mut kept = Vec::new();
-    let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
-    let headers = reader.headers().map_err(csv_err)?.clone();
-    for record in reader.records() {
-        // A last row cut short (the disk filled, or the run was killed mid-write) is dropped.
-        let record = match record {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("resilab: warning: {}: dropped a malformed row and any after it ({e})", path.display());
-                break;
-            }
-        };
-        if record.get(0).and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s <= step) {
-            kept.push(record);
-        }
-    }
-    let last = kept.last().and_then(|r| r.get(0)).and_then(|s| s.parse::<u64>().ok());
-    let mut w = csv::Writer::from_writer(crate::files::create_output(path)?);
-    w.write_record(&headers).map_err(csv_err)?;
-    for r in &kept {
-        w.write_record(r).map_err(csv_err)?;
-    }
-    w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-    let file = crate::files::append_output(path)?;
-    Ok((csv::WriterBuilder::new().has_headers(false).from_writer(file), last))
-}
-
-/// Appends the fault log's entries from `from` on to `file` (JSON lines, flushed); returns the
-/// number of entries written in all.
-pub(crate) fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::FaultLog], from: usize) -> Result<usize> {
-    let io = |source| Error::Io { path: path.to_path_buf(), source };
-    for entry in &log[from..] {
-        let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
-        writeln!(file, "{line}").map_err(io)?;
-    }
-    file.flush().map_err(io)?;
-    Ok(log.len())
-}
-
 /// Trains as configured and writes the run's files. Returns the summary.
 ///
 /// The phases: prepare the output directory, build data and trainer, resume from a checkpoint
@@ -423,10 +149,6 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     write_atomic(&out.join("summary.json"), &json)?;
     Ok(summary)
 }
-
-/// What resuming found: the load's report, and the settings that differ from the run that
-/// wrote the checkpoint (`key: old -> new`).
-pub(crate) type Resumed = (LoadReport, Vec<String>);
 
 /// Loads `opts.resume` into the trainer, if given; returns what loading found. Optimizer state
 /// that the configured optimizer would drop or start again is an error unless

@@ -16,13 +16,11 @@ use resilab_recovery::{Decision, Guard};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
 use crate::golden::Golden;
-use crate::run::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
+use crate::records::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
 use crate::{Error, Result, RunConfig};
 
 mod losses;
 pub mod samples;
-
-pub use losses::WorkersSummary;
 
 /// Counters of the loop that end up in the summary.
 #[derive(Default)]
@@ -472,7 +470,7 @@ impl<'a> Session<'a> {
         trainer: &mut Trainer,
         guard: &mut Guard,
         split: &Split,
-        resumed: Option<crate::run::Resumed>,
+        resumed: Option<crate::records::Resumed>,
     ) -> Result<Summary> {
         let cfg = self.cfg;
         let eval = self.last_eval.unwrap_or_else(|| trainer.evaluate());

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use resilab_recovery::{Guard, LossAction, on_loss};
 use resilab_train::Trainer;
-use serde::Serialize;
 
 use super::Session;
 use crate::Result;
+use crate::records::WorkersSummary;
 
 /// What the run's losses came to.
 #[derive(Debug, Default)]
@@ -26,35 +26,6 @@ impl LossTally {
     pub(crate) fn count_step(&mut self, workers: usize) {
         *self.steps_at.entry(workers).or_default() += 1;
     }
-}
-
-/// `summary.json`'s record of the workers: how many, what was lost, and what the job did.
-#[derive(Debug, Serialize)]
-pub struct WorkersSummary {
-    /// Workers (or stages) the job started with.
-    pub at_start: usize,
-    /// Workers (or stages) at the end.
-    pub at_end: usize,
-    /// Workers lost for good (`[[fault]]` crashes with `permanent = true`).
-    pub permanent_losses: u64,
-    /// `recovery.on_permanent_loss`.
-    pub on_permanent_loss: String,
-    /// Spare nodes that took a lost worker's place.
-    pub spares_used: u64,
-    /// Losses that `respawn` or `reinit` met with no spare left, and shrank instead.
-    pub spare_fallbacks: u64,
-    /// Restarts from a checkpoint that replaced a lost worker (`reinit`), within `restarts`.
-    pub reinits: u64,
-    /// Steps computed (redone and recomputed ones included) at each number of workers.
-    pub steps_at_workers: BTreeMap<usize, u64>,
-    /// The batch rule in force after a shrink (`keep_global` or `keep_per_worker`); `None`
-    /// when the job never shrank.
-    pub batch_rule: Option<String>,
-    /// Images of the last global batch.
-    pub global_batch_at_end: usize,
-    /// The learning rate's factor at the end (the linear scaling rule; 1 unless the global
-    /// batch shrank).
-    pub lr_scale_at_end: f64,
 }
 
 impl Session<'_> {
