@@ -174,8 +174,22 @@ mod tests {
         std::fs::write(d.path().join("a"), b"1").unwrap();
         let one = digest(d.path()).unwrap();
         std::fs::write(d.path().join("a"), b"2").unwrap();
-        assert_ne!(digest(d.path()).unwrap(), one);
-        assert_eq!(digest(&d.path().join("a")), digest(&d.path().join("a")));
+        let two = digest(d.path()).unwrap();
+        assert_ne!(two, one, "a content changed");
+        // A rename with the same content is seen: names enter the digest.
+        std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
+        assert_ne!(digest(d.path()).unwrap(), two, "a file renamed");
+        std::fs::rename(d.path().join("b"), d.path().join("a")).unwrap();
+        assert_eq!(digest(d.path()).unwrap(), two, "renamed back: as before");
+        // Content moved from one file's end to the next file's start is seen too.
+        std::fs::write(d.path().join("a"), b"xy").unwrap();
+        std::fs::write(d.path().join("c"), b"z").unwrap();
+        let split = digest(d.path()).unwrap();
+        std::fs::write(d.path().join("a"), b"x").unwrap();
+        std::fs::write(d.path().join("c"), b"yz").unwrap();
+        assert_ne!(digest(d.path()).unwrap(), split, "bytes moved across a file boundary");
+        // A file on its own is its content under an empty name; a path that does not exist has none.
+        assert_ne!(digest(&d.path().join("a")), digest(&d.path().join("c")));
         assert_eq!(digest(&d.path().join("none")), None);
         assert!(
             Invocation { program: "/x y".into(), args: vec!["it's".into()], dir: "/".into() }.shell_line().ends_with("'/x y' 'it'\\''s'")

@@ -694,6 +694,12 @@ mod tests {
         let r = Reader::open(&p).unwrap();
         assert_eq!(r.groups().unwrap(), ["/", "/model", "/model/fc", "/optimizer", "/optimizer/fc", "/optimizer/fc/w"]);
         r.read_all_attrs().unwrap();
+        // The attribute reads back, sealed; a group without attributes has no seal to check.
+        assert_eq!(r.attr_u64("/optimizer/fc/w", "step").unwrap(), 3);
+        assert_eq!(r.verify_attrs("/optimizer/fc/w").unwrap(), Some(true));
+        assert_eq!(r.verify_attrs("/model/fc").unwrap(), None);
+        let err = r.attr_u64("/optimizer/fc/w", "nope").unwrap_err().to_string();
+        assert!(err.contains("g.h5") && err.contains("nope"), "{err}");
     }
 
     #[test]

@@ -524,7 +524,11 @@ pub fn default_out_dir(name: &str) -> PathBuf {
 
 /// The current UTC time as `YYYYMMDD-HHMMSS`.
 pub fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    stamp_of(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+}
+
+/// `secs` after 1970-01-01 00:00:00 UTC as `YYYYMMDD-HHMMSS`.
+fn stamp_of(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -702,9 +706,20 @@ mod tests {
     }
 
     #[test]
-    fn stamp_has_the_expected_form() {
-        let s = utc_stamp();
-        assert_eq!(s.len(), 15);
-        assert!(s.starts_with("20"));
+    fn stamps_are_the_calendars_dates() {
+        // The epoch, leap days (2000 is a leap year, 2100 is not), the end of a year and the
+        // second after it; checked against Python's datetime.
+        for (secs, want) in [
+            (0, "19700101-000000"),
+            (951_782_400, "20000229-000000"),
+            (1_709_251_199, "20240229-235959"),
+            (1_735_689_599, "20241231-235959"),
+            (1_735_689_600, "20250101-000000"),
+            (4_107_542_399, "21000228-235959"),
+            (4_107_542_400, "21000301-000000"),
+        ] {
+            assert_eq!(stamp_of(secs), want, "{secs}");
+        }
+        assert_eq!(utc_stamp().len(), 15);
     }
 }

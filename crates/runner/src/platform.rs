@@ -7,16 +7,18 @@
 
 /// The processor's model name (`/proc/cpuinfo`), or the architecture where that is unknown.
 pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name") || l.starts_with("Model") || l.starts_with("cpu model"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.split_whitespace().collect::<Vec<_>>().join(" "))
-        })
+    std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| model_in(&t)).unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The processor's model name in the text of `/proc/cpuinfo` (x86's `model name`, Arm's
+/// `Model` or `cpu model`), its spaces collapsed.
+fn model_in(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name") || l.starts_with("Model") || l.starts_with("cpu model"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
 /// The instruction-set level the CPU kernels can use: `x86-64-v4` (AVX-512), `x86-64-v3`
@@ -71,7 +73,13 @@ pub fn peak_gflops(cores: usize) -> Option<f64> {
 /// The key of the bits a run on `backend` and `device` computes: `backend / device`, and on
 /// a CPU backend (every backend but `wgpu`) also `/ cpu model / isa level`.
 pub fn bits_key(backend: &str, device: &str) -> String {
-    if backend == "wgpu" { format!("{backend} / {device}") } else { format!("{backend} / {device} / {} / {}", cpu_model(), isa_level()) }
+    key_of(backend, device, &cpu_model, &isa_level)
+}
+
+/// [`bits_key`] with the processor's model and ISA level asked of `model` and `isa` (only for a
+/// CPU backend).
+fn key_of(backend: &str, device: &str, model: &dyn Fn() -> String, isa: &dyn Fn() -> String) -> String {
+    if backend == "wgpu" { format!("{backend} / {device}") } else { format!("{backend} / {device} / {} / {}", model(), isa()) }
 }
 
 #[cfg(test)]
@@ -80,11 +88,23 @@ mod tests {
 
     #[test]
     fn cpu_backends_are_keyed_by_processor_and_isa_and_gpus_by_device() {
-        let k = bits_key("flex", "cpu");
-        assert!(k.starts_with("flex / cpu / ") && k.ends_with(&isa_level()), "{k}");
-        assert!(k.contains(&cpu_model()));
-        assert_eq!(bits_key("wgpu", "NVIDIA H100 (Vulkan)"), "wgpu / NVIDIA H100 (Vulkan)");
-        assert!(!cpu_model().is_empty() && !isa_level().is_empty());
-        assert_eq!(bits_key("flex", "cpu"), k, "stable within a process");
+        let (model, isa) = (|| "AMD EPYC 9B14 96-Core Processor".to_string(), || "x86-64-v3".to_string());
+        assert_eq!(key_of("flex", "cpu", &model, &isa), "flex / cpu / AMD EPYC 9B14 96-Core Processor / x86-64-v3");
+        assert_eq!(key_of("tch", "cpu", &model, &isa), "tch / cpu / AMD EPYC 9B14 96-Core Processor / x86-64-v3");
+        let never = || -> String { panic!("a GPU key asks nothing of the CPU") };
+        assert_eq!(key_of("wgpu", "NVIDIA H100 (Vulkan)", &never, &never), "wgpu / NVIDIA H100 (Vulkan)");
+        assert_eq!(bits_key("flex", "cpu"), key_of("flex", "cpu", &cpu_model, &isa_level));
+    }
+
+    #[test]
+    fn the_model_name_is_read_from_cpuinfo_on_x86_and_arm() {
+        let x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel\t\t: 17\nmodel name\t: AMD EPYC   9B14 96-Core Processor\n";
+        assert_eq!(model_in(x86).as_deref(), Some("AMD EPYC 9B14 96-Core Processor"));
+        assert_eq!(
+            model_in("processor\t: 0\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n").as_deref(),
+            Some("Raspberry Pi 4 Model B Rev 1.4")
+        );
+        assert_eq!(model_in("processor\t: 0\nmodel name\t:   \n"), None);
+        assert_eq!(model_in(""), None);
     }
 }
