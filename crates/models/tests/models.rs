@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use burn::prelude::*;
-use resilab_models::{Arch, InputShape, Mode, ModelConfig, init_parameters, named_params};
+use resilab_models::{Arch, InputShape, Mode, ModelConfig, init_parameters, map_params, named_params};
 
 fn cfg(arch: Arch, depth: Option<usize>, width: f64, batch_norm: Option<bool>) -> ModelConfig {
     ModelConfig { arch, depth, width, batch_norm }
@@ -110,6 +110,49 @@ fn every_architecture_runs_on_28_and_32_pixel_images() {
             let x = Tensor::zeros([2, input.channels, input.size, input.size], &device);
             assert_eq!(net.forward(x, Mode::Eval).dims(), [2, 7], "{} {input:?}", c.label());
         }
+    }
+}
+
+/// ResNet-8 in eval mode, its values set so that the output can be computed by hand: every
+/// convolution zero except the shortcuts' 1x1 convolutions, which copy channel c to channel c;
+/// every BatchNorm with statistics 0 and 1, scale 1 and shift 0.5, so it gives x / s + 0.5 with
+/// s = sqrt(1 + eps). Then, whatever the image:
+/// - the stem gives relu(0.5) = 0.5, and layer1's block relu(0.5 + 0.5) = 1 (its identity
+///   shortcut adds the stem's output);
+/// - layer2's block gives, in each of its 32 channels c, relu(0.5 + x_c / s + 0.5) where x_c is
+///   layer1's channel c (1 for c < 16, 0 beyond): 1 + 1/s for c < 16, 1 beyond;
+/// - layer3's block gives 1 + y_c / s for its first 32 channels (y: layer2's output), 1 beyond;
+/// - the pool keeps each channel's value, and the classifier, with row k of its weight k/64 and
+///   bias 0.25, gives logit k = k/64 * (sum of the 64 channels) + 0.25.
+#[test]
+fn a_forward_pass_computed_by_hand() {
+    let device = Device::flex();
+    let net = cfg(Arch::Resnet, Some(8), 1.0, None).build(RGB32, 10, &device).unwrap();
+    let net = map_params(net, |info, _| {
+        let n: usize = info.shape.iter().product();
+        let values: Vec<f32> = match info.name.as_str() {
+            "classifier.fc.weight" => (0..n).map(|i| (i / 64) as f32 / 64.0).collect(),
+            "classifier.fc.bias" => vec![0.25; n],
+            name if name.ends_with("downsample.conv.weight") => {
+                let c_in = info.shape[1];
+                (0..n).map(|i| if i / c_in == i % c_in { 1.0 } else { 0.0 }).collect()
+            }
+            name if name.ends_with("running_var") => vec![1.0; n],
+            name if name.contains("bn") && name.ends_with(".weight") => vec![1.0; n],
+            name if name.contains("bn") && name.ends_with(".bias") => vec![0.5; n],
+            _ => vec![0.0; n],
+        };
+        Some(Tensor::from_data(TensorData::new(values, [n]), &device))
+    });
+    let x = Tensor::<4>::random([2, 3, 32, 32], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+    let logits = net.infer(x).into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+    let s = (1.0f64 + f64::from(resilab_models::BN_EPSILON)).sqrt();
+    let layer2: Vec<f64> = (0..32).map(|c| if c < 16 { 1.0 + 1.0 / s } else { 1.0 }).collect();
+    let layer3: Vec<f64> = (0..64).map(|c| if c < 32 { 1.0 + layer2[c] / s } else { 1.0 }).collect();
+    let total: f64 = layer3.iter().sum();
+    for (i, got) in logits.iter().enumerate() {
+        let want = (i % 10) as f64 / 64.0 * total + 0.25;
+        assert!((f64::from(*got) - want).abs() <= 1e-5 * want.abs().max(1.0), "logit {i}: {got}, by hand {want}");
     }
 }
 
