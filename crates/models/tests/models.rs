@@ -146,7 +146,7 @@ fn a_forward_pass_computed_by_hand() {
     });
     let x = Tensor::<4>::random([2, 3, 32, 32], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
     let logits = net.infer(x).into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
-    let s = (1.0f64 + f64::from(resilab_models::BN_EPSILON)).sqrt();
+    let s = (1.0 + resilab_models::BN_EPSILON).sqrt();
     let layer2: Vec<f64> = (0..32).map(|c| if c < 16 { 1.0 + 1.0 / s } else { 1.0 }).collect();
     let layer3: Vec<f64> = (0..64).map(|c| if c < 32 { 1.0 + layer2[c] / s } else { 1.0 }).collect();
     let total: f64 = layer3.iter().sum();
