@@ -216,8 +216,12 @@ fn dry_run_counts_and_estimates_and_bad_input_is_named() {
     let bad = write(tmp.path(), "bad2.toml", &NEV.replace("last_bit = 8", "last_bit = 40"));
     let o = campaign(&bad, &out, &[]);
     assert_clean_error(&o, &["[inject]", "last_bit"]);
-    let seen: HashSet<bool> = [out.join("runs.jsonl").exists()].into();
-    assert_eq!(seen, [false].into());
+    // Nothing refused, and no dry run, wrote anything: the output directory was never made.
+    assert!(
+        !out.exists(),
+        "refused campaigns left {:?}",
+        std::fs::read_dir(&out).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
 }
 
 /// An `eval` campaign (per-bit study) and a `train` campaign (recovery strategies) end to end:
