@@ -558,3 +558,79 @@ fn stop_for_machine(reply: &Reply, out: &Path) -> Result<()> {
         out.display()
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+    use super::*;
+
+    /// A pool of `n` shell workers that speak the protocol: ready, then per job line, run 0
+    /// answers ok, run 1 hangs, run 2 dies (exit 3), any other run answers ok after a moment.
+    fn pool(dir: &Path, n: usize) -> Pool {
+        let ok = |index: u64| {
+            let reply = Reply { job: Job::Run { index }, status: Status::Ok, message: None, metrics: Metrics::default() };
+            format!("{REPLY_PREFIX}{}", serde_json::to_string(&reply).unwrap())
+        };
+        let script = format!(
+            "echo {READY_LINE}; while read -r line; do case \"$line\" in \
+             *'\"index\":0'*) echo '{}';; *'\"index\":1'*) sleep 30;; \
+             *'\"index\":2'*) echo 'about to die' >&2; exit 3;; *) sleep 0.1; echo '{}';; esac; done",
+            ok(0),
+            ok(3)
+        );
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        Pool::new(n, &["/bin/sh".into(), "-c".into(), script.into(), "sh".into()], dir)
+    }
+
+    fn runs(indices: &[u64]) -> Vec<Job> {
+        indices.iter().map(|&index| Job::Run { index }).collect()
+    }
+
+    #[test]
+    fn a_hung_run_is_killed_at_its_timeout_and_a_dead_worker_is_a_crash_with_its_log_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pool(dir.path(), 2);
+        let mut replies = Vec::new();
+        let start = Instant::now();
+        // The hung run's timeout is 1 s; the others have a minute, so a loaded machine fails none.
+        let timeout = |j: &Job| Duration::from_secs(if *j == (Job::Run { index: 1 }) { 1 } else { 60 });
+        drive(&mut p, runs(&[0, 1, 2, 3]), timeout, |r| {
+            replies.push(r);
+            Ok(())
+        })
+        .unwrap();
+        p.shutdown();
+        assert!(start.elapsed() < Duration::from_secs(15), "the hung run held the pool: {:?}", start.elapsed());
+        replies.sort_by_key(|r| match r.job {
+            Job::Run { index } | Job::Prep { index } => index,
+        });
+        let status: Vec<Status> = replies.iter().map(|r| r.status).collect();
+        assert_eq!(status, [Status::Ok, Status::Timeout, Status::Crashed, Status::Ok]);
+        assert_eq!(replies[1].message.as_deref(), Some("killed after 1 s (timeout)"));
+        let crash = replies[2].message.as_deref().unwrap();
+        assert!(crash.contains("exit status 3") && crash.ends_with("about to die"), "{crash}");
+    }
+
+    #[test]
+    fn a_reply_the_campaign_refuses_stops_the_drive_and_the_workers_are_shut_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pool(dir.path(), 2);
+        let start = Instant::now();
+        let e = drive(&mut p, runs(&[0, 3, 3, 3]), |_| Duration::from_secs(60), |_| Err(Error::Config("machine full".into())));
+        assert_eq!(e.unwrap_err().to_string(), "machine full");
+        p.shutdown();
+        assert!(p.slots.iter().flatten().all(|s| s.stdin.is_none()));
+        assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn a_worker_that_dies_before_it_is_ready_is_an_error_naming_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+        let script = "echo 'no such campaign' >&2; exit 2";
+        let mut p = Pool::new(1, &["/bin/sh".into(), "-c".into(), script.into(), "sh".into()], dir.path());
+        let e = drive(&mut p, runs(&[0]), |_| Duration::from_secs(60), |_| Ok(())).unwrap_err().to_string();
+        assert!(e.starts_with("a worker process failed to start (exit status 2): no such campaign (see "), "{e}");
+        assert!(e.contains("worker-0.log"), "{e}");
+    }
+}
