@@ -37,7 +37,7 @@ resilab=${RESILAB:-./target/release/resilab}
 # spend cores on many small runs.
 jobs=${RESILAB_JOBS:-${SLURM_CPUS_PER_TASK:-1}}
 if [ "$task" -ge "$count" ]; then
-    echo "campaign-array.sh: array task $task in a job array of $count task(s): a task resubmitted on its own must be told the shard count, e.g. sbatch --array=$task --export=ALL,RESILAB_SHARDS=8 $0 $config" >&2
+    echo "campaign-array.sh: array task $task in a job array of $count task(s): a task resubmitted on its own must be told the shard count, e.g. sbatch --array=$task --export=ALL,RESILAB_SHARDS=8 configs/slurm/campaign-array.sh $config" >&2
     exit 2
 fi
 
