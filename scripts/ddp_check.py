@@ -294,10 +294,8 @@ def dp_rank(rank, world, plan, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     images, labels = torch.load(plan["data"])
-    init = safetensors.torch.load_file(plan["init"])
     for c in plan["checks"]:
         model = make_model()
-        model.load_state_dict(init, strict=True)
         model.train()
         names = {p: n for n, p in model.named_parameters()}
         hook = Hook(rank, world, names)
@@ -389,7 +387,6 @@ def pipe_rank(rank, world, plan, port):
     images, labels = torch.load(plan["data"])
     c = plan["checks"][0]
     model = make_model()
-    model.load_state_dict(safetensors.torch.load_file(plan["init"]), strict=True)
     blocks = c["stages"][rank]
     stage_module = Blocks(model, blocks)
     opt = torch.optim.SGD(stage_module.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
@@ -717,7 +714,7 @@ def main():
             runs.append((check, run_dir))
         # The layout is checked here, before the ranks read it, so an unknown one is one line.
         read_worker(Path(plans[0]["imported"]) / "step-00000000" / "worker-0.h5")
-        plan = {"data": str(work / "data.pt"), "init": str(work / "init.safetensors"), "checks": plans}
+        plan = {"data": str(work / "data.pt"), "checks": plans}
         launch(dp_rank if checks[0].mode == "data" else pipe_rank, world, plan)
         for (check, run_dir), p in zip(runs, plans):
             r, e, f = compare(check, run_dir, work / check.name / "torch", world, p, (images, labels))

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use super::{csv_err, io};
+use crate::Result;
 
 /// One row of `samples.csv`: at step `step`, worker `worker` reads training image `sample`
 /// (its index in the training split) as the `position`-th image of its shard.
@@ -27,10 +28,6 @@ pub(crate) struct SampleLog {
     through: u64,
 }
 
-fn csv_err(path: &Path) -> impl FnOnce(csv::Error) -> Error + '_ {
-    move |source| Error::Csv { path: path.to_path_buf(), source }
-}
-
 impl SampleLog {
     /// Opens `path` for a run at step `step`. A resumed run (`resumed`) keeps the rows of the
     /// steps up to its checkpoint and drops the later ones, which it will read again.
@@ -42,7 +39,7 @@ impl SampleLog {
         for row in &kept {
             writer.serialize(row).map_err(csv_err(path))?;
         }
-        writer.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        writer.flush().map_err(io(path))?;
         Ok(Self { path: path.to_path_buf(), writer, through: step })
     }
 
@@ -58,7 +55,7 @@ impl SampleLog {
                 self.writer.serialize(SampleRow { step, worker, position, sample }).map_err(csv_err(&self.path))?;
             }
         }
-        self.writer.flush().map_err(|source| Error::Io { path: self.path.clone(), source })?;
+        self.writer.flush().map_err(io(&self.path))?;
         self.through = step;
         Ok(())
     }
