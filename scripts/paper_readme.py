@@ -47,7 +47,7 @@ PRESETS = [
         ("32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", +1),
     ]),
     ("masks", "table 3: multi-bit masks", "accuracy and N-EV after multi-bit masks", [
-        ("masks with more bits set cost more accuracy (the published runs do not show it)", "inject.bit_mask", "3:10001010", "6:11101101", "acc_all", -1),
+        ("masks with more bits set cost more accuracy (the published runs do not show it)", "inject.bit_mask", "3:10001010", "6:11101101", "acc_all_pct", -1),
     ]),
     ("dp-one-flip", "table 4: one flip in 1 of 8 workers", "RWC after one flip in one replica's model or optimizer state", [
         ("RWC is lower after an optimizer-state flip than after a model flip", "inject.locations_to_corrupt", "model", "optimizer", "rwc_pct", -1),
@@ -65,7 +65,7 @@ PRESETS = [
         ("N-EV grows from 1 to 10 flips", "inject.injection_tries", "1", "10", "nev_pct", +1),
         ("N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", +1),
         ("N-EV grows from 1 to 8 workers hit", "workers_hit", "1", "8", "nev_pct", +1),
-        ("model flips cost more accuracy than optimizer-state flips", "inject.locations_to_corrupt", "model", "optimizer", "acc_all", +1),
+        ("model flips cost more accuracy than optimizer-state flips", "inject.locations_to_corrupt", "model", "optimizer", "acc_all_pct", +1),
     ]),
     # A study: its hypotheses are stated in its campaign file and tested by the report.
     ("recovery", "section 6: recovery strategies (CCGrid'22)", "which strategy when: strategy x job MTBF x workers x checkpoint interval", []),
@@ -113,7 +113,7 @@ def detail(c):
 
 
 def cells_table(cells, axes):
-    cols = [("seeds", "seeds", 0), ("ACC %", "acc", 1), ("ACC all %", "acc_all", 1), ("golden %", "golden_acc", 1)]
+    cols = [("seeds", "seeds", 0), ("ACC %", "acc_pct", 1), ("ACC all %", "acc_all_pct", 1), ("golden %", "golden_acc_pct", 1)]
     out = []
     has = lambda k: any(c.get(k) for c in cells)
     header = [a.removeprefix("inject.") for a in axes] + ["runs (ok)"] + [h for h, k, _ in cols if has(k)]
@@ -126,7 +126,7 @@ def cells_table(cells, axes):
     header += [h for h, k in shares if has_share(k)]
     agree = has("nev_vs_ev")
     header += ["N-EV vs EV injected (McNemar)"] if agree else []
-    extra = [("hit replica ACC %", "hit_acc", 1), ("worst replica ACC %", "replica_acc_min", 1), ("sim. overhead %", "sim_overhead_pct", 2),
+    extra = [("hit replica ACC %", "hit_acc_pct", 1), ("worst replica ACC %", "replica_acc_min_pct", 1), ("sim. overhead %", "sim_overhead_pct", 2),
              ("steps recomputed", "steps_recomputed", 2)]
     header += [h for h, k, _ in extra if has(k)]
     out.append("| " + " | ".join(header) + " |")
@@ -161,10 +161,12 @@ def study_section(d, name, table, what, comps, header):
     hypotheses' tests) and the generated "which strategy when" table (which_strategy.csv)."""
     cells = read_csv(os.path.join(d, "cells_study.csv"))
     choices = read_csv(os.path.join(d, "which_strategy.csv"))
-    ci = lambda c, k: f"{num(c[k], 2)} [{num(c[k + '_lo'], 2)}, {num(c[k + '_hi'], 2)}]" if c.get(k) else "n/a"
+    # A mean's column names its unit (acc_loss_pts); its interval's ends follow it (acc_loss_lo).
+    ci = lambda c, k: (f"{num(c[k], 2)} [{num(c[k.rsplit('_', 1)[0] + '_lo'], 2)}, {num(c[k.rsplit('_', 1)[0] + '_hi'], 2)}]"
+                       if c.get(k) else "n/a")
     # Reports written since the study recorded the final accuracy and the time to the golden
     # run's accuracy carry those columns too.
-    timed = bool(cells) and "time_to_acc" in cells[0]
+    timed = bool(cells) and "time_to_acc_pct" in cells[0]
     if timed:
         lines = header + ["| condition | option | runs | seeds | failed | final acc., % [95%] | acc. loss, points [95%] | reached golden acc. [Wilson 95%] | time to it, % of golden [95%] | sim. overhead, % [95%] |",
                           "|---|---|---|---|---|---|---|---|---|---|"]
@@ -174,9 +176,9 @@ def study_section(d, name, table, what, comps, header):
         row = f"| {c['condition']} | {c['option']} | {c['runs']} | {c['seeds']} | {c['failed']} | "
         if timed:
             reached = f"{c['reached']}/{c['runs']} [{num(c['reached_lo'])}, {num(c['reached_hi'])}%]" if c.get("reached_lo") else "n/a"
-            row += f"{ci(c, 'final_acc')} | {ci(c, 'acc_loss')} | {reached} | {ci(c, 'time_to_acc')} | {ci(c, 'sim_overhead')} |"
+            row += f"{ci(c, 'final_acc_pct')} | {ci(c, 'acc_loss_pts')} | {reached} | {ci(c, 'time_to_acc_pct')} | {ci(c, 'sim_overhead_pct')} |"
         else:
-            row += f"{ci(c, 'acc_loss')} | {ci(c, 'sim_overhead')} |"
+            row += f"{ci(c, 'acc_loss_pts')} | {ci(c, 'sim_overhead_pct')} |"
         lines.append(row)
     lines += ["", f"Hypotheses stated in `configs/paper/{name}.toml` before the runs, each tested in every condition; Holm over all {len(comps)} tests:", ""]
     verdicts = []
@@ -189,7 +191,7 @@ def study_section(d, name, table, what, comps, header):
     lines += ["", "Which strategy when (generated by the report: the lowest mean overhead among the strategies whose accuracy loss is not shown to exceed the budget):", "",
               "| condition | choice | sim. overhead % | acc. loss (points) | ruled out |", "|---|---|---|---|---|"]
     for c in choices:
-        lines.append(f"| {c['condition']} | {c['choice'] or 'none qualifies'} | {num(c['sim_overhead'], 2)} | {num(c['acc_loss'], 2)} | {c['ruled_out']} |")
+        lines.append(f"| {c['condition']} | {c['choice'] or 'none qualifies'} | {num(c['sim_overhead_pct'], 2)} | {num(c['acc_loss_pts'], 2)} | {c['ruled_out']} |")
     lines.append("")
     runs = sum(int(c["runs"]) for c in cells)
     return "\n".join(lines), (name, table, f"{runs}", verdicts)

@@ -140,6 +140,11 @@ pub(crate) struct ReportArgs {
     /// earlier report's.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
+    /// Write nothing; print, for every comparison the report tests, what its runs detect now
+    /// and the runs per cell needed to detect a difference of D (points for rates and accuracy
+    /// losses, % for overheads) with 80% power at Holm's strictest level for the report.
+    #[arg(long, value_name = "D", conflicts_with = "out")]
+    pub(crate) power: Option<f64>,
 }
 
 #[derive(Args)]

@@ -292,6 +292,9 @@ pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
 }
 
 pub(crate) fn report(args: ReportArgs) -> Result<()> {
+    if let Some(d) = args.power {
+        return print_all(&resilab_report::power(&args.dir, d)?);
+    }
     let out = args.out.unwrap_or_else(|| args.dir.join("report"));
     let w = resilab_report::report(&args.dir, &out)?;
     println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());

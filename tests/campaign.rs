@@ -149,6 +149,25 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     for f in ["nev_vs_flips.png", "nev_vs_flips.svg"] {
         assert!(std::fs::metadata(full.join("report/plots").join(f)).unwrap().len() > 1000, "{f}");
     }
+    // Restart runs have golden runs: the flips are compared on the accuracy loss they caused,
+    // never on raw accuracy, and each comparison says what its runs could detect.
+    let mut rd = csv::Reader::from_path(full.join("report/comparisons.csv")).unwrap();
+    let h = rd.headers().unwrap().clone();
+    let (metric, detectable) = (h.iter().position(|c| c == "metric").unwrap(), h.iter().position(|c| c == "detectable").unwrap());
+    let recs: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    let metrics: std::collections::BTreeSet<&str> = recs.iter().map(|r| r.get(metric).unwrap()).collect();
+    assert!(metrics.contains("acc_loss_all_pts") && !metrics.contains("acc_pct") && !metrics.contains("acc_all_pct"), "{metrics:?}");
+    assert!(recs.iter().all(|r| r[detectable].parse::<f64>().unwrap() >= 0.0));
+    let md = std::fs::read_to_string(full.join("report/report.md")).unwrap();
+    let differences = md.split("## Differences").nth(1).unwrap();
+    assert!(differences.trim_start().starts_with("Rules:") && differences.contains("detectable at 80% power"), "{differences}");
+    // --power D: the runs per cell each comparison needs to detect D, and nothing written.
+    let o = run(&["report", full.to_str().unwrap(), "--power", "10"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().filter(|l| l.starts_with("| inject.injection_tries: 1 vs 30")).count(), recs.len(), "{text}");
+    let o = run(&["report", full.to_str().unwrap(), "--power", "0"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--power 0: expected a positive difference"));
 }
 
 #[test]
@@ -245,7 +264,7 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
         let bit: u64 = r["bits"].as_str().unwrap().parse().unwrap();
         let width = if r["coords"]["inject"] == "f16" { 16 } else { 32 };
         assert!(bit < width, "{r}");
-        assert!(r["steps"].is_null() && r["final_acc"].is_number(), "{r}");
+        assert!(r["steps"].is_null() && r["final_acc_frac"].is_number(), "{r}");
     }
     report(&out);
     for f in ["bits_nev", "bits_nan", "bits_acc_loss", "layers_nev"] {
@@ -305,7 +324,7 @@ locations_to_corrupt = ["model/stem/bn/weight"]
     }
     // Rollback redoes the step and ends as the golden run; restart loses the step since the
     // checkpoint at step 3.
-    assert_eq!(by["rollback"]["acc_loss"], 0.0, "{}", by["rollback"]);
+    assert_eq!(by["rollback"]["acc_loss_frac"], 0.0, "{}", by["rollback"]);
     assert_eq!(by["rollback"]["steps_lost"], 0, "{}", by["rollback"]);
     assert!(by["checkpoint_restart"]["steps_lost"].as_u64().unwrap() >= 1, "{}", by["checkpoint_restart"]);
     report(&out);
@@ -314,6 +333,10 @@ locations_to_corrupt = ["model/stem/bn/weight"]
     }
     let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(md.contains("recovery.strategy") && md.contains("rollback"), "{md}");
+    // Every file of the three campaigns and their reports (runs.csv, cells.csv, comparisons.csv,
+    // bits.csv, each run's metrics.csv and summary.json) names its units as docs/metrics.md says.
+    let units = common::units::table();
+    assert!(common::units::check_dir(tmp.path(), &units) > 10);
 }
 
 #[test]
@@ -358,10 +381,9 @@ fn n_ev_is_decided_by_the_outcome_and_the_injected_extremes_are_a_column_of_thei
     let o = run(&["report", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let h = csv::Reader::from_path(out.join("report/cells.csv")).unwrap().headers().unwrap().clone();
-    for c in ["nev_pct", "nev_lo", "nev_hi", "ev_injected_pct", "acc_all", "seeds"] {
+    for c in ["nev_pct", "nev_lo", "nev_hi", "ev_injected_pct", "acc_all_pct", "seeds"] {
         assert!(h.iter().any(|x| x == c), "cells.csv has {c}: {h:?}");
     }
-    assert!(out.join("report/comparisons.csv").is_file());
 }
 
 #[test]
@@ -380,13 +402,13 @@ fn data_parallel_runs_report_the_hit_replica_and_the_divergence_after_the_restar
     assert_eq!(rs.len(), 4);
     for r in &rs {
         assert_eq!(r["status"], "ok", "{r}");
-        assert!(r["hit_acc"].is_f64() && r["final_acc"].is_f64(), "rank 0's and the hit replica's accuracy: {r}");
+        assert!(r["hit_acc_frac"].is_f64() && r["final_acc_frac"].is_f64(), "rank 0's and the hit replica's accuracy: {r}");
         let diverged = r["replicas_diverged"].as_u64().unwrap();
         match r["coords"]["parallel.broadcast_on_restart"].as_str().unwrap() {
             "parameters" => assert_eq!(diverged, 1, "the replicas' own momenta move them apart: {r}"),
             _ => {
                 assert_eq!(diverged, 0, "{r}");
-                assert_eq!(r["hit_acc"], r["final_acc"]);
+                assert_eq!(r["hit_acc_frac"], r["final_acc_frac"]);
             }
         }
     }
@@ -493,7 +515,7 @@ fn status_and_merge_check_the_shards_and_a_log_gets_one_line_per_run() {
     let mut forged = std::fs::read_to_string(shard(0).join("runs.jsonl")).unwrap();
     let first: serde_json::Value = serde_json::from_str(forged.lines().next().unwrap()).unwrap();
     let mut other = first.clone();
-    other["final_acc"] = serde_json::json!(0.123);
+    other["final_acc_frac"] = serde_json::json!(0.123);
     forged = format!("{other}\n");
     std::fs::write(shard(1).join("runs.jsonl"), std::fs::read_to_string(shard(1).join("runs.jsonl")).unwrap() + &forged).unwrap();
     let o = run(&["merge", "--out", tmp.path().join("overlap").to_str().unwrap(), &dirs[0], &dirs[1]]);

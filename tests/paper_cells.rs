@@ -38,12 +38,12 @@ fn judge(r: &Record, chance: f64, tolerance_points: f64) -> Judged {
     let nan = bad("final_loss") || bad("final_train_loss") || counts > 0.0;
     let nev = nan || largest > num(r, "extreme_threshold").unwrap();
     let step_altered = r["base_step"] != r["restart_step"];
-    let golden = num(r, "golden_acc").unwrap();
+    let golden = num(r, "golden_acc_frac").unwrap();
     let within = |acc: f64| (golden - acc).abs() <= tolerance_points / 100.0 + 1e-9;
     let usable = |acc: f64| !nev && !step_altered && acc > chance + 0.05 + 1e-9 && golden - acc <= 0.05 + 1e-9;
-    let acc = num(r, "final_acc").unwrap();
+    let acc = num(r, "final_acc_frac").unwrap();
     let rwc = usable(acc) && within(acc);
-    let rwc_all = match (num(r, "replica_acc_min"), num(r, "replica_acc_max")) {
+    let rwc_all = match (num(r, "replica_acc_min_frac"), num(r, "replica_acc_max_frac")) {
         (Some(min), Some(max)) => Some(usable(min) && within(min) && within(max)),
         _ => None,
     };
@@ -124,7 +124,7 @@ fn every_checkpoint_alteration_presets_golden_runs_lie_between_60_and_90_percent
     {
         let runs = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper").join(preset).join("runs.csv"));
         for r in &runs {
-            if let Some(g) = num(r, "golden_acc") {
+            if let Some(g) = num(r, "golden_acc_frac") {
                 assert!((0.6..=0.9).contains(&g), "{preset} run {}: golden accuracy {g}", r["id"]);
             }
         }

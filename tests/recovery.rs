@@ -57,7 +57,7 @@ fn each_strategy_does_what_it_says() {
     assert_eq!(cached.len(), 1, "{cached:?}");
     assert_eq!(none["golden"]["final_test_acc"], golden["final_test_acc"]);
     let compare = std::fs::read_to_string(dir.path().join("none/compare.csv")).unwrap();
-    assert!(compare.starts_with("step,test_acc,golden_test_acc,acc_loss,param_distance"), "{compare}");
+    assert!(compare.starts_with("step,test_acc,golden_test_acc,acc_loss_frac,param_distance"), "{compare}");
     assert_eq!(compare.lines().count(), 3, "evaluations at steps 4 and 8: {compare}");
 
     let restart = train(dir.path(), "restart", &strategy("checkpoint_restart"));
@@ -342,4 +342,6 @@ fn compare_says_what_each_strategy_did_in_one_unit_and_that_one_run_decides_noth
     // strategies.csv has the actions too.
     let csv = std::fs::read_to_string(out.join("strategies.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",actions"), "{csv}");
+    // strategies.csv and every run's summary.json and metrics.csv name their units.
+    assert!(common::units::check_dir(&out, &common::units::table()) >= 9);
 }

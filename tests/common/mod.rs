@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod backends;
+pub mod units;
 
 /// A tiny run: ResNet-8 at quarter width on 16x16 synthetic images, 8 steps.
 pub const TINY: &str = r#"
@@ -72,7 +73,7 @@ pub fn table(dir: &Path) -> BTreeMap<String, String> {
     let mut t = BTreeMap::new();
     for mut r in rows(dir) {
         let o = r.as_object_mut().unwrap();
-        for k in ["wall_s", "golden_wall_s", "time_overhead"] {
+        for k in ["wall_s", "golden_wall_s", "time_overhead_frac"] {
             o.remove(k);
         }
         let id = o["id"].as_str().unwrap().to_string();

@@ -91,7 +91,9 @@ pub struct Metrics {
     pub failed: Option<bool>,
     /// Training steps after the restart (`restart` runs; fewer when the weights collapsed).
     pub steps: Option<u64>,
-    /// Final test accuracy in `[0, 1]`.
+    /// Final test accuracy, a fraction in `[0, 1]` (`final_acc_frac`: every accuracy and
+    /// overhead in `runs.csv` is a fraction, and its column name says so).
+    #[serde(rename = "final_acc_frac", alias = "final_acc")]
     pub final_acc: Option<f64>,
     /// Final test loss (`NaN`, `inf` or `-inf` when not finite).
     #[serde(default, with = "non_finite")]
@@ -101,19 +103,25 @@ pub struct Metrics {
     #[serde(default, with = "non_finite")]
     pub final_train_loss: Option<f64>,
     /// The golden (fault-free) run's final test accuracy.
+    #[serde(rename = "golden_acc_frac", alias = "golden_acc")]
     pub golden_acc: Option<f64>,
-    /// `golden_acc - final_acc`.
+    /// `golden_acc - final_acc`, a fraction (`acc_loss_frac`; the reports give it in points).
+    #[serde(rename = "acc_loss_frac", alias = "acc_loss")]
     pub acc_loss: Option<f64>,
     /// Data parallel: test accuracy of the first replica hit (`final_acc` is rank 0's).
+    #[serde(rename = "hit_acc_frac", alias = "hit_acc")]
     pub hit_acc: Option<f64>,
     /// Data parallel: test loss of the first replica hit.
     #[serde(default, with = "non_finite")]
     pub hit_loss: Option<f64>,
     /// Data parallel: the lowest test accuracy of any replica.
+    #[serde(rename = "replica_acc_min_frac", alias = "replica_acc_min")]
     pub replica_acc_min: Option<f64>,
     /// Data parallel: the mean test accuracy of the replicas.
+    #[serde(rename = "replica_acc_mean_frac", alias = "replica_acc_mean")]
     pub replica_acc_mean: Option<f64>,
     /// Data parallel: the highest test accuracy of any replica.
+    #[serde(rename = "replica_acc_max_frac", alias = "replica_acc_max")]
     pub replica_acc_max: Option<f64>,
     /// Data parallel: largest Euclidean distance between a replica's trainable parameters and
     /// rank 0's at the end (0: identical replicas).
@@ -187,9 +195,11 @@ pub struct Metrics {
     /// Seconds of the golden run (or the fault-free continuation).
     pub golden_wall_s: Option<f64>,
     /// `(wall_s - golden_wall_s) / golden_wall_s`.
+    #[serde(rename = "time_overhead_frac", alias = "time_overhead")]
     pub time_overhead: Option<f64>,
     /// Overhead in simulated time against the golden run (`train` runs): deterministic when
     /// `parallel.compute.gflops` is set.
+    #[serde(rename = "sim_overhead_frac", alias = "sim_overhead")]
     pub sim_overhead: Option<f64>,
     /// Simulated seconds of the run (`train` runs).
     pub sim_s: Option<f64>,
@@ -233,16 +243,16 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("strategy", T),
     ("failed", T),
     ("steps", R),
-    ("final_acc", ALL),
+    ("final_acc_frac", ALL),
     ("final_loss", ALL),
     ("final_train_loss", R),
-    ("golden_acc", ALL),
-    ("acc_loss", ALL),
-    ("hit_acc", R | E),
+    ("golden_acc_frac", ALL),
+    ("acc_loss_frac", ALL),
+    ("hit_acc_frac", R | E),
     ("hit_loss", R | E),
-    ("replica_acc_min", R | E),
-    ("replica_acc_mean", R | E),
-    ("replica_acc_max", R | E),
+    ("replica_acc_min_frac", R | E),
+    ("replica_acc_mean_frac", R | E),
+    ("replica_acc_max_frac", R | E),
     ("replica_divergence", R | E),
     ("replicas_diverged", R | E),
     ("nev", ALL),
@@ -271,8 +281,8 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("steps_recomputed", T),
     ("wall_s", ALL),
     ("golden_wall_s", R | T),
-    ("time_overhead", R | T),
-    ("sim_overhead", T),
+    ("time_overhead_frac", R | T),
+    ("sim_overhead_frac", T),
     ("sim_s", T),
     ("golden_sim_s", T),
     ("time_to_golden_acc_s", T),

@@ -134,6 +134,18 @@ impl HypothesisMetric {
             HypothesisMetric::Reached => "reached",
         }
     }
+
+    /// The name its values carry in `comparisons.csv`, with their unit: `sim_overhead_pct`,
+    /// `acc_loss_pts`, `failed_pct`, `time_to_acc_pct` or `reached_pct`.
+    pub fn column(self) -> &'static str {
+        match self {
+            HypothesisMetric::SimOverhead => "sim_overhead_pct",
+            HypothesisMetric::AccLoss => "acc_loss_pts",
+            HypothesisMetric::Failed => "failed_pct",
+            HypothesisMetric::TimeToAcc => "time_to_acc_pct",
+            HypothesisMetric::Reached => "reached_pct",
+        }
+    }
 }
 
 /// One hypothesis: `b` against `a` on `metric`, options of the grid axis `axis`.

@@ -219,7 +219,7 @@ pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
     let strip = |r: &Row| {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
-            for k in ["wall_s", "golden_wall_s", "time_overhead"] {
+            for k in ["wall_s", "golden_wall_s", "time_overhead_frac"] {
                 o.remove(k);
             }
         }
@@ -349,10 +349,10 @@ mod tests {
         let get = |k: &str| rec.get(h.iter().position(|c| c == k).unwrap()).unwrap().to_string();
         assert_eq!(get("model"), "resnet");
         assert_eq!(get("status"), "ok");
-        assert_eq!(get("final_acc"), "0.5");
+        assert_eq!(get("final_acc_frac"), "0.5");
         assert_eq!(get("nev"), "false");
         assert_eq!(get("layers"), "a;b");
-        assert_eq!(get("acc_loss"), "");
+        assert_eq!(get("acc_loss_frac"), "");
         assert_eq!(h.len(), 2 + 1 + 3 + crate::metric_columns(Kind::Restart).len() + 1);
     }
 
@@ -365,7 +365,10 @@ mod tests {
         );
         assert!(!cols(Kind::Eval).contains(&"steps") && cols(Kind::Eval).contains(&"bits"));
         for k in [Kind::Train, Kind::Restart, Kind::Eval] {
-            assert!(["final_acc", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| cols(k).contains(c)), "{k:?}");
+            assert!(
+                ["final_acc_frac", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| cols(k).contains(c)),
+                "{k:?}"
+            );
         }
     }
 }

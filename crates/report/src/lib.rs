@@ -8,6 +8,7 @@ pub mod compare;
 mod figures;
 pub mod metrics;
 pub mod plots;
+mod power;
 pub mod stats;
 pub mod study;
 
@@ -20,6 +21,7 @@ use resilab_campaign::{Campaign, Kind, Row, Status};
 pub use compare::{Comparison, MIN_SEEDS, comparisons};
 pub use metrics::{ACC_EPS, Cell, Class, Share, cells, classify, margin};
 pub use plots::{Bars, Facets, Interval, LineChart, Pareto, ParetoPoint, Plot, Scatter, Series, save};
+pub use power::power;
 
 /// Errors of reports.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,9 @@ pub enum Error {
     /// A table could not be written as CSV.
     #[error("csv: {0}")]
     Csv(String),
+    /// `--power` was not a positive difference.
+    #[error("--power {0}: expected a positive difference (points for rates and accuracy losses, % for overheads)")]
+    Power(f64),
 }
 
 /// The text a CSV writer into memory holds.
@@ -134,13 +139,13 @@ const CELL_COLUMNS: &[&str] = &[
     "ok",
     "not_ok",
     "seeds",
-    "acc",
+    "acc_pct",
     "std",
     "cv",
-    "acc_all",
-    "golden_acc",
-    "hit_acc",
-    "replica_acc_min",
+    "acc_all_pct",
+    "golden_acc_pct",
+    "hit_acc_pct",
+    "replica_acc_min_pct",
     "replica_divergence",
     "diverged",
     "diverged_pct",
@@ -195,7 +200,7 @@ const CELL_COLUMNS: &[&str] = &[
     "nev_vs_ev_p_holm",
     "nev_vs_ev",
     "worst_margin",
-    "acc_loss",
+    "acc_loss_pts",
     "time_overhead_pct",
     "sim_overhead_pct",
     "steps_lost",
@@ -271,8 +276,24 @@ fn comparisons_csv(cs: &[Comparison]) -> Result<String> {
     }
     if cs.is_empty() {
         w.write_record([
-            "axis", "fixed", "a", "b", "metric", "test", "value_a", "value_b", "n_a", "n_b", "seeds", "diff", "ci_lo", "ci_hi", "p",
-            "p_holm", "verdict",
+            "axis",
+            "fixed",
+            "a",
+            "b",
+            "metric",
+            "test",
+            "value_a",
+            "value_b",
+            "n_a",
+            "n_b",
+            "seeds",
+            "diff",
+            "ci_lo",
+            "ci_hi",
+            "p",
+            "p_holm",
+            "verdict",
+            "detectable",
         ])
         .map_err(csv_error)?;
     }
@@ -281,15 +302,14 @@ fn comparisons_csv(cs: &[Comparison]) -> Result<String> {
 
 fn comparisons_md(md: &mut String, cs: &[Comparison]) {
     let shown: Vec<&Comparison> = cs.iter().filter(|c| c.verdict == "shown").collect();
+    let _ = writeln!(md, "\n## Differences\n\n{}\n", compare::rules(cs.len()));
     let _ = writeln!(
         md,
-        "\n## Differences\n\n{} differences tested (each axis, each pair of options, the other coordinates fixed; N-EV and RWC shares by the two-proportion z test with Newcombe's interval, mean accuracies and simulated overheads by Welch's t test; p Holm-adjusted over all {}); {} shown (adjusted p < {}, at least {} training seeds in both cells). All of them, with intervals, in `comparisons.csv`.\n",
-        cs.len(),
+        "{} differences tested, {} shown. All of them, with intervals and what each could detect, in `comparisons.csv`; `resilab report --power D` gives the runs each needs to detect D.\n",
         cs.len(),
         shown.len(),
-        stats::ALPHA,
-        MIN_SEEDS
     );
+    detectable_md(md, cs);
     if shown.is_empty() {
         return;
     }
@@ -302,6 +322,25 @@ fn comparisons_md(md: &mut String, cs: &[Comparison]) {
             c.axis, c.fixed, c.a, c.b, c.metric, c.value_a, c.n_a, c.value_b, c.n_b, c.diff, c.ci_lo, c.ci_hi, c.p_holm
         );
     }
+}
+
+/// Per metric, the smallest differences the comparisons could detect at 80% power (median and
+/// range), so that "not shown" reads as what it is.
+fn detectable_md(md: &mut String, cs: &[Comparison]) {
+    let mut by: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for c in cs.iter().filter(|c| c.detectable.is_finite()) {
+        by.entry(c.metric).or_default().push(c.detectable);
+    }
+    if by.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "| metric | comparisons | detectable at 80% power: median | smallest | largest |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    for (metric, mut v) in by {
+        v.sort_by(f64::total_cmp);
+        let _ = writeln!(md, "| {metric} | {} | {:.2} | {:.2} | {:.2} |", v.len(), v[v.len() / 2], v[0], v[v.len() - 1]);
+    }
+    let _ = writeln!(md);
 }
 
 /// A table column: its header and how a cell fills it.
@@ -606,7 +645,7 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     let tol = campaign.settings.rwc_tolerance_points;
     let cells = cells(rows, |r| facts.chance(r), tol);
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
-    let (mut md, study) = tables(campaign, rows, &cells, &facts, out, &mut written)?;
+    let (mut md, study) = tables(campaign, rows, &cells, out, &mut written)?;
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     // Axes with one option say nothing in a label; the first varying axis picks the colour.
@@ -628,6 +667,14 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     plots_markdown(&mut md, &figures, out, &mut written);
     written.files.push(write(&out.join("report.md"), &md)?);
     Ok(written)
+}
+
+/// Every pairwise comparison of a campaign without hypotheses, as its report tests them.
+fn pairwise(campaign: &Campaign, rows: &[Row]) -> Vec<Comparison> {
+    let facts = RunFacts::of(campaign, rows);
+    let order: BTreeMap<String, Vec<String>> =
+        campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
+    comparisons(rows, &campaign.axis_keys(), &order, &|r: &Row| facts.chance(r), campaign.settings.rwc_tolerance_points)
 }
 
 /// A campaign directory's campaign and recorded runs, each checked against the grid and one
@@ -678,14 +725,7 @@ impl RunFacts {
 /// Writes `cells.csv` and the comparisons (the study's tests when the campaign states
 /// hypotheses, else every pair of options), and returns the report's markdown so far and
 /// whether a study was tested.
-fn tables(
-    campaign: &Campaign,
-    rows: &[Row],
-    cells: &[Cell],
-    facts: &RunFacts,
-    out: &Path,
-    written: &mut Written,
-) -> Result<(String, bool)> {
+fn tables(campaign: &Campaign, rows: &[Row], cells: &[Cell], out: &Path, written: &mut Written) -> Result<(String, bool)> {
     let axes = campaign.axis_keys();
     let mut by_status = BTreeMap::new();
     for r in rows {
@@ -694,9 +734,7 @@ fn tables(
     written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, cells)?)?);
     let mut md = markdown(campaign, &axes, cells, rows.len(), &by_status);
     let Some(s) = study::study(campaign, rows) else {
-        let order: BTreeMap<String, Vec<String>> =
-            campaign.axes.iter().map(|a| (a.key.clone(), a.options.iter().map(|o| o.0.clone()).collect())).collect();
-        let diffs = comparisons(rows, &axes, &order, &|r: &Row| facts.chance(r), campaign.settings.rwc_tolerance_points);
+        let diffs = pairwise(campaign, rows);
         written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs)?)?);
         comparisons_md(&mut md, &diffs);
         return Ok((md, false));

@@ -147,6 +147,77 @@ pub fn holm(p: &[f64]) -> Vec<f64> {
     out
 }
 
+/// Power at which a report states the smallest difference its runs could detect.
+pub const POWER: f64 = 0.8;
+
+/// What the power of one tested difference rests on: its standard error as run, and the
+/// summed per-run variance that gives the error at any other number of runs per cell (both in
+/// the metric's unit). The same function serves every "detectable" figure and every
+/// "undecided" verdict, so the two always agree.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// Standard error of the difference with the runs that were made.
+    pub se: f64,
+    /// Per-run variance of cell a plus that of cell b: the standard error with `n` runs in
+    /// each cell is `sqrt(unit_var / n)`.
+    pub unit_var: f64,
+}
+
+impl Spread {
+    /// The spread of a difference of means (Welch): `None` with fewer than two values in a
+    /// group or a value that is not finite.
+    pub fn of_means(a: &[f64], b: &[f64]) -> Option<Self> {
+        if a.len() < 2 || b.len() < 2 || a.iter().chain(b).any(|x| !x.is_finite()) {
+            return None;
+        }
+        let ((_, va), (_, vb)) = (mean_var(a), mean_var(b));
+        Some(Self { se: (va / a.len() as f64 + vb / b.len() as f64).sqrt(), unit_var: va + vb })
+    }
+
+    /// The spread of a difference of rates `k1/n1` and `k2/n2`, in percent points, at the
+    /// pooled rate; a pooled rate of 0 or 1 is taken as half a run from the edge (`0.5 / (n1 +
+    /// n2)`), so that rates never seen to vary still need runs to tell apart. `None` when a
+    /// group is empty.
+    pub fn of_rates(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<Self> {
+        if n1 == 0 || n2 == 0 || k1 > n1 || k2 > n2 {
+            return None;
+        }
+        let n = (n1 + n2) as f64;
+        let edge = 0.5 / n;
+        let p = ((k1 + k2) as f64 / n).clamp(edge, 1.0 - edge);
+        let var = 100.0 * 100.0 * p * (1.0 - p);
+        Some(Self { se: (var * (1.0 / n1 as f64 + 1.0 / n2 as f64)).sqrt(), unit_var: 2.0 * var })
+    }
+
+    /// The smallest difference a two-sided test at level `alpha` detects with [`POWER`]
+    /// (normal approximation): `(z(1 - alpha / 2) + z(POWER)) * se`.
+    pub fn detectable(&self, alpha: f64) -> f64 {
+        z_sum(alpha) * self.se
+    }
+
+    /// Runs per cell needed to detect a difference of `d` (same unit) at level `alpha` with
+    /// [`POWER`]: `ceil((z(1 - alpha / 2) + z(POWER))^2 * unit_var / d^2)`, at least 2; `None`
+    /// for `d <= 0`.
+    pub fn runs_needed(&self, d: f64, alpha: f64) -> Option<u64> {
+        if d.is_nan() || d <= 0.0 {
+            return None;
+        }
+        let n = (z_sum(alpha) / d).powi(2) * self.unit_var;
+        Some((n.ceil() as u64).max(2))
+    }
+}
+
+/// The level each test of a family of `m` faces at Holm's first step (`ALPHA / m`): a
+/// difference detectable at it is shown with [`POWER`] whatever the family's other p-values.
+pub fn holm_first_level(m: usize) -> f64 {
+    ALPHA / m.max(1) as f64
+}
+
+fn z_sum(alpha: f64) -> f64 {
+    let n = Normal::standard();
+    n.inverse_cdf(1.0 - alpha / 2.0) + n.inverse_cdf(POWER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +327,24 @@ mod tests {
             prop_assert!(0.0 <= lo && lo <= p + 1e-12 && p <= hi + 1e-12 && hi <= 1.0);
             prop_assert!(hi - lo > 0.0);
         }
+    }
+    #[test]
+    fn detectable_differences_and_runs_needed_follow_the_textbook_formulas() {
+        // Two groups of 10 with variance 1 each: se = sqrt(0.2); z(0.975) + z(0.8) = 2.8016.
+        let a: Vec<f64> = (0..10).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 } * (0.9f64).sqrt()).collect();
+        let s = Spread::of_means(&a, &a).unwrap();
+        assert!((s.unit_var - 2.0).abs() < 1e-12, "{s:?}");
+        assert!((s.detectable(0.05) - 2.801_585 * 0.2f64.sqrt()).abs() < 1e-5, "{}", s.detectable(0.05));
+        // n = (2.8016 / 0.5)^2 * 2 = 62.79 -> 63 runs per cell for half a unit.
+        assert_eq!(s.runs_needed(0.5, 0.05), Some(63));
+        assert_eq!(s.runs_needed(0.0, 0.05), None);
+        // A stricter level needs a larger difference.
+        assert!(s.detectable(holm_first_level(10)) > s.detectable(0.05));
+        // Rates of 20% and 40% in 100 runs each, pooled 30%: se = 100 sqrt(0.21 * 0.02) points.
+        let r = Spread::of_rates(20, 100, 40, 100).unwrap();
+        assert!((r.se - 100.0 * (0.21f64 * 0.02).sqrt()).abs() < 1e-9, "{r:?}");
+        // Never seen to vary: still a width, from half a run off the edge.
+        assert!(Spread::of_rates(0, 21, 0, 21).unwrap().detectable(0.05) > 0.0);
+        assert!(Spread::of_rates(0, 0, 1, 2).is_none() && Spread::of_means(&[1.0], &a).is_none());
     }
 }

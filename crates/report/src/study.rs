@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
-use crate::stats::{ALPHA, holm, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
+use crate::stats::{ALPHA, Spread, holm, holm_first_level, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
 use crate::{Error, Facets, Pareto, ParetoPoint, Result};
 
 /// One option in one condition.
@@ -30,18 +30,21 @@ pub struct StudyCell {
     /// Runs that failed (their strategy gave up).
     pub failed: usize,
     /// Mean accuracy loss against the golden run, points (every run).
+    #[serde(rename = "acc_loss_pts")]
     pub acc_loss: Option<f64>,
     /// Its 95% interval.
     pub acc_loss_lo: Option<f64>,
     /// Upper end.
     pub acc_loss_hi: Option<f64>,
     /// Mean simulated overhead, % (runs that completed; a failed run has none).
+    #[serde(rename = "sim_overhead_pct")]
     pub sim_overhead: Option<f64>,
     /// Its 95% interval.
     pub sim_overhead_lo: Option<f64>,
     /// Upper end.
     pub sim_overhead_hi: Option<f64>,
     /// Mean final test accuracy, % (every run).
+    #[serde(rename = "final_acc_pct")]
     pub final_acc: Option<f64>,
     /// Its 95% interval.
     pub final_acc_lo: Option<f64>,
@@ -57,6 +60,7 @@ pub struct StudyCell {
     pub reached_hi: Option<f64>,
     /// Mean simulated time to the golden run's final accuracy, % of the golden run's simulated
     /// time (runs that reached it).
+    #[serde(rename = "time_to_acc_pct")]
     pub time_to_acc: Option<f64>,
     /// Its 95% interval.
     pub time_to_acc_lo: Option<f64>,
@@ -71,7 +75,8 @@ pub struct HypothesisTest {
     pub hypothesis: String,
     /// The condition.
     pub condition: String,
-    /// `sim_overhead` (%), `acc_loss` (points) or `failed` (%).
+    /// `sim_overhead_pct`, `acc_loss_pts`, `failed_pct`, `time_to_acc_pct` or `reached_pct`
+    /// ([`HypothesisMetric::column`]).
     pub metric: &'static str,
     /// `welch` or `newcombe`.
     pub test: &'static str,
@@ -99,6 +104,12 @@ pub struct HypothesisTest {
     pub p_holm: f64,
     /// `b lower`, `b higher` or `not shown`.
     pub verdict: String,
+    /// The smallest difference (the metric's unit) these runs detect with 80% power at Holm's
+    /// strictest level for the family (`0.05 / m`, normal approximation).
+    pub detectable: f64,
+    /// Its basis, for `report --power`.
+    #[serde(skip)]
+    pub spread: Spread,
 }
 
 /// The generated answer for one condition.
@@ -110,8 +121,10 @@ pub struct Choice {
     /// (empty when none is).
     pub choice: String,
     /// Its mean overhead, %.
+    #[serde(rename = "sim_overhead_pct")]
     pub sim_overhead: Option<f64>,
     /// Its mean accuracy loss, points.
+    #[serde(rename = "acc_loss_pts")]
     pub acc_loss: Option<f64>,
     /// Options ruled out: accuracy loss shown to exceed the budget, or no overhead (failed runs).
     pub ruled_out: String,
@@ -230,7 +243,7 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
 
 /// One hypothesis in one condition, before Holm; `None` when a side has too few values.
 fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<HypothesisTest> {
-    let base = |metric, test, va: f64, vb: f64, na, nb, ci: (f64, f64), p| HypothesisTest {
+    let base = |metric, test, va: f64, vb: f64, na, nb, ci: (f64, f64), p, spread| HypothesisTest {
         hypothesis: h.name.clone(),
         condition: condition.to_string(),
         metric,
@@ -247,15 +260,18 @@ fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<Hypot
         p,
         p_holm: p,
         verdict: String::new(),
+        detectable: f64::NAN,
+        spread,
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let name = h.metric.name();
+    let name = h.metric.column();
     match measure(h.metric) {
         Measure::Rate(event) => {
             let k = |s: &[&Row]| s.iter().filter(|r| event(r)).count() as u64;
             let (na, nb) = (a.len() as u64, b.len() as u64);
             let ci = newcombe(k(a), na, k(b), nb)?;
             let p = two_proportions(k(a), na, k(b), nb)?.p;
+            let spread = Spread::of_rates(k(a), na, k(b), nb)?;
             Some(base(
                 name,
                 "newcombe",
@@ -265,12 +281,14 @@ fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<Hypot
                 b.len(),
                 (100.0 * ci.0, 100.0 * ci.1),
                 p,
+                spread,
             ))
         }
         Measure::Mean(get) => {
             let (va, vb): (Vec<f64>, Vec<f64>) = (a.iter().filter_map(|r| get(r)).collect(), b.iter().filter_map(|r| get(r)).collect());
             let t = welch(&va, &vb)?;
-            Some(base(name, "welch", mean(&va), mean(&vb), va.len(), vb.len(), t.ci, t.p))
+            let spread = Spread::of_means(&va, &vb)?;
+            Some(base(name, "welch", mean(&va), mean(&vb), va.len(), vb.len(), t.ci, t.p, spread))
         }
     }
 }
@@ -314,8 +332,10 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
         }
     }
     let adjusted = holm(&tests.iter().map(|t| t.p).collect::<Vec<_>>());
+    let level = holm_first_level(tests.len());
     for (t, p) in tests.iter_mut().zip(adjusted) {
         t.p_holm = p;
+        t.detectable = t.spread.detectable(level);
         t.verdict = match (p < ALPHA, t.diff < 0.0) {
             (true, true) => "b lower",
             (true, false) => "b higher",
@@ -326,6 +346,18 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
     let budget = campaign.settings.accuracy_budget_points;
     let choices = groups.iter().map(|(c, opts)| choose(c, opts, &cells, budget)).collect();
     Some(Study { cells, tests, choices })
+}
+
+/// The detectable differences of a hypothesis's tests: `X` when all agree to two decimals, else
+/// `X to Y`; `n/a` without any.
+fn detectable_range(of: &[&HypothesisTest]) -> String {
+    let v: Vec<f64> = of.iter().map(|t| t.detectable).filter(|d| d.is_finite()).collect();
+    let (lo, hi) = (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    match v.len() {
+        0 => "n/a".into(),
+        _ if format!("{lo:.2}") == format!("{hi:.2}") => format!("{lo:.2}"),
+        _ => format!("{lo:.2} to {hi:.2}"),
+    }
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -358,20 +390,26 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
         );
     }
     let _ = writeln!(md, "\n## Hypotheses (Holm over {} tests)\n", s.tests.len());
+    let _ = writeln!(
+        md,
+        "Rules: each hypothesis is tested in every condition (the other axes' combinations): means by Welch's t test, rates by the two-proportion z test with Newcombe's 95% interval. The family for Holm's adjustment is all {m} tests of all hypotheses; a test reads `b lower` or `b higher` when its adjusted p is below {ALPHA}, else `not shown`. *Detectable*: the smallest difference a test's runs detect with 80% power at Holm's strictest level ({ALPHA}/{m}, normal approximation).\n",
+        m = s.tests.len()
+    );
     for h in &campaign.settings.hypotheses {
         let of: Vec<&HypothesisTest> = s.tests.iter().filter(|t| t.hypothesis == h.name).collect();
         let count = |v: &str| of.iter().filter(|t| t.verdict == v).count();
         let _ = writeln!(
             md,
-            "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions.",
+            "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions; detectable at 80% power: {}.",
             h.name,
-            h.metric.name(),
+            h.metric.column(),
             h.b,
             h.a,
             count("b lower"),
             count("b higher"),
             count("not shown"),
-            of.len()
+            of.len(),
+            detectable_range(&of)
         );
     }
     let _ = writeln!(

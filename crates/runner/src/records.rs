@@ -228,7 +228,8 @@ pub struct CompareRow {
     pub test_acc: f64,
     /// The golden run's test accuracy at the same step.
     pub golden_test_acc: Option<f64>,
-    /// `golden_test_acc - test_acc`.
+    /// `golden_test_acc - test_acc`, a fraction (`acc_loss_frac`: every accuracy here is one).
+    #[serde(rename = "acc_loss_frac")]
     pub acc_loss: Option<f64>,
     /// Euclidean distance between this run's and the golden run's trainable parameters.
     pub param_distance: Option<f64>,
