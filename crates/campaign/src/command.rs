@@ -45,7 +45,8 @@ pub fn jobs_for(threads: usize, jobs: Option<usize>, oversubscribe: bool) -> Res
 /// The command line that starts a worker process: this executable's hidden
 /// `__campaign-worker` command on the same backend.
 pub fn worker_command(threads: usize, backend: &str, wgpu_device: &str) -> Result<Vec<OsString>> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("cannot find the resilab binary to start workers with: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|source| Error::WorkerStart { program: std::path::PathBuf::from("resilab (this executable)"), source })?;
     let args = ["__campaign-worker", "--threads", &threads.to_string(), "--backend", backend, "--wgpu-device", wgpu_device];
     Ok(std::iter::once(exe.into_os_string()).chain(args.iter().map(OsString::from)).collect())
 }
@@ -70,8 +71,8 @@ pub fn serve(worker: &mut Worker<'_>) -> Result<()> {
         std::process::exit(0);
     });
     for line in rx.iter().filter(|l| !l.trim().is_empty()) {
-        let job: Job = serde_json::from_str(&line).map_err(|e| Error::Config(format!("bad job line: {line}: {e}")))?;
-        let reply = serde_json::to_string(&worker.handle(job)).map_err(|e| Error::Config(format!("cannot encode a reply: {e}")))?;
+        let job: Job = serde_json::from_str(&line).map_err(|source| Error::Json { what: format!("job line {line}"), source })?;
+        let reply = serde_json::to_string(&worker.handle(job)).map_err(|source| Error::Json { what: "a reply".into(), source })?;
         let mut out = stdout.lock();
         writeln!(out, "{REPLY_PREFIX}{reply}").map_err(io)?;
         out.flush().map_err(io)?;

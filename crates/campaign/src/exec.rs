@@ -139,7 +139,10 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
             revision: opts.revision.clone(),
             shard: Some(shard_text(opts.shard)),
         };
-        resilab_runner::write_atomic(&meta_path, &serde_json::to_vec_pretty(&meta).map_err(|e| Error::Config(e.to_string()))?)?;
+        resilab_runner::write_atomic(
+            &meta_path,
+            &serde_json::to_vec_pretty(&meta).map_err(|source| Error::Json { what: meta_path.display().to_string(), source })?,
+        )?;
     }
     // Leftovers of runs and bases cut short.
     let tmp = out.join("tmp");
@@ -232,7 +235,7 @@ impl Pool {
     }
 
     fn spawn(&mut self, i: usize) -> Result<()> {
-        let (program, args) = self.worker.split_first().ok_or_else(|| Error::Config("no worker command".into()))?;
+        let (program, args) = self.worker.split_first().ok_or_else(|| Error::Worker("no worker command".into()))?;
         let log_path = self.log_path(i);
         let log = resilab_runner::files::append_output(&log_path)?;
         let mut child = Command::new(program)
@@ -243,10 +246,10 @@ impl Pool {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .spawn()
-            .map_err(|e| Error::Config(format!("could not start a worker process ({}): {e}", Path::new(program).display())))?;
+            .map_err(|source| Error::WorkerStart { program: PathBuf::from(program), source })?;
         let generation = self.next_generation;
         self.next_generation += 1;
-        let stdout = child.stdout.take().ok_or_else(|| Error::Config("worker without stdout".into()))?;
+        let stdout = child.stdout.take().ok_or_else(|| Error::Worker("a worker process without its standard output".into()))?;
         let tx = self.tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -357,7 +360,7 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
                     slot.ready = true;
                 } else if let Some(json) = line.strip_prefix(REPLY_PREFIX) {
                     let reply: Reply =
-                        serde_json::from_str(json).map_err(|e| Error::Config(format!("worker {i} sent a bad reply ({e}): {json}")))?;
+                        serde_json::from_str(json).map_err(|e| Error::Worker(format!("worker {i} sent a bad reply ({e}): {json}")))?;
                     if slot.busy.is_some_and(|(j, _)| j == reply.job) {
                         slot.busy = None;
                         outstanding -= 1;
@@ -372,7 +375,7 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
                 let job = pool.kill(i);
                 let log = pool.log_path(i);
                 if !was_ready {
-                    return Err(Error::Config(format!(
+                    return Err(Error::Worker(format!(
                         "a worker process failed to start ({how}): {} (see {})",
                         last_log_line(&log),
                         log.display()
@@ -385,7 +388,7 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Config("worker channel closed".into())),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Worker("the channel from the worker processes closed".into())),
         }
         let now = Instant::now();
         for i in 0..n {
@@ -630,7 +633,20 @@ mod tests {
         let script = "echo 'no such campaign' >&2; exit 2";
         let mut p = Pool::new(1, &["/bin/sh".into(), "-c".into(), script.into(), "sh".into()], dir.path());
         let e = drive(&mut p, runs(&[0]), |_| Duration::from_secs(60), |_| Ok(())).unwrap_err().to_string();
-        assert!(e.starts_with("a worker process failed to start (exit status 2): no such campaign (see "), "{e}");
+        assert!(e.starts_with("campaign worker: a worker process failed to start (exit status 2): no such campaign (see "), "{e}");
         assert!(e.contains("worker-0.log"), "{e}");
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_names_the_program_and_keeps_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+        let mut p = Pool::new(1, &["/nonexistent/resilab".into()], dir.path());
+        let e = drive(&mut p, runs(&[0]), |_| Duration::from_secs(60), |_| Ok(())).unwrap_err();
+        assert!(matches!(&e, Error::WorkerStart { program, .. } if program == Path::new("/nonexistent/resilab")), "{e:?}");
+        // The cause is the error's source, printed once by the binary's `{:#}`.
+        let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+        assert!(source.contains("No such file"), "{source}");
+        assert!(!e.to_string().contains("No such file"), "{e}");
     }
 }

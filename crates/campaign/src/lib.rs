@@ -359,9 +359,41 @@ pub mod non_finite {
 /// Errors of campaigns.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A bad campaign file, option or state of the campaign directory.
+    /// A bad campaign file, option or state of the campaign directory: only what the user
+    /// gave (runtime failures have their own variants).
     #[error("{0}")]
     Config(String),
+    /// A campaign worker process could not be started.
+    #[error("could not start a worker process ({})", program.display())]
+    WorkerStart {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A campaign worker process failed, or broke the job protocol (a reply that is not one, a
+    /// closed channel).
+    #[error("campaign worker: {0}")]
+    Worker(String),
+    /// A record could not be encoded or decoded as JSON.
+    #[error("{what}")]
+    Json {
+        /// The record or file.
+        what: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A CSV file could not be written.
+    #[error("{path}")]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: csv::Error,
+    },
+    /// A base (or golden) run of the campaign left no usable output.
+    #[error("{0}")]
+    Base(String),
     /// A file could not be read or written. The cause is the error's source, printed once
     /// after the path by `{:#}` (or [`resilab_runner::one_line`]).
     #[error("{path}")]

@@ -167,19 +167,19 @@ pub fn write_csv(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Resu
 /// `rows` as the CSV file `path`.
 pub(crate) fn csv_bytes(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let csv_err = |e: csv::Error| Error::Config(format!("{}: {e}", path.display()));
+    let csv_err = |source: csv::Error| Error::Csv { path: path.to_path_buf(), source };
     w.write_record(Row::header(axes, kind)).map_err(csv_err)?;
     for r in rows {
         w.write_record(r.fields(axes, kind)).map_err(csv_err)?;
     }
-    w.into_inner().map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+    w.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e.into_error() })
 }
 
 /// `rows` as `runs.jsonl`: one JSON object per line.
 pub(crate) fn jsonl_bytes(rows: &[Row]) -> Result<Vec<u8>> {
     let mut jsonl = Vec::new();
     for r in rows {
-        jsonl.extend(serde_json::to_vec(r).map_err(|e| Error::Config(e.to_string()))?);
+        jsonl.extend(serde_json::to_vec(r).map_err(|source| Error::Json { what: format!("run {}", r.id), source })?);
         jsonl.push(b'\n');
     }
     Ok(jsonl)
@@ -205,11 +205,11 @@ impl Appender {
     /// Appends one row to both files.
     pub(crate) fn append(&mut self, row: &Row) -> Result<()> {
         let p = self.dir.join(crate::RUNS_JSONL);
-        let line = serde_json::to_string(row).map_err(|e| Error::Config(e.to_string()))?;
+        let line = serde_json::to_string(row).map_err(|source| Error::Json { what: format!("run {}", row.id), source })?;
         writeln!(self.jsonl, "{line}").map_err(|source| Error::Io { path: p.clone(), source })?;
         self.jsonl.flush().map_err(|source| Error::Io { path: p, source })?;
         let p = self.dir.join(crate::RUNS_CSV);
-        self.csv.write_record(row.fields(&self.axes, self.kind)).map_err(|e| Error::Config(format!("{}: {e}", p.display())))?;
+        self.csv.write_record(row.fields(&self.axes, self.kind)).map_err(|source| Error::Csv { path: p.clone(), source })?;
         self.csv.flush().map_err(|source| Error::Io { path: p, source })
     }
 }

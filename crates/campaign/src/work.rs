@@ -222,12 +222,12 @@ impl<'a> Worker<'a> {
             checkpoint_s,
             checkpoint_bytes,
         };
-        let json = serde_json::to_vec_pretty(&golden).map_err(|e| Error::Config(e.to_string()))?;
+        let json = serde_json::to_vec_pretty(&golden).map_err(|source| Error::Json { what: format!("base {}", dir.display()), source })?;
         resilab_runner::write_atomic(&tmp.join("golden.json"), &json)?;
         if std::fs::rename(&tmp, &dir).is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
             if !dir.join("golden.json").is_file() {
-                return Err(Error::Config(format!("base {}: could not move it into place", dir.display())));
+                return Err(Error::Base(format!("base {}: could not move it into place", dir.display())));
             }
         }
         Ok(())
@@ -298,9 +298,8 @@ impl<'a> Worker<'a> {
         let t0 = Instant::now();
         let base = base_dir(&self.dir, &spec.base_key);
         let golden: BaseGolden = read_json(&base.join("golden.json"))?;
-        let (base_step, src) = resilab_checkpoint::list(&base.join("ckpt"))?
-            .pop()
-            .ok_or_else(|| Error::Config(format!("{}: no checkpoint", base.display())))?;
+        let (base_step, src) =
+            resilab_checkpoint::list(&base.join("ckpt"))?.pop().ok_or_else(|| Error::Base(format!("{}: no checkpoint", base.display())))?;
         // One scratch directory per attempt (run id and process), so that an attempt still
         // running in a process the campaign gave up on never shares files with a new one.
         let work = self.dir.join("tmp").join(format!("{}.{}", spec.id, std::process::id()));
@@ -487,7 +486,7 @@ fn continue_training(trainer: &mut Trainer, stop: bool, scan: &dyn Fn(&Trainer) 
 /// Reads a JSON file.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-    serde_json::from_slice(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+    serde_json::from_slice(&text).map_err(|source| Error::Json { what: path.display().to_string(), source })
 }
 
 #[cfg(test)]

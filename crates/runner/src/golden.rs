@@ -56,8 +56,9 @@ impl Golden {
     pub fn open(dir: &Path) -> Result<Self> {
         let path = dir.join("summary.json");
         let text = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-        let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        let num = |k: &str| v[k].as_f64().ok_or_else(|| Error::Config(format!("{}: no {k}", path.display())));
+        let v: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|source| Error::Json { what: path.display().to_string(), source })?;
+        let num = |k: &str| v[k].as_f64().ok_or_else(|| Error::Golden(format!("{}: no {k}", path.display())));
         let metrics = dir.join("metrics.csv");
         let mut curve = BTreeMap::new();
         let mut reader = csv::Reader::from_path(&metrics).map_err(|e| Error::Csv { path: metrics.clone(), source: e })?;
@@ -136,7 +137,7 @@ pub fn ensure(cfg: &RunConfig, platform: &str, root: &Path, run: impl FnOnce(&Ru
         // Another process finished first: use its run.
         let _ = std::fs::remove_dir_all(&tmp);
         if !dir.join("summary.json").is_file() {
-            return Err(Error::Config(format!("golden run {}: could not move it into place", dir.display())));
+            return Err(Error::Golden(format!("golden run {}: could not move it into place", dir.display())));
         }
     }
     Golden::open(&dir)
@@ -193,5 +194,14 @@ mod tests {
         drop(held);
         remove_stale(root, "abc").unwrap();
         assert!(!live.exists());
+    }
+
+    #[test]
+    fn a_golden_directory_that_is_not_a_finished_run_names_its_file_and_keeps_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("summary.json"), "{ not json").unwrap();
+        let e = Golden::open(dir.path()).err().unwrap();
+        assert!(matches!(&e, Error::Json { what, .. } if what.ends_with("summary.json")), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("key must be a string")), "{e:?}");
     }
 }

@@ -57,9 +57,31 @@ impl Provenance {
 /// Errors of a run. Each names the file or key involved.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Invalid configuration.
+    /// Invalid configuration or option: only what the user gave (runtime failures have their
+    /// own variants).
     #[error("{0}")]
     Config(String),
+    /// A record could not be encoded or decoded as JSON.
+    #[error("{what}")]
+    Json {
+        /// The record or file.
+        what: String,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// A scheduled fault could not be injected into a checkpoint file.
+    #[error("fault[{entry}] on {}", file.display())]
+    Inject {
+        /// The `[[fault]]` entry.
+        entry: usize,
+        /// The checkpoint file.
+        file: PathBuf,
+        /// The cause.
+        source: resilab_inject::Error,
+    },
+    /// A golden run's directory is not a finished golden run.
+    #[error("{0}")]
+    Golden(String),
     /// A file could not be read or written.
     #[error("{path}")]
     Io {

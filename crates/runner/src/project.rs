@@ -97,7 +97,11 @@ pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> 
     }
     for &n in &request.workers {
         for p in project(cfg, n, Some(node_mtbf_s), request.system_mtbf_steps, interval)? {
-            lines.push(if json { serde_json::to_string(&p).map_err(|e| Error::Config(e.to_string()))? } else { p.row() });
+            lines.push(if json {
+                serde_json::to_string(&p).map_err(|source| Error::Json { what: "a projection".into(), source })?
+            } else {
+                p.row()
+            });
         }
     }
     Ok(lines.join("\n"))

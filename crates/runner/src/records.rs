@@ -281,7 +281,8 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv
 pub(crate) fn append_fault_log(file: &mut impl Write, path: &Path, log: &[resilab_faults::FaultLog], from: usize) -> Result<usize> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     for entry in &log[from..] {
-        let line = serde_json::to_string(entry).map_err(|e| Error::Config(format!("fault log: {e}")))?;
+        let line =
+            serde_json::to_string(entry).map_err(|source| Error::Json { what: format!("{} (fault log)", path.display()), source })?;
         writeln!(file, "{line}").map_err(io)?;
     }
     file.flush().map_err(io)?;

@@ -144,7 +144,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let mut session = Session::open(cfg, opts, &trainer, Dirs { ckpt_root, watch: watch.clone() }, golden, resumed.is_some())?;
     session.run(&mut trainer, &mut guard)?;
     let summary = session.finish(&mut trainer, &mut guard, &split, resumed)?;
-    let json = serde_json::to_vec_pretty(&summary).map_err(|e| Error::Config(format!("summary: {e}")))?;
+    let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
     watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;
     Ok(summary)

@@ -335,7 +335,7 @@ impl<'a> Session<'a> {
             self.watch.check()?;
             let seed = guard.faults.event_seed(&event);
             let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
-                .map_err(|e| Error::Config(format!("fault[{}] on {}: {e}", event.entry, file.display())))?;
+                .map_err(|source| Error::Inject { entry: event.entry, file: file.clone(), source })?;
             guard.faults.record(event, report.records);
             let t = Instant::now();
             let (state, from) = self.reload_struck(trainer, guard, &dir, &event, s.step)?;
