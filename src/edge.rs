@@ -18,13 +18,26 @@ pub(crate) fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Co
         BackendKind::Native => {
             return Ok((Compute::native(), format!("cpu (flex + resilab kernels r{})", resilab_models::kernels::NUMERICS)));
         }
-        // burn-ndarray is deprecated by Burn 0.22 in favour of flex; the product keeps it selectable.
-        #[allow(deprecated)]
-        BackendKind::Ndarray => (Device::ndarray(), "cpu (ndarray)".to_string()),
+        BackendKind::Ndarray => ndarray_device()?,
         BackendKind::Wgpu => wgpu_device(&compute.wgpu_device)?,
         BackendKind::Tch => tch_device()?,
     };
     Ok((Compute::burn(device), name))
+}
+
+/// Burn's ndarray CPU device: burn-ndarray is deprecated by Burn 0.22 in favour of flex; the
+/// product keeps it selectable (the default `ndarray` feature).
+#[cfg(feature = "ndarray")]
+#[allow(deprecated)]
+pub(crate) fn ndarray_device() -> Result<(Device, String)> {
+    Ok((Device::ndarray(), "cpu (ndarray)".to_string()))
+}
+
+#[cfg(not(feature = "ndarray"))]
+pub(crate) fn ndarray_device() -> Result<(Device, String)> {
+    bail!(
+        "this resilab binary was built without the ndarray backend (--no-default-features); rebuild it with the default features, or use --backend native or flex"
+    )
 }
 
 /// LibTorch's CPU device (burn-tch is deprecated by Burn 0.22, like ndarray).
