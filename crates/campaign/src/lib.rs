@@ -13,6 +13,7 @@ mod census;
 mod command;
 mod estimate;
 mod exec;
+pub mod layers;
 mod merge;
 mod meta;
 pub mod output;

@@ -357,6 +357,24 @@ mod tests {
     }
 
     #[test]
+    fn every_metric_column_is_a_field_of_the_run_record() {
+        // A misspelt column would be written empty for every run: each must be a key of the
+        // record's JSON, and every key a column of some kind.
+        let record = serde_json::to_value(Metrics::default()).unwrap();
+        let keys: Vec<&String> = record.as_object().unwrap().keys().collect();
+        let mut all: Vec<&str> = Vec::new();
+        for k in [Kind::Train, Kind::Restart, Kind::Eval] {
+            all.extend(crate::metric_columns(k));
+        }
+        for c in &all {
+            assert!(keys.iter().any(|k| k == c), "runs.csv column {c} is no field of a run record");
+        }
+        for k in keys {
+            assert!(all.contains(&k.as_str()), "the run record's {k} is no column of runs.csv");
+        }
+    }
+
+    #[test]
     fn columns_no_run_of_a_kind_fills_are_left_out() {
         let cols = |k| crate::metric_columns(k);
         assert!(cols(Kind::Train).contains(&"faults") && !cols(Kind::Train).contains(&"peak_abs") && !cols(Kind::Train).contains(&"bits"));

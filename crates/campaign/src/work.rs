@@ -352,7 +352,7 @@ impl<'a> Worker<'a> {
             corrupted += report.summary.corrupted + report.byte_records.len() as u64;
             bad_values += report.summary.nan + report.summary.inf + report.summary.extreme;
             for r in report.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
-                layers.insert(layer_of(&r.dataset));
+                layers.insert(crate::layers::recorded(&r.dataset));
                 bits.extend(r.bits_reference.iter().map(u32::to_string));
             }
             if inj.target == resilab_inject::TargetKind::Bytes {
@@ -440,16 +440,6 @@ fn record_evidence(e: &StateEvidence, m: &mut Metrics) {
     m.optim_non_finite = Some(e.optim_non_finite);
 }
 
-/// The layer (parameter path without its last component) of a checkpoint dataset path:
-/// `/model/layer1/0/conv1/weight` gives `model/layer1/0/conv1`.
-fn layer_of(dataset: &str) -> String {
-    let d = dataset.trim_start_matches('/');
-    match d.rsplit_once('/') {
-        Some((layer, _)) if d.starts_with("model/") => layer.to_string(),
-        _ => d.to_string(),
-    }
-}
-
 /// Data-parallel runs: the first hit replica's test accuracy and loss, every replica's lowest,
 /// mean and highest accuracy (`evals`, in rank order), and how far the replicas are from rank 0
 /// (largest Euclidean distance of the trainable parameters, and how many differ).
@@ -492,12 +482,6 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layers_are_parameter_paths_without_the_tensor() {
-        assert_eq!(layer_of("/model/layer1/0/conv1/weight"), "model/layer1/0/conv1");
-        assert_eq!(layer_of("/optimizer/fc/weight/momentum_buffer"), "optimizer/fc/weight/momentum_buffer");
-    }
 
     #[test]
     fn jobs_are_one_json_line_each() {

@@ -537,17 +537,6 @@ fn nev_rule(kind: Kind, threshold: f64) -> String {
     }
 }
 
-/// The layer (module path) a corrupted dataset belongs to: `model/layer1/0/bn1` and
-/// `optimizer/layer1/0/bn1/weight/momentum_buffer` are both `layer1/0/bn1`.
-fn layer_of(dataset: &str) -> String {
-    let parts: Vec<&str> = dataset.trim_start_matches('/').split('/').collect();
-    match parts.first() {
-        Some(&"optimizer") if parts.len() > 3 => parts[1..parts.len() - 2].join("/"),
-        Some(&"model" | &"optimizer") if parts.len() > 1 => parts[1..].join("/"),
-        _ => parts.join("/"),
-    }
-}
-
 /// Parses a cell value as a number for an x axis.
 fn num(s: &str) -> Option<f64> {
     s.parse().ok()
@@ -780,7 +769,7 @@ fn single_flip_tallies(rows: &[Row], facts: &RunFacts) -> (BTreeMap<String, Tall
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !nan);
         if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
             let model = r.coords.get("model").map_or(String::new(), |m| format!("{m}: "));
-            by_layer.entry(format!("{model}{}", layer_of(l))).or_default().add(nev, nan, loss);
+            by_layer.entry(format!("{model}{}", resilab_campaign::layers::layer(l))).or_default().add(nev, nan, loss);
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
             by_bit.entry((facts.precision(r), b)).or_default().add(nev, nan, loss);
@@ -880,18 +869,5 @@ fn plots_markdown(md: &mut String, figures: &[figures::Figure], out: &Path, writ
             md.push_str(&format!("![{caption}]({})\n\n*{caption}* (also as SVG)\n\n", png.display()));
         }
         written.files.extend(files.iter().cloned());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layers_pool_a_modules_parameters_and_optimizer_state() {
-        assert_eq!(layer_of("model/layer1/0/bn1"), "layer1/0/bn1");
-        assert_eq!(layer_of("/optimizer/layer1/0/bn1/weight/momentum_buffer"), "layer1/0/bn1");
-        assert_eq!(layer_of("optimizer/classifier/fc/bias/exp_avg"), "classifier/fc");
-        assert_eq!(layer_of("train_state/step"), "train_state/step");
     }
 }
