@@ -14,11 +14,12 @@ struct Line {
     what: String,
     metric: &'static str,
     n: (usize, usize),
-    detectable: f64,
     spread: Spread,
 }
 
-/// The power table of the campaign in `dir` for a difference of `d`.
+/// The power table of the campaign in `dir` for a difference of `d`. What each comparison
+/// detects now is its report's `detectable`: the same spread at the same level, one family of
+/// all the lines.
 pub fn power(dir: &Path, d: f64) -> Result<String> {
     if !(d.is_finite() && d > 0.0) {
         return Err(Error::Power(d));
@@ -28,13 +29,7 @@ pub fn power(dir: &Path, d: f64) -> Result<String> {
         Some(s) => s
             .tests
             .iter()
-            .map(|t| Line {
-                what: format!("{} [{}]", t.hypothesis, t.condition),
-                metric: t.metric,
-                n: (t.n_a, t.n_b),
-                detectable: t.detectable,
-                spread: t.spread,
-            })
+            .map(|t| Line { what: format!("{} [{}]", t.hypothesis, t.condition), metric: t.metric, n: (t.n_a, t.n_b), spread: t.spread })
             .collect(),
         None => crate::pairwise(&campaign, &rows)
             .iter()
@@ -42,7 +37,6 @@ pub fn power(dir: &Path, d: f64) -> Result<String> {
                 what: format!("{}: {} vs {} ({})", c.axis, c.a, c.b, c.fixed),
                 metric: c.metric,
                 n: (c.n_a, c.n_b),
-                detectable: c.detectable,
                 spread: c.spread,
             })
             .collect(),
@@ -63,7 +57,8 @@ fn table(lines: &[Line], d: f64) -> String {
     let _ = writeln!(out, "|---|---|---|---|---|");
     for l in lines {
         let needed = l.spread.runs_needed(d, level).map_or_else(|| "n/a".to_string(), |n| n.to_string());
-        let _ = writeln!(out, "| {} | {} | {}, {} | {:.2} | {needed} |", l.what, l.metric, l.n.0, l.n.1, l.detectable);
+        let now = l.spread.detectable(level);
+        let _ = writeln!(out, "| {} | {} | {}, {} | {now:.2} | {needed} |", l.what, l.metric, l.n.0, l.n.1);
     }
     if lines.is_empty() {
         let _ = writeln!(out, "| (no comparison: the grid has no axis with two options that both have runs) | | | | |");
@@ -79,9 +74,9 @@ mod tests {
     fn the_table_asks_four_times_the_runs_for_half_the_difference() {
         let a: Vec<f64> = (0..20).map(|i| f64::from(i % 4)).collect();
         let spread = Spread::of_means(&a, &a).unwrap();
-        let line = |d| Line { what: "x".into(), metric: "acc_loss_pts", n: (20, 20), detectable: d, spread };
-        let t = table(&[line(1.0)], 1.0);
-        let half = table(&[line(1.0)], 0.5);
+        let line = Line { what: "x".into(), metric: "acc_loss_pts", n: (20, 20), spread };
+        let t = table(std::slice::from_ref(&line), 1.0);
+        let half = table(&[line], 0.5);
         let runs = |t: &str| t.lines().last().unwrap().rsplit('|').nth(1).unwrap().trim().parse::<u64>().unwrap();
         let (n1, n2) = (runs(&t), runs(&half));
         assert!(n2 >= 4 * n1 - 4 && n2 <= 4 * n1 + 1, "{n1} {n2}\n{t}\n{half}");
