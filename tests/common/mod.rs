@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod backends;
+pub mod modules;
 pub mod units;
 
 /// A tiny run: ResNet-8 at quarter width on 16x16 synthetic images, 8 steps.

@@ -8,20 +8,6 @@ use std::path::Path;
 
 use crate::{Campaign, Error, Estimate, Job, Outcome, READY_LINE, REPLY_PREFIX, Result, Worker};
 
-/// `--shard I/N`: `(I, N)` with `0 <= I < N`.
-pub fn parse_shard(s: &str) -> Result<(u64, u64)> {
-    let parsed = s.split_once('/').and_then(|(i, n)| Some((i.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?)));
-    match parsed {
-        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
-        // What a Slurm array task resubmitted on its own passes when it takes the count from
-        // SLURM_ARRAY_TASK_COUNT, which is then 1.
-        Some((i, n)) if n > 0 => Err(Error::Config(format!(
-            "--shard {s}: shard {i} of {n} does not exist (I must be below N); an array task resubmitted on its own sees an array of {n} task(s): set RESILAB_SHARDS to the campaign's shard count (configs/slurm/campaign-array.sh reads it)"
-        ))),
-        _ => Err(Error::Config(format!("--shard {s}: expected I/N with 0 <= I < N, e.g. 0/4"))),
-    }
-}
-
 /// How many worker processes of `threads` threads to run: `jobs` when given, else as many as
 /// the cores hold. More threads in all than cores is an error unless `oversubscribe`.
 pub fn jobs_for(threads: usize, jobs: Option<usize>, oversubscribe: bool) -> Result<usize> {
@@ -144,6 +130,7 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::parse_shard;
 
     #[test]
     fn shards_and_durations_read_as_documented() {

@@ -10,6 +10,7 @@
 //! worker process's standard error).
 
 mod census;
+mod columns;
 mod command;
 mod estimate;
 mod exec;
@@ -22,11 +23,13 @@ mod store;
 mod work;
 
 pub use census::{Census, Part, census};
-pub use command::{human_duration, jobs_for, parse_shard, serve, worker_command};
+pub use columns::metric_columns;
+pub use command::{human_duration, jobs_for, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Options, Outcome, execute};
 pub use merge::{Merged, merge};
-pub use spec::{Axis, Campaign, Hypothesis, HypothesisMetric, Kind, MAX_RUNS, RunSpec, SelfTest, Settings};
+pub use meta::parse_shard;
+pub use spec::{Axis, Campaign, GridRun, Hypothesis, HypothesisMetric, Kind, MAX_RUNS, RunSpec, SelfTest, Settings};
 pub use store::{Row, read_rows, write_csv};
 pub use work::{BaseGolden, Job, REPLY_PREFIX, Reply, Worker, base_dir, mean_checkpoint_s, read_json};
 
@@ -229,84 +232,6 @@ pub struct Metrics {
     /// The golden (or base) run compared with and the platform key of its bits (backend,
     /// device, CPU model, instruction-set level): runs compared only where these are equal.
     pub golden_key: Option<String>,
-}
-
-/// Campaign kinds as bits, for the columns each fills.
-const R: u8 = 1;
-const E: u8 = 2;
-const T: u8 = 4;
-const ALL: u8 = R | E | T;
-
-/// Metric columns of `runs.csv`, in order, with the kinds whose runs fill them: a `train` run
-/// its faults, detections, recovery and workers; a `restart` run what its continued training
-/// did; `restart` and `eval` runs their altered files and replicas.
-const METRIC_COLUMNS: &[(&str, u8)] = &[
-    ("strategy", T),
-    ("failed", T),
-    ("steps", R),
-    ("final_acc_frac", ALL),
-    ("final_loss", ALL),
-    ("final_train_loss", R),
-    ("golden_acc_frac", ALL),
-    ("acc_loss_frac", ALL),
-    ("hit_acc_frac", R | E),
-    ("hit_loss", R | E),
-    ("replica_acc_min_frac", R | E),
-    ("replica_acc_mean_frac", R | E),
-    ("replica_acc_max_frac", R | E),
-    ("replica_divergence", R | E),
-    ("replicas_diverged", R | E),
-    ("nev", ALL),
-    ("ev_injected", ALL),
-    ("param_max_abs", R | E),
-    ("buffer_max_abs", R | E),
-    ("optim_max_abs", R | E),
-    ("param_non_finite", R | E),
-    ("buffer_non_finite", R | E),
-    ("optim_non_finite", R | E),
-    ("peak_abs", R),
-    ("extreme_threshold", R | E),
-    ("base_step", R | E),
-    ("restart_step", R | E),
-    ("collapse_step", R),
-    ("collapsed", ALL),
-    ("values_corrupted", ALL),
-    ("non_finite_or_extreme_injected", ALL),
-    ("ranks_hit", R | E),
-    ("layers", R | E),
-    ("bits", R | E),
-    ("faults", T),
-    ("detections", T),
-    ("detection_latency", T),
-    ("steps_lost", T),
-    ("steps_recomputed", T),
-    ("wall_s", ALL),
-    ("golden_wall_s", R | T),
-    ("time_overhead_frac", R | T),
-    ("sim_overhead_frac", T),
-    ("sim_s", T),
-    ("golden_sim_s", T),
-    ("time_to_golden_acc_s", T),
-    ("workers_end", T),
-    ("permanent_losses", T),
-    ("spares_used", T),
-    ("spare_fallbacks", T),
-    ("steps_at_workers", T),
-    ("batch_rule", T),
-    ("lr_scale", T),
-    ("digest", ALL),
-    ("golden_key", ALL),
-];
-
-/// The metric columns of a campaign of `kind`'s `runs.csv`, in order: those its runs fill
-/// (`runs.jsonl` keeps every field).
-pub fn metric_columns(kind: Kind) -> Vec<&'static str> {
-    let bit = match kind {
-        Kind::Restart => R,
-        Kind::Eval => E,
-        Kind::Train => T,
-    };
-    METRIC_COLUMNS.iter().filter(|(_, kinds)| kinds & bit != 0).map(|(c, _)| *c).collect()
 }
 
 /// Serde for a float that may be NaN or infinite: finite values as JSON numbers, the others as

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{Error, Result};
+
 /// What `campaign.json` holds.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Meta {
@@ -34,7 +36,21 @@ impl Meta {
         match self.shard.as_deref() {
             None => None,
             Some("all") => Some(None),
-            Some(s) => crate::parse_shard(s).ok().map(Some),
+            Some(s) => parse_shard(s).ok().map(Some),
         }
+    }
+}
+
+/// `--shard I/N`: `(I, N)` with `0 <= I < N`.
+pub fn parse_shard(s: &str) -> Result<(u64, u64)> {
+    let parsed = s.split_once('/').and_then(|(i, n)| Some((i.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        // What a Slurm array task resubmitted on its own passes when it takes the count from
+        // SLURM_ARRAY_TASK_COUNT, which is then 1.
+        Some((i, n)) if n > 0 => Err(Error::Config(format!(
+            "--shard {s}: shard {i} of {n} does not exist (I must be below N); an array task resubmitted on its own sees an array of {n} task(s): set RESILAB_SHARDS to the campaign's shard count (configs/slurm/campaign-array.sh reads it)"
+        ))),
+        _ => Err(Error::Config(format!("--shard {s}: expected I/N with 0 <= I < N, e.g. 0/4"))),
     }
 }

@@ -281,6 +281,19 @@ fn canonical(coords: &[(String, String)], seed: u64, rep: u64) -> String {
     format!("{}|seed={seed}|rep={rep}", coords.iter().map(|(k, l)| format!("{k}={l}")).collect::<Vec<_>>().join("|"))
 }
 
+/// Who a grid index's run is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridRun {
+    /// Its id (`runs.csv`'s `id`).
+    pub id: String,
+    /// Its coordinates: axis key and option label, in axis order.
+    pub coords: Vec<(String, String)>,
+    /// Its training seed.
+    pub seed: u64,
+    /// Its repetition.
+    pub rep: u64,
+}
+
 /// A run's stable id: the first 12 hex digits of its canonical string's hash.
 fn run_id(coords: &[(String, String)], seed: u64, rep: u64) -> String {
     hash(&canonical(coords, seed, rep))[..12].to_string()
@@ -490,31 +503,18 @@ impl Campaign {
         Ok((choice, self.settings.seeds[(rest % seeds) as usize], rest / seeds))
     }
 
-    /// Whether `row` is a run of this grid: its index is in the grid, and its id, coordinates,
-    /// seed and repetition are that index's. Says what differs, without resolving the run.
-    pub fn check_row(&self, row: &crate::Row) -> std::result::Result<(), String> {
-        if row.index >= self.len() {
+    /// The run at grid index `index`; an error says when the index is outside the grid.
+    pub fn run_at(&self, index: u64) -> std::result::Result<GridRun, String> {
+        if index >= self.len() {
             return Err(format!(
-                "grid index {} is outside the grid, which has {} runs (0 to {})",
-                row.index,
+                "grid index {index} is outside the grid, which has {} runs (0 to {})",
                 self.len(),
                 self.len().saturating_sub(1)
             ));
         }
-        let (choice, seed, rep) = self.decode(row.index).map_err(|e| e.to_string())?;
+        let (choice, seed, rep) = self.decode(index).map_err(|e| e.to_string())?;
         let coords: Vec<(String, String)> = self.axes.iter().zip(&choice).map(|(a, &j)| (a.key.clone(), a.options[j].0.clone())).collect();
-        let id = run_id(&coords, seed, rep);
-        let same_coords = coords.len() == row.coords.len() && coords.iter().all(|(k, l)| row.coords.get(k) == Some(l));
-        if row.id != id || !same_coords || row.seed != seed || row.rep != rep {
-            let want: Vec<String> = coords.iter().map(|(k, l)| format!("{k} = {l}")).collect();
-            return Err(format!(
-                "run {} is not grid index {}'s run ({id}: {}, seed {seed}, repetition {rep}); the row was not written by this campaign",
-                row.id,
-                row.index,
-                want.join(", ")
-            ));
-        }
-        Ok(())
+        Ok(GridRun { id: run_id(&coords, seed, rep), coords, seed, rep })
     }
 
     fn resolve(&self, choice: &[usize], seed: u64, rep: u64) -> std::result::Result<RunSpec, String> {

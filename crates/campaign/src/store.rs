@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::GridRun;
 use crate::{Campaign, Error, Kind, Metrics, Result, Status};
 
 /// One finished run.
@@ -61,8 +62,26 @@ impl Row {
     }
 }
 
+/// Whether `row` is a run of `campaign`'s grid: its index is in the grid, and its id,
+/// coordinates, seed and repetition are that index's. Says what differs, without resolving the
+/// run.
+fn check_row(campaign: &Campaign, row: &Row) -> std::result::Result<(), String> {
+    let GridRun { id, coords, seed, rep } = campaign.run_at(row.index)?;
+    let same_coords = coords.len() == row.coords.len() && coords.iter().all(|(k, l)| row.coords.get(k) == Some(l));
+    if row.id != id || !same_coords || row.seed != seed || row.rep != rep {
+        let want: Vec<String> = coords.iter().map(|(k, l)| format!("{k} = {l}")).collect();
+        return Err(format!(
+            "run {} is not grid index {}'s run ({id}: {}, seed {seed}, repetition {rep}); the row was not written by this campaign",
+            row.id,
+            row.index,
+            want.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// Reads `runs.jsonl` of `campaign`, checking each row before it is trusted: a line that is not
-/// a run record, a row that is not a run of the grid ([`Campaign::check_row`]: its grid index
+/// a run record, a row that is not a run of the grid ([`check_row`]: its grid index
 /// outside the grid, or its id, coordinates, seed or repetition not that index's), or a second
 /// row of one grid index with another result, is an error naming the file and the line. The
 /// same record twice is kept once, so the rows returned hold each grid index at most once, in
@@ -96,7 +115,7 @@ pub fn read_rows(path: &Path, campaign: &Campaign, repair: bool) -> Result<Vec<R
     let mut first: HashMap<u64, (usize, usize)> = HashMap::new();
     let mut rows: Vec<Row> = Vec::new();
     for (line, row) in lines {
-        campaign.check_row(&row).map_err(|why| Error::Row { path: path.to_path_buf(), line, why })?;
+        check_row(campaign, &row).map_err(|why| Error::Row { path: path.to_path_buf(), line, why })?;
         match first.get(&row.index).copied() {
             Some((_, k)) if same_result(&rows[k], &row) => {}
             Some((at, _)) => {

@@ -25,13 +25,18 @@
 //! replacing consider marked directories only.
 
 pub mod advise;
+mod error;
 mod policy;
 pub mod probe;
 mod store;
 mod values;
 
+pub use error::{Error, Result};
 pub use policy::{CheckpointConfig, OnMismatch};
-pub use store::{ROOT_MARKER, STEP_MARKER, claim, is_checkpoint_dir, list, prune};
+pub use store::{FORMAT_VERSION, ROOT_MARKER, STEP_MARKER, claim, dir_name, is_checkpoint_dir, list, prune};
+
+use error::{invalid, io};
+use store::{require_regular_file, sync_dir};
 pub use values::{Values, read_values};
 
 use std::collections::BTreeMap;
@@ -39,57 +44,6 @@ use std::path::{Path, PathBuf};
 
 use resilab_h5::{Dtype, Reader, Writer};
 use resilab_train::{Cursor, HostParamState, HostTensor, RngState, TrainState, WorkerState};
-
-/// Version of the file layout written by this crate (2: digests on the training state and on the
-/// attributes; 3: the data cursor counts images, `/train_state/sample`, not batches).
-pub const FORMAT_VERSION: u64 = 3;
-
-/// Errors of checkpointing.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// HDF5 error (names file and object).
-    #[error(transparent)]
-    H5(#[from] resilab_h5::Error),
-    /// A value given on the command line is out of range; the message names the flag.
-    #[error("{0}")]
-    Usage(String),
-    /// File-system error.
-    #[error("{path}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A checkpoint is incomplete, of another layout, or does not fit the model.
-    #[error("{path}: {message}")]
-    Invalid {
-        /// The checkpoint file or directory.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// Reading the file crashed or hung the HDF5 library in a probe process.
-    #[error("{path}: {message}")]
-    Unsafe {
-        /// The file.
-        path: PathBuf,
-        /// What happened.
-        message: String,
-    },
-    /// Stored digests do not match the data (policy `error`).
-    #[error("{path}: {} dataset(s) or attribute set(s) fail their xxh3 digest: {}", .datasets.len(), .datasets.join(", "))]
-    Mismatch {
-        /// The file.
-        path: PathBuf,
-        /// The datasets whose digest differs.
-        datasets: Vec<String>,
-    },
-}
-
-/// Result alias for this crate.
-pub type Result<T> = std::result::Result<T, Error>;
 
 /// Run-level facts stored as root attributes.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,18 +56,9 @@ pub struct Meta {
     pub config: String,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
-}
-
 /// `layer1.0.conv1.weight` → `layer1/0/conv1/weight`.
 pub fn name_to_path(name: &str) -> String {
     name.replace('.', "/")
-}
-
-/// The directory name of the checkpoint at `step`.
-pub fn dir_name(step: u64) -> String {
-    format!("step-{step:08}")
 }
 
 /// The file name of worker `rank`'s checkpoint.
@@ -161,10 +106,6 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
     f.attr_str("/", "config", &meta.config)?;
     f.close()?;
     std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io(path))
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io(dir))
 }
 
 /// Writes `state` as checkpoint `root/step-<step>/` atomically and returns its directory. The
@@ -229,10 +170,6 @@ pub struct LoadReport {
     /// A worker file named on its own that is not its directory's `worker-<rank>.h5` (an
     /// injected copy, say): read in place of that file, for its rank.
     pub file: Option<PathBuf>,
-}
-
-pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> Error {
-    Error::Invalid { path: path.to_path_buf(), message: message.into() }
 }
 
 /// Reads one worker file, validating every name and shape against `template` (a state of the
@@ -637,7 +574,7 @@ impl Inspection {
 /// `target` may be a worker file or a checkpoint directory (its `worker-0.h5`).
 pub fn inspect(target: &Path) -> Result<Inspection> {
     let file = if target.is_dir() { target.join(file_name(0)) } else { target.to_path_buf() };
-    probe::require_regular_file(&file)?;
+    require_regular_file(&file)?;
     let r = Reader::open(&file)?;
     let mut attributes = BTreeMap::new();
     for name in r.attr_names("/")? {

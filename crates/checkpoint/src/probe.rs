@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use crate::store::require_regular_file;
 use crate::{Error, Result};
 
 /// The hidden subcommand the child runs: `<exe> __probe FILE`.
@@ -20,15 +21,6 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn unsafe_file(file: &Path, message: String) -> Error {
     Error::Unsafe { path: file.to_path_buf(), message }
-}
-
-/// Refuses anything but a regular file (a FIFO or device would block or never end).
-pub fn require_regular_file(file: &Path) -> Result<()> {
-    match std::fs::metadata(file) {
-        Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(Error::Invalid { path: file.to_path_buf(), message: "is not a regular file".into() }),
-        Err(e) => Err(Error::Io { path: file.to_path_buf(), source: e }),
-    }
 }
 
 /// What the child does: reads `file` completely, as [`crate::inspect`] does, and every group's

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result, io};
+use crate::error::{Error, Result, io};
 
 /// The file that marks a directory as a resilab checkpoint root.
 pub const ROOT_MARKER: &str = ".resilab-checkpoints";
@@ -29,7 +29,7 @@ pub fn is_checkpoint_dir(dir: &Path) -> bool {
 /// Writes [`STEP_MARKER`] into a checkpoint directory being written.
 pub(crate) fn write_step_marker(dir: &Path, step: u64) -> Result<()> {
     let path = dir.join(STEP_MARKER);
-    let text = format!("{{\"format_version\": {}, \"step\": {step}}}\n", crate::FORMAT_VERSION);
+    let text = format!("{{\"format_version\": {}, \"step\": {step}}}\n", FORMAT_VERSION);
     std::fs::write(&path, text).map_err(io(&path))
 }
 
@@ -71,13 +71,13 @@ pub fn claim(root: &Path, adopt: bool) -> Result<()> {
     }
     let text = format!(
         "resilab checkpoint directory (format {}): resilab lists, replaces and prunes only step-* directories holding {STEP_MARKER}\n",
-        crate::FORMAT_VERSION
+        FORMAT_VERSION
     );
     match std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
         Ok(mut f) => {
             use std::io::Write as _;
             f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(io(&marker))?;
-            crate::sync_dir(root)
+            sync_dir(root)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Error::Io { path: marker, source: e }),
@@ -139,12 +139,35 @@ pub fn prune(root: &Path, keep: usize) -> Result<()> {
     Ok(())
 }
 
+/// The directory name of the checkpoint at `step`.
+pub fn dir_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+/// Version of the file layout written by this crate (2: digests on the training state and on the
+/// attributes; 3: the data cursor counts images, `/train_state/sample`, not batches).
+pub const FORMAT_VERSION: u64 = 3;
+
+/// Flushes `dir`'s entries (a rename or a new file in it) to the disk.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io(dir))
+}
+
+/// Refuses anything but a regular file (a FIFO or device would block or never end).
+pub fn require_regular_file(file: &Path) -> Result<()> {
+    match std::fs::metadata(file) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(Error::Invalid { path: file.to_path_buf(), message: "is not a regular file".into() }),
+        Err(e) => Err(Error::Io { path: file.to_path_buf(), source: e }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn fake_checkpoint(root: &Path, step: u64) -> PathBuf {
-        let d = root.join(crate::dir_name(step));
+        let d = root.join(dir_name(step));
         std::fs::create_dir(&d).unwrap();
         write_step_marker(&d, step).unwrap();
         std::fs::write(d.join("worker-0.h5"), b"x").unwrap();

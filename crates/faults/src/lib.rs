@@ -10,26 +10,12 @@
 //! (fail-stop: its contribution is lost until recovery respawns it). Every injected fault is
 //! logged. The detectors that look for the damage are `resilab_recovery::detect`'s.
 
+mod error;
 mod hook;
 mod schedule;
 
+pub use error::{Error, Result};
 pub use hook::{FaultInjector, FaultLog};
 pub use schedule::{
     CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule,
 };
-
-/// Errors of fault configuration.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A `[[fault]]` key is missing or invalid; `key` names it (`fault[0].first_bit`).
-    #[error("{key}: {message}")]
-    Config {
-        /// The key, with the entry's index.
-        key: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-/// Result alias for this crate.
-pub type Result<T> = std::result::Result<T, Error>;

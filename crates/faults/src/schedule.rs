@@ -7,7 +7,7 @@ use resilab_models::stream_seed;
 use resilab_train::Phase;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// What a fault hits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

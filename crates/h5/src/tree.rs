@@ -27,7 +27,8 @@ use std::path::Path;
 use hdf5::LinkType;
 use resilab_limits::Budget;
 
-use crate::{DatasetInfo, Dtype, Error, HASH_ATTR, MAX_DEPTH, Result, caught, dtype_of, element_count};
+use crate::base::{DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, caught, dtype_of, element_count};
+use crate::error::{Error, Result};
 
 /// Every dataset (depth first in name order, each object once) and every group of a file.
 #[derive(Clone, Debug, Default)]

@@ -10,11 +10,9 @@ use std::path::{Path, PathBuf};
 use hdf5::{H5Type, Selection};
 use ndarray::{Array1, Array2};
 
-use crate::{Dtype, Error, Reader, Result};
-
-/// Sieve buffer of files opened for point access (HDF5's default is 64 KiB, which it fills for
-/// every scattered element it reads).
-pub(crate) const SIEVE_BYTES: usize = 4096;
+use crate::base::{Dtype, SIEVE_BYTES, budget_for, require_regular_file};
+use crate::error::{Error, Result};
+use crate::file::Reader;
 
 /// A number type stored in HDF5, seen through its bit pattern.
 trait Bits: H5Type + Copy {
@@ -298,8 +296,8 @@ impl Editor {
     /// could make a write land in another file (external links or storage, virtual datasets)
     /// is refused before anything is written.
     pub fn open(path: &Path) -> Result<Self> {
-        crate::require_regular_file(path)?;
-        let budget = crate::budget_for(path)?;
+        require_regular_file(path)?;
+        let budget = budget_for(path)?;
         let file = hdf5::File::with_options()
             // Point access: a small sieve buffer, so a scattered element costs a page, not 64 KiB.
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).sieve_buf_size(SIEVE_BYTES).file_locking(false))

@@ -148,7 +148,7 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
         return Ok(Done::Replayed { log, input, replay });
     }
     let spec = spec.ok_or_else(|| Error::Usage("a config is required unless --replay is given".into()))?;
-    let seed = request.seed.or(spec.seed).unwrap_or_else(crate::fresh_seed);
+    let seed = request.seed.or(spec.seed).unwrap_or_else(fresh_seed);
     // The log is written before the corrupted copy is put in place, so a failure leaves
     // neither behind.
     let prepared = crate::prepare_file(&spec, &input, &output, seed)?;
@@ -170,4 +170,10 @@ fn input_file(request: &Request, spec: Option<&Spec>, replay: Option<&[LogLine]>
         },
         None => Err(Error::Usage("no file to corrupt: set `hdf5_file` in the config or give --file".into())),
     }
+}
+
+/// A seed from the operating system's entropy, for runs given none (it is logged).
+pub fn fresh_seed() -> u64 {
+    use rand::Rng;
+    rand::rng().random()
 }

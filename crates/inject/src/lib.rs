@@ -26,21 +26,21 @@
 //! assert!(records.iter().all(|r| r.bits_reference == [1] && r.bits_ieee == [30]));
 //! ```
 
-use std::path::PathBuf;
-
 mod bytes;
 pub mod command;
 pub mod config;
 mod diff;
+mod error;
 mod file;
 pub mod model;
 mod paths;
 pub mod run;
 
 pub use bytes::{ByteRecord, region_intervals};
-pub use command::{Done, Request, inject, load_spec};
+pub use command::{Done, Request, fresh_seed, inject, load_spec};
 pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
 pub use diff::{DatasetDiff, FileDiff, LogCheck, diff};
+pub use error::{Error, Result};
 pub use file::{
     Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, log_header, prepare_file, read_log, remove_staged,
     replay_file, stage_log, targets, write_log,
@@ -48,70 +48,3 @@ pub use file::{
 pub use model::{FaultModel, Flip, Mode, Precision};
 pub use paths::{check_distinct, default_log, default_output, same_file};
 pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32};
-
-/// Errors of fault injection.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A config key has a bad value.
-    #[error("config key `{key}`: {message}")]
-    Config {
-        /// The key.
-        key: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A config file could not be parsed.
-    #[error("{path}: {message}", path = .path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message (names unknown keys).
-        message: String,
-    },
-    /// A location to corrupt is unusable in this file.
-    #[error("{file}: location {location:?} {message}", file = .file.display())]
-    Location {
-        /// The location (or dataset) as configured.
-        location: String,
-        /// The file.
-        file: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// A log cannot be replayed on this file.
-    #[error("{path}:{line}: {message}", path = .path.display())]
-    Replay {
-        /// The log.
-        path: PathBuf,
-        /// Line number, from 1.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A file could not be read or written.
-    #[error("{path}: {message}", path = .path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The system's message.
-        message: String,
-    },
-    /// HDF5 refused.
-    #[error(transparent)]
-    H5(#[from] resilab_h5::Error),
-    /// The request cannot be carried out as given; the message says what to change.
-    #[error("{0}")]
-    Usage(String),
-    /// A file failed the check run before it is opened (see [`command::FileCheck`]).
-    #[error("{0}")]
-    Check(String),
-}
-
-/// A seed from the operating system's entropy, for runs given none (it is logged).
-pub fn fresh_seed() -> u64 {
-    use rand::Rng;
-    rand::rng().random()
-}
-
-/// Result alias for this crate.
-pub type Result<T> = std::result::Result<T, Error>;

@@ -243,6 +243,11 @@ fn step_count(host: &Host) -> Option<u64> {
     (v.is_finite() && *v >= 0.0 && v.fract() == 0.0).then_some(*v as u64)
 }
 
+/// The parameters and buffers of `net`, in module order.
+pub fn slots(net: &resilab_models::Net) -> Vec<Slot> {
+    resilab_models::named_params(net).into_iter().map(|p| Slot { name: p.name, shape: p.shape, trainable: p.trainable }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

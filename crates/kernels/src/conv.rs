@@ -17,32 +17,10 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use crate::error::{Error, Kernel, check_len};
 use crate::raw::{MatMut, MatRef, Out, matmul};
+pub use crate::shape::Conv2d;
 use crate::simd::vectorized;
-use crate::{Error, Kernel};
-
-/// The shape of one convolution: input `[batch, c_in, h, w]`, weight `[c_out, c_in, kh, kw]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conv2d {
-    /// Images.
-    pub batch: usize,
-    /// Input channels.
-    pub c_in: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-    /// Output channels.
-    pub c_out: usize,
-    /// Kernel height and width.
-    pub kernel: [usize; 2],
-    /// Stride (rows, columns).
-    pub stride: [usize; 2],
-    /// Zero padding (rows, columns), each side.
-    pub padding: [usize; 2],
-    /// Dilation (rows, columns).
-    pub dilation: [usize; 2],
-}
 
 /// Target columns (`images * P`) of one chunk: enough work per task to amortise its GEMMs'
 /// packing, small enough that a batch of 32 still splits into several tasks.
@@ -159,7 +137,7 @@ impl Conv2d {
     }
 
     fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
-        crate::check_len(|| Kernel::Conv(Box::new(*self)), name, got, want)
+        check_len(|| Kernel::Conv(Box::new(*self)), name, got, want)
     }
 
     /// A 1x1 kernel at stride 1 without padding: the input is its own column matrix.

@@ -13,9 +13,9 @@
 //! Blocks depend only on the shape, and each output element is one product over the full
 //! inner dimension, so results are bit-identical for every thread count.
 
+use crate::error::{Error, Kernel, check_len};
 use crate::raw::{MatMut, MatRef, Out, matmul};
 use crate::simd::vectorized;
-use crate::{Error, Kernel};
 
 /// The shape of one fully connected layer: input `[batch, d_in]`, weight `[d_out, d_in]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ const ROW_TILE: usize = 16;
 const WRITE_BACK: usize = 1 << 14;
 
 fn check(name: &'static str, got: usize, want: usize) -> Result<(), Error> {
-    crate::check_len(|| Kernel::Linear, name, got, want)
+    check_len(|| Kernel::Linear, name, got, want)
 }
 
 /// Rows per block of a product with `rows` output rows of `work_per_row` multiply-adds each

@@ -20,24 +20,14 @@
 
 use rayon::prelude::*;
 
+use crate::error::{Error, Kernel, check_len};
 use crate::raw::Out;
+pub use crate::shape::Norm;
 use crate::simd::{LANES, Sums, vectorized};
-use crate::{Error, Kernel};
-
-/// The shape `[batch, channels, plane]` (`plane = H * W`) and the buffers of one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Norm {
-    /// Images.
-    pub batch: usize,
-    /// Channels.
-    pub channels: usize,
-    /// Values per image and channel (`H * W`).
-    pub plane: usize,
-}
 
 impl Norm {
     fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
-        crate::check_len(|| Kernel::Norm(*self), name, got, want)
+        check_len(|| Kernel::Norm(*self), name, got, want)
     }
 
     fn values(&self) -> usize {

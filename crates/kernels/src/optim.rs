@@ -9,9 +9,9 @@
 
 use rayon::prelude::*;
 
+use crate::error::{Error, Kernel, check_len};
 use crate::runs::{RUN, for_runs};
 use crate::simd::vectorized;
-use crate::{Error, Kernel};
 
 /// SGD's constants, each the f32 that the tensor formulation's scalar operation uses (an f64
 /// hyper-parameter cast to f32, or `1 - dampening` computed in f64 and then cast).
@@ -60,7 +60,7 @@ pub enum State {
 }
 
 fn check(name: &'static str, got: usize, want: usize) -> Result<(), Error> {
-    crate::check_len(|| Kernel::Optimizer, name, got, want)
+    check_len(|| Kernel::Optimizer, name, got, want)
 }
 
 /// The constants of one SGD run, with every choice a const parameter so that the loop has no

@@ -10,22 +10,10 @@
 
 use rayon::prelude::*;
 
+use crate::error::{Error, Kernel, check_len};
 use crate::raw::Out;
+pub use crate::shape::Pool2;
 use crate::simd::vectorized;
-use crate::{Error, Kernel};
-
-/// The shape `[batch, channels, h, w]` of the input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pool2 {
-    /// Images.
-    pub batch: usize,
-    /// Channels.
-    pub channels: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-}
 
 impl Pool2 {
     /// Output height and width.
@@ -38,7 +26,7 @@ impl Pool2 {
     }
 
     fn check(&self, name: &'static str, got: usize, want: usize) -> Result<(), Error> {
-        crate::check_len(|| Kernel::Pool(*self), name, got, want)
+        check_len(|| Kernel::Pool(*self), name, got, want)
     }
 
     fn lens(&self) -> (usize, usize) {

@@ -9,7 +9,7 @@
 //! operations of the tensor formulation (`resilab_train::ReducePlan`), in its order, so the
 //! bits are the same; the segments are never concatenated.
 
-use crate::Error;
+use crate::error::Error;
 use crate::runs::{RUN, for_runs};
 use crate::simd::vectorized;
 use rayon::prelude::*;

@@ -22,7 +22,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result};
+use crate::{Error, Result, io};
 
 /// The lock file in a directory a command writes.
 pub const LOCK_FILE: &str = ".resilab.lock";
@@ -69,10 +69,6 @@ fn check_identity(dir: &Path, id: (u64, u64)) -> Result<()> {
         Ok(_) => Err(Error::Replaced { dir: dir.to_path_buf(), what: "was replaced by another directory" }),
         Err(_) => Err(Error::Replaced { dir: dir.to_path_buf(), what: "was removed" }),
     }
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
 /// Locks `dir` (created if missing) for this process's writes; `what` names it in errors

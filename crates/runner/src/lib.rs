@@ -21,7 +21,7 @@ pub use records::{FileProbe, MetricsRow, RunOptions, Summary, WorkersSummary, pa
 pub use run::{build_net, build_trainer, check_output_dir, train, write_atomic};
 pub use text::one_line;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where a run's numbers came from.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -123,3 +123,13 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The [`Error::Io`] for `path`.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+/// The [`Error::Csv`] for `path`.
+pub(crate) fn csv_err(path: &Path) -> impl FnOnce(csv::Error) -> Error + '_ {
+    move |source| Error::Csv { path: path.to_path_buf(), source }
+}

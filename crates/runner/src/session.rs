@@ -2,6 +2,7 @@
 //! guard, restarts from checkpoints, checkpoint writes and checkpoint faults, evaluations,
 //! `metrics.csv`, `compare.csv` and `faults.jsonl`, and at the end the [`Summary`].
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -17,10 +18,28 @@ use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
 use crate::golden::Golden;
 use crate::records::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
-use crate::{Error, Result, RunConfig};
+use crate::{Error, Result, RunConfig, csv_err, io};
 
 mod losses;
 pub mod samples;
+
+/// What the run's losses came to.
+#[derive(Debug, Default)]
+pub(crate) struct LossTally {
+    permanent_losses: u64,
+    spares_used: u64,
+    fallbacks: u64,
+    reinits: u64,
+    /// Steps computed (redone and recomputed ones included) at each number of workers.
+    steps_at: BTreeMap<usize, u64>,
+}
+
+impl LossTally {
+    /// One step computed by `workers` workers.
+    pub(crate) fn count_step(&mut self, workers: usize) {
+        *self.steps_at.entry(workers).or_default() += 1;
+    }
+}
 
 /// Counters of the loop that end up in the summary.
 #[derive(Default)]
@@ -41,7 +60,7 @@ struct Tally {
     crash_lost_s: f64,
     relaunch_s: f64,
     transfer_s: f64,
-    losses: losses::LossTally,
+    losses: LossTally,
     /// Why the run failed, when it did.
     failure: Option<String>,
     /// Simulated seconds at the first evaluation that reached the golden run's final accuracy.
@@ -93,14 +112,6 @@ pub(crate) struct Session<'a> {
     missing_row: bool,
     bar: ProgressBar,
     start: Instant,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
-}
-
-fn csv_err(path: &Path) -> impl FnOnce(csv::Error) -> Error + '_ {
-    move |source| Error::Csv { path: path.to_path_buf(), source }
 }
 
 impl<'a> Session<'a> {

@@ -13,27 +13,31 @@ mod grads;
 mod hooks;
 mod optim;
 mod parallel;
+mod pass;
 mod pipeline;
 mod schedule;
 mod state;
 mod timeline;
 mod trainer;
+mod update;
 mod worker;
 
 pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
 pub use grads::{Grads, named_grads};
 pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
-pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState, tensor_update, update};
+pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState};
 pub use parallel::{
     AllReduceKind, Balance, BatchRule, Broadcast, ComputeConfig, DEFAULT_BUCKET_MB, NetworkConfig, ParallelConfig, ParallelMode,
     PipeSchedule, SyncKind,
 };
+pub use pass::forward_watched;
 pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};
 pub use trainer::{MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
-pub use worker::{Cursor, Evaluation, LocalPass, Prediction, Worker, count_correct, evaluate, forward_watched, predict};
+pub use update::{tensor_update, update};
+pub use worker::{Cursor, Evaluation, LocalPass, Prediction, Worker, count_correct, evaluate, predict};
 
 /// Errors from configuring or running training.
 #[derive(Debug, thiserror::Error)]

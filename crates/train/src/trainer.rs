@@ -8,7 +8,7 @@ use resilab_data::{EpochOrder, Split};
 use resilab_models::{InputShape, Net, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s};
+use crate::allreduce::{broadcast_s, ring_allreduce_s};
 use crate::hooks::{Control, Hooks, NoHooks, Point};
 use crate::pipeline::{Op, stage_ops, stage_ranges};
 use crate::timeline::{StepCosts, Timeline};
@@ -244,7 +244,7 @@ pub struct TrainSpec {
 pub const MAX_REDOS: u32 = 16;
 
 enum Topology {
-    Data(Arc<data::DataPlan>),
+    Data(Arc<plan::DataPlan>),
     /// Each stage's block range, and each stage's schedule of operations (shared with the steps).
     Pipeline {
         ranges: Vec<Range<usize>>,
@@ -386,6 +386,8 @@ pub struct Trainer {
 
 mod data;
 mod pipe;
+mod plan;
+mod restore;
 
 /// A fault-free data-parallel step as the cost model sees it, without running it: the
 /// projection of recovery costs to worker counts too large to simulate uses it.
@@ -415,7 +417,7 @@ impl StepModel {
         let flops: u64 = net.block_costs(input).iter().map(|b| b.flops).sum();
         let compute = parallel.compute.flops_s(3.0 * flops as f64 * shard as f64)?;
         let parallel = ParallelConfig { workers, ..parallel.clone() };
-        let layout = data::DataPlan::new(net, &parallel, input);
+        let layout = plan::DataPlan::new(net, &parallel, input);
         let bytes = &layout.bucket_bytes;
         let start_s =
             if parallel.sync == SyncKind::Ddp && workers > 1 { broadcast_s(&parallel.network, layout.buffer_bytes, workers) } else { 0.0 };
@@ -425,13 +427,13 @@ impl StepModel {
             backward_s: vec![2.0 * compute / 3.0; workers],
             ready_frac: layout.ready_frac.clone(),
             reduce_s: bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers)).collect(),
-            update_s: data::modelled_bucket_updates(&parallel, optimizer, bytes),
+            update_s: plan::modelled_bucket_updates(&parallel, optimizer, bytes),
             not_before_s: vec![0.0; bytes.len()],
         };
         let survivor_reduce_s = bytes.iter().map(|&b| ring_allreduce_s(&parallel.network, b, workers.saturating_sub(1))).collect();
         // Every trainable parameter is in one bucket.
         let trainable: u64 = bytes.iter().sum();
-        let state_bytes = layout.buffer_bytes + trainable * (1 + data::optimizer_buffers(optimizer));
+        let state_bytes = layout.buffer_bytes + trainable * (1 + plan::optimizer_buffers(optimizer));
         Some(Self { timeline: Timeline::build(&costs), costs, survivor_reduce_s, state_bytes })
     }
 
@@ -451,29 +453,6 @@ impl StepModel {
         c.reduce_s.clone_from(&self.survivor_reduce_s);
         Timeline::build(&c).end_s
     }
-}
-
-/// Per bucket of `plan`, the share of the backward pass done when its gradients are ready:
-/// backward runs the blocks last to first, so a bucket is ready once backward has passed the
-/// earliest block holding one of its parameters (block FLOPs measure the work).
-fn ready_fractions(net: &Net, plan: &ReducePlan, input: InputShape) -> Vec<f64> {
-    let costs = net.block_costs(input);
-    let total: u64 = costs.iter().map(|c| c.flops).sum::<u64>().max(1);
-    let block_of = |param: &str| {
-        costs
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| param.starts_with(&format!("{}.", c.name)))
-            .max_by_key(|(_, c)| c.name.len())
-            .map_or(0, |(i, _)| i)
-    };
-    plan.buckets
-        .iter()
-        .map(|b| {
-            let first = b.iter().map(|(name, _)| block_of(name)).min().unwrap_or(0);
-            costs[first..].iter().map(|c| c.flops).sum::<u64>() as f64 / total as f64
-        })
-        .collect()
 }
 
 impl Trainer {
@@ -496,7 +475,7 @@ impl Trainer {
         let (workers, topology) = match parallel.mode {
             ParallelMode::Data => {
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
-                let layout = data::DataPlan::new(&net, &parallel, input);
+                let layout = plan::DataPlan::new(&net, &parallel, input);
                 let workers: Vec<Worker> = (0..world).map(|r| Worker::new(r, net.clone(), seed)).collect();
                 (workers, Topology::Data(Arc::new(layout)))
             }

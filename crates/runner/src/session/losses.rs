@@ -1,32 +1,12 @@
 //! Workers lost for good: after each step (and after a restart), every worker whose node is
 //! gone is handled as `recovery.on_permanent_loss` says, with `parallel.spares` spare nodes.
 
-use std::collections::BTreeMap;
-
 use resilab_recovery::{Guard, LossAction, on_loss};
 use resilab_train::Trainer;
 
 use super::Session;
 use crate::Result;
 use crate::records::WorkersSummary;
-
-/// What the run's losses came to.
-#[derive(Debug, Default)]
-pub(crate) struct LossTally {
-    permanent_losses: u64,
-    spares_used: u64,
-    fallbacks: u64,
-    reinits: u64,
-    /// Steps computed (redone and recomputed ones included) at each number of workers.
-    steps_at: BTreeMap<usize, u64>,
-}
-
-impl LossTally {
-    /// One step computed by `workers` workers.
-    pub(crate) fn count_step(&mut self, workers: usize) {
-        *self.steps_at.entry(workers).or_default() += 1;
-    }
-}
 
 impl Session<'_> {
     /// Handles every worker lost for good since the last call, highest rank first (removing a

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
 
-use super::{csv_err, io};
-use crate::Result;
+use crate::{Result, csv_err, io};
 
 /// One row of `samples.csv`: at step `step`, worker `worker` reads training image `sample`
 /// (its index in the training split) as the `position`-th image of its shard.

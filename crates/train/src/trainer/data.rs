@@ -7,13 +7,12 @@ use std::time::Instant;
 
 use resilab_data::shard_range;
 
-use resilab_models::{InputShape, Net};
-
-use super::{Flow, Phase, StepStats, Tally, Topology, Trainer, broadcast_buffers, early, ready_fractions, sync};
-use crate::allreduce::{ReducePlan, broadcast_s, ring_allreduce_s, trainable_sizes};
+use super::plan::{DataPlan, modelled_bucket_updates};
+use super::{Flow, Phase, StepStats, Tally, Topology, Trainer, broadcast_buffers, early, sync};
+use crate::allreduce::{broadcast_s, ring_allreduce_s};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
 use crate::timeline::{StepCosts, Timeline};
-use crate::{Error, Grads, OptimizerConfig, ParallelConfig, Result, SyncKind};
+use crate::{Error, Grads, Result, SyncKind};
 
 /// One worker's forward and backward pass.
 struct Pass {
@@ -33,28 +32,6 @@ struct Crashed {
     at_s: f64,
     /// Buckets whose all-reduce had ended at the crash.
     completed: usize,
-}
-
-/// The data-parallel layout, fixed when the trainer is built and shared by every step.
-pub(super) struct DataPlan {
-    pub(super) plan: ReducePlan,
-    /// Bytes of each bucket, in reduction order.
-    pub(super) bucket_bytes: Vec<u64>,
-    /// Bytes of the buffers (BatchNorm statistics) DDP broadcasts.
-    pub(super) buffer_bytes: u64,
-    /// Per bucket, the share of the backward pass done when its gradients are ready (see
-    /// [`crate::Timeline`]).
-    pub(super) ready_frac: Vec<f64>,
-}
-
-impl DataPlan {
-    /// The layout of `net` under `parallel`, for images of shape `input`.
-    pub(super) fn new(net: &Net, parallel: &ParallelConfig, input: InputShape) -> Self {
-        let plan = ReducePlan::new(&trainable_sizes(net), parallel, net.kernels);
-        let buffer_bytes = resilab_models::named_params(net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
-        let ready_frac = ready_fractions(net, &plan, input);
-        Self { bucket_bytes: plan.bucket_bytes(), plan, buffer_bytes, ready_frac }
-    }
 }
 
 impl Trainer {
@@ -317,18 +294,6 @@ impl Trainer {
         }
         shards(global.len(), &vec![true; self.workers.len()], false).into_iter().flatten().map(|r| global[r].to_vec()).collect()
     }
-}
-
-/// Optimizer buffers per parameter: momentum for SGD with momentum, two moments for Adam.
-pub(crate) fn optimizer_buffers(optimizer: &OptimizerConfig) -> u64 {
-    optimizer.buffer_names().len() as u64
-}
-
-/// Modelled seconds of each bucket's update: its parameters and optimizer state read and
-/// written once and its gradients read, at the memory bandwidth.
-pub(crate) fn modelled_bucket_updates(parallel: &ParallelConfig, optimizer: &OptimizerConfig, bucket_bytes: &[u64]) -> Vec<f64> {
-    let buffers = optimizer_buffers(optimizer);
-    bucket_bytes.iter().map(|&b| parallel.compute.copy_s(b * (2 * (1 + buffers) + 1))).collect()
 }
 
 /// The all-reduce of the contributions (`None`: the worker did not contribute): every bucket
