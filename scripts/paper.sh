@@ -2,7 +2,7 @@
 # Reruns the configs/paper/ presets and regenerates results/paper/: for each preset, the
 # campaign (into results/campaigns/<preset>, which must not exist yet), its report into
 # results/paper/<preset>/ with the campaign's campaign.toml, campaign.json and runs.csv, and
-# finally results/paper/README.md from the reports (scripts/paper_readme.py).
+# finally results/paper/README.md from the reports (`resilab report --paper results/paper`).
 #
 #   bash scripts/paper.sh                      # every preset at its default size
 #   PRESETS="nev bits" bash scripts/paper.sh   # some of them
@@ -56,5 +56,5 @@ for p in $PRESETS; do
     cp "$camp/campaign.toml" "$camp/campaign.json" "$camp/runs.csv" "$out/"
     echo "$(( $(date +%s) - start ))" > "$out/wall_s.txt"
 done
-python3 scripts/paper_readme.py results/paper > results/paper/README.md
+"$bin" report --paper results/paper
 echo "paper.sh: results/paper/README.md regenerated"

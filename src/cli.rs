@@ -69,7 +69,8 @@ pub(crate) enum Command {
     /// outcome, EV injected, RWC, AccR, TF, accuracy loss, time overhead, lost/recomputed steps,
     /// detection latency) with Wilson 95% intervals, as <out>/report.md and <out>/cells.csv; every
     /// pairwise difference with its test (Holm-adjusted) in <out>/comparisons.csv; plots (PNG
-    /// and SVG) in <out>/plots.
+    /// and SVG) in <out>/plots. With --paper, instead: results/paper/README.md from the paper
+    /// presets' reports.
     Report(ReportArgs),
     /// Internal: a campaign worker process (jobs on standard input, replies on standard output).
     #[command(hide = true, name = "__campaign-worker")]
@@ -134,7 +135,8 @@ pub(crate) struct CampaignArgs {
 
 #[derive(Args)]
 pub(crate) struct ReportArgs {
-    /// The campaign directory (holding campaign.toml and runs.jsonl).
+    /// The campaign directory (holding campaign.toml and runs.jsonl); with --paper, the folder
+    /// of the paper presets' reports.
     pub(crate) dir: PathBuf,
     /// Where to write the report (default: <dir>/report): a new or empty directory, or an
     /// earlier report's.
@@ -145,6 +147,12 @@ pub(crate) struct ReportArgs {
     /// losses, % for overheads) with 80% power at Holm's strictest level for the report.
     #[arg(long, value_name = "D", conflicts_with = "out")]
     pub(crate) power: Option<f64>,
+    /// Read <dir> as the folder of the paper presets' reports (results/paper: one folder per
+    /// configs/paper/ preset, as scripts/paper.sh leaves them) and write <dir>/README.md from
+    /// them: a summary table, each preset's cells and its claims' verdicts counted from its
+    /// comparisons.csv, the N-EV factor study's pooled tests. Nothing else is written.
+    #[arg(long, conflicts_with_all = ["out", "power"])]
+    pub(crate) paper: bool,
 }
 
 #[derive(Args)]

@@ -295,6 +295,10 @@ pub(crate) fn report(args: ReportArgs) -> Result<()> {
     if let Some(d) = args.power {
         return print_all(&resilab_report::power(&args.dir, d)?);
     }
+    if args.paper {
+        println!("the paper presets' README -> {}", resilab_report::write_paper_readme(&args.dir)?.display());
+        return Ok(());
+    }
     let out = args.out.unwrap_or_else(|| args.dir.join("report"));
     let w = resilab_report::report(&args.dir, &out)?;
     println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());

@@ -1,101 +1,206 @@
-//! `scripts/paper_readme.py` writes results/paper/README.md from the presets' reports, and
-//! computes the factor study's pooled and paired tests itself. These tests hold it to that: its
-//! two-proportion test (Newcombe's interval), exact McNemar test, Wilson interval and Holm
-//! adjustment give the report's numbers (`resilab_report::stats`),
-//! and the committed README is exactly what it generates from the committed reports (no verdict
-//! edited by hand). Without python3 a test skips with a message, except under `CI=true`.
+//! `resilab report --paper results/paper` writes results/paper/README.md from the presets'
+//! reports. These tests hold the committed README to that (no verdict edited by hand), check
+//! some of its rows against the reports' own files (a claim's verdict against the
+//! comparisons.csv rows it counts; the N-EV factor study's pooled tests recomputed from
+//! runs.csv with `resilab_report::stats`), and check that the top-level README's study tables
+//! are the studies' reports.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use resilab_report::stats;
 
-fn python(args: &[&str]) -> Option<Output> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match Command::new("python3").args(args).current_dir(root).output() {
-        Ok(o) => Some(o),
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("python3 is required in CI (see .ci/run): {e}");
-            }
-            eprintln!("skipping: python3 is not installed ({e})");
-            None
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn committed_readme() -> String {
+    std::fs::read_to_string(root().join("results/paper/README.md")).unwrap()
+}
+
+/// Copies the directory `from` into `to`, all but a `README.md` at its top.
+fn copy_reports(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            copy_reports(&src, &dst);
+        } else if !(from.ends_with("results/paper") && e.file_name() == "README.md") {
+            std::fs::copy(&src, &dst).unwrap();
         }
     }
 }
 
-/// Cases where the tests' branches differ: a hand-computed z, a zero count, unequal sizes,
-/// a pooled rate of 1 (nothing varies).
-const CASES: [(u64, u64, u64, u64); 5] = [(30, 100, 45, 100), (0, 21, 5, 21), (8, 252, 60, 252), (17, 40, 3, 55), (21, 21, 21, 21)];
-
 #[test]
-fn the_generators_statistics_are_the_reports() {
-    let calls: Vec<String> =
-        CASES.iter().map(|(k1, n1, k2, n2)| format!("print(*p.two_proportions({k1}, {n1}, {k2}, {n2}), *p.wilson({k2}, {n2}))")).collect();
-    let program = format!(
-        "import sys\nsys.path.insert(0, 'scripts')\nimport paper_readme as p\n{}\nprint(*p.holm([0.01, 0.04, 0.03, 0.5]))\n",
-        calls.join("\n")
-    );
-    let Some(o) = python(&["-c", &program]) else { return };
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8(o.stdout).unwrap();
-    let lines: Vec<Vec<f64>> = text.lines().map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect()).collect();
-    assert_eq!(lines.len(), CASES.len() + 1, "{text}");
-    let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() <= 1e-9, "{what}: python {a}, rust {b}");
-    for ((k1, n1, k2, n2), got) in CASES.iter().zip(&lines) {
-        let want = stats::two_proportions(*k1, *n1, *k2, *n2).unwrap();
-        let (lo, hi) = stats::wilson(*k2, *n2).unwrap();
-        let case = format!("{k1}/{n1} vs {k2}/{n2}");
-        close(got[0], want.diff, &format!("{case} diff"));
-        close(got[1], want.ci.0, &format!("{case} ci low"));
-        close(got[2], want.ci.1, &format!("{case} ci high"));
-        close(got[3], want.p, &format!("{case} p"));
-        close(got[4], lo, &format!("{case} wilson low"));
-        close(got[5], hi, &format!("{case} wilson high"));
-    }
-    // The hand-computed case of the report's own test.
-    assert!((lines[0][3] - 0.0284597).abs() < 1e-6);
-    let holm = stats::holm(&[0.01, 0.04, 0.03, 0.5]);
-    for (a, b) in lines[CASES.len()].iter().zip(&holm) {
-        close(*a, *b, "holm");
-    }
-}
-
-#[test]
-fn the_generators_paired_test_is_the_reports() {
-    let pairs = [(0u64, 0u64), (1, 9), (9, 1), (5, 5), (0, 6), (12, 31)];
-    let calls: Vec<String> = pairs.iter().map(|(b, c)| format!("print(p.mcnemar_exact({b}, {c}))")).collect();
-    let program = format!("import sys\nsys.path.insert(0, 'scripts')\nimport paper_readme as p\n{}\n", calls.join("\n"));
-    let Some(o) = python(&["-c", &program]) else { return };
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8(o.stdout).unwrap();
-    for ((b, c), line) in pairs.iter().zip(text.lines()) {
-        let (got, want) = (line.parse::<f64>().unwrap(), stats::mcnemar_exact(*b, *c));
-        assert!((got - want).abs() <= 1e-9, "McNemar {b} / {c}: python {got}, rust {want}");
-    }
-}
-
-#[test]
-fn the_committed_paper_readme_is_the_generators_output() {
-    let Some(o) = python(&["scripts/paper_readme.py", "results/paper"]) else { return };
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let committed = std::fs::read_to_string(root.join("results/paper/README.md")).unwrap();
-    let generated = String::from_utf8(o.stdout).unwrap();
+fn the_committed_paper_readme_is_what_resilab_generates() {
+    // On a copy of the reports, so that the committed file is compared, never rewritten.
+    let scratch = tempfile::tempdir().unwrap();
+    let paper = scratch.path().join("results/paper");
+    copy_reports(&root().join("results/paper"), &paper);
+    let o = Command::new(env!("CARGO_BIN_EXE_resilab")).args(["report", "--paper"]).arg(&paper).output().unwrap();
+    assert!(o.status.success(), "resilab report --paper failed: {}", String::from_utf8_lossy(&o.stderr));
+    let generated = std::fs::read_to_string(paper.join("README.md")).unwrap();
+    let committed = committed_readme();
     if generated != committed {
-        let line = generated
-            .lines()
-            .zip(committed.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(generated.lines().count().min(committed.lines().count()));
+        let (g, c): (Vec<&str>, Vec<&str>) = (generated.lines().collect(), committed.lines().collect());
+        let line = g.iter().zip(&c).position(|(a, b)| a != b).unwrap_or(g.len().min(c.len()));
         panic!(
-            "results/paper/README.md differs from `python3 scripts/paper_readme.py results/paper` from line {}: regenerate it\n generated: {:?}\n committed: {:?}",
+            "results/paper/README.md differs from what `resilab report --paper results/paper` generates, from line {} on \
+             (regenerate it with that command):\n generated: {:?}\n committed: {:?}",
             line + 1,
-            generated.lines().nth(line),
-            committed.lines().nth(line)
+            g.get(line),
+            c.get(line)
         );
+    }
+}
+
+#[test]
+fn report_help_explains_the_paper_flag() {
+    let o = Command::new(env!("CARGO_BIN_EXE_resilab")).args(["report", "--help"]).output().unwrap();
+    let help = String::from_utf8(o.stdout).unwrap();
+    assert!(help.contains("--paper") && help.contains("README.md"), "{help}");
+}
+
+/// The README's section of `folder` (from its heading to the next).
+fn section<'a>(readme: &'a str, folder: &str) -> &'a str {
+    let start = readme.find(&format!("\n## {folder}: ")).unwrap_or_else(|| panic!("no section for {folder}"));
+    let rest = &readme[start + 1..];
+    rest[3..].find("\n## ").map_or(rest, |end| &rest[..end + 3])
+}
+
+#[derive(serde::Deserialize)]
+struct Comparison {
+    axis: String,
+    a: String,
+    b: String,
+    metric: String,
+    diff: f64,
+    verdict: String,
+}
+
+/// Each claim's verdict line says how many of the comparisons.csv rows of its axis, options
+/// and metric are shown each way, and lists every one of them.
+#[test]
+fn a_claims_verdict_counts_the_comparisons_it_rests_on() {
+    // (folder, claim, axis, a, b, metric, expected sign of b - a, the committed verdict)
+    let claims = [
+        ("nev", "N-EV grows from 10 to 100 flips", "inject.injection_tries", "10", "100", "nev_pct", 1.0, "shown (3 of 3)"),
+        (
+            "dp-one-flip",
+            "an optimizer-state flip leaves the replicas diverged more often than a model flip",
+            "inject.locations_to_corrupt",
+            "model",
+            "optimizer",
+            "diverged_pct",
+            1.0,
+            "partly (2 of 4)",
+        ),
+        (
+            "dp-many-flips",
+            "model flips cost more accuracy than optimizer-state flips",
+            "inject.locations_to_corrupt",
+            "model",
+            "optimizer",
+            "acc_all_pct",
+            1.0,
+            "contradicted (1 of 18)",
+        ),
+        ("precision", "32-bit flips give more N-EV than 16-bit ones", "inject", "f16", "f32", "nev_pct", 1.0, "not shown (0 of 12)"),
+    ];
+    let readme = committed_readme();
+    for (folder, claim, axis, a, b, metric, sign, committed) in claims {
+        let path = root().join("results/paper").join(folder).join("comparisons.csv");
+        let rows: Vec<Comparison> = csv::Reader::from_path(&path)
+            .unwrap()
+            .deserialize()
+            .map(Result::unwrap)
+            .filter(|c: &Comparison| c.axis == axis && c.a == a && c.b == b && c.metric == metric)
+            .collect();
+        let shown = |s: f64| rows.iter().filter(|c| c.verdict == "shown" && c.diff * sign * s > 0.0).count();
+        let (with, against, n) = (shown(1.0), shown(-1.0), rows.len());
+        let want = if against > 0 {
+            format!("contradicted ({against} of {n})")
+        } else if with == n {
+            format!("shown ({n} of {n})")
+        } else if with > 0 {
+            format!("partly ({with} of {n})")
+        } else {
+            format!("not shown (0 of {n})")
+        };
+        assert_eq!(want, committed, "{folder}: {claim}");
+        let text = section(&readme, folder);
+        let head = format!("- **{claim}**: {want}.");
+        let at = text.lines().position(|l| l == head).unwrap_or_else(|| panic!("{folder}: no line {head:?}"));
+        let listed = text.lines().skip(at + 1).take_while(|l| l.starts_with("  - ")).count();
+        assert_eq!(listed, n, "{folder}: {claim} lists {listed} comparisons, comparisons.csv has {n}");
+    }
+}
+
+/// The pooled N-EV factor table: each level's N-EV and Wilson interval, the difference with
+/// Newcombe's interval, Holm's p over the table and the verdict, recomputed from
+/// nev-factors/runs.csv (runs with status ok whose step counter no flip altered).
+#[test]
+fn the_pooled_factor_rows_are_the_runs_recomputed() {
+    let mut reader = csv::Reader::from_path(root().join("results/paper/nev-factors/runs.csv")).unwrap();
+    let header = reader.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("runs.csv has no {name}"));
+    let runs: Vec<csv::StringRecord> = reader
+        .records()
+        .map(Result::unwrap)
+        .filter(|r| &r[col("status")] == "ok" && r[col("base_step")] == r[col("restart_step")])
+        .collect();
+    // The table's factors, in its order: (label, [(column, level a, level b)]).
+    type Level = (&'static str, &'static str, &'static str);
+    let factors: [(&str, &[Level]); 4] = [
+        ("precision", &[("inject", "32-bit word", "64-bit view")]),
+        ("allow_NaN_values", &[("inject.allow_NaN_values", "true", "false")]),
+        ("datasets drawn over the whole file", &[("inject.use_random_locations", "false", "true")]),
+        (
+            "precision and allow_NaN_values together",
+            &[("inject", "32-bit word", "64-bit view"), ("inject.allow_NaN_values", "true", "false")],
+        ),
+    ];
+    // (flips, label, level names, pooled (k, n, seeds) of a and b)
+    let mut expected = Vec::new();
+    for flips in ["10", "100"] {
+        for (label, levels) in factors {
+            let pool = |pick: fn(&Level) -> &'static str| {
+                let sel: Vec<&csv::StringRecord> = runs
+                    .iter()
+                    .filter(|r| &r[col("inject.injection_tries")] == flips && levels.iter().all(|l| &r[col(l.0)] == pick(l)))
+                    .collect();
+                let seeds: std::collections::BTreeSet<&str> = sel.iter().map(|r| &r[col("seed")]).collect();
+                (sel.iter().filter(|r| &r[col("nev")] == "true").count() as u64, sel.len() as u64, seeds.len())
+            };
+            let names = |pick: fn(&Level) -> &'static str| levels.iter().map(pick).collect::<Vec<_>>().join(" + ");
+            expected.push((flips, label, [names(|l| l.1), names(|l| l.2)], [pool(|l| l.1), pool(|l| l.2)]));
+        }
+    }
+    let tests: Vec<stats::Test> = expected.iter().map(|(.., [a, b])| stats::two_proportions(a.0, a.1, b.0, b.1).unwrap()).collect();
+    let holm = stats::holm(&tests.iter().map(|t| t.p).collect::<Vec<_>>());
+    let readme = committed_readme();
+    let pooled = readme.split("\n## nev-factors: each factor's effect on N-EV, pooled\n").nth(1).unwrap();
+    let pooled = pooled.split("\n## ").next().unwrap();
+    let rows: Vec<Vec<&str>> =
+        pooled.lines().filter(|l| l.starts_with("| 10 |") || l.starts_with("| 100 |")).map(|l| l.split(" | ").collect()).collect();
+    assert_eq!(rows.len(), expected.len(), "{pooled}");
+    for (((flips, label, names, pools), (t, p_holm)), row) in expected.iter().zip(tests.iter().zip(holm)).zip(&rows) {
+        let what = format!("{flips} flips, {label}");
+        assert_eq!((row[0], row[1]), (format!("| {flips}").as_str(), *label), "{what}");
+        for (cell, name, (k, n, _)) in [(row[2], &names[0], pools[0]), (row[3], &names[1], pools[1])] {
+            let (lo, hi) = stats::wilson(k, n).unwrap();
+            let pct = 100.0 * k as f64 / n as f64;
+            assert_eq!(cell, format!("{name}: {pct:.1} [{:.1}, {:.1}] (n = {n})", 100.0 * lo, 100.0 * hi), "{what}");
+        }
+        assert_eq!(row[4], format!("{:+.1} [{:+.1}, {:+.1}]", 100.0 * t.diff, 100.0 * t.ci.0, 100.0 * t.ci.1), "{what}");
+        // Written to 2 significant digits.
+        let written: f64 = row[5].parse().unwrap();
+        assert!((written - p_holm).abs() <= 0.05 * p_holm, "{what}: p Holm {written} written, {p_holm} recomputed");
+        let shown = p_holm < stats::ALPHA && pools[0].2.min(pools[1].2) >= resilab_report::MIN_SEEDS;
+        assert_eq!(row[6], if shown { "shown" } else { "not shown" }, "{what}");
     }
 }
 
@@ -115,9 +220,8 @@ fn the_readmes_permanent_loss_table_is_the_studys_report() {
 /// Every row of the generated table under `heading` in `results/paper/<study>/report.md`, and
 /// each of its `hypotheses` verdict lines, appear verbatim in the README.
 fn readme_has_the_study(study: &str, heading: &str, hypotheses: usize) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let report = std::fs::read_to_string(root.join(format!("results/paper/{study}/report.md"))).unwrap();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let report = std::fs::read_to_string(root().join(format!("results/paper/{study}/report.md"))).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let section = report.split(heading).nth(1).and_then(|s| s.split("\n## ").next()).expect("the report has the table");
     let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
     assert!(rows.len() > 2, "{section}");

@@ -17,7 +17,7 @@ use crate::stats::{ALPHA, Spread, Test, holm, holm_first_level, two_proportions,
 pub const MIN_SEEDS: usize = 3;
 
 /// One tested difference between two cells.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Comparison {
     /// The axis that differs.
     pub axis: String,

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use resilab_campaign::{Campaign, Row, Status};
 
+use crate::Result;
+use crate::format::{label, num, share_point};
 use crate::metrics::Cell;
 use crate::plots::{LineChart, LineFacets, Series, save, span};
-use crate::{Result, label, num, share_point};
 
 /// A plot's caption and its files.
 pub(crate) type Figure = (String, Vec<PathBuf>);

@@ -78,7 +78,7 @@ impl Share {
 }
 
 /// The metrics of one grid cell (seeds and repetitions pooled).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Cell {
     /// Axis key to option label.
     pub coords: BTreeMap<String, String>,

@@ -24,14 +24,14 @@ pub fn power(dir: &Path, d: f64) -> Result<String> {
     if !(d.is_finite() && d > 0.0) {
         return Err(Error::Power(d));
     }
-    let (campaign, rows) = crate::load(dir)?;
+    let (campaign, rows) = crate::campaign::load(dir)?;
     let lines: Vec<Line> = match crate::study::study(&campaign, &rows) {
         Some(s) => s
             .tests
             .iter()
             .map(|t| Line { what: format!("{} [{}]", t.hypothesis, t.condition), metric: t.metric, n: (t.n_a, t.n_b), spread: t.spread })
             .collect(),
-        None => crate::pairwise(&campaign, &rows)
+        None => crate::campaign::pairwise(&campaign, &rows)
             .iter()
             .map(|c| Line {
                 what: format!("{}: {} vs {} ({})", c.axis, c.a, c.b, c.fixed),

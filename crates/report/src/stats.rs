@@ -154,7 +154,7 @@ pub const POWER: f64 = 0.8;
 /// summed per-run variance that gives the error at any other number of runs per cell (both in
 /// the metric's unit). The same function serves every "detectable" figure and every
 /// "undecided" verdict, so the two always agree.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Spread {
     /// Standard error of the difference with the runs that were made.
     pub se: f64,

@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
+use crate::md::{MdColumn, md_table};
 use crate::stats::{ALPHA, Spread, holm, holm_first_level, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
 use crate::{Error, Facets, Pareto, ParetoPoint, Result};
 
 /// One option in one condition.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct StudyCell {
     /// The other axes' coordinates, `key=value` joined by `, `.
     pub condition: String,
@@ -69,7 +70,7 @@ pub struct StudyCell {
 }
 
 /// One hypothesis tested in one condition.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct HypothesisTest {
     /// The hypothesis's name.
     pub hypothesis: String,
@@ -113,7 +114,7 @@ pub struct HypothesisTest {
 }
 
 /// The generated answer for one condition.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Choice {
     /// The condition.
     pub condition: String,
@@ -364,6 +365,16 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
 }
 
+/// `report.md`'s "which strategy when" table: what each column shows of a condition's
+/// `which_strategy.csv` row.
+const CHOICE_TABLE: &[MdColumn<Choice>] = &[
+    ("condition", |c| c.condition.clone()),
+    ("choice", |c| if c.choice.is_empty() { "none qualifies".into() } else { c.choice.clone() }),
+    ("sim. overhead %", |c| opt(c.sim_overhead, 2)),
+    ("acc. loss (points)", |c| opt(c.acc_loss, 2)),
+    ("ruled out", |c| c.ruled_out.clone()),
+];
+
 /// The study's section of `report.md`.
 pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     let mut md = String::new();
@@ -377,18 +388,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
         md,
         "Generated from `cells_study.csv`: in each condition, the option with the lowest mean simulated overhead among those whose mean accuracy loss is not shown (one-sided 95% t bound) to exceed {budget} points; options with failed runs have no overhead and are ruled out.\n"
     );
-    let _ = writeln!(md, "| condition | choice | sim. overhead % | acc. loss (points) | ruled out |\n|---|---|---|---|---|");
-    for c in &s.choices {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} |",
-            c.condition,
-            if c.choice.is_empty() { "none qualifies" } else { &c.choice },
-            opt(c.sim_overhead, 2),
-            opt(c.acc_loss, 2),
-            c.ruled_out
-        );
-    }
+    md_table(&mut md, &[], &CHOICE_TABLE.iter().collect::<Vec<_>>(), s.choices.iter().map(|c| (Vec::new(), c)));
     let _ = writeln!(md, "\n## Hypotheses (Holm over {} tests)\n", s.tests.len());
     let _ = writeln!(
         md,
@@ -425,7 +425,7 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)]
     {
-        files.push(crate::write(&out.join(name), &rows)?);
+        files.push(crate::files::write(&out.join(name), &rows)?);
     }
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;

@@ -1,0 +1,520 @@
+//! The rows of the report's CSV files, one `#[derive(Serialize)]` struct per file: a file's
+//! header is its struct's field names as serde gives them ([`columns`]; in `cells.csv` after
+//! the grid's axes, which vary per campaign), and each line is one struct serialized, so a
+//! column's name and its value cannot drift apart. `report.md`'s table of cells reads the same
+//! rows ([`CELL_TABLE`]); docs/metrics.md documents every column, and `tests/columns.rs` holds
+//! the two to each other.
+//!
+//! A number is kept as the value the report computed and written with a fixed number of
+//! decimals ([`fixed`]) or in scientific notation ([`sci`]); one the cell cannot have is an
+//! empty field, never `NaN` or `inf`.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+
+use serde::{Serialize, Serializer};
+
+use crate::error::{csv_error, csv_text};
+use crate::format::f;
+use crate::md::MdColumn;
+use crate::study::{Choice, HypothesisTest, StudyCell};
+use crate::{Cell, Comparison, Error, Result, Share};
+
+/// One row of `cells.csv` after the grid's axes: one cell's metrics (docs/metrics.md, "Per-cell
+/// metrics"). A share is four columns: the count, its percentage and the two ends of its
+/// Wilson 95% interval (percent); a share a cell cannot have (no replicas) is four empty fields.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct CellRow {
+    /// Runs recorded.
+    runs: u64,
+    /// Runs with a result (`ok`): the base of every share.
+    ok: u64,
+    /// Runs without: `status:count` pairs, `;`-separated.
+    #[serde(serialize_with = "statuses")]
+    not_ok: BTreeMap<String, u64>,
+    /// Training seeds among the `ok` runs.
+    seeds: u64,
+    /// ACC: mean final test accuracy of the runs that did not collapse, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    acc_pct: Option<f64>,
+    /// STD: its sample standard deviation, points.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    std: Option<f64>,
+    /// CV: STD / ACC.
+    #[serde(serialize_with = "fixed::<4, _>")]
+    cv: Option<f64>,
+    /// ACC all: mean over every `ok` run, a collapsed run at chance, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    acc_all_pct: Option<f64>,
+    /// Mean golden accuracy, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    golden_acc_pct: Option<f64>,
+    /// Data parallel: mean accuracy of the replica hit, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    hit_acc_pct: Option<f64>,
+    /// Data parallel: mean lowest replica accuracy, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    replica_acc_min_pct: Option<f64>,
+    /// Data parallel: mean largest replica distance from rank 0.
+    #[serde(serialize_with = "fixed::<4, _>")]
+    replica_divergence: Option<f64>,
+    /// Data parallel: runs whose replicas differ from rank 0's (a share; empty without replicas).
+    diverged: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    diverged_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    diverged_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    diverged_hi: Option<f64>,
+    /// NaN: collapsed runs (a share).
+    nan: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nan_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nan_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nan_hi: Option<f64>,
+    /// N-EV by the outcome (a share).
+    nev: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nev_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nev_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    nev_hi: Option<f64>,
+    /// EV injected (a share).
+    ev_injected: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    ev_injected_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    ev_injected_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    ev_injected_hi: Option<f64>,
+    /// RWC: restart without change (a share).
+    rwc: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_hi: Option<f64>,
+    /// AccR: accuracy reduced (a share).
+    accr: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_hi: Option<f64>,
+    /// TF: training failed (a share).
+    tf: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_hi: Option<f64>,
+    /// Data parallel: RWC on every replica (a share; empty without replica evaluations).
+    rwc_all: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_all_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_all_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    rwc_all_hi: Option<f64>,
+    /// Data parallel: the worst replica's accuracy reduced (a share, as `rwc_all`).
+    accr_all: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_all_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_all_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    accr_all_hi: Option<f64>,
+    /// Data parallel: the worst replica at chance (a share, as `rwc_all`).
+    tf_all: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_all_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_all_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    tf_all_hi: Option<f64>,
+    /// Runs whose altered checkpoint restarted at another step than its base (a share).
+    step_altered: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    step_altered_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    step_altered_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    step_altered_hi: Option<f64>,
+    /// Mean steps those runs trained.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    step_altered_steps: Option<f64>,
+    /// Altered checkpoints that could not be loaded (a share of `ok + corrupt_file`).
+    load_failed: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    load_failed_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    load_failed_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    load_failed_hi: Option<f64>,
+    /// Exact McNemar test of N-EV against EV injected: two-sided p.
+    #[serde(serialize_with = "sci::<4, _>")]
+    nev_vs_ev_p: Option<f64>,
+    /// Its Holm adjustment over the report's cells.
+    #[serde(serialize_with = "sci::<4, _>")]
+    nev_vs_ev_p_holm: Option<f64>,
+    /// `agree`, `training added` or `training removed`.
+    nev_vs_ev: String,
+    /// Worst-case normal margin of any share of the cell (p = 0.5), points.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    worst_margin: Option<f64>,
+    /// Mean accuracy loss against the golden run, points (runs that did not collapse).
+    #[serde(serialize_with = "fixed::<3, _>")]
+    acc_loss_pts: Option<f64>,
+    /// Mean wall-time overhead against the golden run, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    time_overhead_pct: Option<f64>,
+    /// Mean overhead in simulated time against the golden run, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    sim_overhead_pct: Option<f64>,
+    /// Mean steps lost.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    steps_lost: Option<f64>,
+    /// Mean steps recomputed.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    steps_recomputed: Option<f64>,
+    /// Mean detection latency, steps.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    detection_latency: Option<f64>,
+    /// Mean step after the restart at which the state first held a NaN/Inf.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    collapse_step: Option<f64>,
+}
+
+impl CellRow {
+    /// The row of `c`.
+    pub(crate) fn of(c: &Cell) -> Self {
+        // Shares the cell cannot have (no replicas) are left empty.
+        let some = |s: &Share| (s.of > 0).then_some(*s);
+        let (dv, ra, aa, ta) = (some(&c.diverged), some(&c.rwc_all), some(&c.accr_all), some(&c.tf_all));
+        CellRow {
+            runs: c.runs,
+            ok: c.ok,
+            not_ok: c.not_ok.clone(),
+            seeds: c.seeds,
+            acc_pct: c.acc,
+            std: c.std,
+            cv: c.cv,
+            acc_all_pct: c.acc_all,
+            golden_acc_pct: c.golden_acc,
+            hit_acc_pct: c.hit_acc,
+            replica_acc_min_pct: c.replica_acc_min,
+            replica_divergence: c.replica_divergence,
+            diverged: dv.map(|s| s.count),
+            diverged_pct: dv.map(|s| s.pct),
+            diverged_lo: dv.map(|s| s.lo_pct),
+            diverged_hi: dv.map(|s| s.hi_pct),
+            nan: c.nan.count,
+            nan_pct: Some(c.nan.pct),
+            nan_lo: Some(c.nan.lo_pct),
+            nan_hi: Some(c.nan.hi_pct),
+            nev: c.nev.count,
+            nev_pct: Some(c.nev.pct),
+            nev_lo: Some(c.nev.lo_pct),
+            nev_hi: Some(c.nev.hi_pct),
+            ev_injected: c.ev_injected.count,
+            ev_injected_pct: Some(c.ev_injected.pct),
+            ev_injected_lo: Some(c.ev_injected.lo_pct),
+            ev_injected_hi: Some(c.ev_injected.hi_pct),
+            rwc: c.rwc.count,
+            rwc_pct: Some(c.rwc.pct),
+            rwc_lo: Some(c.rwc.lo_pct),
+            rwc_hi: Some(c.rwc.hi_pct),
+            accr: c.accr.count,
+            accr_pct: Some(c.accr.pct),
+            accr_lo: Some(c.accr.lo_pct),
+            accr_hi: Some(c.accr.hi_pct),
+            tf: c.tf.count,
+            tf_pct: Some(c.tf.pct),
+            tf_lo: Some(c.tf.lo_pct),
+            tf_hi: Some(c.tf.hi_pct),
+            rwc_all: ra.map(|s| s.count),
+            rwc_all_pct: ra.map(|s| s.pct),
+            rwc_all_lo: ra.map(|s| s.lo_pct),
+            rwc_all_hi: ra.map(|s| s.hi_pct),
+            accr_all: aa.map(|s| s.count),
+            accr_all_pct: aa.map(|s| s.pct),
+            accr_all_lo: aa.map(|s| s.lo_pct),
+            accr_all_hi: aa.map(|s| s.hi_pct),
+            tf_all: ta.map(|s| s.count),
+            tf_all_pct: ta.map(|s| s.pct),
+            tf_all_lo: ta.map(|s| s.lo_pct),
+            tf_all_hi: ta.map(|s| s.hi_pct),
+            step_altered: c.step_altered.count,
+            step_altered_pct: Some(c.step_altered.pct),
+            step_altered_lo: Some(c.step_altered.lo_pct),
+            step_altered_hi: Some(c.step_altered.hi_pct),
+            step_altered_steps: c.step_altered_steps,
+            load_failed: c.load_failed.count,
+            load_failed_pct: Some(c.load_failed.pct),
+            load_failed_lo: Some(c.load_failed.lo_pct),
+            load_failed_hi: Some(c.load_failed.hi_pct),
+            nev_vs_ev_p: c.nev_vs_ev_p,
+            nev_vs_ev_p_holm: c.nev_vs_ev_p_holm,
+            nev_vs_ev: c.nev_vs_ev.clone(),
+            worst_margin: Some(c.worst_margin_pct),
+            acc_loss_pts: c.acc_loss,
+            time_overhead_pct: c.time_overhead_pct,
+            sim_overhead_pct: c.sim_overhead_pct,
+            steps_lost: c.steps_lost,
+            steps_recomputed: c.steps_recomputed,
+            detection_latency: c.detection_latency,
+            collapse_step: c.collapse_step,
+        }
+    }
+}
+
+/// `report.md`'s table of cells, after the grid's axes: every column reads the cell's
+/// [`CellRow`], so the table shows what `cells.csv` holds (with fewer decimals, and a share as
+/// `count (% [low, high])`); a column empty in every cell is left out.
+pub(crate) const CELL_TABLE: &[MdColumn<CellRow>] = &[
+    ("runs (ok)", |r| format!("{} ({})", r.runs, r.ok)),
+    ("seeds", |r| r.seeds.to_string()),
+    ("ACC %", |r| f(r.acc_pct, 2)),
+    ("STD", |r| f(r.std, 3)),
+    ("CV", |r| f(r.cv, 4)),
+    ("ACC all %", |r| f(r.acc_all_pct, 2)),
+    ("golden %", |r| f(r.golden_acc_pct, 2)),
+    ("hit replica ACC %", |r| f(r.hit_acc_pct, 2)),
+    ("worst replica ACC %", |r| f(r.replica_acc_min_pct, 2)),
+    ("replicas diverged", |r| share_md(r.diverged, [r.diverged_pct, r.diverged_lo, r.diverged_hi])),
+    ("NaN", |r| share_md(Some(r.nan), [r.nan_pct, r.nan_lo, r.nan_hi])),
+    ("N-EV", |r| share_md(Some(r.nev), [r.nev_pct, r.nev_lo, r.nev_hi])),
+    ("EV injected", |r| share_md(Some(r.ev_injected), [r.ev_injected_pct, r.ev_injected_lo, r.ev_injected_hi])),
+    ("N-EV vs EV injected", |r| r.nev_vs_ev_p_holm.map_or(String::new(), |p| format!("{} (p {p:.2})", r.nev_vs_ev))),
+    ("RWC", |r| share_md(Some(r.rwc), [r.rwc_pct, r.rwc_lo, r.rwc_hi])),
+    ("AccR", |r| share_md(Some(r.accr), [r.accr_pct, r.accr_lo, r.accr_hi])),
+    ("TF", |r| share_md(Some(r.tf), [r.tf_pct, r.tf_lo, r.tf_hi])),
+    ("RWC all replicas", |r| share_md(r.rwc_all, [r.rwc_all_pct, r.rwc_all_lo, r.rwc_all_hi])),
+    ("AccR all", |r| share_md(r.accr_all, [r.accr_all_pct, r.accr_all_lo, r.accr_all_hi])),
+    ("TF all", |r| share_md(r.tf_all, [r.tf_all_pct, r.tf_all_lo, r.tf_all_hi])),
+    ("step counter altered", |r| match r.step_altered {
+        0 => String::new(),
+        n => {
+            let share = share_md(Some(n), [r.step_altered_pct, r.step_altered_lo, r.step_altered_hi]);
+            format!("{share} ({} steps)", f(r.step_altered_steps, 0))
+        }
+    }),
+    ("load failed", |r| match r.load_failed {
+        0 => String::new(),
+        n => share_md(Some(n), [r.load_failed_pct, r.load_failed_lo, r.load_failed_hi]),
+    }),
+    ("± at p=0.5", |r| f(r.worst_margin, 1)),
+    ("acc loss (pts)", |r| f(r.acc_loss_pts, 2)),
+    ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
+    ("wall overhead %", |r| f(r.time_overhead_pct, 1)),
+    ("steps lost", |r| f(r.steps_lost, 2)),
+    ("recomputed", |r| f(r.steps_recomputed, 2)),
+    ("detection latency", |r| f(r.detection_latency, 2)),
+    ("collapse step", |r| f(r.collapse_step, 1)),
+    ("not ok", |r| r.not_ok.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")),
+];
+
+/// A share in `report.md`: `count (% [low, high])`, one decimal; empty without a count or a
+/// percentage (a share of no runs).
+fn share_md(count: Option<u64>, [pct, lo, hi]: [Option<f64>; 3]) -> String {
+    let nan = f64::NAN;
+    match (count, pct.filter(|p| p.is_finite())) {
+        (Some(n), Some(p)) => format!("{n} ({p:.1} [{:.1}, {:.1}])", lo.unwrap_or(nan), hi.unwrap_or(nan)),
+        _ => String::new(),
+    }
+}
+
+/// One row of `bits.csv`: the single-flip runs of one bit position of one precision, and the
+/// test of that bit against the other bits of the precision pooled.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct BitRow {
+    /// The float precision altered (`16`, `32`, `64`).
+    pub(crate) precision: String,
+    /// The bit flipped (0 = sign).
+    pub(crate) bit: u64,
+    /// Single-flip runs.
+    pub(crate) runs: u64,
+    /// N-EV runs among them (a share, with its Wilson interval).
+    pub(crate) nev: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_hi: Option<f64>,
+    /// Collapsed runs among them.
+    pub(crate) nan: u64,
+    /// N-EV share of the other bits of the precision pooled, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) others_nev_pct: Option<f64>,
+    /// This bit's share minus the others', points.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) diff_vs_others: Option<f64>,
+    /// Two-proportion test: two-sided p.
+    #[serde(serialize_with = "sci::<3, _>")]
+    pub(crate) p: Option<f64>,
+    /// Holm-adjusted over every row.
+    #[serde(serialize_with = "sci::<3, _>")]
+    pub(crate) p_holm: Option<f64>,
+    /// `more N-EV than the other bits (shown)`, `less N-EV than the other bits (shown)` or
+    /// `not shown`.
+    pub(crate) verdict: &'static str,
+}
+
+/// Writes a number with `D` decimals; empty when missing or not finite.
+fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&f(*v, D))
+}
+
+/// Writes a number in scientific notation with `D` decimals (`1.0000e0`); empty when missing.
+fn sci<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    let digits = D;
+    s.serialize_str(&v.map_or(String::new(), |x| format!("{x:.digits$e}")))
+}
+
+/// Writes counts per status as `status:count` pairs, `;`-separated.
+fn statuses<S: Serializer>(m: &BTreeMap<String, u64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&m.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";"))
+}
+
+/// The columns serde gives `T`, in order: the header a CSV writer writes for a `T` (read back
+/// from one written, so it is that header by construction).
+pub(crate) fn columns<T: Serialize + Default>() -> Result<Vec<String>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.serialize(T::default()).map_err(csv_error)?;
+    let text = csv_text(w)?;
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    Ok(r.headers().map_err(csv_error)?.iter().map(str::to_string).collect())
+}
+
+/// A CSV table of `T`s: the header `axes` and then `T`'s [`columns`]; each line the row's axis
+/// values, then the row serialized. The header is written without rows too.
+pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
+    axes: &[String],
+    rows: impl IntoIterator<Item = (Vec<String>, R)>,
+) -> Result<String> {
+    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    w.write_record(axes.iter().cloned().chain(columns::<T>()?)).map_err(csv_error)?;
+    for (values, row) in rows {
+        if values.len() != axes.len() {
+            return Err(Error::Csv(format!("a row has {} axis values for {} axes", values.len(), axes.len())));
+        }
+        w.serialize((values, row.borrow())).map_err(csv_error)?;
+    }
+    csv_text(w)
+}
+
+/// Per CSV file a report writes, its columns in order, named as docs/metrics.md's tables of
+/// them ("Columns of the report's files") are: `cells.csv` (after the grid's axes, one column
+/// per axis key), `comparisons.csv` (a campaign without hypotheses), `comparisons.csv of a
+/// study`, `bits.csv`, `cells_study.csv` and `which_strategy.csv`.
+pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
+    Ok(vec![
+        ("cells.csv", columns::<CellRow>()?),
+        ("comparisons.csv", columns::<Comparison>()?),
+        ("comparisons.csv of a study", columns::<HypothesisTest>()?),
+        ("bits.csv", columns::<BitRow>()?),
+        ("cells_study.csv", columns::<StudyCell>()?),
+        ("which_strategy.csv", columns::<Choice>()?),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Share;
+    use crate::md::md_table;
+
+    fn cell() -> Cell {
+        Cell {
+            coords: [("model".to_string(), "resnet".to_string())].into(),
+            runs: 5,
+            ok: 4,
+            not_ok: [("timeout".to_string(), 1)].into(),
+            seeds: 2,
+            acc: Some(81.23456),
+            nev: Share::of(1, 4),
+            nan: Share::of(0, 4),
+            nev_vs_ev_p_holm: Some(1.0),
+            nev_vs_ev: "agree".into(),
+            worst_margin_pct: 49.0,
+            ..Cell::default()
+        }
+    }
+
+    #[test]
+    fn a_cell_row_is_written_under_the_axes_and_its_field_names() {
+        let text = table::<CellRow, _>(&["model".to_string()], [(vec!["resnet".to_string()], CellRow::of(&cell()))]).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(header.len(), 1 + 72);
+        assert_eq!(header[..5], ["model", "runs", "ok", "not_ok", "seeds"]);
+        assert_eq!(header.last(), Some(&"collapse_step"));
+        assert_eq!(row.len(), header.len());
+        let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!((at("model"), at("runs"), at("ok"), at("not_ok")), ("resnet", "5", "4", "timeout:1"));
+        // Three decimals for an accuracy, two for a share; a value the cell lacks is empty.
+        assert_eq!((at("acc_pct"), at("std"), at("nev"), at("nev_pct"), at("nev_lo")), ("81.235", "", "1", "25.00", "4.56"));
+        // A share of replicas the cell does not have is four empty fields, not a zero count.
+        assert_eq!((at("diverged"), at("diverged_pct"), at("rwc_all"), at("tf_all_hi")), ("", "", "", ""));
+        assert_eq!((at("nev_vs_ev_p"), at("nev_vs_ev_p_holm"), at("worst_margin")), ("", "1.0000e0", "49.00"));
+        assert!(lines.next().is_none());
+    }
+
+    #[test]
+    fn a_table_writes_its_header_without_rows_and_refuses_a_row_without_its_axes() {
+        let empty: [(Vec<String>, &BitRow); 0] = [];
+        assert_eq!(
+            table::<BitRow, _>(&[], empty).unwrap(),
+            "precision,bit,runs,nev,nev_pct,nev_lo,nev_hi,nan,others_nev_pct,diff_vs_others,p,p_holm,verdict\n"
+        );
+        assert!(table::<CellRow, _>(&["model".to_string()], [(Vec::new(), CellRow::default())]).is_err());
+    }
+
+    #[test]
+    fn the_markdown_table_shows_the_rows_values() {
+        let row = CellRow::of(&cell());
+        let show = |heading: &str| CELL_TABLE.iter().find(|(h, _)| *h == heading).map(|(_, s)| s(&row)).unwrap();
+        assert_eq!(show("runs (ok)"), "5 (4)");
+        assert_eq!(show("ACC %"), "81.23");
+        assert_eq!(show("N-EV"), "1 (25.0 [4.6, 69.9])");
+        assert_eq!(show("N-EV vs EV injected"), "agree (p 1.00)");
+        assert_eq!((show("replicas diverged"), show("step counter altered"), show("STD")), (String::new(), String::new(), String::new()));
+        assert_eq!(show("not ok"), "1 timeout");
+        let mut md = String::new();
+        md_table(&mut md, &["model".to_string()], &CELL_TABLE[..2].iter().collect::<Vec<_>>(), [(vec!["resnet".to_string()], &row)]);
+        assert_eq!(md, "| model | runs (ok) | seeds |\n|---|---|---|\n| resnet | 5 (4) | 2 |\n");
+    }
+
+    #[test]
+    fn numbers_are_written_with_their_decimals_and_never_as_nan() {
+        #[derive(Default, Serialize)]
+        struct R {
+            #[serde(serialize_with = "fixed::<2, _>")]
+            a: Option<f64>,
+            #[serde(serialize_with = "fixed::<2, _>")]
+            b: Option<f64>,
+            #[serde(serialize_with = "sci::<3, _>")]
+            c: Option<f64>,
+            #[serde(serialize_with = "sci::<3, _>")]
+            d: Option<f64>,
+        }
+        let r = R { a: Some(1.005_1), b: Some(f64::NAN), c: Some(0.000_123_46), d: None };
+        assert_eq!(table::<R, _>(&[], [(Vec::new(), r)]).unwrap(), "a,b,c,d\n1.01,,1.235e-4,\n");
+    }
+
+    #[test]
+    fn every_csv_file_of_a_report_has_its_columns() {
+        let files: Vec<&str> = csv_columns().unwrap().iter().map(|(f, _)| f.split(' ').next().unwrap_or(f)).collect();
+        for entry in crate::campaign::REPORT_ENTRIES.iter().filter(|e| e.ends_with(".csv")) {
+            assert!(files.contains(entry), "{entry} has no row struct in csv_columns");
+        }
+    }
+}
