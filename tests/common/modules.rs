@@ -153,12 +153,12 @@ impl Graph {
             k += 1;
         }
         let module = join(&abs[..k]);
-        if depth < 8 {
-            if let Some(target) = abs.get(k).and_then(|name| self.aliases.get(&(module.clone(), name.clone()))) {
-                let mut next = target.clone();
-                next.extend(abs[k + 1..].iter().cloned());
-                return self.defining_module(&next, depth + 1);
-            }
+        if depth < 8
+            && let Some(target) = abs.get(k).and_then(|name| self.aliases.get(&(module.clone(), name.clone())))
+        {
+            let mut next = target.clone();
+            next.extend(abs[k + 1..].iter().cloned());
+            return self.defining_module(&next, depth + 1);
         }
         module
     }
@@ -329,10 +329,11 @@ fn declared_modules(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for stmt in text.split(';') {
         let words: Vec<&str> = stmt.split_whitespace().collect();
-        if let [.., kw, name] = words.as_slice() {
-            if *kw == "mod" && name.bytes().all(is_ident) {
-                out.push(name.to_string());
-            }
+        if let [.., kw, name] = words.as_slice()
+            && *kw == "mod"
+            && name.bytes().all(is_ident)
+        {
+            out.push(name.to_string());
         }
     }
     out
@@ -350,7 +351,7 @@ fn use_statements(text: &str) -> Vec<(bool, String, usize)> {
             continue;
         }
         let before = text[..at].trim_end();
-        let head = before.rsplit(|c: char| c == ';' || c == '{' || c == '}' || c == ']').next().unwrap_or("").trim();
+        let head = before.rsplit([';', '{', '}', ']']).next().unwrap_or("").trim();
         if !(head.is_empty() || head.starts_with("pub")) {
             continue;
         }
