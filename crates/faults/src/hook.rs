@@ -1,6 +1,7 @@
 //! The fault injector: a [`Hooks`] implementation that applies scheduled faults.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use burn::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -219,17 +220,23 @@ impl FaultInjector {
     }
 
     /// The seed of an event's bit draws.
-    pub fn event_seed(&self, event: &FaultEvent) -> u64 {
+    fn event_seed(&self, event: &FaultEvent) -> u64 {
         stream_seed(self.fault_seed, &format!("fault.event.{}", event.id))
     }
 
-    /// Logs a fault applied outside the hooks (a checkpoint file altered by the runner).
-    pub fn record(&mut self, event: FaultEvent, records: Vec<Record>) {
-        self.push_log(FaultLog::new(event, 0, None, records));
+    /// Applies checkpoint fault `event` to `file`, the newest checkpoint's file of its worker,
+    /// in place (the injector's fault model, `resilab inject`'s keys), and logs what it
+    /// changed. The runner chooses the file and restarts from it, as the published method does.
+    pub fn strike_checkpoint(&mut self, event: FaultEvent, file: &Path) -> std::result::Result<(), resilab_inject::Error> {
+        let Some(spec) = self.spec(&event).cloned() else { return Ok(()) };
+        let seed = self.event_seed(&event);
+        let report = resilab_inject::inject_file(&spec, file, &resilab_inject::Output::InPlace, seed)?;
+        self.push_log(FaultLog::new(event, 0, None, report.records));
+        Ok(())
     }
 
     /// The injector settings of an event's entry.
-    pub fn spec(&self, event: &FaultEvent) -> Option<&Spec> {
+    fn spec(&self, event: &FaultEvent) -> Option<&Spec> {
         self.entries.iter().find(|e| e.index == event.entry).map(|e| &e.spec)
     }
 

@@ -1,20 +1,18 @@
-//! The guard: one [`Hooks`] implementation that injects the scheduled faults, runs the
-//! detectors, asks the strategy what to do and carries out what can be done inside a step
+//! The guard: the detectors, the strategy's decisions, and what can be done inside a step
 //! (drop a contribution, redo the step, re-sync or respawn a replica). Restarting from a
 //! checkpoint and failing the run end the step with [`Control::Stop`] and leave the decision in
-//! [`Guard::pending`] for the runner.
+//! [`Guard::pending`] for the runner. It meets a run's faults as training hooks through
+//! [`Guard::supervise`] (the `supervised` module); the faults themselves are the faults
+//! crate's to apply.
 //!
 //! No oracle: detection and every decision use only what a real job observes (losses,
 //! gradients, weights and optimizer state, digests, a worker that stops answering), step
-//! numbers and attempt counts. The fault injector's log is read for measurement only (each
-//! detection's latency); `FaultInjector::withhold_log` empties it and the decisions stay the
-//! same (tested in the runner).
+//! numbers and attempt counts.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::detect::{LossSpike, all_within, digest, weights_within};
-use resilab_faults::FaultInjector;
-use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Point, Timeline, Worker};
+use crate::detect::LossSpike;
+use resilab_train::{Control, Ctx, Point, Worker};
 use serde::{Deserialize, Serialize};
 
 use crate::{Decision, Detection, Situation, Strategy, decide};
@@ -119,10 +117,8 @@ pub fn detections_text(records: &[DetectionRecord]) -> String {
     )
 }
 
-/// Faults, detectors and a strategy, as the training hooks.
+/// Detectors and a strategy, and what they have seen and decided (see [`Guard::supervise`]).
 pub struct Guard {
-    /// The scheduled faults.
-    pub faults: FaultInjector,
     /// The strategy.
     pub strategy: Strategy,
     /// Detector settings.
@@ -137,26 +133,25 @@ pub struct Guard {
     pub rebalance: bool,
     /// Bytes of state sent to each worker respawned from a healthy replica since the runner
     /// last took them ([`Guard::take_transfers`]), for the simulated clock.
-    transfers: Vec<u64>,
+    pub(crate) transfers: Vec<u64>,
     /// Replicas (data-parallel workers; 1 for a single worker or a pipeline).
-    replicas: usize,
-    spikes: BTreeMap<usize, LossSpike>,
-    digests: BTreeMap<usize, u64>,
+    pub(crate) replicas: usize,
+    pub(crate) spikes: BTreeMap<usize, LossSpike>,
+    pub(crate) digests: BTreeMap<usize, u64>,
     /// Workers seen to stop answering and not yet brought back.
-    down: BTreeSet<usize>,
+    pub(crate) down: BTreeSet<usize>,
     /// `(rank, donor, step)` to re-sync before the rank's first forward pass of a step after
     /// `step` (a crashed worker rejoins at the next step, not in a redo of its crash step).
-    resync_next: Vec<(usize, usize, u64)>,
+    pub(crate) resync_next: Vec<(usize, usize, u64)>,
     /// `(rank, donor)` to re-sync once the donor has taken this step's update.
-    resync_now: Vec<(usize, usize)>,
-    donors: BTreeMap<usize, Worker>,
+    pub(crate) resync_now: Vec<(usize, usize)>,
+    pub(crate) donors: BTreeMap<usize, Worker>,
 }
 
 impl Guard {
     /// A guard for `replicas` data-parallel replicas (1 for a pipeline).
-    pub fn new(faults: FaultInjector, strategy: Strategy, detect: DetectConfig, replicas: usize) -> Self {
+    pub fn new(strategy: Strategy, detect: DetectConfig, replicas: usize) -> Self {
         Self {
-            faults,
             strategy,
             detect,
             detections: Vec::new(),
@@ -178,21 +173,11 @@ impl Guard {
         &self.down
     }
 
-    /// Brings every crashed worker back (the runner restored the state of all workers).
-    pub fn respawn_all(&mut self) {
-        for r in std::mem::take(&mut self.down) {
-            self.faults.respawn(r);
-        }
-        self.resync_next.clear();
-    }
-
     /// The job went on without worker `rank` for good (the runner removed it from the
-    /// trainer): the injector drops its faults, and every rank above it moves down one in the
-    /// guard's records, as the workers did. Re-syncs waiting for it are dropped; those that
+    /// trainer): every rank above it moves down one in the guard's records, as the workers did. Re-syncs waiting for it are dropped; those that
     /// would copy from it copy from the lowest replica left instead.
-    pub fn remove_rank(&mut self, rank: usize) {
+    pub(crate) fn remove_rank(&mut self, rank: usize) {
         let shift = |r: usize| if r > rank { r - 1 } else { r };
-        self.faults.remove_rank(rank);
         self.replicas = self.replicas.saturating_sub(1);
         self.down = self.down.iter().filter(|&&r| r != rank).map(|&r| shift(r)).collect();
         self.spikes = std::mem::take(&mut self.spikes).into_iter().filter(|(r, _)| *r != rank).map(|(r, s)| (shift(r), s)).collect();
@@ -210,13 +195,8 @@ impl Guard {
         std::mem::take(&mut self.transfers)
     }
 
-    /// Measurement only: steps since the most recent fault at or before `step`.
-    fn latency(&self, step: u64) -> Option<u64> {
-        self.faults.log.iter().map(|l| l.event.step).filter(|&s| s <= step).max().map(|s| step - s)
-    }
-
     /// Records a detection, asks the strategy and turns the decision into a control value.
-    fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize]) -> Control {
+    pub(crate) fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize], latency: Option<u64>) -> Control {
         let mut unhealthy: Vec<usize> = ranks.to_vec();
         unhealthy.extend(self.down.iter().copied().filter(|r| !ranks.contains(r)));
         // Damage seen again in a redone step counts against rollback, whatever caused it: the
@@ -228,7 +208,7 @@ impl Guard {
             rank: ranks.first().copied(),
             kind,
             point: Some(ctx.point),
-            latency_steps: self.latency(ctx.step),
+            latency_steps: latency,
             decision: decision.clone(),
             buckets: None,
         });
@@ -238,7 +218,7 @@ impl Guard {
     /// A checkpoint whose stored digests do not match its data was met while restarting at
     /// `step` (worker `rank`'s file): records the detection and returns the strategy's decision
     /// (`Continue`: load it anyway, the published method; otherwise fall back to an older one).
-    pub fn checkpoint_mismatch(&mut self, step: u64, rank: usize) -> Decision {
+    pub(crate) fn checkpoint_mismatch(&mut self, step: u64, rank: usize, latency: Option<u64>) -> Decision {
         let situation = Situation { replicas: self.replicas, unhealthy: vec![rank], redos: 0 };
         let decision = decide(self.strategy, Detection::ChecksumMismatch, &[rank], &situation);
         self.detections.push(DetectionRecord {
@@ -246,7 +226,7 @@ impl Guard {
             rank: Some(rank),
             kind: Detection::ChecksumMismatch,
             point: None,
-            latency_steps: self.latency(step),
+            latency_steps: latency,
             decision: decision.clone(),
             buckets: None,
         });
@@ -283,160 +263,10 @@ impl Guard {
 
     /// Copies the donor's model and optimizer state into `w` (its rank, random stream and
     /// cursor stay its own).
-    fn resync(&self, w: &mut Worker, from: usize) -> bool {
+    pub(crate) fn resync(&self, w: &mut Worker, from: usize) -> bool {
         let Some(d) = self.donors.get(&from) else { return false };
         w.net = d.net.clone();
         w.optim = d.optim.clone();
         true
-    }
-}
-
-impl Hooks for Guard {
-    fn undo(&self) -> bool {
-        self.strategy == Strategy::Rollback
-    }
-
-    fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
-        if let Some(i) = self.resync_next.iter().position(|&(r, _, s)| r == ctx.rank && ctx.step > s) {
-            let (_, from, _) = self.resync_next.remove(i);
-            if self.resync(worker, from) {
-                self.faults.respawn(ctx.rank);
-                self.down.remove(&ctx.rank);
-                self.transfers.push(worker.state_bytes());
-            }
-        }
-        let c = self.faults.before_step(ctx, worker);
-        // A worker that does not start its step has stopped (fail-stop): a real job sees it at
-        // once, as a timeout on the collective.
-        if matches!(c, Control::Skip) && self.down.insert(ctx.rank) {
-            return match self.fire(ctx, Detection::Crash, &[ctx.rank]) {
-                Control::Continue => c,
-                other => other,
-            };
-        }
-        c
-    }
-
-    fn rebalance(&self) -> bool {
-        self.rebalance
-    }
-
-    fn crash_time(&mut self, ctx: &Ctx, timeline: &Timeline) -> Option<f64> {
-        self.faults.crash_time(ctx, timeline)
-    }
-
-    /// A real job sees a crash when the collective in flight times out: the strategy decides
-    /// (rollback redoes the step without the worker, lossy forward finishes it over the
-    /// survivors, checkpoint-restart reloads, `none` fails the run).
-    fn on_crash(&mut self, ctx: &Ctx, crash: &Crash) -> Control {
-        if !self.down.insert(ctx.rank) {
-            return Control::Skip;
-        }
-        let control = self.fire(ctx, Detection::Crash, &[ctx.rank]);
-        if let Some(record) = self.detections.last_mut() {
-            record.buckets = Some([crash.completed_buckets, crash.buckets]);
-        }
-        match control {
-            Control::Continue => Control::Skip,
-            other => other,
-        }
-    }
-
-    fn after_loss(&mut self, ctx: &Ctx, loss: &mut LossInfo) -> Control {
-        let c = self.faults.after_loss(ctx, loss);
-        if !matches!(c, Control::Continue) {
-            return c;
-        }
-        let rank: Vec<usize> = if ctx.micro_batch.is_some() { Vec::new() } else { vec![ctx.rank] };
-        if self.detect.nan_loss && !(loss.loss.is_finite() && loss.loss.abs() <= self.detect.extreme_threshold) {
-            return self.fire(ctx, Detection::NonFiniteLoss, &rank);
-        }
-        if let Some(s) = &self.detect.loss_spike {
-            let spike = self.spikes.entry(ctx.rank).or_insert_with(|| LossSpike::new(s.window, s.factor));
-            if spike.observe(loss.loss) {
-                return self.fire(ctx, Detection::LossSpike, &rank);
-            }
-        }
-        Control::Continue
-    }
-
-    fn after_backward(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
-        let c = self.faults.after_backward(ctx, grads);
-        if !matches!(c, Control::Continue) {
-            return c;
-        }
-        if self.detect.nan_gradients && !all_within(grads.values().cloned(), self.detect.extreme_threshold) {
-            return self.fire(ctx, Detection::NonFiniteGradients, &[ctx.rank]);
-        }
-        Control::Continue
-    }
-
-    fn after_allreduce(&mut self, ctx: &Ctx, grads: &mut Grads) -> Control {
-        self.faults.after_allreduce(ctx, grads)
-    }
-
-    fn after_optimizer_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
-        let c = self.faults.after_optimizer_step(ctx, worker);
-        if !matches!(c, Control::Continue) {
-            return c;
-        }
-        if self.detect.nan_weights
-            && !(weights_within(&worker.net, self.detect.extreme_threshold)
-                && all_within(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned()), self.detect.extreme_threshold))
-        {
-            let c = self.fire(ctx, Detection::NonFiniteWeights, &[ctx.rank]);
-            if !matches!(c, Control::Continue) {
-                return c;
-            }
-        } else if matches!(self.strategy, Strategy::Rollback | Strategy::LossyForward) && !self.down.contains(&ctx.rank) {
-            // Only these strategies re-sync replicas; keeping a donor holds its tensors alive.
-            self.donors.insert(ctx.rank, worker.clone());
-        }
-        // Re-syncs waiting for a donor that has now taken its update.
-        if let Some(i) = self.resync_now.iter().position(|(r, _)| *r == ctx.rank)
-            && self.donors.contains_key(&self.resync_now[i].1)
-        {
-            let (_, from) = self.resync_now.remove(i);
-            self.resync(worker, from);
-        }
-        if let Some(k) = self.detect.divergence_every
-            && self.replicas > 1
-            && ctx.step.is_multiple_of(k)
-        {
-            self.digests.insert(ctx.rank, digest(&worker.net));
-            if ctx.rank + 1 == ctx.world {
-                let all: Vec<(usize, u64)> = std::mem::take(&mut self.digests).into_iter().collect();
-                let majority = all.iter().map(|(_, d)| *d).max_by_key(|d| all.iter().filter(|(_, x)| x == d).count());
-                let odd: Vec<usize> = all.iter().filter(|(_, d)| Some(*d) != majority).map(|(r, _)| *r).collect();
-                if !odd.is_empty() {
-                    // The replicas before this one have finished the step: re-sync them before
-                    // their next forward pass.
-                    let c = self.fire(ctx, Detection::ReplicaDivergence, &odd);
-                    let now = std::mem::take(&mut self.resync_now);
-                    for (r, from) in now {
-                        if r == ctx.rank {
-                            self.resync(worker, from);
-                        } else {
-                            self.resync_next.push((r, from, ctx.step));
-                        }
-                    }
-                    return c;
-                }
-            }
-        }
-        Control::Continue
-    }
-
-    fn on_message(&mut self, ctx: &Ctx, msg: &mut Message) -> Control {
-        self.faults.on_message(ctx, msg)
-    }
-
-    fn watch_forward(&self, ctx: &Ctx) -> bool {
-        self.faults.watch_forward(ctx)
-    }
-
-    // A corrupted neuron shows up in the loss (and gradients): the detectors there see it.
-    fn on_activation(&mut self, ctx: &Ctx, act: &mut Activation) -> Control {
-        self.faults.on_activation(ctx, act)
     }
 }

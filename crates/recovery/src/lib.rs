@@ -17,8 +17,10 @@
 
 pub mod detect;
 mod guard;
+mod supervised;
 
 pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};
+pub use supervised::Supervised;
 
 use serde::{Deserialize, Serialize};
 

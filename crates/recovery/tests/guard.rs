@@ -31,18 +31,31 @@ fn trainer(workers: usize) -> Trainer {
     Trainer::new(net, spec, data, device).unwrap()
 }
 
-fn guard(faults: &str, strategy: Strategy, detect: DetectConfig, world: usize) -> Guard {
+/// A guard and the faults it meets, as a run holds them.
+struct Guarded {
+    guard: Guard,
+    faults: FaultInjector,
+}
+
+impl std::ops::Deref for Guarded {
+    type Target = Guard;
+    fn deref(&self) -> &Guard {
+        &self.guard
+    }
+}
+
+fn guard(faults: &str, strategy: Strategy, detect: DetectConfig, world: usize) -> Guarded {
     let doc: toml::Table = toml::from_str(faults).unwrap();
     let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
     let entries = parse(&tables).unwrap();
     let events = schedule(&entries, STEPS, world, 1).unwrap();
-    Guard::new(FaultInjector::new(entries, events, 1), strategy, detect, world)
+    Guarded { guard: Guard::new(strategy, detect, world), faults: FaultInjector::new(entries, events, 1) }
 }
 
 /// Runs to the end; returns how the last step ended.
-fn run(t: &mut Trainer, g: &mut Guard) -> StepOutcome {
+fn run(t: &mut Trainer, g: &mut Guarded) -> StepOutcome {
     loop {
-        let out = t.step_with(g).unwrap();
+        let out = t.step_with(&mut g.guard.supervise(&mut g.faults)).unwrap();
         if !matches!(out, StepOutcome::Done(_)) || t.done() {
             return out;
         }

@@ -484,18 +484,19 @@ pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usiz
         divergence_every: Some(10),
         ..DetectConfig::default()
     };
-    let guard = |d| Guard::new(FaultInjector::new(Vec::new(), Vec::new(), 0), Strategy::None, d, workers);
+    let guard = |d| Guard::new(Strategy::None, d, workers);
     let (mut off, mut on) = (guard(none), guard(all));
+    let mut faults = FaultInjector::new(Vec::new(), Vec::new(), 0);
     for _ in 0..warmup {
-        a.step_with(&mut off)?;
-        b.step_with(&mut on)?;
+        a.step_with(&mut off.supervise(&mut faults))?;
+        b.step_with(&mut on.supervise(&mut faults))?;
     }
     let (mut t_off, mut t_on) = (0.0, 0.0);
     for i in 0..steps.max(1) {
         // Alternate which goes first, so neither always runs on a warmer cache.
-        let time = |t: &mut Trainer, g: &mut Guard| -> Result<f64> {
+        let mut time = |t: &mut Trainer, g: &mut Guard| -> Result<f64> {
             let s = Instant::now();
-            t.step_with(g)?;
+            t.step_with(&mut g.supervise(&mut faults))?;
             Ok(s.elapsed().as_secs_f64())
         };
         if i % 2 == 0 {

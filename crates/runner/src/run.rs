@@ -14,7 +14,7 @@ use resilab_recovery::Guard;
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 
 use crate::records::{Resumed, RunOptions, Summary};
-use crate::session::{Dirs, Session};
+use crate::session::{Dirs, Recovery, Session};
 use crate::{Error, Result, RunConfig};
 
 /// Builds and initialises the network a configuration describes, for `split`'s images, on
@@ -121,7 +121,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let split = Arc::new(resilab_data::load(&cfg.data)?);
     let mut trainer = build_trainer(cfg, split.clone(), &opts.compute)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
-    let mut guard = make_guard(cfg, &trainer)?;
+    let mut rec = make_recovery(cfg, &trainer)?;
     // The golden run comes before anything is written here: a run stopped while it computes
     // leaves this directory as it found it.
     let golden = golden_run(cfg, opts)?;
@@ -142,8 +142,8 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     watch.check()?;
     write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
     let mut session = Session::open(cfg, opts, &trainer, Dirs { ckpt_root, watch: watch.clone() }, golden, resumed.is_some())?;
-    session.run(&mut trainer, &mut guard)?;
-    let summary = session.finish(&mut trainer, &mut guard, &split, resumed)?;
+    session.run(&mut trainer, &mut rec)?;
+    let summary = session.finish(&mut trainer, &mut rec, &split, resumed)?;
     let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
     watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;
@@ -226,9 +226,9 @@ fn changed_settings(report: &LoadReport, cfg: &RunConfig) -> Vec<String> {
     pairs.into_iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect()
 }
 
-/// The `[[fault]]` entries checked against the trainer and scheduled, in the guard that injects
-/// them and detects and recovers.
-fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
+/// The `[[fault]]` entries checked against the trainer and scheduled in their injector, and the
+/// guard that detects and recovers.
+fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
     let config = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
     let entries = resilab_faults::parse(&cfg.faults).map_err(|e| config(&e))?;
     if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint)
@@ -247,9 +247,9 @@ fn make_guard(cfg: &RunConfig, trainer: &Trainer) -> Result<Guard> {
     let events =
         resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
-    let mut guard = Guard::new(FaultInjector::new(entries, events, cfg.fault_seed), cfg.recovery.strategy, cfg.detect.clone(), replicas);
+    let mut guard = Guard::new(cfg.recovery.strategy, cfg.detect.clone(), replicas);
     guard.rebalance = cfg.recovery.rebalance;
-    Ok(guard)
+    Ok(Recovery { guard, faults: FaultInjector::new(entries, events, cfg.fault_seed) })
 }
 
 /// Every tensor's checkpoint path in the run: each worker's parameters and buffers under

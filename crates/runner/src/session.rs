@@ -1,5 +1,5 @@
 //! The training loop of one run and the files it writes as it goes: each step through the
-//! guard, restarts from checkpoints, checkpoint writes and checkpoint faults, evaluations,
+//! rec, restarts from checkpoints, checkpoint writes and checkpoint faults, evaluations,
 //! `metrics.csv`, `compare.csv` and `faults.jsonl`, and at the end the [`Summary`].
 
 use std::collections::BTreeMap;
@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use resilab_checkpoint::{Meta, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::FaultEvent;
+use resilab_faults::FaultInjector;
 use resilab_recovery::detect::{Health, workers_health};
 use resilab_recovery::{Decision, Guard};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
@@ -73,6 +74,14 @@ struct Window {
     loss: f64,
     acc: f64,
     steps: u64,
+}
+
+/// A run's faults and its guard: the injector applies the faults (its hooks, checkpoint
+/// files, crashes and lost nodes), the guard detects and decides; they meet as training hooks
+/// only through [`Guard::supervise`].
+pub(crate) struct Recovery {
+    pub(crate) guard: Guard,
+    pub(crate) faults: FaultInjector,
 }
 
 /// Where a run writes checkpoints, and the directories it checks before each write there.
@@ -176,7 +185,7 @@ impl<'a> Session<'a> {
     }
 
     /// Trains until the schedule ends or the guard gives up.
-    pub(crate) fn run(&mut self, trainer: &mut Trainer, guard: &mut Guard) -> Result<()> {
+    pub(crate) fn run(&mut self, trainer: &mut Trainer, rec: &mut Recovery) -> Result<()> {
         if self.missing_row {
             self.recreate_row(trainer)?;
         }
@@ -185,18 +194,18 @@ impl<'a> Session<'a> {
                 log.record(trainer)?;
             }
             let t = Instant::now();
-            let outcome = trainer.step_with(guard)?;
+            let outcome = trainer.step_with(&mut rec.guard.supervise(&mut rec.faults))?;
             self.tally.train_s += t.elapsed().as_secs_f64();
-            self.log_faults(guard)?;
-            self.charge_transfers(trainer, guard);
+            self.log_faults(rec)?;
+            self.charge_transfers(trainer, rec);
             let s = match outcome {
                 StepOutcome::Done(s) => s,
                 StepOutcome::Restored { .. } => continue,
-                StepOutcome::Stopped { lost_s, .. } => match guard.pending.take() {
+                StepOutcome::Stopped { lost_s, .. } => match rec.guard.pending.take() {
                     Some(Decision::RestartFromCheckpoint) => {
                         self.tally.crash_lost_s += lost_s;
                         self.tally.sim_s += lost_s;
-                        if self.restart(trainer, guard, true)? && self.handle_losses(trainer, guard, true)? {
+                        if self.restart(trainer, rec, true)? && self.handle_losses(trainer, rec, true)? {
                             continue;
                         }
                         self.tally.failed = true;
@@ -210,13 +219,13 @@ impl<'a> Session<'a> {
             };
             self.tally.losses.count_step(trainer.workers.len());
             self.account(&s);
-            if !self.handle_losses(trainer, guard, false)? {
+            if !self.handle_losses(trainer, rec, false)? {
                 self.tally.failed = true;
                 break;
             }
             self.checkpoint_if_due(trainer, &s)?;
-            if self.strike_checkpoints(trainer, guard, &s)? {
-                self.log_faults(guard)?;
+            if self.strike_checkpoints(trainer, rec, &s)? {
+                self.log_faults(rec)?;
                 self.bar.set_position(trainer.step);
                 continue;
             }
@@ -227,15 +236,15 @@ impl<'a> Session<'a> {
     }
 
     /// Appends the fault log's new entries to `faults.jsonl`.
-    fn log_faults(&mut self, guard: &Guard) -> Result<()> {
+    fn log_faults(&mut self, rec: &Recovery) -> Result<()> {
         let path = self.opts.out.join("faults.jsonl");
-        self.logged_faults = append_fault_log(&mut self.faults_file, &path, guard.faults.logged(), self.logged_faults)?;
+        self.logged_faults = append_fault_log(&mut self.faults_file, &path, rec.faults.logged(), self.logged_faults)?;
         Ok(())
     }
 
     /// Charges the state sent to workers respawned from a healthy replica, one message each.
-    fn charge_transfers(&mut self, trainer: &Trainer, guard: &mut Guard) {
-        for bytes in guard.take_transfers() {
+    fn charge_transfers(&mut self, trainer: &Trainer, rec: &mut Recovery) {
+        for bytes in rec.guard.take_transfers() {
             let s = trainer.parallel.network.send_s(bytes);
             self.tally.transfer_s += s;
             self.tally.sim_s += s;
@@ -268,7 +277,7 @@ impl<'a> Session<'a> {
     ///
     /// `damage`: the restart clears damage (the strategy's restart); otherwise it replaces a
     /// worker lost for good (reinit), and always goes to the newest checkpoint.
-    fn restart(&mut self, trainer: &mut Trainer, guard: &mut Guard, damage: bool) -> Result<bool> {
+    fn restart(&mut self, trainer: &mut Trainer, rec: &mut Recovery, damage: bool) -> Result<bool> {
         let at_step = trainer.step + 1;
         let t = Instant::now();
         let recurred = self.tally.restarts.last().filter(|r| damage && at_step <= r.at_step).map(|r| r.to_step);
@@ -303,7 +312,7 @@ impl<'a> Session<'a> {
             self.tally.storage_s += read_s;
             self.tally.sim_s += read_s;
         }
-        guard.respawn_all();
+        rec.guard.supervise(&mut rec.faults).respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
         self.bar.set_position(trainer.step);
@@ -334,22 +343,22 @@ impl<'a> Session<'a> {
     /// Checkpoint faults due after step `s`: each corrupts the newest checkpoint's file of its
     /// worker, and training restarts from it as the published method does. Returns whether any
     /// restart happened.
-    fn strike_checkpoints(&mut self, trainer: &mut Trainer, guard: &mut Guard, s: &StepStats) -> Result<bool> {
+    fn strike_checkpoints(&mut self, trainer: &mut Trainer, rec: &mut Recovery, s: &StepStats) -> Result<bool> {
         let mut restarted = false;
-        for event in guard.faults.due_checkpoint(s.step) {
+        for event in rec.faults.due_checkpoint(s.step) {
             let Some((_, dir)) = resilab_checkpoint::list(&self.ckpt_root)?.last().cloned() else {
                 eprintln!("resilab: checkpoint fault {} at step {}: no checkpoint written yet, skipped", event.entry, s.step);
                 continue;
             };
             let file = dir.join(resilab_checkpoint::file_name(event.rank));
-            let Some(spec) = guard.faults.spec(&event).cloned() else { continue };
             self.watch.check()?;
-            let seed = guard.faults.event_seed(&event);
-            let report = resilab_inject::inject_file(&spec, &file, &resilab_inject::Output::InPlace, seed)
-                .map_err(|source| Error::Inject { entry: event.entry, file: file.clone(), source })?;
-            guard.faults.record(event, report.records);
+            rec.faults.strike_checkpoint(event, &file).map_err(|source| Error::Inject {
+                entry: event.entry,
+                file: file.clone(),
+                source,
+            })?;
             let t = Instant::now();
-            let (state, from) = self.reload_struck(trainer, guard, &dir, &event, s.step)?;
+            let (state, from) = self.reload_struck(trainer, rec, &dir, &event, s.step)?;
             trainer.restore(&state)?;
             self.tally.steps_lost += s.step - trainer.step;
             self.tally.restarts.push(Restart { at_step: s.step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
@@ -364,7 +373,7 @@ impl<'a> Session<'a> {
     fn reload_struck(
         &self,
         trainer: &Trainer,
-        guard: &mut Guard,
+        rec: &mut Recovery,
         dir: &Path,
         event: &FaultEvent,
         step: u64,
@@ -373,16 +382,18 @@ impl<'a> Session<'a> {
         let probe = self.opts.probe.as_ref();
         match resilab_checkpoint::load(dir, &template, OnMismatch::Error, probe) {
             Ok((state, r)) => Ok((state, Some(r.dir))),
-            Err(resilab_checkpoint::Error::Mismatch { .. }) => match guard.checkpoint_mismatch(step, event.rank) {
-                Decision::Continue => {
-                    let (state, r) = resilab_checkpoint::load(dir, &template, OnMismatch::Load, probe)?;
-                    Ok((state, Some(r.dir)))
+            Err(resilab_checkpoint::Error::Mismatch { .. }) => {
+                match rec.guard.supervise(&mut rec.faults).checkpoint_mismatch(step, event.rank) {
+                    Decision::Continue => {
+                        let (state, r) = resilab_checkpoint::load(dir, &template, OnMismatch::Load, probe)?;
+                        Ok((state, Some(r.dir)))
+                    }
+                    _ => match resilab_checkpoint::load(&self.ckpt_root, &template, OnMismatch::Fallback, probe) {
+                        Ok((state, r)) => Ok((state, Some(r.dir))),
+                        Err(_) => Ok((self.initial.clone(), None)),
+                    },
                 }
-                _ => match resilab_checkpoint::load(&self.ckpt_root, &template, OnMismatch::Fallback, probe) {
-                    Ok((state, r)) => Ok((state, Some(r.dir))),
-                    Err(_) => Ok((self.initial.clone(), None)),
-                },
-            },
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -479,7 +490,7 @@ impl<'a> Session<'a> {
     pub(crate) fn finish(
         self,
         trainer: &mut Trainer,
-        guard: &mut Guard,
+        rec: &mut Recovery,
         split: &Split,
         resumed: Option<crate::records::Resumed>,
     ) -> Result<Summary> {
@@ -533,10 +544,10 @@ impl<'a> Session<'a> {
             status: if t.failed { "failed" } else { "completed" }.to_string(),
             failure: t.failure,
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            faults_injected: guard.faults.logged().len(),
-            values_corrupted: guard.faults.logged().iter().map(|l| l.corrupted).sum(),
-            values_non_finite_or_extreme: guard.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
-            detections: std::mem::take(&mut guard.detections),
+            faults_injected: rec.faults.logged().len(),
+            values_corrupted: rec.faults.logged().iter().map(|l| l.corrupted).sum(),
+            values_non_finite_or_extreme: rec.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
+            detections: std::mem::take(&mut rec.guard.detections),
             restarts: t.restarts,
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,

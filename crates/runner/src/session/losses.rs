@@ -1,10 +1,10 @@
 //! Workers lost for good: after each step (and after a restart), every worker whose node is
 //! gone is handled as `recovery.on_permanent_loss` says, with `parallel.spares` spare nodes.
 
-use resilab_recovery::{Guard, LossAction, on_loss};
+use resilab_recovery::{LossAction, on_loss};
 use resilab_train::Trainer;
 
-use super::Session;
+use super::{Recovery, Session};
 use crate::Result;
 use crate::records::WorkersSummary;
 
@@ -12,8 +12,8 @@ impl Session<'_> {
     /// Handles every worker lost for good since the last call, highest rank first (removing a
     /// rank moves the ones above it). `restarted`: every worker's state was just restored from
     /// a checkpoint, which serves a spare as well. Returns `false` when the run cannot go on.
-    pub(super) fn handle_losses(&mut self, trainer: &mut Trainer, guard: &mut Guard, restarted: bool) -> Result<bool> {
-        let mut lost: Vec<usize> = guard.faults.lost().iter().copied().collect();
+    pub(super) fn handle_losses(&mut self, trainer: &mut Trainer, rec: &mut Recovery, restarted: bool) -> Result<bool> {
+        let mut lost: Vec<usize> = rec.faults.lost().iter().copied().collect();
         lost.reverse();
         let mut restarted = restarted;
         for rank in lost {
@@ -24,22 +24,22 @@ impl Session<'_> {
             match action {
                 LossAction::Respawn | LossAction::Reinit => {
                     self.tally.losses.spares_used += 1;
-                    guard.faults.replace(rank);
+                    rec.faults.replace(rank);
                     if action == LossAction::Reinit && !restarted {
                         self.tally.losses.reinits += 1;
-                        if !self.restart(trainer, guard, false)? {
+                        if !self.restart(trainer, rec, false)? {
                             return Ok(false);
                         }
                         restarted = true;
                     } else if restarted {
                         // The restart restored the spare's state with everyone else's.
-                        guard.faults.respawn(rank);
+                        rec.faults.respawn(rank);
                     }
                 }
                 LossAction::Shrink { fallback } => {
                     self.tally.losses.fallbacks += u64::from(fallback);
                     trainer.remove_worker(rank, self.cfg.recovery.shrink_batch)?;
-                    guard.remove_rank(rank);
+                    rec.guard.supervise(&mut rec.faults).remove_rank(rank);
                 }
                 LossAction::Fail => {
                     self.tally.failure = Some(fail_reason(trainer.workers.len(), pipeline, rank));
