@@ -34,7 +34,8 @@ pub struct Row {
 }
 
 impl Row {
-    /// The CSV header for rows with these axis keys.
+    /// The CSV header for rows with these axis keys: the run's fields by their serde names,
+    /// with the grid's axes after `index` and the metric columns a campaign of `kind` fills.
     pub fn header(axes: &[String], kind: Kind) -> Vec<String> {
         let mut h = vec!["id".to_string(), "index".into()];
         h.extend(axes.iter().cloned());
@@ -44,21 +45,20 @@ impl Row {
         h
     }
 
-    /// This row's CSV fields, in [`Row::header`] order.
+    /// This row's CSV fields under [`Row::header`]: each column's value looked up by its name,
+    /// an axis in the coordinates and every other column in the row's serde record (so a
+    /// column and its value cannot be paired by position), empty where the run has none.
     pub fn fields(&self, axes: &[String], kind: Kind) -> Vec<String> {
-        let mut f = vec![self.id.clone(), self.index.to_string()];
-        f.extend(axes.iter().map(|a| self.coords.get(a).cloned().unwrap_or_default()));
-        f.extend([self.seed.to_string(), self.rep.to_string(), self.status.name().to_string()]);
-        let m = serde_json::to_value(&self.metrics).unwrap_or_default();
-        for c in crate::metric_columns(kind) {
-            f.push(match &m[c] {
-                serde_json::Value::Null => String::new(),
-                serde_json::Value::String(s) => s.clone(),
-                v => v.to_string(),
-            });
-        }
-        f.push(self.message.clone().unwrap_or_default());
-        f
+        let record = serde_json::to_value(self).unwrap_or_default();
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        Row::header(axes, kind)
+            .iter()
+            .map(|c| if axes.contains(c) { self.coords.get(c).cloned().unwrap_or_default() } else { text(&record[c.as_str()]) })
+            .collect()
     }
 }
 
