@@ -170,12 +170,22 @@ fn write_predictions(
         .open(path)
         .map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     let mut w = csv::Writer::from_writer(file);
+    // Each column with its value: the image's index and the prediction's named fields, then one
+    // column per class.
+    type Column = (String, Box<dyn Fn(usize, &resilab_train::Prediction) -> String>);
     let classes = rows.first().map_or(0, |r| r.logits.len());
-    let header = ["image", "label", "predicted"].into_iter().map(String::from).chain((0..classes).map(|k| format!("logit_{k}")));
-    w.write_record(header).map_err(csv_err)?;
+    let mut columns: Vec<Column> = vec![
+        ("image".into(), Box::new(|i, _| i.to_string())),
+        ("label".into(), Box::new(|_, p| p.label.to_string())),
+        ("predicted".into(), Box::new(|_, p| p.predicted.to_string())),
+    ];
+    columns.extend(
+        (0..classes)
+            .map(|k| -> Column { (format!("logit_{k}"), Box::new(move |_, p| p.logits.get(k).map_or(String::new(), f32::to_string))) }),
+    );
+    w.write_record(columns.iter().map(|(name, _)| name)).map_err(csv_err)?;
     for (i, r) in rows.iter().enumerate() {
-        let fields = [i, r.label, r.predicted].map(|v| v.to_string()).into_iter().chain(r.logits.iter().map(|v| v.to_string()));
-        w.write_record(fields).map_err(csv_err)?;
+        w.write_record(columns.iter().map(|(_, value)| value(i, r))).map_err(csv_err)?;
     }
     w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
