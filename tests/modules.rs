@@ -58,7 +58,11 @@ fn the_reader_finds_a_circle_through_three_modules_and_names_its_uses() {
         ("src/lib.rs", "mod a;\nmod b;\nmod c;\npub use a::Thing;\n"),
         ("src/a.rs", "use crate::b::helper;\npub struct Thing;\n"),
         ("src/b.rs", "pub fn helper() { crate::c::other() }\n"),
-        ("src/c.rs", "// crate::b::helper is not a use in a comment\npub fn other() { let _ = \"crate::b\"; let _t: crate::Thing; }\n"),
+        // No use in a comment, a raw byte string, or a string after an escaped-quote character.
+        (
+            "src/c.rs",
+            "// crate::b::helper is not a use in a comment\npub fn other() { let _ = br\"crate::b\"; let _ = '\\''; let _ = \"crate::b\"; let _t: crate::Thing; }\n",
+        ),
     ]);
     let circles = Graph::of_crate(&dir.path().join("src/lib.rs")).circles();
     assert_eq!(circles.len(), 1, "{circles:?}");

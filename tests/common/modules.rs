@@ -218,14 +218,10 @@ fn strip_comments_and_strings(text: &str) -> String {
             i + rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
         } else if rest.starts_with(b"/*") {
             i + block_comment_len(rest)
-        } else if rest[0] == b'"' || rest.starts_with(b"r\"") || rest.starts_with(b"r#") || rest.starts_with(b"b\"") {
-            if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
-                i += 1;
-                continue;
-            }
-            i + string_len(rest)
+        } else if let Some(len) = string_len(b, i) {
+            i + len
         } else if rest[0] == b'\'' {
-            i + char_len(rest)
+            i + char_len(&text[i..])
         } else {
             i += 1;
             continue;
@@ -255,33 +251,46 @@ fn block_comment_len(s: &[u8]) -> usize {
     s.len()
 }
 
-fn string_len(s: &[u8]) -> usize {
-    let start = s.iter().position(|&c| c == b'"' || c == b'#').unwrap_or(0);
-    if s[0] == b'r' {
-        let hashes = s[1..].iter().take_while(|&&c| c == b'#').count();
-        let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
-        let open = 1 + hashes + 1;
-        return s[open..].windows(close.len()).position(|w| w == close.as_slice()).map_or(s.len(), |p| open + p + close.len());
+/// The length of the string literal that starts at `i`, if one does: `"…"`, or with a `b` or
+/// `c` and/or `r` prefix and `#`s (`br"…"`, `r#"…"#`). Not inside an identifier.
+fn string_len(b: &[u8], i: usize) -> Option<usize> {
+    if i > 0 && is_ident(b[i - 1]) {
+        return None;
     }
-    let mut i = start + 1;
-    while i < s.len() {
-        match s[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
+    let s = &b[i..];
+    let kind = usize::from(matches!(s.first(), Some(b'b' | b'c')));
+    let raw = s.get(kind) == Some(&b'r');
+    let hashes = if raw { s[kind + 1..].iter().take_while(|&&c| c == b'#').count() } else { 0 };
+    let open = kind + usize::from(raw) + hashes;
+    if s.get(open) != Some(&b'"') {
+        return None;
+    }
+    if raw {
+        let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+        let body = &s[open + 1..];
+        return Some(body.windows(close.len()).position(|w| w == close.as_slice()).map_or(s.len(), |p| open + 1 + p + close.len()));
+    }
+    let mut j = open + 1;
+    while j < s.len() {
+        match s[j] {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
         }
     }
-    s.len()
+    Some(s.len())
 }
 
-/// A character literal's length, or 1 for a lifetime's quote.
-fn char_len(s: &[u8]) -> usize {
-    if s.get(1) == Some(&b'\\') {
-        return s[2..].iter().position(|&c| c == b'\'').map_or(1, |p| p + 3);
+/// The length in bytes of the character literal `s` starts with (`'x'`, `'\n'`, `'\''`,
+/// `'\u{..}'`), or 1 for a lifetime's quote.
+fn char_len(s: &str) -> usize {
+    let rest = &s[1..];
+    if rest.starts_with('\\') {
+        // The escaped character, then the closing quote.
+        return rest.get(2..).and_then(|t| t.find('\'')).map_or(1, |p| p + 4);
     }
-    let ch = std::str::from_utf8(&s[1..s.len().min(6)]).ok().or_else(|| std::str::from_utf8(&s[1..2]).ok()).and_then(|t| t.chars().next());
-    match ch {
-        Some(c) if s.get(1 + c.len_utf8()) == Some(&b'\'') => 2 + c.len_utf8(),
+    match rest.chars().next() {
+        Some(c) if rest[c.len_utf8()..].starts_with('\'') => 2 + c.len_utf8(),
         _ => 1,
     }
 }
