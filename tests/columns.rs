@@ -9,17 +9,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use common::units::{covered, table};
+use common::units::{covered, metrics_section, table, unit_word};
 
 /// The section's tables: per heading (`cells.csv`, `comparisons.csv of a study`), each column
 /// with its unit, in order.
 fn documented() -> BTreeMap<String, Vec<(String, String)>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
-    let section = doc.split("## Columns of the report's files").nth(1).expect("docs/metrics.md has the section of the report's columns");
-    let section = section.split("\n## ").next().unwrap();
+    let section = metrics_section("Columns of the report's files");
     let mut files = BTreeMap::new();
     for part in section.split("\n### ").skip(1) {
         let heading = part.lines().next().unwrap().replace('`', "");
@@ -75,13 +71,7 @@ fn a_documented_accuracy_or_overhead_column_has_the_unit_of_the_unit_table() {
     for (file, columns) in documented() {
         for (name, unit) in columns.iter().filter(|(name, _)| covered(name)) {
             let want = units.get(name).unwrap_or_else(|| panic!("{file}: {name} is not in docs/metrics.md's unit table"));
-            let word = match want.as_str() {
-                "frac" => "fraction",
-                "pct" => "percent",
-                "pts" => "points",
-                _ => "simulated seconds",
-            };
-            assert!(unit.starts_with(word), "{file}: {name} is documented in {unit:?}, the unit table says {want}");
+            assert_eq!(unit_word(unit), Some(want.as_str()), "{file}: {name} is documented in {unit:?}, the unit table says {want}");
         }
     }
 }

@@ -6,23 +6,31 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The text of docs/metrics.md's section `heading` (its `## heading` line), up to the next
+/// section.
+pub fn metrics_section(heading: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+    let section = doc.split(&format!("## {heading}")).nth(1).unwrap_or_else(|| panic!("docs/metrics.md has no section {heading:?}"));
+    section.split("\n## ").next().unwrap().to_string()
+}
+
+/// The unit a docs table's unit cell names: `frac`, `pct`, `pts` or `s` (simulated seconds).
+pub fn unit_word(cell: &str) -> Option<&'static str> {
+    [("fraction", "frac"), ("percent", "pct"), ("points", "pts"), ("simulated seconds", "s")]
+        .into_iter()
+        .find(|(word, _)| cell.starts_with(word))
+        .map(|(_, unit)| unit)
+}
+
 /// The documented unit of each accuracy and overhead column: `frac`, `pct`, `pts` or another
 /// word (`s`).
 pub fn table() -> BTreeMap<String, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
-    let section = doc.split("## Units: one per column name").nth(1).expect("docs/metrics.md has the units section");
-    let section = section.split("\n## ").next().unwrap();
+    let section = metrics_section("Units: one per column name");
     let mut t = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let cells: Vec<&str> = line.split(" | ").collect();
-        let unit = match cells[1] {
-            u if u.starts_with("fraction") => "frac",
-            u if u.starts_with("percent") => "pct",
-            u if u.starts_with("points") => "pts",
-            u if u.starts_with("simulated seconds") => "s",
-            u => panic!("docs/metrics.md: unknown unit {u:?}"),
-        };
+        let unit = unit_word(cells[1]).unwrap_or_else(|| panic!("docs/metrics.md: unknown unit {:?}", cells[1]));
         for name in cells[0].trim_start_matches("| ").split(", ") {
             let name = name.trim_matches('`').to_string();
             assert!(t.insert(name.clone(), unit.to_string()).is_none(), "docs/metrics.md lists {name} twice");
