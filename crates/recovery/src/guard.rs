@@ -174,8 +174,9 @@ impl Guard {
     }
 
     /// The job went on without worker `rank` for good (the runner removed it from the
-    /// trainer): every rank above it moves down one in the guard's records, as the workers did. Re-syncs waiting for it are dropped; those that
-    /// would copy from it copy from the lowest replica left instead.
+    /// trainer): every rank above it moves down one in the guard's records, as the workers did.
+    /// Re-syncs waiting for it are dropped; those that would copy from it copy from the lowest
+    /// replica left instead.
     pub(crate) fn remove_rank(&mut self, rank: usize) {
         let shift = |r: usize| if r > rank { r - 1 } else { r };
         self.replicas = self.replicas.saturating_sub(1);

@@ -4,7 +4,7 @@
 //! The guard reads what the simulated system shows (a worker that does not start its step,
 //! losses, gradients, weights, digests); the injector's log is read for measurement only, each
 //! detection's latency (`FaultInjector::withhold_log` empties it and the decisions stay the
-//! same, tested in the runner).
+//! same: `crates/recovery/tests/guard.rs`).
 
 use resilab_faults::FaultInjector;
 use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Timeline, Worker};

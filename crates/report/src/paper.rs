@@ -88,7 +88,7 @@ fn summary(root: &Path, sections: &[Section]) -> Result<String> {
     let mut out = String::from("| preset | published | runs (wall time) | numerics | verdicts |\n|---|---|---|---|---|\n");
     for Section { summary: s, .. } in sections {
         let folder = s.name.split(' ').next().unwrap_or_default();
-        let numerics = read::numerics(read::meta(&root.join(folder))?.platform.as_deref());
+        let numerics = read::numerics_of(&root.join(folder))?;
         let stale = if numerics.contains(&current) { "" } else { " (*stale*)" };
         let verdicts: Vec<String> = s.verdicts.iter().map(|(t, v)| format!("{t}: **{v}**")).collect();
         out += &format!("| `{}` | {} | {} | {numerics}{stale} | {} |\n", s.name, s.published, s.runs, verdicts.join("; "));

@@ -33,8 +33,8 @@ pub(super) fn section(root: &Path, short: &str, long: &str) -> Result<Option<Sec
         return Ok(None);
     }
     let mut lines = vec![format!("## {short} vs {long}: the continuation's length"), String::new()];
-    let na = read::numerics(read::meta(&root.join(short))?.platform.as_deref());
-    let nb = read::numerics(read::meta(&root.join(long))?.platform.as_deref());
+    let na = read::numerics_of(&root.join(short))?;
+    let nb = read::numerics_of(&root.join(long))?;
     if na != nb {
         lines.push(format!(
             "Not compared: `{short}` ran on `{na}` and `{long}` on `{nb}`, so their base checkpoints, and the files the same flips altered, \

@@ -114,10 +114,7 @@ pub(super) fn section(root: &Path, short: &str, long: &str) -> Result<Option<Sec
     if runs[0].is_empty() {
         return Ok(None);
     }
-    if !runs[1].is_empty()
-        && read::numerics(read::meta(&root.join(short))?.platform.as_deref())
-            != read::numerics(read::meta(&root.join(long))?.platform.as_deref())
-    {
+    if !runs[1].is_empty() && read::numerics_of(&root.join(short))? != read::numerics_of(&root.join(long))? {
         runs[1].clear();
     }
     let with_long = !runs[1].is_empty();

@@ -144,6 +144,11 @@ pub(super) fn wall(dir: &Path) -> Result<String> {
     Ok(text.trim().to_string())
 }
 
+/// The numerics the preset folder `dir` ran on: [`numerics`] of its `campaign.json`'s platform.
+pub(super) fn numerics_of(dir: &Path) -> Result<String> {
+    Ok(numerics(meta(dir)?.platform.as_deref()))
+}
+
 /// The numerics a platform string names: its backend and kernels revision, the part in its
 /// first parentheses (`flex + resilab kernels r4`), which decides the bits a run computes;
 /// the whole string without one, `?` without a platform.
