@@ -40,7 +40,9 @@ pub(crate) enum Command {
     /// Each recovery strategy's expected overhead for N data-parallel workers (the model,
     /// batch per worker, cost model and recovery settings of a run configuration), from the
     /// same cost model the simulation charges: step timeline, checkpoint writes and reads,
-    /// rollback's copy, relaunches and respawn transfers. Needs parallel.compute.gflops.
+    /// rollback's copy, failure detection, communicator rebuilds, relaunches and respawn
+    /// transfers; then where the cheapest strategy changes as each constant moves. Needs
+    /// parallel.compute.gflops.
     Project(ProjectArgs),
     /// Internal: open and verify a checkpoint file in this process (used as a crash guard).
     #[command(hide = true, name = "__probe")]
@@ -404,7 +406,7 @@ pub(crate) struct AdviseArgs {
 #[derive(Args)]
 pub(crate) struct ProjectArgs {
     /// Run configuration (TOML) whose model, per-worker batch, [parallel] cost model and
-    /// [recovery] relaunch_s are projected.
+    /// [recovery] detect_timeout_s, rebuild_s and relaunch_s are projected.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
     /// Override a configuration key (repeatable), as for `train`.

@@ -20,15 +20,23 @@ fn train(dir: &Path, name: &str, parallel: &str, extra: &str) -> Value {
     )
 }
 
-/// Worker 2 of 4 lost for good at step 5, under lossy forward and `recovery`.
+/// Worker 2 of 4 lost for good at step 5, under lossy forward and `recovery`; a detection of
+/// 0.2 s, a communicator rebuild of 0.1 s and a relaunch of 0.5 s.
 fn lose_worker_2(dir: &Path, name: &str, parallel: &str, recovery: &str) -> Value {
     let fault = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 2\npermanent = true\n";
     train(
         dir,
         name,
         &format!("workers = 4\n{parallel}"),
-        &format!("{fault}\n[recovery]\nstrategy = \"lossy_forward\"\nrelaunch_s = 0.5\n{recovery}"),
+        &format!(
+            "{fault}\n[recovery]\nstrategy = \"lossy_forward\"\ndetect_timeout_s = 0.2\nrebuild_s = 0.1\nrelaunch_s = 0.5\n{recovery}"
+        ),
     )
+}
+
+/// The summary's `simulated_detect_s` and `simulated_rebuild_s`.
+fn waits(s: &Value) -> (f64, f64) {
+    (s["simulated_detect_s"].as_f64().unwrap(), s["simulated_rebuild_s"].as_f64().unwrap())
 }
 
 #[test]
@@ -58,7 +66,12 @@ fn each_policy_ends_a_permanent_loss_as_it_defines() {
     let storage = reinit["simulated_storage_s"].as_f64().unwrap();
     let files = reinit["checkpoints"].as_f64().unwrap() + 1.0;
     assert!((storage - files * unit).abs() < 1e-12 * storage, "{storage} vs {files} x {unit}");
-    assert!(reinit["simulated_s"].as_f64().unwrap() > respawn["simulated_s"].as_f64().unwrap() + 0.5);
+    // Every policy waits once for the detector, and lossy forward finished step 5 over the
+    // survivors (one rebuild); the respawned spare joining is a second rebuild, while reinit's
+    // relaunch sets up a new communicator.
+    assert_eq!((waits(&respawn), waits(&reinit)), ((0.2, 0.2), (0.2, 0.1)));
+    let without_rebuilds = |s: &Value| s["simulated_s"].as_f64().unwrap() - waits(s).1;
+    assert!(without_rebuilds(&reinit) > without_rebuilds(&respawn) + 0.5);
 
     // Shrink: the three others go on, with the global batch or the per-worker batch kept.
     let keep = lose_worker_2(d, "shrink", "", "on_permanent_loss = \"shrink\"\n");
@@ -67,6 +80,7 @@ fn each_policy_ends_a_permanent_loss_as_it_defines() {
     assert_eq!(w["steps_at_workers"], json!({"3": 3, "4": 5}));
     assert_eq!((w["global_batch_at_end"].clone(), w["lr_scale_at_end"].clone()), (json!(32), json!(1.0)));
     assert_eq!(keep["simulated_relaunch_s"], 0.0);
+    assert_eq!(waits(&keep), (0.2, 0.1), "the rebuild without the lost rank is the shrink");
     let per = lose_worker_2(d, "per-worker", "", "on_permanent_loss = \"shrink\"\nshrink_batch = \"keep_per_worker\"\n");
     assert_eq!((per["workers"]["global_batch_at_end"].clone(), per["workers"]["lr_scale_at_end"].clone()), (json!(24), json!(0.75)));
     assert_ne!(per["final_params_digest"], keep["final_params_digest"]);

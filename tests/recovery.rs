@@ -179,6 +179,10 @@ fn simulated_time_is_deterministic_with_modelled_compute_and_charges_each_strate
     assert!(rollback["simulated_redo_s"].as_f64().unwrap() > 0.0);
     let lossy = go("lossy", &strategy("lossy_forward"));
     assert_eq!(lossy["simulated_snapshot_s"], 0.0, "lossy forward keeps no copy");
+    // A NaN is seen by the step's own checks: no detector timeout, no communicator change.
+    for s in [&rollback, &lossy] {
+        assert_eq!((s["simulated_detect_s"].as_f64(), s["simulated_rebuild_s"].as_f64()), (Some(0.0), Some(0.0)), "{s}");
+    }
     let over = |s: &serde_json::Value| s["simulated_overhead_vs_golden"].as_f64().unwrap();
     assert!(over(&rollback) > over(&lossy), "rollback pays its copies and its redo: {} vs {}", over(&rollback), over(&lossy));
     let restart = go("restart", &strategy("checkpoint_restart"));
@@ -217,8 +221,12 @@ fn crash_at(when: &str) -> String {
     format!("[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n{when}\n")
 }
 
+/// Recovery by `s`, the crash costs scaled to the tiny run's millisecond steps: a detection of
+/// 0.2 s, a rebuild of 0.1 s and a relaunch of 0.5 s.
 fn under(s: &str, extra: &str) -> String {
-    format!("[recovery]\nstrategy = \"{s}\"\nrelaunch_s = 0.5\n{extra}\n[parallel.compute]\ngflops = 20.0\n")
+    format!(
+        "[recovery]\nstrategy = \"{s}\"\ndetect_timeout_s = 0.2\nrebuild_s = 0.1\nrelaunch_s = 0.5\n{extra}\n[parallel.compute]\ngflops = 20.0\n"
+    )
 }
 
 #[test]
@@ -284,6 +292,12 @@ fn the_simulated_clock_charges_each_strategy_what_it_did_after_a_crash() {
     assert_eq!(f(&lossy, "simulated_transfer_s"), f(&rollback, "simulated_transfer_s"));
     let restart = go("checkpoint_restart");
     assert_eq!(f(&restart, "simulated_relaunch_s"), 0.5, "one relaunch");
+    // Every strategy that goes on waits once for the failure detector. Rollback and lossy
+    // forward rebuild the communicator twice (without worker 1, then with its respawn);
+    // checkpoint-restart's relaunch sets up a new one.
+    for (s, rebuilds) in [(&rollback, 0.2), (&lossy, 0.2), (&restart, 0.0)] {
+        assert_eq!((f(s, "simulated_detect_s"), f(s, "simulated_rebuild_s")), (0.2, rebuilds), "{}", s["strategy"]);
+    }
     let lost = f(&restart, "simulated_crash_lost_s");
     assert!(lost > 0.3 * step_s && lost < 0.7 * step_s, "{lost} vs a step of {step_s}");
     assert_eq!(f(&restart, "simulated_transfer_s"), 0.0, "every worker reloads the checkpoint");
@@ -310,6 +324,8 @@ fn late_detected_damage_is_beyond_rollback_so_it_resyncs_the_diverged_replica() 
     assert_eq!(d["decision"]["action"], "resync");
     assert_eq!(rollback["steps_recomputed"], 0, "no redo: the damage predates the copy");
     assert_eq!(rollback["status"], "completed");
+    // Found at the digests' cadence, not by a timeout; the re-synced replica never left the job.
+    assert_eq!((rollback["simulated_detect_s"].as_f64(), rollback["simulated_rebuild_s"].as_f64()), (Some(0.0), Some(0.0)));
     let golden = train_with(dir.path(), "golden", "", detect);
     assert_ne!(rollback["final_params_digest"], golden["final_params_digest"], "the damaged gradients of steps 2-4 stay in the average");
 }

@@ -90,6 +90,13 @@ pub struct DetectionRecord {
     /// A crash's all-reduce buckets: those whose all-reduce had completed, and all of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buckets: Option<[usize; 2]>,
+    /// A crash inside the step: when it struck, as a fraction of the step's simulated duration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_fraction: Option<f64>,
+    /// A crash inside the step: what the crashed worker was doing (`forward`, `backward`,
+    /// `allreduce`, `update`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_phase: Option<&'static str>,
 }
 
 /// The detections of a run in words: how many, on how many steps, and by what. A detector fires
@@ -134,6 +141,9 @@ pub struct Guard {
     /// Bytes of state sent to each worker respawned from a healthy replica since the runner
     /// last took them ([`Guard::take_transfers`]), for the simulated clock.
     pub(crate) transfers: Vec<u64>,
+    /// Crashed workers that rejoined as a copy of a healthy replica since the runner last took
+    /// them ([`Guard::take_joins`]): each changed the communicator's membership.
+    pub(crate) joins: u32,
     /// Replicas (data-parallel workers; 1 for a single worker or a pipeline).
     pub(crate) replicas: usize,
     pub(crate) spikes: BTreeMap<usize, LossSpike>,
@@ -158,6 +168,7 @@ impl Guard {
             pending: None,
             rebalance: false,
             transfers: Vec::new(),
+            joins: 0,
             replicas,
             spikes: BTreeMap::new(),
             digests: BTreeMap::new(),
@@ -196,6 +207,12 @@ impl Guard {
         std::mem::take(&mut self.transfers)
     }
 
+    /// How many crashed workers rejoined as a copy of a healthy replica since the last call:
+    /// the runner charges a communicator rebuild for the step they joined at.
+    pub fn take_joins(&mut self) -> u32 {
+        std::mem::take(&mut self.joins)
+    }
+
     /// Records a detection, asks the strategy and turns the decision into a control value.
     pub(crate) fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize], latency: Option<u64>) -> Control {
         let mut unhealthy: Vec<usize> = ranks.to_vec();
@@ -212,6 +229,8 @@ impl Guard {
             latency_steps: latency,
             decision: decision.clone(),
             buckets: None,
+            crash_fraction: None,
+            crash_phase: None,
         });
         self.carry_out(decision, ctx.step)
     }
@@ -230,6 +249,8 @@ impl Guard {
             latency_steps: latency,
             decision: decision.clone(),
             buckets: None,
+            crash_fraction: None,
+            crash_phase: None,
         });
         decision
     }

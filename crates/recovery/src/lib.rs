@@ -183,6 +183,53 @@ fn resync_or_restart(ranks: Vec<usize>, situation: &Situation) -> Decision {
     }
 }
 
+/// What a job pays beyond its step's timeline once its survivors must learn of a crash: the
+/// failure detector's timeout, and the communicator rebuilt without the lost rank. The runner
+/// charges `recovery.detect_timeout_s` and `recovery.rebuild_s` for them; a relaunch is the
+/// restart's own charge.
+///
+/// | decision about a crash | detection | rebuild |
+/// |---|---|---|
+/// | fail the run (`none`) | no | no |
+/// | restart or fall back to a checkpoint | yes | no (the relaunch sets up a new job) |
+/// | redo the step without the worker (rollback), drop its contribution (lossy forward) | yes | yes |
+///
+/// A replica respawned from a healthy one later pays one more rebuild when it joins
+/// ([`Guard::take_joins`]). Silent damage is found by the checks, not by a timeout: it pays
+/// neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrashCharges {
+    /// The survivors waited for the failure detector.
+    pub detect: bool,
+    /// The job went on in the same processes: its communicator was rebuilt without the lost rank.
+    pub rebuild: bool,
+}
+
+impl CrashCharges {
+    /// Both charges of `self` and `other` (crashes met in the same step share one timeout and
+    /// one rebuild).
+    pub fn or(self, other: Self) -> Self {
+        Self { detect: self.detect || other.detect, rebuild: self.rebuild || other.rebuild }
+    }
+}
+
+/// The charges of carrying out `decision` about a crash (see [`CrashCharges`]).
+pub fn crash_charges(decision: &Decision) -> CrashCharges {
+    use Decision as D;
+    match decision {
+        D::Fail | D::Continue => CrashCharges::default(),
+        D::RestartFromCheckpoint | D::FallBackToOlderCheckpoint => CrashCharges { detect: true, rebuild: false },
+        D::DropContribution { .. } | D::RedoStep { .. } | D::Resync { .. } => CrashCharges { detect: true, rebuild: true },
+        // A decision that restarts anywhere in the list restarts the job: no rebuild.
+        D::Both { steps } => {
+            let parts: Vec<CrashCharges> = steps.iter().map(crash_charges).collect();
+            let restarts = steps.iter().any(|d| matches!(d, D::RestartFromCheckpoint | D::FallBackToOlderCheckpoint | D::Fail));
+            let any = parts.into_iter().fold(CrashCharges::default(), CrashCharges::or);
+            CrashCharges { rebuild: any.rebuild && !restarts, ..any }
+        }
+    }
+}
+
 /// What a data-parallel job does once a worker is lost for good, after the step's own recovery
 /// (`[recovery] on_permanent_loss`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -275,6 +322,8 @@ mod tests {
             latency_steps: None,
             decision: D::Continue,
             buckets: None,
+            crash_fraction: None,
+            crash_phase: None,
         };
         let records: Vec<DetectionRecord> = (1..=3).flat_map(|s| [record(s, E::NonFiniteLoss), record(s, E::NonFiniteWeights)]).collect();
         let text = detections_text(&records);
@@ -336,6 +385,23 @@ mod tests {
             D::RestartFromCheckpoint
         );
         assert_eq!(decide(Strategy::LossyForward, E::NonFiniteLoss, &[], &four(&[])), D::RestartFromCheckpoint);
+    }
+
+    #[test]
+    fn a_crash_costs_a_detection_when_the_job_goes_on_and_a_rebuild_when_it_stays_in_the_same_processes() {
+        let charges = |s: Strategy, situation: &Situation| crash_charges(&decide(s, E::Crash, &[2], situation));
+        let (neither, detect, both) =
+            (CrashCharges::default(), CrashCharges { detect: true, rebuild: false }, CrashCharges { detect: true, rebuild: true });
+        assert_eq!(charges(Strategy::None, &four(&[2])), neither, "the run fails: nothing to wait for");
+        assert_eq!(charges(Strategy::CheckpointRestart, &four(&[2])), detect, "the relaunch builds a new job");
+        assert_eq!(charges(Strategy::Rollback, &four(&[2])), both);
+        assert_eq!(charges(Strategy::LossyForward, &four(&[2])), both);
+        // One worker: no healthy replica, so rollback and lossy forward restart.
+        let alone = Situation { replicas: 1, unhealthy: vec![0], redos: 0 };
+        assert_eq!(charges(Strategy::Rollback, &alone), detect);
+        assert_eq!(charges(Strategy::LossyForward, &alone), detect);
+        assert_eq!(crash_charges(&D::Both { steps: vec![D::DropContribution { ranks: vec![1] }, D::RestartFromCheckpoint] }), detect);
+        assert_eq!(neither.or(detect).or(both), both);
     }
 
     #[test]

@@ -76,7 +76,10 @@ impl Hooks for Supervised<'_> {
             let (_, from, _) = self.guard.resync_next.remove(i);
             if self.guard.resync(worker, from) {
                 self.faults.respawn(ctx.rank);
-                self.guard.down.remove(&ctx.rank);
+                // A crashed worker back in the job; a diverged replica re-synced never left it.
+                if self.guard.down.remove(&ctx.rank) {
+                    self.guard.joins += 1;
+                }
                 self.guard.transfers.push(worker.state_bytes());
             }
         }
@@ -110,6 +113,8 @@ impl Hooks for Supervised<'_> {
         let control = self.fire(ctx, Detection::Crash, &[ctx.rank]);
         if let Some(record) = self.guard.detections.last_mut() {
             record.buckets = Some([crash.completed_buckets, crash.buckets]);
+            record.crash_fraction = Some(if crash.step_s > 0.0 { crash.at_s / crash.step_s } else { 0.0 });
+            record.crash_phase = Some(crash.phase.name());
         }
         match control {
             Control::Continue => Control::Skip,

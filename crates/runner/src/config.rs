@@ -148,8 +148,26 @@ pub fn default_fault_seed() -> u64 {
     1
 }
 
+/// `recovery.detect_timeout_s` when the configuration gives none: ULFM's default failure
+/// detection timeout (Open MPI 5, `docs/features/ulfm.rst`).
+pub fn default_detect_timeout_s() -> f64 {
+    10.0
+}
+
+/// `recovery.rebuild_s` when the configuration gives none: MegaScale's communicator
+/// initialisation on 2,048 GPUs (NSDI'24, section 3.5).
+pub fn default_rebuild_s() -> f64 {
+    5.0
+}
+
+/// `recovery.relaunch_s` when the configuration gives none: a failed pod rescheduled (about
+/// 2 min) and the nodes checked (2-3 min) in DLRover's measurements of thousand-GPU jobs.
+pub fn default_relaunch_s() -> f64 {
+    300.0
+}
+
 /// The `[recovery]` section.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryConfig {
     /// `none` (default), `checkpoint_restart`, `rollback` or `lossy_forward`.
@@ -159,9 +177,26 @@ pub struct RecoveryConfig {
     /// survivors (`true`: the global batch is kept) or drops them (`false`, default).
     #[serde(default)]
     pub rebalance: bool,
-    /// Simulated seconds to relaunch the job at every restart from a checkpoint (scheduler,
-    /// process start, communicator setup), charged before the checkpoint read. Default 0.
-    #[serde(default)]
+    /// Simulated seconds from a crash until the survivors learn of it (fail-stop: the failure
+    /// detector's timeout, which ends the collective in flight with an error). Charged once per
+    /// step with crashes by every strategy that goes on (checkpoint-restart, rollback, lossy
+    /// forward, and the permanent-loss policies after them); never for silent damage, which the
+    /// replicas' digests find. Default 10: ULFM's failure detector in Open MPI 5
+    /// (`errmgr_detector_heartbeat_timeout`, docs/recovery.md).
+    #[serde(default = "default_detect_timeout_s")]
+    pub detect_timeout_s: f64,
+    /// Simulated seconds to rebuild the data-parallel communicator with a changed membership:
+    /// without the lost rank when the job goes on in the same processes (rollback, lossy
+    /// forward, a shrink), and again when a respawned replica joins. Not scaled with the
+    /// workers. Default 5: MegaScale's optimised communicator initialisation on 2,048 GPUs
+    /// (NSDI'24, docs/recovery.md).
+    #[serde(default = "default_rebuild_s")]
+    pub rebuild_s: f64,
+    /// Simulated seconds to relaunch the job at every restart from a checkpoint
+    /// (checkpoint-restart and reinit: rescheduling, process start, communicator setup),
+    /// charged after the detection and before the checkpoint read. Default 300: DLRover's
+    /// measured recovery of thousand-GPU jobs (docs/recovery.md).
+    #[serde(default = "default_relaunch_s")]
     pub relaunch_s: f64,
     /// What the job does once a worker is lost for good (`[[fault]]` crashes with
     /// `permanent = true`), after the step's own recovery: `respawn` (default: a spare takes
@@ -177,11 +212,27 @@ pub struct RecoveryConfig {
     pub shrink_batch: BatchRule,
 }
 
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::default(),
+            rebalance: false,
+            detect_timeout_s: default_detect_timeout_s(),
+            rebuild_s: default_rebuild_s(),
+            relaunch_s: default_relaunch_s(),
+            on_permanent_loss: LossPolicy::default(),
+            shrink_batch: BatchRule::default(),
+        }
+    }
+}
+
 impl RecoveryConfig {
     /// Checks the values; errors name the key.
     pub fn validate(&self) -> Result<()> {
-        if !(self.relaunch_s.is_finite() && self.relaunch_s >= 0.0) {
-            return Err(Error::Config(format!("recovery.relaunch_s = {} must be a number of seconds >= 0", self.relaunch_s)));
+        for (key, v) in [("detect_timeout_s", self.detect_timeout_s), ("rebuild_s", self.rebuild_s), ("relaunch_s", self.relaunch_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::Config(format!("recovery.{key} = {v} must be a finite number of seconds >= 0")));
+            }
         }
         Ok(())
     }
@@ -703,6 +754,23 @@ mod tests {
         let e = RunConfig::from_toml(&faults, &["train.steps=100000000".into()], "t").unwrap_err().to_string();
         assert!(e.starts_with("t: train.steps = 100000000 needs") && e.contains("fault[0]"), "{e}");
         RunConfig::from_toml(&faults.replace("1e-9", "50.0"), &["train.steps=100".into()], "t").unwrap();
+    }
+
+    #[test]
+    fn recovery_costs_default_to_their_published_figures_and_bad_values_name_the_key() {
+        // docs/recovery.md: ULFM's detector timeout, MegaScale's communicator init on 2,048
+        // GPUs, DLRover's pod rescheduling and node check.
+        let r = RunConfig::from_toml(MIN, &[], "t").unwrap().recovery;
+        assert_eq!((r.detect_timeout_s, r.rebuild_s, r.relaunch_s), (10.0, 5.0, 300.0));
+        assert_eq!(r, RecoveryConfig::default());
+        for key in ["detect_timeout_s", "rebuild_s", "relaunch_s"] {
+            for bad in ["-1", "nan", "inf"] {
+                let e = RunConfig::from_toml(MIN, &[format!("recovery.{key}={bad}")], "t").unwrap_err().to_string();
+                assert!(e.contains(&format!("recovery.{key} = ")) && e.contains("must be a finite number of seconds >= 0"), "{e}");
+            }
+            let ok = RunConfig::from_toml(MIN, &[format!("recovery.{key}=0")], "t").unwrap();
+            assert!(ok.to_toml().contains(&format!("{key} = 0")), "{}", ok.to_toml());
+        }
     }
 
     #[test]

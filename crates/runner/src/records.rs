@@ -75,7 +75,8 @@ pub struct Summary {
     /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
     /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
     /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
-    /// writes, the relaunches and reloads of restarts, and respawned workers' state transfers.
+    /// writes, the relaunches and reloads of restarts, respawned workers' state transfers, the
+    /// failure detector's timeouts after crashes and the communicator rebuilds.
     pub simulated_s: f64,
     /// Modelled communication time within `simulated_s`.
     pub simulated_comm_s: f64,
@@ -93,6 +94,12 @@ pub struct Summary {
     /// Within `simulated_s`: job relaunches of restarts from a checkpoint
     /// (`recovery.relaunch_s` each).
     pub simulated_relaunch_s: f64,
+    /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
+    /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
+    pub simulated_detect_s: f64,
+    /// Within `simulated_s`: communicator rebuilds (`recovery.rebuild_s` each): without the
+    /// lost rank when rollback or lossy forward went on, and when a respawned replica joined.
+    pub simulated_rebuild_s: f64,
     /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
     /// network's bandwidth.
     pub simulated_transfer_s: f64,
@@ -135,6 +142,10 @@ pub struct Summary {
     pub strategy: String,
     /// Faults that struck (see `faults.jsonl`).
     pub faults_injected: usize,
+    /// Of those, crashes (a worker stopped).
+    pub crashes_met: usize,
+    /// Of those, faults that flip or alter values (every target but a crash).
+    pub flips_met: usize,
     /// Values the faults changed.
     pub values_corrupted: usize,
     /// Corrupted values that became NaN, ±Inf or extreme.

@@ -14,7 +14,7 @@ use resilab_data::Split;
 use resilab_faults::FaultEvent;
 use resilab_faults::FaultInjector;
 use resilab_recovery::detect::{Health, workers_health};
-use resilab_recovery::{Decision, Guard};
+use resilab_recovery::{CrashCharges, Decision, Detection, Guard, crash_charges};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
 use crate::golden::Golden;
@@ -60,6 +60,10 @@ struct Tally {
     storage_s: f64,
     crash_lost_s: f64,
     relaunch_s: f64,
+    /// Failure detection: `recovery.detect_timeout_s` per step with crashes the job went on after.
+    detect_s: f64,
+    /// Communicator rebuilds: `recovery.rebuild_s` per membership change of a job that goes on.
+    rebuild_s: f64,
     transfer_s: f64,
     losses: LossTally,
     /// Why the run failed, when it did.
@@ -109,6 +113,8 @@ pub(crate) struct Session<'a> {
     samples: Option<samples::SampleLog>,
     faults_file: BufWriter<File>,
     logged_faults: usize,
+    /// The guard's detections already charged on the simulated clock.
+    charged_detections: usize,
     tally: Tally,
     window: Window,
     last_eval: Option<Evaluation>,
@@ -171,6 +177,7 @@ impl<'a> Session<'a> {
             samples,
             faults_file: BufWriter::new(faults_file),
             logged_faults: 0,
+            charged_detections: 0,
             tally: Tally::default(),
             window: Window::default(),
             last_eval: None,
@@ -198,6 +205,7 @@ impl<'a> Session<'a> {
             self.tally.train_s += t.elapsed().as_secs_f64();
             self.log_faults(rec)?;
             self.charge_transfers(trainer, rec);
+            self.charge_crashes(rec);
             let s = match outcome {
                 StepOutcome::Done(s) => s,
                 StepOutcome::Restored { .. } => continue,
@@ -249,6 +257,26 @@ impl<'a> Session<'a> {
             self.tally.transfer_s += s;
             self.tally.sim_s += s;
         }
+    }
+
+    /// Charges what the step's crashes cost beyond its timeline ([`crash_charges`]): one
+    /// detection timeout and one communicator rebuild for all the crashes of the step the job
+    /// went on after, and one rebuild for the crashed replicas that rejoined at its start.
+    fn charge_crashes(&mut self, rec: &mut Recovery) {
+        let new = rec.guard.detections.get(self.charged_detections..).unwrap_or_default();
+        let charges = new
+            .iter()
+            .filter(|d| d.kind == Detection::Crash)
+            .map(|d| crash_charges(&d.decision))
+            .fold(CrashCharges::default(), CrashCharges::or);
+        self.charged_detections = rec.guard.detections.len();
+        let r = &self.cfg.recovery;
+        let detect = if charges.detect { r.detect_timeout_s } else { 0.0 };
+        let rebuilds = u32::from(charges.rebuild) + u32::from(rec.guard.take_joins() > 0);
+        let rebuild = f64::from(rebuilds) * r.rebuild_s;
+        self.tally.detect_s += detect;
+        self.tally.rebuild_s += rebuild;
+        self.tally.sim_s += detect + rebuild;
     }
 
     fn account(&mut self, s: &StepStats) {
@@ -527,6 +555,8 @@ impl<'a> Session<'a> {
             simulated_storage_s: t.storage_s,
             simulated_crash_lost_s: t.crash_lost_s,
             simulated_relaunch_s: t.relaunch_s,
+            simulated_detect_s: t.detect_s,
+            simulated_rebuild_s: t.rebuild_s,
             simulated_transfer_s: t.transfer_s,
             // A run that failed stopped early: its simulated time is no cost of recovery.
             simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).filter(|_| !t.failed).map(|g| (t.sim_s - g) / g),
@@ -545,6 +575,8 @@ impl<'a> Session<'a> {
             failure: t.failure,
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
             faults_injected: rec.faults.logged().len(),
+            crashes_met: rec.faults.logged().iter().filter(|l| l.event.target == resilab_faults::FaultTarget::Crash).count(),
+            flips_met: rec.faults.logged().iter().filter(|l| l.event.target != resilab_faults::FaultTarget::Crash).count(),
             values_corrupted: rec.faults.logged().iter().map(|l| l.corrupted).sum(),
             values_non_finite_or_extreme: rec.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
             detections: std::mem::take(&mut rec.guard.detections),

@@ -52,6 +52,9 @@ pub struct Crash {
     pub completed_buckets: usize,
     /// Buckets in the step.
     pub buckets: usize,
+    /// What the crashed worker was doing when it crashed (the first one, when several crash
+    /// in the step), on the timeline the crash was placed on.
+    pub phase: crate::Phase,
 }
 
 /// Who and when: passed to every hook.

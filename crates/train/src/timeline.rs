@@ -64,6 +64,18 @@ pub struct StepCosts {
     pub not_before_s: Vec<f64>,
 }
 
+impl Phase {
+    /// The phase's name: `forward`, `backward`, `allreduce` or `update`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Allreduce(_) => "allreduce",
+            Phase::Update(_) => "update",
+        }
+    }
+}
+
 impl StepCosts {
     /// The costs once a worker crashed at `at_s` with `completed` buckets reduced: the bucket
     /// in flight and the later ones are reduced again, over the survivors (`survivor_reduce_s`
@@ -145,6 +157,26 @@ impl Timeline {
         }
     }
 
+    /// What worker `rank` was doing at time `t`: its forward pass (DDP's buffer broadcast
+    /// included) or backward pass; after its backward, the all-reduce of the bucket in flight
+    /// (or of the next one it waits for), else the update under way; past the last update, the
+    /// last bucket's update. A worker that does not compute is in the all-reduces and updates.
+    pub fn phase_at(&self, rank: usize, t: f64) -> Phase {
+        let forward_end = self.forward_end_s.get(rank).copied().flatten();
+        let backward_end = self.backward_end_s.get(rank).copied().flatten();
+        if forward_end.is_some_and(|f| t < f) {
+            return Phase::Forward;
+        }
+        if backward_end.is_some_and(|b| t < b) {
+            return Phase::Backward;
+        }
+        if let Some(k) = self.buckets.iter().position(|b| t < b.reduce_end_s) {
+            return Phase::Allreduce(k);
+        }
+        let k = self.buckets.iter().position(|b| t < b.update_end_s).unwrap_or(self.buckets.len().saturating_sub(1));
+        Phase::Update(k)
+    }
+
     /// Seconds of communication in the step (the broadcast and every all-reduce).
     pub fn comm_s(&self) -> f64 {
         self.start_s + self.buckets.iter().map(|b| b.reduce_end_s - b.reduce_start_s).sum::<f64>()
@@ -165,6 +197,24 @@ mod tests {
             update_s: vec![1.0, 1.0, 1.0],
             not_before_s: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_time_names_the_phase_a_worker_was_in() {
+        let t = Timeline::build(&costs());
+        // Worker 1: forward 1..13, backward 13..33; reduces end at 22, 27, 37; updates 23, 28, 38.
+        assert_eq!(t.phase_at(1, 0.5), Phase::Forward);
+        assert_eq!(t.phase_at(1, 12.9), Phase::Forward);
+        assert_eq!(t.phase_at(1, 13.0), Phase::Backward);
+        assert_eq!(t.phase_at(1, 32.9), Phase::Backward);
+        assert_eq!(t.phase_at(1, 33.0), Phase::Allreduce(2));
+        assert_eq!(t.phase_at(1, 37.5), Phase::Update(2));
+        assert_eq!(t.phase_at(1, 99.0), Phase::Update(2));
+        // Worker 0 finished its backward at 31, while bucket 1's all-reduce (23..27) had ended
+        // and bucket 2's had not started: it waits for bucket 2.
+        assert_eq!(t.phase_at(0, 31.5), Phase::Allreduce(2));
+        assert_eq!(t.phase_at(2, 5.0), Phase::Allreduce(0));
+        assert_eq!(Phase::Allreduce(2).name(), "allreduce");
     }
 
     #[test]

@@ -209,15 +209,16 @@ impl Trainer {
                 hit.push((r, t.clamp(0.0, place.end_s)));
             }
         }
-        let Some(first) = hit.iter().map(|h| h.1).min_by(f64::total_cmp) else { return Ok(ControlFlow::Continue(None)) };
+        let Some(&(first_rank, first)) = hit.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else { return Ok(ControlFlow::Continue(None)) };
         let completed = place.completed_buckets(first);
+        let phase = place.phase_at(first_rank, first);
         // On the step's own timeline (modelled compute) the time is the step's as it stands.
         let at_s = match place.end_s {
             e if e == step_s => first,
             e if e > 0.0 => first / e * step_s,
             _ => 0.0,
         };
-        let crash = Crash { at_s, step_s, completed_buckets: completed, buckets: place.buckets.len() };
+        let crash = Crash { at_s, step_s, completed_buckets: completed, buckets: place.buckets.len(), phase };
         for &(r, _) in &hit {
             match hooks.on_crash(&ctx(r, Point::Crash), &crash) {
                 Control::Continue | Control::Skip => {}

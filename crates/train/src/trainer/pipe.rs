@@ -142,7 +142,7 @@ impl Trainer {
         }
         for (s, f) in frozen.iter_mut().enumerate() {
             if hooks.crash_time(&at.ctx(s, None, Point::Crash), &Timeline::default()).is_some() {
-                let crash = Crash { at_s: 0.0, step_s: 0.0, completed_buckets: 0, buckets: 0 };
+                let crash = Crash { at_s: 0.0, step_s: 0.0, completed_buckets: 0, buckets: 0, phase: crate::Phase::Forward };
                 hook_phase!(hooks.on_crash(&at.ctx(s, None, Point::Crash), &crash), Point::Crash, s);
                 *f = true;
             }
