@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reruns the configs/paper/ presets and regenerates results/paper/: for each preset, the
 # campaign (into results/campaigns/<preset>, which must not exist yet), its report into
-# results/paper/<preset>/ with the campaign's campaign.toml, campaign.json and runs.csv, and
+# results/paper/<preset>/ with the campaign's campaign.toml, campaign.json, runs.csv and (train
+# campaigns) faults.csv, and
 # finally results/paper/README.md from the reports (`resilab report --paper results/paper`).
 #
 #   bash scripts/paper.sh                      # every preset at its default size
@@ -54,6 +55,7 @@ for p in $PRESETS; do
     rm -rf "$out"
     "$bin" report "$camp" --out "$out"
     cp "$camp/campaign.toml" "$camp/campaign.json" "$camp/runs.csv" "$out/"
+    if [ -f "$camp/faults.csv" ]; then cp "$camp/faults.csv" "$out/"; fi
     echo "$(( $(date +%s) - start ))" > "$out/wall_s.txt"
 done
 "$bin" report --paper results/paper

@@ -479,9 +479,20 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     });
     pool.shutdown();
     result?;
+    write_fault_log(campaign, &opts.out)?;
     bar.finish();
     outcome.wall_s = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// A `train` campaign's `faults.csv`: the fault logs of every run recorded so far.
+fn write_fault_log(campaign: &Campaign, out: &Path) -> Result<()> {
+    if campaign.settings.kind != crate::Kind::Train {
+        return Ok(());
+    }
+    let rows = read_rows(&out.join(RUNS_JSONL), campaign, false)?;
+    let bytes = crate::fault_log::faults_csv(out, &rows)?;
+    Ok(resilab_runner::write_atomic(&out.join(crate::FAULTS_CSV), &bytes)?)
 }
 
 /// The progress bar of a campaign on a terminal; into a log file (a Slurm job's output) a bar

@@ -14,6 +14,7 @@ mod columns;
 mod command;
 mod estimate;
 mod exec;
+mod fault_log;
 pub mod layers;
 mod merge;
 mod meta;
@@ -27,6 +28,7 @@ pub use columns::metric_columns;
 pub use command::{human_duration, jobs_for, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Options, Outcome, execute};
+pub use fault_log::{FAULTS_CSV, faults_csv};
 pub use merge::{Merged, merge};
 pub use meta::parse_shard;
 pub use spec::{Axis, Campaign, GridRun, Hypothesis, HypothesisMetric, Kind, MAX_RUNS, RunSpec, SelfTest, Settings};
@@ -127,6 +129,14 @@ pub struct Metrics {
     /// Data parallel: the highest test accuracy of any replica.
     #[serde(rename = "replica_acc_max_frac", alias = "replica_acc_max")]
     pub replica_acc_max: Option<f64>,
+    /// Data parallel: every replica's test accuracy, in rank order, `;`-separated.
+    #[serde(rename = "replica_accs_frac")]
+    pub replica_accs: Option<String>,
+    /// Data parallel: every replica's test accuracy in the fault-free reference, evaluated the
+    /// same way (each replica has its own BatchNorm statistics where they are not
+    /// synchronised); empty where the reference did not evaluate its replicas.
+    #[serde(rename = "golden_replica_accs_frac")]
+    pub golden_replica_accs: Option<String>,
     /// Data parallel: largest Euclidean distance between a replica's trainable parameters and
     /// rank 0's at the end (0: identical replicas).
     pub replica_divergence: Option<f64>,
@@ -186,6 +196,22 @@ pub struct Metrics {
     pub bits: Option<String>,
     /// Faults that struck (`train` runs).
     pub faults: Option<u64>,
+    /// Of those, crashes.
+    pub crashes: Option<u64>,
+    /// Of those, faults that altered values (every target but a crash).
+    pub flips: Option<u64>,
+    /// The first crash the job detected inside a step: the step.
+    pub first_crash_step: Option<u64>,
+    /// Its time as a fraction of the step's simulated duration.
+    pub first_crash_fraction: Option<f64>,
+    /// What the crashed worker was doing (`forward`, `backward`, `allreduce`, `update`).
+    pub first_crash_phase: Option<String>,
+    /// All-reduce buckets completed when it struck (their update includes the crashed
+    /// worker's gradient).
+    pub first_crash_buckets: Option<u64>,
+    /// Crashes detected inside a step after at least one bucket's all-reduce had completed:
+    /// the only ones after which rollback and lossy forward can hold different states.
+    pub crashes_after_bucket: Option<u64>,
     /// Detections (`train` runs).
     pub detections: Option<u64>,
     /// Mean steps from a fault to its detection (`train` runs).

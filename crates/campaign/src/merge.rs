@@ -61,7 +61,7 @@ pub fn merge(out: &Path, parts: &[PathBuf], partial: bool) -> Result<Merged> {
     check_out_dir(out, "--out")?;
     let created = !out.exists();
     let _lock = resilab_runner::files::lock_dir(out, "--out")?;
-    let written = write_merged(out, &campaign, &text, &rows, platform, &parts[0]);
+    let written = write_merged(out, &campaign, &text, &rows, platform, parts);
     if written.is_err() && created {
         crate::output::remove_if_bare(out);
     }
@@ -74,8 +74,9 @@ pub fn merge(out: &Path, parts: &[PathBuf], partial: bool) -> Result<Merged> {
 /// temporary name and synced, then each is renamed into place, the campaign file last. `out`
 /// may be one of the parts or hold an earlier merge (with bases and logs beside the record),
 /// so it is not replaced whole; a full disk leaves its earlier files as they were.
-fn write_merged(out: &Path, campaign: &Campaign, text: &str, rows: &[Row], meta: Option<Vec<u8>>, first: &Path) -> Result<()> {
-    let mut staged = Staged::new(out, &[RUNS_JSONL, RUNS_CSV, "campaign.json", CAMPAIGN_FILE])?;
+fn write_merged(out: &Path, campaign: &Campaign, text: &str, rows: &[Row], meta: Option<Vec<u8>>, parts: &[PathBuf]) -> Result<()> {
+    let first = &parts[0];
+    let mut staged = Staged::new(out, &[RUNS_JSONL, RUNS_CSV, crate::FAULTS_CSV, "campaign.json", CAMPAIGN_FILE])?;
     resilab_runner::check_output_dir(out, &[CAMPAIGN_FILE], "--out")?;
     if out.join(CAMPAIGN_FILE).exists() && crate::census::campaign_text(out)? != text {
         return Err(Error::Config(format!("--out {} holds a different campaign from {}", out.display(), first.display())));
@@ -83,6 +84,10 @@ fn write_merged(out: &Path, campaign: &Campaign, text: &str, rows: &[Row], meta:
     let (axes, kind) = (campaign.axis_keys(), campaign.settings.kind);
     staged.write(RUNS_JSONL, &jsonl_bytes(rows)?)?;
     staged.write(RUNS_CSV, &csv_bytes(&out.join(RUNS_CSV), &axes, kind, rows)?)?;
+    let ids = rows.iter().map(|r| r.id.clone()).collect();
+    if let Some(faults) = crate::fault_log::merged_faults_csv(parts, &ids)? {
+        staged.write(crate::FAULTS_CSV, &faults)?;
+    }
     if let Some(m) = meta {
         staged.write("campaign.json", &merged_meta(&m))?;
     }

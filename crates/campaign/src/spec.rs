@@ -95,10 +95,34 @@ pub struct Settings {
     /// When given, the report tests these and only these, Holm-adjusted over all of them.
     #[serde(default, rename = "hypothesis", skip_serializing_if = "Vec::is_empty")]
     pub hypotheses: Vec<Hypothesis>,
-    /// With hypotheses: the accuracy loss (points) a strategy may be shown to exceed before
-    /// the "which strategy when" table rules it out.
+    /// With hypotheses: the non-inferiority margin of the "which strategy when" table, in
+    /// points: an option is admissible only when the one-sided 95% upper bound of its mean
+    /// accuracy loss against the golden run lies below it.
     #[serde(default = "default_budget")]
     pub accuracy_budget_points: f64,
+    /// Grid axes whose options meet the same faults (common random numbers): a run's fault
+    /// seed leaves these axes out, so the runs that differ only in them form a paired group.
+    /// Unset: the axes of the hypotheses. `[]`: every run draws its own faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Vec<String>>,
+}
+
+impl Settings {
+    /// The axes whose options share their faults: `paired`, or the hypotheses' axes.
+    pub fn paired_axes(&self) -> Vec<String> {
+        match &self.paired {
+            Some(p) => p.clone(),
+            None => {
+                let mut axes: Vec<String> = Vec::new();
+                for h in &self.hypotheses {
+                    if !axes.contains(&h.axis) {
+                        axes.push(h.axis.clone());
+                    }
+                }
+                axes
+            }
+        }
+    }
 }
 
 fn default_budget() -> f64 {
@@ -109,17 +133,20 @@ fn default_budget() -> f64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HypothesisMetric {
-    /// Simulated overhead against the golden run, % (runs that completed); Welch's t test.
+    /// Simulated overhead against the golden run, % (runs that completed); paired t test
+    /// where the axis is paired, else Welch's.
     SimOverhead,
-    /// Accuracy loss against the golden run, points (every run); Welch's t test.
+    /// Accuracy loss against the golden run, points (runs that completed: a run whose strategy
+    /// gave up counts only in `failed`); paired t test where the axis is paired, else Welch's.
     AccLoss,
-    /// Share of runs that failed, %; Newcombe's interval, two-proportion test.
+    /// Share of runs that failed, %; exact McNemar where the axis is paired, else the
+    /// two-proportion test with Newcombe's interval.
     Failed,
     /// Simulated time to the golden run's final accuracy, % of the golden run's simulated
-    /// time (runs that reached it); Welch's t test.
+    /// time (runs that reached it); paired t test where the axis is paired, else Welch's.
     TimeToAcc,
-    /// Share of runs that reached the golden run's final accuracy, %; Newcombe's interval,
-    /// two-proportion test.
+    /// Share of runs that reached the golden run's final accuracy, %; exact McNemar where the
+    /// axis is paired, else the two-proportion test with Newcombe's interval.
     Reached,
 }
 
@@ -295,6 +322,37 @@ pub struct GridRun {
 }
 
 /// A run's stable id: the first 12 hex digits of its canonical string's hash.
+/// The hypotheses name grid axes and their options, and `paired` names grid axes.
+fn check_comparisons(s: &Settings, axes: &[Axis]) -> std::result::Result<(), String> {
+    for (i, h) in s.hypotheses.iter().enumerate() {
+        let Some(axis) = axes.iter().find(|a| a.key == h.axis) else {
+            return Err(format!("campaign.hypothesis[{i}].axis: {:?} is not a grid axis", h.axis));
+        };
+        for (key, o) in [("a", &h.a), ("b", &h.b)] {
+            if !axis.options.iter().any(|(l, _)| l == o) {
+                let all: Vec<&str> = axis.options.iter().map(|(l, _)| l.as_str()).collect();
+                return Err(format!("campaign.hypothesis[{i}].{key}: {o:?} is not an option of {} ({})", h.axis, all.join(", ")));
+            }
+        }
+    }
+    for (i, p) in s.paired.iter().flatten().enumerate() {
+        if !axes.iter().any(|a| &a.key == p) {
+            let all: Vec<&str> = axes.iter().map(|a| a.key.as_str()).collect();
+            return Err(format!("campaign.paired[{i}]: {p:?} is not a grid axis ({})", all.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// A run's fault seed: the campaign's, hashed with the run's coordinates except those of the
+/// paired axes, its training seed and its repetition. Runs that differ only in paired axes
+/// draw the same faults.
+fn group_fault_seed(s: &Settings, coords: &[(String, String)], seed: u64, rep: u64) -> u64 {
+    let paired = s.paired_axes();
+    let kept: Vec<(String, String)> = coords.iter().filter(|(k, _)| !paired.contains(k)).cloned().collect();
+    xxhash_rust::xxh3::xxh3_64(format!("{}|{}", s.fault_seed, canonical(&kept, seed, rep)).as_bytes())
+}
+
 fn run_id(coords: &[(String, String)], seed: u64, rep: u64) -> String {
     hash(&canonical(coords, seed, rep))[..12].to_string()
 }
@@ -309,6 +367,24 @@ impl Campaign {
             c.settings.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
             c.text = toml::to_string(&c.to_table()).map_err(|e| Error::Config(e.to_string()))?;
         }
+        Ok(c)
+    }
+
+    /// The campaign of a campaign directory, as run (its `campaign.toml`). A campaign with
+    /// hypotheses whose file does not say which axes were paired predates paired faults: each of
+    /// its runs drew its own faults, so it reads as `paired = []`.
+    pub fn stored(dir: &Path) -> Result<Self> {
+        let path = dir.join(crate::CAMPAIGN_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        let origin = path.display().to_string();
+        let mut table = toml_table(&text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        if let Some(toml::Value::Table(s)) = table.get_mut("campaign")
+            && !s.contains_key("paired")
+        {
+            s.insert("paired".into(), toml::Value::Array(Vec::new()));
+        }
+        let mut c = Self::parse(&toml::to_string(&table).map_err(|e| Error::Config(format!("{origin}: {e}")))?, &[], &origin)?;
+        c.text = text;
         Ok(c)
     }
 
@@ -338,17 +414,7 @@ impl Campaign {
             axes.push(Axis { key: key.clone(), options });
         }
         let s = &file.campaign;
-        for (i, h) in s.hypotheses.iter().enumerate() {
-            let Some(axis) = axes.iter().find(|a| a.key == h.axis) else {
-                return Err(bad(format!("campaign.hypothesis[{i}].axis: {:?} is not a grid axis", h.axis)));
-            };
-            for (key, o) in [("a", &h.a), ("b", &h.b)] {
-                if !axis.options.iter().any(|(l, _)| l == o) {
-                    let all: Vec<&str> = axis.options.iter().map(|(l, _)| l.as_str()).collect();
-                    return Err(bad(format!("campaign.hypothesis[{i}].{key}: {o:?} is not an option of {} ({})", h.axis, all.join(", "))));
-                }
-            }
-        }
+        check_comparisons(s, &axes).map_err(bad)?;
         if s.seeds.is_empty() {
             return Err(bad("campaign.seeds: give at least one seed".into()));
         }
@@ -386,6 +452,10 @@ impl Campaign {
             }
         }
         let mut c = Campaign { settings: file.campaign, base: file.base, inject: file.inject, axes, text: String::new() };
+        // Written out, so that the campaign as run says which axes shared their faults.
+        if c.settings.paired.is_none() && !c.settings.hypotheses.is_empty() {
+            c.settings.paired = Some(c.settings.paired_axes());
+        }
         c.size().map_err(bad)?;
         c.check(origin)?;
         c.text = toml::to_string(&c.to_table()).map_err(|e| bad(e.to_string()))?;
@@ -546,9 +616,8 @@ impl Campaign {
         let (channels, size, classes) = config.data.shape();
         config.model.validate(resilab_models::InputShape { channels, size }, classes).map_err(|e| format!("{where_}: {e}"))?;
         let injector = self.check_faults(&config, &inject, workers_hit, &where_)?;
-        let canonical = canonical(&coords, seed, rep);
         let id = run_id(&coords, seed, rep);
-        let fault_seed = xxhash_rust::xxh3::xxh3_64(format!("{}|{canonical}", s.fault_seed).as_bytes());
+        let fault_seed = group_fault_seed(s, &coords, seed, rep);
         config.fault_seed = if s.kind == Kind::Train { fault_seed } else { config.fault_seed };
         let base_key = match s.kind {
             Kind::Train => hash(&resilab_runner::golden::golden_config(&config).to_toml()),
@@ -690,6 +759,35 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         let c2 = Campaign::parse(&more, &[], "t").unwrap();
         let ids2: std::collections::HashSet<String> = (0..c2.len()).map(|i| c2.run(i).unwrap().id).collect();
         assert!(ids.iter().all(|i| ids2.contains(*i)));
+    }
+
+    #[test]
+    fn runs_that_differ_only_in_a_paired_axis_share_their_faults() {
+        type Drawn = (Vec<(String, String)>, u64, u64, u64);
+        let seeds = |text: &str| -> Vec<Drawn> {
+            let c = Campaign::parse(text, &[], "t").unwrap();
+            (0..c.len()).map(|i| c.run(i).unwrap()).map(|r| (r.coords, r.seed, r.rep, r.fault_seed)).collect()
+        };
+        let group = |coords: &[(String, String)]| coords.iter().filter(|(k, _)| k != "model").cloned().collect::<Vec<_>>();
+        let paired = seeds(&SMALL.replace("steps = 2\n\n[base]", "steps = 2\npaired = [\"model\"]\n\n[base]"));
+        for a in &paired {
+            for b in &paired {
+                let same_group = group(&a.0) == group(&b.0) && a.1 == b.1 && a.2 == b.2;
+                assert_eq!(a.3 == b.3, same_group, "{a:?} against {b:?}");
+            }
+        }
+        // Unpaired (the default without hypotheses): every run its own draw, as before pairing.
+        let own = seeds(SMALL);
+        let distinct: std::collections::HashSet<u64> = own.iter().map(|r| r.3).collect();
+        assert_eq!(distinct.len(), own.len());
+        // A hypothesis pairs its axis, and the campaign as run says so.
+        let h = "steps = 2\n\n[[campaign.hypothesis]]\nname = \"x\"\nmetric = \"acc_loss\"\naxis = \"model\"\na = \"resnet\"\nb = \"vgg\"\n\n[base]";
+        let with = Campaign::parse(&SMALL.replace("steps = 2\n\n[base]", h), &[], "t").unwrap();
+        assert_eq!(with.settings.paired_axes(), ["model"]);
+        assert!(with.text.contains("paired = [\"model\"]"), "{}", with.text);
+        let e = Campaign::parse(&SMALL.replace("steps = 2\n\n[base]", "steps = 2\npaired = [\"modle\"]\n\n[base]"), &[], "c.toml");
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("campaign.paired[0]") && e.contains("modle") && e.contains("model"), "{e}");
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub struct BaseGolden {
     pub checkpoint_s: f64,
     /// Bytes of the base checkpoint (all worker files).
     pub checkpoint_bytes: u64,
+    /// Data parallel: every replica's test accuracy in the reference, in rank order, evaluated
+    /// as the runs evaluate theirs (empty for a pipeline, and in bases of earlier revisions).
+    #[serde(default)]
+    pub replica_acc: Vec<f64>,
 }
 
 /// Where a base lives in the campaign directory.
@@ -107,7 +111,7 @@ impl<'a> Worker<'a> {
     /// checks altered checkpoint files before this process opens them (structurally corrupt
     /// HDF5 files can crash the library).
     pub fn new(dir: &Path, compute: Compute, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
-        let campaign = Campaign::load(&dir.join(crate::CAMPAIGN_FILE), &[])?;
+        let campaign = Campaign::stored(dir)?;
         Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: HashMap::new() })
     }
 
@@ -213,7 +217,12 @@ impl<'a> Worker<'a> {
             }
         }
         let e = trainer.evaluate();
+        let replica_acc = match trainer.stage_ranges() {
+            Some(_) => Vec::new(),
+            None => trainer.evaluate_replicas(self.campaign.settings.kind == Kind::Restart).iter().map(|e| e.accuracy).collect(),
+        };
         let golden = BaseGolden {
+            replica_acc,
             test_acc: e.accuracy,
             test_loss: e.loss,
             wall_s: t.elapsed().as_secs_f64(),
@@ -257,14 +266,24 @@ impl<'a> Worker<'a> {
         let latencies: Vec<u64> = s.detections.iter().filter_map(|d| d.latency_steps).collect();
         // N-EV by the outcome: what the run's state and loss are at its end, after recovery.
         let nev = s.collapsed || s.final_state_extreme;
+        let crashes: Vec<&resilab_recovery::DetectionRecord> = s.detections.iter().filter(|d| d.crash_phase.is_some()).collect();
+        let first = crashes.first();
         Ok(Metrics {
+            crashes: Some(s.crashes_met as u64),
+            flips: Some(s.flips_met as u64),
+            first_crash_step: first.map(|d| d.step),
+            first_crash_fraction: first.and_then(|d| d.crash_fraction),
+            first_crash_phase: first.and_then(|d| d.crash_phase).map(str::to_string),
+            first_crash_buckets: first.and_then(|d| d.buckets).map(|b| b[0] as u64),
+            crashes_after_bucket: Some(crashes.iter().filter(|d| d.buckets.is_some_and(|b| b[0] > 0)).count() as u64),
             final_acc: Some(s.final_test_acc),
             final_loss: Some(s.final_test_loss),
             golden_acc: s.golden.as_ref().map(|g| g.final_test_acc),
             acc_loss: s.acc_loss_vs_golden,
             nev: Some(nev),
             ev_injected: Some(s.values_non_finite_or_extreme > 0),
-            collapsed: Some(s.collapsed || s.status == "failed"),
+            // A run whose strategy gave up is `failed`, its own class: not a NaN.
+            collapsed: Some(s.collapsed),
             values_corrupted: Some(s.values_corrupted as u64),
             non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
             faults: Some(s.faults_injected as u64),
@@ -309,6 +328,7 @@ impl<'a> Worker<'a> {
         m.base_step = Some(base_step);
         m.wall_s = Some(t0.elapsed().as_secs_f64());
         m.golden_acc = Some(golden.test_acc);
+        m.golden_replica_accs = (!golden.replica_acc.is_empty()).then(|| list(&golden.replica_acc));
         m.acc_loss = m.final_acc.map(|a| golden.test_acc - a);
         m.golden_key = Some(format!("{}@{:016x}", spec.base_key, xxhash_rust::xxh3::xxh3_64(self.platform().as_bytes())));
         if self.campaign.settings.kind == Kind::Restart {
@@ -430,6 +450,11 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// Accuracies as a `;`-list, each as Rust prints it (the shortest text that reads back the same).
+fn list(accs: &[f64]) -> String {
+    accs.iter().map(f64::to_string).collect::<Vec<_>>().join(";")
+}
+
 /// Copies the state's evidence into the run's columns.
 fn record_evidence(e: &StateEvidence, m: &mut Metrics) {
     m.param_max_abs = Some(e.param_max_abs);
@@ -451,6 +476,7 @@ fn replicas(trainer: &Trainer, evals: &[resilab_train::Evaluation], hit: &[usize
     m.hit_acc = Some(evals[r].accuracy);
     m.hit_loss = Some(evals[r].loss);
     let accs: Vec<f64> = evals.iter().map(|e| e.accuracy).collect();
+    m.replica_accs = Some(list(&accs));
     m.replica_acc_min = accs.iter().copied().reduce(f64::min);
     m.replica_acc_max = accs.iter().copied().reduce(f64::max);
     m.replica_acc_mean = Some(accs.iter().sum::<f64>() / accs.len() as f64);

@@ -330,9 +330,7 @@ pub(crate) fn pairwise(campaign: &Campaign, rows: &[Row]) -> Vec<Comparison> {
 /// A campaign directory's campaign and recorded runs, each checked against the grid and one
 /// per grid index (an error if none are recorded yet).
 pub(crate) fn load(dir: &Path) -> Result<(Campaign, Vec<Row>)> {
-    let file = dir.join(resilab_campaign::CAMPAIGN_FILE);
-    let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
-    let campaign = Campaign::parse(&text, &[], &file.display().to_string())?;
+    let campaign = Campaign::stored(dir)?;
     let rows = resilab_campaign::read_rows(&dir.join(resilab_campaign::RUNS_JSONL), &campaign, false)?;
     if rows.is_empty() {
         return Err(Error::Empty(format!("{}: no runs recorded yet", dir.join(resilab_campaign::RUNS_JSONL).display())));
