@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
+use crate::measures::failed;
 use crate::metrics::{Class, collapsed, groups, nev, replicas_class, run_class, step_altered};
 use crate::stats::{ALPHA, Spread, Test, holm, holm_first_level, two_proportions, welch};
 
@@ -126,18 +127,20 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
         rate("diverged_pct", &|r| r.metrics.replicas_diverged.is_some_and(|n| n > 0), &mut out);
     }
     accuracy(a, b, both().all(|r| r.metrics.golden_acc.is_some()), chance, &mut out);
-    let sim = |s: &Side| -> Vec<f64> { s.rows.iter().filter_map(|r| r.metrics.sim_overhead.map(|x| 100.0 * x)).collect() };
+    // A failed run (its strategy gave up) has no overhead: never a negative one.
+    let sim =
+        |s: &Side| -> Vec<f64> { s.rows.iter().filter(|r| !failed(r)).filter_map(|r| r.metrics.sim_overhead.map(|x| 100.0 * x)).collect() };
     means("sim_overhead_pct", &sim(a), &sim(b), &mut out);
     out
 }
 
 /// The accuracy tests of a pair of cells: with `golden`, the loss against each run's golden
-/// run (points), else the raw accuracy (%); over the runs that did not collapse, and over every
-/// run with a collapsed one at chance.
+/// run (points), else the raw accuracy (%); over the runs that completed and did not collapse,
+/// and over every run with a collapsed one at chance.
 fn accuracy(a: &Side, b: &Side, golden: bool, chance: &dyn Fn(&Row) -> f64, out: &mut Vec<Tested>) {
     let loss = |r: &Row, acc: f64| if golden { r.metrics.golden_acc.map(|g| 100.0 * (g - acc)) } else { Some(100.0 * acc) };
     let survivors = |s: &Side| -> Vec<f64> {
-        s.rows.iter().filter(|r| !collapsed(r)).filter_map(|r| r.metrics.final_acc.and_then(|acc| loss(r, acc))).collect()
+        s.rows.iter().filter(|r| !collapsed(r) && !failed(r)).filter_map(|r| r.metrics.final_acc.and_then(|acc| loss(r, acc))).collect()
     };
     let all = |s: &Side| -> Vec<f64> {
         s.rows

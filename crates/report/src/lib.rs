@@ -5,12 +5,14 @@
 //! PNG and SVG under `plots/`.
 
 mod campaign;
+mod choice;
 pub mod compare;
 mod error;
 mod figures;
 mod files;
 mod format;
 mod md;
+mod measures;
 pub mod metrics;
 mod paper;
 pub mod plots;

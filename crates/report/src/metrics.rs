@@ -143,11 +143,13 @@ pub struct Cell {
     pub nev_vs_ev: String,
     /// Worst-case normal margin of any share of this cell (p = 0.5), points: for planning.
     pub worst_margin_pct: f64,
-    /// Mean accuracy loss vs golden (points), over runs that did not collapse.
+    /// Mean accuracy loss vs golden (points), over runs that completed (not failed: their
+    /// strategy did not give up) and did not collapse.
     pub acc_loss: Option<f64>,
-    /// Mean time overhead vs golden (%), measured wall time.
+    /// Mean time overhead vs golden (%), measured wall time, over runs that completed.
     pub time_overhead_pct: Option<f64>,
-    /// Mean overhead in simulated time vs golden (%).
+    /// Mean overhead in simulated time vs golden (%), over runs that completed (a failed run has
+    /// none, never a negative one).
     pub sim_overhead_pct: Option<f64>,
     /// Mean steps lost.
     pub steps_lost: Option<f64>,
@@ -262,14 +264,51 @@ pub fn run_class(r: &Row, chance: f64, tolerance_points: f64) -> Option<Class> {
     }
 }
 
-/// A data-parallel run's class on every replica ([`classify_replicas`]); `None` as for
+/// A data-parallel run's class on every replica: each replica against the same replica of the
+/// fault-free reference ([`classify_each_replica`]) where the row carries both lists, else (rows
+/// of earlier revisions) against rank 0's golden accuracy ([`classify_replicas`]); `None` as for
 /// [`run_class`], or when its replicas were not evaluated.
 pub fn replicas_class(r: &Row, chance: f64, tolerance_points: f64) -> Option<Class> {
-    match (r.metrics.replica_acc_min, r.metrics.replica_acc_max, r.metrics.golden_acc) {
-        (Some(min), Some(max), Some(golden)) if !step_altered(r) => {
-            Some(classify_replicas(nev(r), min, max, golden, chance, tolerance_points))
-        }
+    if step_altered(r) {
+        return None;
+    }
+    let m = &r.metrics;
+    if let (Some(accs), Some(golden)) = (accs_list(m.replica_accs.as_deref()), accs_list(m.golden_replica_accs.as_deref()))
+        && accs.len() == golden.len()
+        && !accs.is_empty()
+    {
+        return Some(classify_each_replica(nev(r), &accs, &golden, chance, tolerance_points));
+    }
+    match (m.replica_acc_min, m.replica_acc_max, m.golden_acc) {
+        (Some(min), Some(max), Some(golden)) => Some(classify_replicas(nev(r), min, max, golden, chance, tolerance_points)),
         _ => None,
+    }
+}
+
+/// A `;`-list of accuracies; `None` when absent, empty or not all numbers.
+fn accs_list(text: Option<&str>) -> Option<Vec<f64>> {
+    text.filter(|t| !t.is_empty())?.split(';').map(|x| x.trim().parse::<f64>().ok()).collect()
+}
+
+/// The class of a data-parallel run over its replicas, each compared with the same replica of
+/// the fault-free reference (`golden`, in rank order): N-EV; training failed when a replica is
+/// at chance; accuracy reduced when a replica lost more than 5 points against its own
+/// reference; restart without change when every replica is within the tolerance of its own;
+/// else other.
+pub fn classify_each_replica(nev: bool, accs: &[f64], golden: &[f64], chance: f64, tolerance_points: f64) -> Class {
+    let worst = accs.iter().copied().fold(f64::INFINITY, f64::min);
+    let drop = accs.iter().zip(golden).map(|(a, g)| g - a).fold(f64::NEG_INFINITY, f64::max);
+    let gap = accs.iter().zip(golden).map(|(a, g)| (a - g).abs()).fold(0.0, f64::max);
+    if nev {
+        Class::Nev
+    } else if worst <= chance + 0.05 + ACC_EPS {
+        Class::TrainingFailed
+    } else if drop > 0.05 + ACC_EPS {
+        Class::AccuracyReduced
+    } else if gap <= tolerance_points / 100.0 + ACC_EPS {
+        Class::RestartWithoutChange
+    } else {
+        Class::Other
     }
 }
 
@@ -343,6 +382,9 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
     let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
         ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect()
     };
+    let completed = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
+        ok.iter().filter(|r| r.metrics.failed != Some(true) && (all || !collapsed(r))).filter_map(|r| f(r)).collect()
+    };
     let (acc, sd) = (mean(&survivors), std(&survivors));
     let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
     let corrupt = rows.iter().filter(|r| r.status == Status::CorruptFile).count() as u64;
@@ -368,7 +410,9 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
             ok.iter().filter(|r| r.metrics.replicas_diverged.is_some()).count() as u64,
         ),
         replica_divergence: mean(&vals(&|r| r.metrics.replica_divergence.filter(|d| d.is_finite()), false)),
-        nan: Share::of(count(&collapsed), n),
+        // Step-altered runs are a class of their own in every numerator (N-EV, RWC, ...), NaN
+        // included, so that NaN <= N-EV holds in every cell.
+        nan: Share::of(count(&|r| collapsed(r) && !step_altered(r)), n),
         nev: Share::of(k.nev, n),
         ev_injected: Share::of(count(&|r| r.metrics.ev_injected.unwrap_or(false)), n),
         rwc: Share::of(k.rwc, n),
@@ -384,9 +428,9 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
         nev_vs_ev_p_holm: None,
         nev_vs_ev: String::new(),
         worst_margin_pct: 100.0 * margin(0.5, n),
-        acc_loss: mean(&vals(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
-        time_overhead_pct: mean(&vals(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
-        sim_overhead_pct: mean(&vals(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
+        acc_loss: mean(&completed(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
+        time_overhead_pct: mean(&completed(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
+        sim_overhead_pct: mean(&completed(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
         steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
         steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
         detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
@@ -481,5 +525,36 @@ mod tests {
         assert!((r.acc_all.unwrap() - 160.0 / 3.0).abs() < 1e-9);
         assert!((r.acc_loss.unwrap() - 5.0).abs() < 1e-9);
         assert_eq!(cs[1].accr.count, 1);
+    }
+
+    #[test]
+    fn each_replica_is_judged_against_its_own_reference() {
+        let c = |accs: &[f64], golden: &[f64]| classify_each_replica(false, accs, golden, 0.1, 0.5);
+        // Replicas with their own BatchNorm statistics sit apart already without a fault: each
+        // within 0.5 points of its own reference is a restart without change, though replica 1
+        // is 8 points below rank 0's.
+        assert_eq!(c(&[0.80, 0.72], &[0.80, 0.722]), Class::RestartWithoutChange);
+        assert_eq!(classify_replicas(false, 0.72, 0.80, 0.80, 0.1, 0.5), Class::AccuracyReduced, "rank 0's reference would say otherwise");
+        assert_eq!(c(&[0.80, 0.70], &[0.80, 0.76]), Class::AccuracyReduced);
+        assert_eq!(c(&[0.80, 0.74], &[0.80, 0.76]), Class::Other);
+        assert_eq!(c(&[0.80, 0.12], &[0.80, 0.76]), Class::TrainingFailed);
+        assert_eq!(classify_each_replica(true, &[0.8, 0.8], &[0.8, 0.8], 0.1, 0.5), Class::Nev);
+        let mut r = row("a", "r", Status::Ok, 0.8, false, false);
+        r.metrics.replica_acc_min = Some(0.72);
+        r.metrics.replica_acc_max = Some(0.8);
+        assert_eq!(replicas_class(&r, 0.1, 0.5), Some(Class::AccuracyReduced), "a row of an earlier revision: rank 0's reference");
+        r.metrics.replica_accs = Some("0.8;0.72".into());
+        r.metrics.golden_replica_accs = Some("0.8;0.722".into());
+        assert_eq!(replicas_class(&r, 0.1, 0.5), Some(Class::RestartWithoutChange));
+    }
+
+    #[test]
+    fn nan_never_exceeds_nev_because_step_altered_runs_leave_both() {
+        let mut rows = vec![row("a", "r", Status::Ok, 0.1, true, true), row("b", "r", Status::Ok, 0.1, true, true)];
+        // Run b's flip hit the step counter: a class of its own, counted in neither numerator.
+        rows[1].metrics.base_step = Some(10);
+        rows[1].metrics.restart_step = Some(4106);
+        let c = &cells(&rows, |_| 0.1, 0.5)[0];
+        assert_eq!((c.ok, c.nan.count, c.nev.count, c.step_altered.count), (2, 1, 1, 1));
     }
 }

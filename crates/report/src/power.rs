@@ -1,7 +1,8 @@
 //! `resilab report --power D`: for every comparison (or hypothesis test) of a campaign's
 //! report, what its runs can detect now and the runs per cell it would need to detect a
 //! difference of `D` (the metric's unit: points for rates and accuracy losses, % for
-//! overheads), at 80% power and Holm's strictest level for the report's family.
+//! overheads), at 80% power and Holm's strictest level for the report's family; for a paired
+//! hypothesis test, the groups (seed, rep) it needs, t-based from its per-group differences.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -49,7 +50,7 @@ fn table(lines: &[Line], d: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Runs per cell to detect a difference of {d} (the metric's unit) with 80% power at Holm's strictest level for these {} comparisons (0.05/{} = {level:.2e}; normal approximation, from each comparison's own spread):\n",
+        "Runs per cell (groups, for a paired test) to detect a difference of {d} (the metric's unit) with 80% power at Holm's strictest level for these {} comparisons (0.05/{} = {level:.2e}; from each comparison's own spread: the normal approximation for an unpaired test, the t-based iteration from the per-group differences' standard deviation for a paired one):\n",
         lines.len(),
         lines.len()
     );

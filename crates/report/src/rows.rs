@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
+use crate::choice::Choice;
 use crate::error::{csv_error, csv_text};
 use crate::format::f;
 use crate::md::MdColumn;
-use crate::study::{Choice, HypothesisTest, StudyCell};
+use crate::measures::{HypothesisTest, StudyCell};
 use crate::{Cell, Comparison, Error, Result, Share};
 
 /// One row of `cells.csv` after the grid's axes: one cell's metrics (docs/metrics.md, "Per-cell
@@ -367,6 +368,71 @@ pub(crate) struct BitRow {
     pub(crate) verdict: &'static str,
 }
 
+/// One row of `which_strategy.csv`: a condition's [`Choice`] (docs/metrics.md, "Columns of the
+/// report's files"); `report.md`'s table of choices reads the same rows ([`CHOICE_TABLE`]).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct ChoiceRow {
+    /// The condition: the other axes' coordinates.
+    pub(crate) condition: String,
+    /// `lossy_forward`, `reinit = respawn (equal)`, `lossy_forward = rollback` (not separated)
+    /// or `undecided` (nothing admissible).
+    pub(crate) choice: String,
+    /// Whether the data decide the condition.
+    pub(crate) decided: bool,
+    /// The chosen set, cheapest mean overhead first, `;`-separated.
+    pub(crate) chosen: String,
+    /// Mean simulated overhead of the cheapest chosen option, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) sim_overhead_pct: Option<f64>,
+    /// Its mean accuracy loss against the golden run, points (runs that completed).
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) acc_loss_pts: Option<f64>,
+    /// The one-sided 95% upper bound of that loss, points.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) acc_loss_upper_pts: Option<f64>,
+    /// Groups (training seed and repetition) among the condition's runs.
+    pub(crate) groups: u64,
+    /// Groups a power calculation says would decide an undecided condition: a count, `not
+    /// reachable` or `n/a`; empty when decided.
+    pub(crate) groups_needed: String,
+    /// What those groups would decide; empty when decided.
+    pub(crate) needed_for: String,
+    /// Options not chosen, each with why, `; `-separated.
+    pub(crate) ruled_out: String,
+}
+
+impl ChoiceRow {
+    /// The row of `c`.
+    pub(crate) fn of(c: &Choice) -> Self {
+        ChoiceRow {
+            condition: c.condition.clone(),
+            choice: c.choice.clone(),
+            decided: c.decided,
+            chosen: c.chosen.join(";"),
+            sim_overhead_pct: c.sim_overhead,
+            acc_loss_pts: c.acc_loss,
+            acc_loss_upper_pts: c.acc_loss_upper,
+            groups: c.groups as u64,
+            groups_needed: c.groups_needed.text(),
+            needed_for: c.needed_for.clone(),
+            ruled_out: c.ruled_out.join("; "),
+        }
+    }
+}
+
+/// `report.md`'s "which strategy when" table: what each column shows of a condition's
+/// [`ChoiceRow`].
+pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
+    ("condition", |r| r.condition.clone()),
+    ("choice", |r| if r.decided || r.choice == "undecided" { r.choice.clone() } else { format!("{} (undecided)", r.choice) }),
+    ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
+    ("acc. loss (points)", |r| f(r.acc_loss_pts, 2)),
+    ("upper bound (points)", |r| f(r.acc_loss_upper_pts, 2)),
+    ("groups", |r| r.groups.to_string()),
+    ("groups needed", |r| if r.groups_needed.is_empty() { String::new() } else { format!("{} ({})", r.groups_needed, r.needed_for) }),
+    ("ruled out", |r| r.ruled_out.clone()),
+];
+
 /// Writes a number with `D` decimals; empty when missing or not finite.
 fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_str(&f(*v, D))
@@ -421,7 +487,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("comparisons.csv of a study", columns::<HypothesisTest>()?),
         ("bits.csv", columns::<BitRow>()?),
         ("cells_study.csv", columns::<StudyCell>()?),
-        ("which_strategy.csv", columns::<Choice>()?),
+        ("which_strategy.csv", columns::<ChoiceRow>()?),
     ])
 }
 

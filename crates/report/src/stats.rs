@@ -1,7 +1,9 @@
 //! The statistics a report's claims rest on: Wilson intervals for proportions, a two-proportion
-//! z test with Newcombe's interval for a difference of rates, the exact McNemar test for paired
-//! rates, Welch's t test for a difference of means, and Holm's adjustment for the many
-//! comparisons of one report. Distributions come from `statrs`.
+//! z test with Newcombe's interval for a difference of rates, the exact McNemar test and
+//! Newcombe's paired interval for paired rates, Welch's t test for a difference of means, the
+//! paired t test with the Wilcoxon signed-rank test as its check for paired means, one-sided
+//! upper bounds of a mean (non-inferiority), the groups a paired test needs (t-based), and
+//! Holm's adjustment for the many comparisons of one report. Distributions come from `statrs`.
 
 use statrs::distribution::{ContinuousCDF, DiscreteCDF, Normal, StudentsT};
 
@@ -132,6 +134,186 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Test> {
     Some(Test { diff, ci: (diff - q * se, diff + q * se), p })
 }
 
+/// The paired t test of the differences `d` (in each group, the second option's value minus the
+/// first's): their mean, its two-sided 95% Student t interval and the two-sided p with `n - 1`
+/// degrees of freedom, `n` the groups with both values. `None` with fewer than two differences
+/// or one that is not finite. Differences without any spread give p = 0 when their mean is not
+/// 0 and 1 when it is, and an interval of no width.
+pub fn paired_t(d: &[f64]) -> Option<Test> {
+    if d.len() < 2 || d.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let (m, var) = mean_var(d);
+    let se = (var / d.len() as f64).sqrt();
+    if se == 0.0 {
+        return Some(Test { diff: m, ci: (m, m), p: if m == 0.0 { 1.0 } else { 0.0 } });
+    }
+    let t = StudentsT::new(0.0, 1.0, d.len() as f64 - 1.0).ok()?;
+    let q = t.inverse_cdf(0.975);
+    Some(Test { diff: m, ci: (m - q * se, m + q * se), p: (2.0 * t.sf((m / se).abs())).min(1.0) })
+}
+
+/// Most differences (zeros dropped) for which [`wilcoxon`] uses the exact distribution.
+pub const WILCOXON_EXACT_MAX: usize = 50;
+
+/// The Wilcoxon signed-rank test of the differences `d`, two-sided p. Zeros are dropped
+/// (Wilcoxon's rule, not Pratt's) and the others ranked by absolute value, ties at their mean
+/// rank; `T+` is the sum of the positive differences' ranks. Without ties and with at most
+/// [`WILCOXON_EXACT_MAX`] differences left, p is exact: `min(1, 2 P(T <= min(T+, T-)))` under
+/// the null distribution of the rank sum. Otherwise the normal approximation without continuity
+/// correction, its variance corrected for ties: `n(n+1)(2n+1)/24 - sum(t^3 - t)/48`. p = 1
+/// when every difference is 0; `None` without differences or with one that is not finite.
+pub fn wilcoxon(d: &[f64]) -> Option<f64> {
+    if d.is_empty() || d.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let mut nz: Vec<f64> = d.iter().copied().filter(|x| *x != 0.0).collect();
+    if nz.is_empty() {
+        return Some(1.0);
+    }
+    nz.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let n = nz.len();
+    let (mut plus, mut ties, mut i) = (0.0, Vec::new(), 0);
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && nz[j + 1].abs() == nz[i].abs() {
+            j += 1;
+        }
+        let rank = (i + j + 2) as f64 / 2.0;
+        plus += nz[i..=j].iter().filter(|x| **x > 0.0).count() as f64 * rank;
+        ties.push((j - i + 1) as f64);
+        i = j + 1;
+    }
+    let total = (n * (n + 1)) as f64 / 2.0;
+    if ties.len() == n && n <= WILCOXON_EXACT_MAX {
+        return Some(wilcoxon_exact(n, plus.min(total - plus) as usize));
+    }
+    let nf = n as f64;
+    let var = nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - ties.iter().map(|t| t * t * t - t).sum::<f64>() / 48.0;
+    if var <= 0.0 {
+        return Some(1.0);
+    }
+    Some(two_sided_normal((plus - total / 2.0) / var.sqrt()).min(1.0))
+}
+
+/// `min(1, 2 P(T <= t))` for the signed-rank sum `T` of `n` differences without ties: the
+/// number of subsets of the ranks 1..=n by their sum, counted exactly (at most 2^50, exact in
+/// an f64), over 2^n.
+fn wilcoxon_exact(n: usize, t: usize) -> f64 {
+    let max = n * (n + 1) / 2;
+    let mut ways = vec![0.0f64; max + 1];
+    ways[0] = 1.0;
+    for rank in 1..=n {
+        for s in (rank..=max).rev() {
+            ways[s] += ways[s - rank];
+        }
+    }
+    let below: f64 = ways[..=t.min(max)].iter().sum();
+    (2.0 * below / 2f64.powi(n as i32)).min(1.0)
+}
+
+/// Newcombe's 95% interval (his method 10 for paired data, 1998) of the difference `p_b - p_a`
+/// of two paired rates, from the counts of the pairs where both outcomes hold, only a's, only
+/// b's, and neither: the two marginal Wilson intervals combined with the pairs' correlation
+/// (phi, its numerator `AD - BC` reduced by `n/2` when above it, 0 between 0 and `n/2`, and 0
+/// when a margin is empty). It stays inside `[-1, 1]` and keeps a width at 0 and 1; Wald's
+/// interval is never used. `None` without pairs.
+pub fn newcombe_paired(both: u64, a_only: u64, b_only: u64, neither: u64) -> Option<(f64, f64)> {
+    let n = both + a_only + b_only + neither;
+    let (ka, kb) = (both + a_only, both + b_only);
+    let ((la, ua), (lb, ub)) = (wilson(ka, n)?, wilson(kb, n)?);
+    let (pa, pb, nf) = (ka as f64 / n as f64, kb as f64 / n as f64, n as f64);
+    let margins = [ka, n - ka, kb, n - kb];
+    let phi = if margins.contains(&0) {
+        0.0
+    } else {
+        let a = both as f64 * neither as f64 - a_only as f64 * b_only as f64;
+        let num = if a > nf / 2.0 {
+            a - nf / 2.0
+        } else if a >= 0.0 {
+            0.0
+        } else {
+            a
+        };
+        num / margins.iter().map(|&m| m as f64).product::<f64>().sqrt()
+    };
+    // Newcombe's interval of pa - pb, turned round for pb - pa.
+    let d = pa - pb;
+    let lo = d - ((pa - la).powi(2) + (ub - pb).powi(2) - 2.0 * phi * (pa - la) * (ub - pb)).max(0.0).sqrt();
+    let hi = d + ((pb - lb).powi(2) + (ua - pa).powi(2) - 2.0 * phi * (pb - lb) * (ua - pa)).max(0.0).sqrt();
+    Some(((-hi).max(-1.0), (-lo).min(1.0)))
+}
+
+/// The one-sided 95% upper confidence bound of the mean of `v` (Student t):
+/// `mean + t(0.95, n-1) s / sqrt(n)`. `None` for fewer than two values or one that is not
+/// finite.
+pub fn upper_bound(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 || v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let (m, var) = mean_var(v);
+    let q = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).ok()?.inverse_cdf(0.95);
+    Some(m + q * (var / v.len() as f64).sqrt())
+}
+
+/// The sample standard deviation of `v`; `None` for fewer than two values or one that is not
+/// finite.
+pub fn sd(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 || v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    Some(mean_var(v).1.sqrt())
+}
+
+/// `t(q, n - 1) + t(POWER, n - 1)`: the quantiles whose sum, times `s / sqrt(n)`, a difference
+/// must reach to be found with [`POWER`] by a t test whose significance quantile is `q`.
+fn t_sum(q: f64, n: u64) -> Option<f64> {
+    let t = StudentsT::new(0.0, 1.0, n.checked_sub(1)? as f64).ok()?;
+    Some(t.inverse_cdf(q) + t.inverse_cdf(POWER))
+}
+
+/// The fewest groups `n >= 2` with `n >= ((t(q, n-1) + t(POWER, n-1)) s / margin)^2`, the
+/// t-based iteration of the sample size of a paired t test: started at the normal
+/// approximation's size (which it never undercuts) and counted up. `None` unless `margin > 0`
+/// and `s >= 0` are finite.
+fn t_groups(q: f64, s: f64, margin: f64) -> Option<u64> {
+    if !(margin > 0.0 && margin.is_finite() && s >= 0.0 && s.is_finite()) {
+        return None;
+    }
+    let z = Normal::standard();
+    let normal = ((z.inverse_cdf(q) + z.inverse_cdf(POWER)) * s / margin).powi(2);
+    if normal > 1e12 {
+        return None;
+    }
+    let mut n = (normal.ceil() as u64).max(2);
+    while (n as f64) < (t_sum(q, n)? * s / margin).powi(2) {
+        n += 1;
+    }
+    Some(n)
+}
+
+/// Groups a paired t test at two-sided level `alpha` needs to find a mean difference `d` with
+/// [`POWER`], given the standard deviation `s` of the per-group differences (the t-based
+/// iteration of `t_groups`). `None` unless `|d| > 0`.
+pub fn groups_to_detect(d: f64, s: f64, alpha: f64) -> Option<u64> {
+    t_groups(1.0 - alpha / 2.0, s, d.abs())
+}
+
+/// The smallest mean difference a paired t test at two-sided level `alpha` finds with
+/// [`POWER`] with `n` groups whose differences have standard deviation `s`:
+/// `(t(1 - alpha/2, n-1) + t(POWER, n-1)) s / sqrt(n)`. `None` for fewer than two groups.
+pub fn detectable_in(n: u64, s: f64, alpha: f64) -> Option<f64> {
+    Some(t_sum(1.0 - alpha / 2.0, n)? * s / (n as f64).sqrt())
+}
+
+/// Groups needed for the one-sided 95% upper bound of a mean ([`upper_bound`]) to fall below
+/// `budget` with [`POWER`], when the mean is `m` and the standard deviation `s`: the t-based
+/// iteration with `t(0.95, n-1) + t(POWER, n-1)` and the margin `budget - m`. `None` when `m`
+/// is at or above the budget: no number of groups reaches it.
+pub fn groups_under(m: f64, s: f64, budget: f64) -> Option<u64> {
+    t_groups(0.95, s, budget - m)
+}
+
 /// Holm's step-down adjustment of `p` (family-wise error rate): adjusted p-values in the
 /// input's order.
 pub fn holm(p: &[f64]) -> Vec<f64> {
@@ -159,8 +341,13 @@ pub struct Spread {
     /// Standard error of the difference with the runs that were made.
     pub se: f64,
     /// Per-run variance of cell a plus that of cell b: the standard error with `n` runs in
-    /// each cell is `sqrt(unit_var / n)`.
+    /// each cell is `sqrt(unit_var / n)`. For a paired difference, the variance of the
+    /// per-group differences.
     pub unit_var: f64,
+    /// The groups behind a paired difference (0: unpaired). A paired spread's figures are
+    /// t-based ([`detectable_in`], [`groups_to_detect`]) with the differences' standard
+    /// deviation; an unpaired one's use the normal approximation.
+    pub pairs: u64,
 }
 
 impl Spread {
@@ -171,7 +358,30 @@ impl Spread {
             return None;
         }
         let ((_, va), (_, vb)) = (mean_var(a), mean_var(b));
-        Some(Self { se: (va / a.len() as f64 + vb / b.len() as f64).sqrt(), unit_var: va + vb })
+        Some(Self { se: (va / a.len() as f64 + vb / b.len() as f64).sqrt(), unit_var: va + vb, pairs: 0 })
+    }
+
+    /// The spread of a paired difference of means, from the per-group differences `d`: `None`
+    /// with fewer than two or one that is not finite.
+    pub fn of_pairs(d: &[f64]) -> Option<Self> {
+        let var = sd(d)?.powi(2);
+        Some(Self { se: (var / d.len() as f64).sqrt(), unit_var: var, pairs: d.len() as u64 })
+    }
+
+    /// The spread of a difference of paired rates, in percent points, from `n` pairs of which
+    /// `a_only` had only a's outcome and `b_only` only b's: the variance of the per-pair
+    /// differences (-100, 0 or 100 points), `10^4 (p_disc - delta^2)`, taken at least
+    /// `10^4 e (1 - e)` with `e = 0.5 / n` (half a pair from the edge), so that rates never seen
+    /// to differ still need pairs to tell apart. `None` with fewer than two pairs.
+    pub fn of_paired_rates(a_only: u64, b_only: u64, n: u64) -> Option<Self> {
+        if n < 2 || a_only + b_only > n {
+            return None;
+        }
+        let nf = n as f64;
+        let edge = 0.5 / nf;
+        let (disc, delta) = ((a_only + b_only) as f64 / nf, (b_only as f64 - a_only as f64) / nf);
+        let var = 1e4 * (disc - delta * delta).max(edge * (1.0 - edge));
+        Some(Self { se: (var / nf).sqrt(), unit_var: var, pairs: n })
     }
 
     /// The spread of a difference of rates `k1/n1` and `k2/n2`, in percent points, at the
@@ -186,21 +396,29 @@ impl Spread {
         let edge = 0.5 / n;
         let p = ((k1 + k2) as f64 / n).clamp(edge, 1.0 - edge);
         let var = 100.0 * 100.0 * p * (1.0 - p);
-        Some(Self { se: (var * (1.0 / n1 as f64 + 1.0 / n2 as f64)).sqrt(), unit_var: 2.0 * var })
+        Some(Self { se: (var * (1.0 / n1 as f64 + 1.0 / n2 as f64)).sqrt(), unit_var: 2.0 * var, pairs: 0 })
     }
 
-    /// The smallest difference a two-sided test at level `alpha` detects with [`POWER`]
-    /// (normal approximation): `(z(1 - alpha / 2) + z(POWER)) * se`.
+    /// The smallest difference a two-sided test at level `alpha` detects with [`POWER`]:
+    /// unpaired, the normal approximation `(z(1 - alpha / 2) + z(POWER)) * se`; paired,
+    /// [`detectable_in`] with the groups and the differences' standard deviation.
     pub fn detectable(&self, alpha: f64) -> f64 {
+        if self.pairs >= 2 {
+            return detectable_in(self.pairs, self.unit_var.sqrt(), alpha).unwrap_or(f64::NAN);
+        }
         z_sum(alpha) * self.se
     }
 
-    /// Runs per cell needed to detect a difference of `d` (same unit) at level `alpha` with
-    /// [`POWER`]: `ceil((z(1 - alpha / 2) + z(POWER))^2 * unit_var / d^2)`, at least 2; `None`
-    /// for `d <= 0`.
+    /// Runs per cell (groups, for a paired difference) needed to detect a difference of `d`
+    /// (same unit) at level `alpha` with [`POWER`]: unpaired, `ceil((z(1 - alpha / 2) +
+    /// z(POWER))^2 * unit_var / d^2)`, at least 2; paired, [`groups_to_detect`]. `None` for
+    /// `d <= 0`.
     pub fn runs_needed(&self, d: f64, alpha: f64) -> Option<u64> {
         if d.is_nan() || d <= 0.0 {
             return None;
+        }
+        if self.pairs > 0 {
+            return groups_to_detect(d, self.unit_var.sqrt(), alpha);
         }
         let n = (z_sum(alpha) / d).powi(2) * self.unit_var;
         Some((n.ceil() as u64).max(2))
@@ -306,6 +524,100 @@ mod tests {
         assert_eq!(mcnemar_exact(0, 0), 1.0);
         // 0 against 6: 2 / 64.
         assert!(close(mcnemar_exact(0, 6), 0.03125, 1e-12));
+    }
+
+    #[test]
+    fn paired_t_matches_a_reference_computation() {
+        // scipy 1.17 stats.ttest_rel(b, a) with these a and b: t = -2.864939, p = 0.0241663,
+        // confidence_interval(0.95) = -1.026769 to -0.098231, mean difference -0.5625.
+        let a = [12.1, 9.8, 11.4, 10.2, 13.0, 10.9, 11.7, 9.5];
+        let b = [11.2, 9.9, 10.1, 9.6, 12.1, 10.3, 11.0, 9.9];
+        let d: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y - x).collect();
+        let t = paired_t(&d).unwrap();
+        assert!(close(t.diff, -0.5625, 1e-12), "{t:?}");
+        assert!(close(t.p, 0.0241663, 1e-6), "{t:?}");
+        assert!(close(t.ci.0, -1.026769, 1e-5) && close(t.ci.1, -0.098231, 1e-5), "{t:?}");
+        // No spread: shown when the mean is not 0, never when it is.
+        assert_eq!(paired_t(&[0.5, 0.5, 0.5]).unwrap().p, 0.0);
+        assert_eq!(paired_t(&[0.0, 0.0]).unwrap().p, 1.0);
+        assert_eq!(paired_t(&[1.0]), None);
+        assert_eq!(paired_t(&[1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn wilcoxon_matches_scipy_exact_and_approximate() {
+        // scipy 1.17 stats.wilcoxon(d, method="exact").pvalue: 9 differences without ties,
+        // T- = 1 + 3 = 4, p = 0.01953125 (= 2 * 5 / 512).
+        let d = [1.83, -0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, -1.30];
+        assert!(close(wilcoxon(&d).unwrap(), 0.01953125, 1e-12));
+        // 12 differences without ties: p = 0.00927734375.
+        let d = [0.5, -1.1, 2.2, 0.3, 1.7, 0.9, 1.4, -0.2, 2.6, 1.9, 0.8, 1.2];
+        assert!(close(wilcoxon(&d).unwrap(), 0.00927734375, 1e-12));
+        // Zeros and ties: stats.wilcoxon(d, zero_method="wilcox", correction=False,
+        // method="approx").pvalue = 0.0355644 (zeros dropped, tie-corrected variance).
+        let d = [0.0, 1.0, -1.0, 2.0, 2.0, 3.0, -2.0, 4.0, 0.0, 5.0, 1.0, 3.0];
+        assert!(close(wilcoxon(&d).unwrap(), 0.0355644, 1e-6), "{:?}", wilcoxon(&d));
+        // Nothing differs: no evidence. Nothing at all: no test.
+        assert_eq!(wilcoxon(&[0.0, 0.0, 0.0]), Some(1.0));
+        assert_eq!(wilcoxon(&[]), None);
+        // One difference: the exact p of one sign is 1.
+        assert_eq!(wilcoxon(&[2.0]), Some(1.0));
+    }
+
+    #[test]
+    fn newcombe_paired_matches_the_published_example() {
+        // Fagerland, Lydersen & Laake (2017), chapter 8, the Cavo et al. (2012) table 59, 6, 16,
+        // 80 (R package contingencytables, Newcombe_square_and_add_CI_paired_2x2): p1 - p2 =
+        // -0.0621, 95% CI -0.1186 to -0.0046. Here the difference is second minus first.
+        let (lo, hi) = newcombe_paired(59, 6, 16, 80).unwrap();
+        assert!(close(lo, 0.0046, 5e-5) && close(hi, 0.1186, 5e-5), "{lo} {hi}");
+        // Every pair agrees at 0: an interval with width around 0, inside [-1, 1].
+        let (lo, hi) = newcombe_paired(0, 0, 0, 20).unwrap();
+        assert!(lo < 0.0 && hi > 0.0 && lo >= -1.0 && hi <= 1.0, "{lo} {hi}");
+        assert_eq!(newcombe_paired(0, 0, 0, 0), None);
+    }
+
+    #[test]
+    fn the_one_sided_upper_bound_matches_a_reference_computation() {
+        // scipy 1.17: mean + stats.t.ppf(0.95, 6) * s / sqrt(7) = 0.394318 (the upper end of
+        // stats.t.interval(0.90, ...)).
+        let v = [0.1, 0.4, -0.2, 0.3, 0.6, 0.0, 0.2];
+        assert!(close(upper_bound(&v).unwrap(), 0.394318, 1e-6), "{:?}", upper_bound(&v));
+        assert_eq!(upper_bound(&[0.3, 0.3]), Some(0.3));
+        assert_eq!(upper_bound(&[0.3]), None);
+    }
+
+    #[test]
+    fn paired_power_follows_the_t_based_iteration() {
+        // The smallest n >= 2 with n >= ((t.ppf(q, n-1) + t.ppf(0.8, n-1)) s / d)^2, scipy 1.17:
+        // d = 0.5, s = 1, alpha 0.05: 34 groups (statsmodels' exact noncentral-t power,
+        // TTestPower().solve_power(0.5, alpha=0.05, power=0.8), gives 33.37).
+        assert_eq!(groups_to_detect(0.5, 1.0, 0.05), Some(34));
+        assert_eq!(groups_to_detect(-0.5, 1.0, 0.05), Some(34), "either sign");
+        // d = 1, s = 2.5, alpha 0.01: 77 groups.
+        assert_eq!(groups_to_detect(1.0, 2.5, 0.01), Some(77));
+        assert_eq!(groups_to_detect(0.0, 1.0, 0.05), None);
+        // Without spread, the fewest groups a t bound needs.
+        assert_eq!(groups_to_detect(0.1, 0.0, 0.05), Some(2));
+        // Non-inferiority, mean 0.2, s 0.6, budget 0.5: 27 groups (one-sided 0.05; statsmodels'
+        // exact one-sided power gives 26.14); none reach it from a mean at the budget.
+        assert_eq!(groups_under(0.2, 0.6, 0.5), Some(27));
+        assert_eq!(groups_under(0.5, 0.6, 0.5), None);
+        assert_eq!(groups_under(0.7, 0.0, 0.5), None);
+        // Detectable with 30 groups, s = 1.2: 0.635231 at 0.05 and 1.051703 at 0.05 / 108.
+        assert!(close(detectable_in(30, 1.2, 0.05).unwrap(), 0.635231, 1e-5));
+        assert!(close(detectable_in(30, 1.2, 0.05 / 108.0).unwrap(), 1.051703, 1e-5));
+        assert_eq!(detectable_in(1, 1.2, 0.05), None);
+        // A paired spread uses the same functions: what it detects with its groups needs its
+        // groups again.
+        let d: Vec<f64> = (0..30).map(|i| f64::from(i % 5) - 2.0).collect();
+        let s = Spread::of_pairs(&d).unwrap();
+        assert_eq!(s.pairs, 30);
+        assert!(close(s.detectable(0.05), detectable_in(30, sd(&d).unwrap(), 0.05).unwrap(), 1e-12));
+        assert_eq!(s.runs_needed(s.detectable(0.05), 0.05), Some(30));
+        // Paired rates never seen to differ still need pairs.
+        assert!(Spread::of_paired_rates(0, 0, 20).unwrap().detectable(0.05) > 0.0);
+        assert!(Spread::of_paired_rates(0, 0, 1).is_none());
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! A study with hypotheses fixed before running (`[[campaign.hypothesis]]`): per condition
 //! (every combination of the axes other than the compared one), each option's accuracy loss and
-//! simulated overhead with 95% intervals; each hypothesis tested in every condition (Welch's t
-//! for means, Newcombe's interval and the two-proportion test for rates), Holm-adjusted over
-//! exactly that family; a Pareto plot per condition; and the generated "which strategy when"
-//! table: in each condition, the option with the lowest mean overhead among those whose mean
-//! accuracy loss is not shown (one-sided 95%) to exceed the campaign's accuracy budget.
+//! simulated overhead with 95% intervals (runs that completed; failed runs are their own class);
+//! each hypothesis tested in every condition, Holm-adjusted over exactly that family; a Pareto
+//! plot per condition; and the generated "which strategy when" table (its rule in `choice.rs`).
+//!
+//! Where the hypothesis's axis is paired (`campaign.paired`), the runs of a condition that share
+//! a training seed and a repetition met the same faults: a's and b's runs are matched by (seed,
+//! rep) and the differences tested, means by the paired t test (the Wilcoxon signed-rank p
+//! beside it as a check), rates by the exact McNemar test with Newcombe's paired interval.
+//! Otherwise means by Welch's t test, rates by the two-proportion test with Newcombe's interval.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,123 +17,15 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
-use crate::md::{MdColumn, md_table};
-use crate::stats::{ALPHA, Spread, holm, holm_first_level, mean_interval, newcombe, shown_above, two_proportions, welch, wilson};
+pub use crate::choice::{Choice, Needed};
+use crate::md::md_table;
+pub use crate::measures::{HypothesisTest, StudyCell};
+use crate::measures::{
+    acc_points, failed, final_acc_pct, means, overhead_pct, paired_means, paired_rates, pairs, rates, reached, time_to_acc_pct,
+};
+use crate::rows::{CHOICE_TABLE, ChoiceRow};
+use crate::stats::{ALPHA, holm, holm_first_level, mean_interval, wilson};
 use crate::{Error, Facets, Pareto, ParetoPoint, Result};
-
-/// One option in one condition.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct StudyCell {
-    /// The other axes' coordinates, `key=value` joined by `, `.
-    pub condition: String,
-    /// The compared axis's option (the strategy).
-    pub option: String,
-    /// Runs recorded (status ok).
-    pub runs: usize,
-    /// Training seeds among them.
-    pub seeds: usize,
-    /// Runs that failed (their strategy gave up).
-    pub failed: usize,
-    /// Mean accuracy loss against the golden run, points (every run).
-    #[serde(rename = "acc_loss_pts")]
-    pub acc_loss: Option<f64>,
-    /// Its 95% interval.
-    pub acc_loss_lo: Option<f64>,
-    /// Upper end.
-    pub acc_loss_hi: Option<f64>,
-    /// Mean simulated overhead, % (runs that completed; a failed run has none).
-    #[serde(rename = "sim_overhead_pct")]
-    pub sim_overhead: Option<f64>,
-    /// Its 95% interval.
-    pub sim_overhead_lo: Option<f64>,
-    /// Upper end.
-    pub sim_overhead_hi: Option<f64>,
-    /// Mean final test accuracy, % (every run).
-    #[serde(rename = "final_acc_pct")]
-    pub final_acc: Option<f64>,
-    /// Its 95% interval.
-    pub final_acc_lo: Option<f64>,
-    /// Upper end.
-    pub final_acc_hi: Option<f64>,
-    /// Runs whose test accuracy reached the golden run's final accuracy at an evaluation.
-    pub reached: usize,
-    /// Their share, %, with its 95% Wilson interval.
-    pub reached_pct: Option<f64>,
-    /// Lower end.
-    pub reached_lo: Option<f64>,
-    /// Upper end.
-    pub reached_hi: Option<f64>,
-    /// Mean simulated time to the golden run's final accuracy, % of the golden run's simulated
-    /// time (runs that reached it).
-    #[serde(rename = "time_to_acc_pct")]
-    pub time_to_acc: Option<f64>,
-    /// Its 95% interval.
-    pub time_to_acc_lo: Option<f64>,
-    /// Upper end.
-    pub time_to_acc_hi: Option<f64>,
-}
-
-/// One hypothesis tested in one condition.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct HypothesisTest {
-    /// The hypothesis's name.
-    pub hypothesis: String,
-    /// The condition.
-    pub condition: String,
-    /// `sim_overhead_pct`, `acc_loss_pts`, `failed_pct`, `time_to_acc_pct` or `reached_pct`
-    /// ([`HypothesisMetric::column`]).
-    pub metric: &'static str,
-    /// `welch` or `newcombe`.
-    pub test: &'static str,
-    /// The option compared against.
-    pub a: String,
-    /// The option compared.
-    pub b: String,
-    /// Value of a.
-    pub value_a: f64,
-    /// Value of b.
-    pub value_b: f64,
-    /// Runs behind a.
-    pub n_a: usize,
-    /// Runs behind b.
-    pub n_b: usize,
-    /// `b - a`.
-    pub diff: f64,
-    /// 95% interval of the difference (not adjusted).
-    pub ci_lo: f64,
-    /// Upper end.
-    pub ci_hi: f64,
-    /// Two-sided p-value.
-    pub p: f64,
-    /// Holm-adjusted over every test of every hypothesis.
-    pub p_holm: f64,
-    /// `b lower`, `b higher` or `not shown`.
-    pub verdict: String,
-    /// The smallest difference (the metric's unit) these runs detect with 80% power at Holm's
-    /// strictest level for the family (`0.05 / m`, normal approximation).
-    pub detectable: f64,
-    /// Its basis, for `report --power`.
-    #[serde(skip)]
-    pub spread: Spread,
-}
-
-/// The generated answer for one condition.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Choice {
-    /// The condition.
-    pub condition: String,
-    /// The option with the lowest mean overhead among those within the accuracy budget
-    /// (empty when none is).
-    pub choice: String,
-    /// Its mean overhead, %.
-    #[serde(rename = "sim_overhead_pct")]
-    pub sim_overhead: Option<f64>,
-    /// Its mean accuracy loss, points.
-    #[serde(rename = "acc_loss_pts")]
-    pub acc_loss: Option<f64>,
-    /// Options ruled out: accuracy loss shown to exceed the budget, or no overhead (failed runs).
-    pub ruled_out: String,
-}
 
 /// What the study wrote.
 pub struct Study {
@@ -144,32 +40,6 @@ pub struct Study {
 fn condition(r: &Row, axis: &str) -> String {
     let parts: Vec<String> = r.coords.iter().filter(|(k, _)| k.as_str() != axis).map(|(k, v)| format!("{k}={v}")).collect();
     if parts.is_empty() { "all".to_string() } else { parts.join(", ") }
-}
-
-fn acc_points(r: &Row) -> Option<f64> {
-    r.metrics.acc_loss.map(|x| 100.0 * x)
-}
-
-fn overhead_pct(r: &Row) -> Option<f64> {
-    r.metrics.sim_overhead.filter(|_| r.metrics.failed != Some(true)).map(|x| 100.0 * x)
-}
-
-fn final_acc_pct(r: &Row) -> Option<f64> {
-    r.metrics.final_acc.map(|x| 100.0 * x)
-}
-
-/// Simulated time to the golden run's final accuracy, % of the golden run's simulated time.
-fn time_to_acc_pct(r: &Row) -> Option<f64> {
-    let (t, g) = (r.metrics.time_to_golden_acc_s?, r.metrics.golden_sim_s?);
-    (g > 0.0).then(|| 100.0 * t / g)
-}
-
-fn failed(r: &Row) -> bool {
-    r.metrics.failed == Some(true)
-}
-
-fn reached(r: &Row) -> bool {
-    r.metrics.time_to_golden_acc_s.is_some()
 }
 
 /// The value a mean hypothesis compares, or the event a rate hypothesis counts.
@@ -217,12 +87,17 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
     let seeds: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.seed).collect();
     let k = rows.iter().filter(|r| reached(r)).count();
     let w = wilson(k as u64, rows.len() as u64);
+    let nf = rows.iter().filter(|r| failed(r)).count();
+    let wf = wilson(nf as u64, rows.len() as u64);
     StudyCell {
         condition: condition.to_string(),
         option: option.to_string(),
         runs: rows.len(),
         seeds: seeds.len(),
-        failed: rows.iter().filter(|r| r.metrics.failed == Some(true)).count(),
+        failed: nf,
+        failed_pct: (!rows.is_empty()).then(|| 100.0 * nf as f64 / rows.len() as f64),
+        failed_lo: wf.map(|x| 100.0 * x.0),
+        failed_hi: wf.map(|x| 100.0 * x.1),
         acc_loss: a.map(|x| x.0),
         acc_loss_lo: a.map(|x| x.1.0),
         acc_loss_hi: a.map(|x| x.1.1),
@@ -242,81 +117,21 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
     }
 }
 
-/// One hypothesis in one condition, before Holm; `None` when a side has too few values.
-fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row]) -> Option<HypothesisTest> {
-    let base = |metric, test, va: f64, vb: f64, na, nb, ci: (f64, f64), p, spread| HypothesisTest {
-        hypothesis: h.name.clone(),
-        condition: condition.to_string(),
-        metric,
-        test,
-        a: h.a.clone(),
-        b: h.b.clone(),
-        value_a: va,
-        value_b: vb,
-        n_a: na,
-        n_b: nb,
-        diff: vb - va,
-        ci_lo: ci.0,
-        ci_hi: ci.1,
-        p,
-        p_holm: p,
-        verdict: String::new(),
-        detectable: f64::NAN,
-        spread,
+/// One hypothesis in one condition, before Holm: paired where its axis is, else unpaired;
+/// `None` when a side has too few values.
+fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row], paired: bool) -> Option<HypothesisTest> {
+    let mut t = match (measure(h.metric), paired) {
+        (Measure::Rate(event), false) => rates(event, a, b)?,
+        (Measure::Rate(event), true) => paired_rates(event, &pairs(a, b))?,
+        (Measure::Mean(get), false) => means(get, a, b)?,
+        (Measure::Mean(get), true) => paired_means(get, &pairs(a, b))?,
     };
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let name = h.metric.column();
-    match measure(h.metric) {
-        Measure::Rate(event) => {
-            let k = |s: &[&Row]| s.iter().filter(|r| event(r)).count() as u64;
-            let (na, nb) = (a.len() as u64, b.len() as u64);
-            let ci = newcombe(k(a), na, k(b), nb)?;
-            let p = two_proportions(k(a), na, k(b), nb)?.p;
-            let spread = Spread::of_rates(k(a), na, k(b), nb)?;
-            Some(base(
-                name,
-                "newcombe",
-                100.0 * k(a) as f64 / na as f64,
-                100.0 * k(b) as f64 / nb as f64,
-                a.len(),
-                b.len(),
-                (100.0 * ci.0, 100.0 * ci.1),
-                p,
-                spread,
-            ))
-        }
-        Measure::Mean(get) => {
-            let (va, vb): (Vec<f64>, Vec<f64>) = (a.iter().filter_map(|r| get(r)).collect(), b.iter().filter_map(|r| get(r)).collect());
-            let t = welch(&va, &vb)?;
-            let spread = Spread::of_means(&va, &vb)?;
-            Some(base(name, "welch", mean(&va), mean(&vb), va.len(), vb.len(), t.ci, t.p, spread))
-        }
-    }
-}
-
-/// The option with the lowest mean overhead among those whose accuracy loss is not shown to
-/// exceed `budget` points.
-fn choose(condition: &str, options: &[(String, Vec<&Row>)], cells: &[StudyCell], budget: f64) -> Choice {
-    let mut ruled = Vec::new();
-    let mut best: Option<&StudyCell> = None;
-    for (option, rows) in options {
-        let Some(c) = cells.iter().find(|c| c.condition == condition && &c.option == option) else { continue };
-        let acc: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-        if shown_above(&acc, budget) {
-            ruled.push(format!("{option} (loss > {budget} pt)"));
-        } else if c.sim_overhead.is_none() || c.failed > 0 {
-            ruled.push(format!("{option} (failed runs)"));
-        } else if best.is_none_or(|b| c.sim_overhead < b.sim_overhead) {
-            best = Some(c);
-        }
-    }
-    Choice {
-        condition: condition.to_string(),
-        choice: best.map_or_else(String::new, |b| b.option.clone()),
-        sim_overhead: best.and_then(|b| b.sim_overhead),
-        acc_loss: best.and_then(|b| b.acc_loss),
-        ruled_out: ruled.join("; "),
-    }
+    t.hypothesis = h.name.clone();
+    t.condition = condition.to_string();
+    t.metric = h.metric.column();
+    t.a = h.a.clone();
+    t.b = h.b.clone();
+    Some(t)
 }
 
 /// The study of `rows` under `campaign`'s hypotheses; `None` when it states none.
@@ -325,11 +140,12 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
     let axis = hs.first()?.axis.clone();
     let groups = group(campaign, rows, &axis);
     let cells: Vec<StudyCell> = groups.iter().flat_map(|(c, opts)| opts.iter().map(move |(o, rs)| cell(c, o, rs))).collect();
+    let paired = campaign.settings.paired_axes();
     let mut tests = Vec::new();
     for h in hs {
         for (cond, opts) in &groups {
             let side = |o: &str| opts.iter().find(|(x, _)| x == o).map(|x| x.1.clone()).unwrap_or_default();
-            tests.extend(test(h, cond, &side(&h.a), &side(&h.b)));
+            tests.extend(test(h, cond, &side(&h.a), &side(&h.b), paired.contains(&h.axis)));
         }
     }
     let adjusted = holm(&tests.iter().map(|t| t.p).collect::<Vec<_>>());
@@ -345,7 +161,7 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
         .to_string();
     }
     let budget = campaign.settings.accuracy_budget_points;
-    let choices = groups.iter().map(|(c, opts)| choose(c, opts, &cells, budget)).collect();
+    let choices = groups.iter().map(|(c, opts)| crate::choice::choose(c, opts, budget, paired.contains(&axis))).collect();
     Some(Study { cells, tests, choices })
 }
 
@@ -361,19 +177,40 @@ fn detectable_range(of: &[&HypothesisTest]) -> String {
     }
 }
 
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
+/// The rules of the "which strategy when" table, as `report.md` states them beside it.
+fn choice_rules(budget: f64, paired: bool) -> String {
+    let cost_test = if paired {
+        "the paired t test of the per-group differences (runs that share a training seed and repetition met the same faults)"
+    } else {
+        "Welch's t test (the runs of different options are not paired)"
+    };
+    let groups = if paired { "groups (training seed and repetition, one run of every option each)" } else { "runs per option" };
+    format!(
+        "Generated from the runs (`which_strategy.csv`), in each condition:\n\n\
+         - **Admissible**: an option with no failed run whose one-sided 95% upper bound (Student t) of the mean accuracy loss against the golden run (runs that completed, points) is below the budget of {budget} points (non-inferiority). A failed run (its strategy gave up) is its own class: it has no accuracy loss and no overhead.\n\
+         - **Cheaper**: the admissible options are ordered by mean simulated overhead; an option is shown to cost more than the cheapest when {cost_test} gives p < {ALPHA} after Holm's adjustment over that condition's cost comparisons (the cheapest against each other admissible option: that family, per condition).\n\
+         - **Choice**: the cheapest together with every admissible option not shown to cost more, joined by `=`. Options identical to the cheapest in every group (runs matched by training seed and repetition, each difference of overhead and accuracy loss exactly 0) read `(equal)`, and the condition is decided; any other option left beside the cheapest leaves it *undecided*.\n\
+         - **Undecided**: *groups needed* is what a power calculation (80% power, from the observed standard deviations) says would decide it, in {groups}: with nothing admissible, what the most promising option without failed runs needs for its upper bound to fall under the budget (one-sided 0.05, t-based), `not reachable` when its mean loss is at or above the budget; with costs not separated, what the cost test of the cheapest two needs at Holm's strictest level of the condition ({ALPHA}/m for m cost comparisons; t-based for a paired test, normal approximation for Welch's), `not reachable` when their overheads do not differ at all.\n"
+    )
 }
 
-/// `report.md`'s "which strategy when" table: what each column shows of a condition's
-/// `which_strategy.csv` row.
-const CHOICE_TABLE: &[MdColumn<Choice>] = &[
-    ("condition", |c| c.condition.clone()),
-    ("choice", |c| if c.choice.is_empty() { "none qualifies".into() } else { c.choice.clone() }),
-    ("sim. overhead %", |c| opt(c.sim_overhead, 2)),
-    ("acc. loss (points)", |c| opt(c.acc_loss, 2)),
-    ("ruled out", |c| c.ruled_out.clone()),
-];
+/// The rules of the hypothesis tests, as `report.md` states them above their verdicts.
+fn test_rules(campaign: &Campaign, s: &Study) -> String {
+    let hs = &campaign.settings.hypotheses;
+    let conditions = s.choices.len();
+    let paired = campaign.settings.paired_axes();
+    let any_paired = hs.iter().any(|h| paired.contains(&h.axis));
+    let pairing = if any_paired {
+        "Where a hypothesis's axis is paired (`campaign.paired`), a's and b's runs are matched by training seed and repetition (they met the same faults) and the differences tested: means by the paired t test, with the Wilcoxon signed-rank test (zeros dropped; exact without ties up to 50 differences, else the normal approximation with the tie correction) as a check in `comparisons.csv`'s `wilcoxon_p`, rates by the exact McNemar test on the discordant pairs with Newcombe's paired interval. Where it is not, "
+    } else {
+        "The runs of different options are not paired (each drew its own faults): "
+    };
+    format!(
+        "Rules: each hypothesis is tested in every condition (the other axes' combinations). {pairing}means by Welch's t test, rates by the two-proportion z test with Newcombe's 95% interval. Accuracy loss and overhead are over the runs that completed; `failed_pct` compares completion. The family for Holm's adjustment is the study's stated family: every test of the {h} hypotheses stated before the runs, in each of the {conditions} conditions where both sides have values to test, {m} tests; a test reads `b lower` or `b higher` when its adjusted p is below {ALPHA}, else `not shown`. *Detectable*: the smallest difference a test detects with 80% power at Holm's strictest level ({ALPHA}/{m}): for a paired test from the standard deviation of the per-group differences (t-based), else from the two cells' spread (normal approximation).\n",
+        h = hs.len(),
+        m = s.tests.len()
+    )
+}
 
 /// The study's section of `report.md`.
 pub fn markdown(campaign: &Campaign, s: &Study) -> String {
@@ -384,23 +221,21 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
         "recovery.strategy" => writeln!(md, "\n## Which strategy when\n"),
         other => writeln!(md, "\n## Which `{other}` option when\n"),
     };
-    let _ = writeln!(
-        md,
-        "Generated from `cells_study.csv`: in each condition, the option with the lowest mean simulated overhead among those whose mean accuracy loss is not shown (one-sided 95% t bound) to exceed {budget} points; options with failed runs have no overhead and are ruled out.\n"
-    );
-    md_table(&mut md, &[], &CHOICE_TABLE.iter().collect::<Vec<_>>(), s.choices.iter().map(|c| (Vec::new(), c)));
+    md.push_str(&choice_rules(budget, campaign.settings.paired_axes().iter().any(|a| a == axis)));
+    md.push('\n');
+    let rows: Vec<ChoiceRow> = s.choices.iter().map(ChoiceRow::of).collect();
+    md_table(&mut md, &[], &CHOICE_TABLE.iter().collect::<Vec<_>>(), rows.iter().map(|r| (Vec::new(), r)));
     let _ = writeln!(md, "\n## Hypotheses (Holm over {} tests)\n", s.tests.len());
-    let _ = writeln!(
-        md,
-        "Rules: each hypothesis is tested in every condition (the other axes' combinations): means by Welch's t test, rates by the two-proportion z test with Newcombe's 95% interval. The family for Holm's adjustment is all {m} tests of all hypotheses; a test reads `b lower` or `b higher` when its adjusted p is below {ALPHA}, else `not shown`. *Detectable*: the smallest difference a test's runs detect with 80% power at Holm's strictest level ({ALPHA}/{m}, normal approximation).\n",
-        m = s.tests.len()
-    );
+    md.push_str(&test_rules(campaign, s));
+    md.push('\n');
+    let paired = campaign.settings.paired_axes();
     for h in &campaign.settings.hypotheses {
         let of: Vec<&HypothesisTest> = s.tests.iter().filter(|t| t.hypothesis == h.name).collect();
         let count = |v: &str| of.iter().filter(|t| t.verdict == v).count();
+        let kind = if paired.contains(&h.axis) { "paired difference" } else { "difference" };
         let _ = writeln!(
             md,
-            "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions; detectable at 80% power: {}.",
+            "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions; smallest {kind} detectable at 80% power: {}.",
             h.name,
             h.metric.column(),
             h.b,
@@ -414,7 +249,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     }
     let _ = writeln!(
         md,
-        "\nEvery test with its interval and adjusted p is in `comparisons.csv`; per option and condition, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time.png` every condition side by side (up to 9)."
+        "\nEvery test with its interval, adjusted p and (paired means) Wilcoxon p is in `comparisons.csv`; per option and condition, the failed share, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time.png` every condition side by side (up to 9)."
     );
     md
 }
@@ -423,7 +258,8 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
 /// condition under `out`; returns the files.
 pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
-    for (name, rows) in [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", csv(&s.choices)?)]
+    for (name, rows) in
+        [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", choices_csv(&s.choices)?)]
     {
         files.push(crate::files::write(&out.join(name), &rows)?);
     }
@@ -485,6 +321,11 @@ fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
     Facets::shared("Accuracy lost against simulated time, per option and condition".into(), panels, conditions.len().min(2))
 }
 
+/// `which_strategy.csv`: a [`ChoiceRow`] per condition.
+fn choices_csv(choices: &[Choice]) -> Result<String> {
+    crate::rows::table::<ChoiceRow, _>(&[], choices.iter().map(|c| (Vec::new(), ChoiceRow::of(c))))
+}
+
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
@@ -492,4 +333,238 @@ fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
     }
     let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
     String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::mcnemar_exact;
+    use resilab_campaign::Metrics;
+
+    /// A one-axis study of the four strategies, 3 seeds x 10 repetitions, budget 0.5 points;
+    /// `paired` is its `[campaign] paired` line (empty: the hypotheses' axis is paired).
+    fn campaign(paired: &str) -> Campaign {
+        let text = r#"
+[campaign]
+kind = "train"
+seeds = [1, 2, 3]
+repetitions = 10
+accuracy_budget_points = 0.5
+PAIRED
+
+[[campaign.hypothesis]]
+name = "rollback costs less than checkpoint-restart"
+metric = "sim_overhead"
+a = "checkpoint_restart"
+b = "rollback"
+
+[[campaign.hypothesis]]
+name = "rollback fails less than none"
+metric = "failed"
+a = "none"
+b = "rollback"
+
+[base]
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 8, classes = 4 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { steps = 16, batch_size = 32 }
+parallel = { workers = 4, compute = { gflops = 50.0 } }
+
+[[base.fault]]
+target = "crash"
+system_mtbf_steps = 5
+
+[grid]
+"recovery.strategy" = ["none", "checkpoint_restart", "rollback", "lossy_forward"]
+"#;
+        Campaign::parse(&text.replace("PAIRED", paired), &[], "test").unwrap()
+    }
+
+    /// A completed run of `strategy` in group (seed, rep) with overhead and loss in percent
+    /// (points); `failed` marks it failed.
+    fn run(strategy: &str, g: u64, overhead: f64, loss: f64, failed: bool) -> Row {
+        Row {
+            id: format!("{strategy}-{g}"),
+            index: g,
+            coords: [("recovery.strategy".to_string(), strategy.to_string())].into(),
+            seed: 1 + g % 3,
+            rep: g / 3,
+            status: Status::Ok,
+            message: None,
+            metrics: Metrics {
+                failed: Some(failed),
+                sim_overhead: Some(overhead / 100.0),
+                acc_loss: Some(loss / 100.0),
+                final_acc: Some(0.8 - loss / 100.0),
+                ..Metrics::default()
+            },
+        }
+    }
+
+    /// A deterministic spread in [-0.5, 0.5) for group `g` and stream `k`.
+    fn noise(g: u64, k: u64) -> f64 {
+        ((g * 7919 + k * 104_729) % 101) as f64 / 101.0 - 0.5
+    }
+
+    /// 30 groups; in each, the overheads (%) and losses (points) `f` gives the four strategies
+    /// (none fails in every third group).
+    fn rows(f: impl Fn(u64) -> [(f64, f64); 4]) -> Vec<Row> {
+        let mut out = Vec::new();
+        for g in 0..30 {
+            let v = f(g);
+            out.push(run("none", g, v[0].0, v[0].1, g % 3 == 0));
+            for (s, (o, l)) in ["checkpoint_restart", "rollback", "lossy_forward"].iter().zip(&v[1..]) {
+                out.push(run(s, g, *o, *l, false));
+            }
+        }
+        out
+    }
+
+    /// Group effects 40 times the strategies' difference: only pairing shows it.
+    fn noisy_groups() -> Vec<Row> {
+        rows(|g| {
+            let base = 20.0 * noise(g, 1);
+            let acc = 0.05 * noise(g, 2);
+            [(base - 1.0, 3.0), (base + 30.5, acc), (base + 30.0 + 0.1 * noise(g, 3), acc), (base + 5.0, acc)]
+        })
+    }
+
+    #[test]
+    fn paired_tests_are_used_only_where_the_axis_is_paired() {
+        let rows = noisy_groups();
+        let paired = study(&campaign(""), &rows).unwrap();
+        let cost = paired.tests.iter().find(|t| t.metric == "sim_overhead_pct").unwrap();
+        assert_eq!((cost.test, cost.n_pairs), ("paired_t", Some(30)), "{cost:?}");
+        assert!(cost.wilcoxon_p.is_some_and(|p| p < 0.001), "{cost:?}");
+        assert_eq!(cost.verdict, "b lower", "the paired test sees through the groups' spread: {cost:?}");
+        let fails = paired.tests.iter().find(|t| t.metric == "failed_pct").unwrap();
+        assert_eq!((fails.test, fails.n_pairs, fails.wilcoxon_p), ("mcnemar_exact", Some(30), None), "{fails:?}");
+        // none failed in 10 of 30 groups, rollback in none: McNemar on 10 discordant pairs.
+        assert!((fails.p - mcnemar_exact(10, 0)).abs() < 1e-15 && fails.diff < 0.0, "{fails:?}");
+        assert!(fails.detectable.is_finite() && cost.detectable < 0.5, "the paired SD is small: {cost:?}");
+
+        let unpaired = study(&campaign("paired = []"), &rows).unwrap();
+        let cost = unpaired.tests.iter().find(|t| t.metric == "sim_overhead_pct").unwrap();
+        assert_eq!((cost.test, cost.n_pairs, cost.wilcoxon_p), ("welch", None, None), "{cost:?}");
+        assert_eq!(cost.verdict, "not shown", "{cost:?}");
+        assert!(cost.detectable > 4.0, "the groups' spread is the noise: {cost:?}");
+        let fails = unpaired.tests.iter().find(|t| t.metric == "failed_pct").unwrap();
+        assert_eq!(fails.test, "two_proportions");
+        // comparisons.csv writes the new columns, empty where they do not apply.
+        let text = csv(&unpaired.tests).unwrap();
+        let header = text.lines().next().unwrap();
+        assert!(header.contains(",n_b,n_pairs,diff,") && header.contains(",p,wilcoxon_p,p_holm,"), "{header}");
+        assert!(text.lines().nth(1).unwrap().contains(",30,30,,"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_runs_overhead_is_empty_and_its_accuracy_left_out() {
+        let mut r = run("none", 0, -40.0, 60.0, true);
+        assert_eq!((overhead_pct(&r), acc_points(&r), final_acc_pct(&r)), (None, None, None));
+        r.metrics.failed = Some(false);
+        assert!(overhead_pct(&r).is_some_and(|o| (o + 40.0).abs() < 1e-9) && acc_points(&r).is_some());
+        // none: failed runs at -40% overhead and 60 points of loss, completed ones at 5% and 3.
+        let rows = rows(|g| {
+            let none = if g % 3 == 0 { (-40.0, 60.0) } else { (5.0, 3.0) };
+            [none, (30.0, 0.0), (10.0, 0.0), (8.0, 0.01 * noise(g, 1))]
+        });
+        let s = study(&campaign(""), &rows).unwrap();
+        let none = s.cells.iter().find(|c| c.option == "none").unwrap();
+        assert_eq!((none.runs, none.failed), (30, 10));
+        assert!((none.failed_pct.unwrap() - 100.0 / 3.0).abs() < 1e-9 && none.failed_lo.unwrap() > 0.0);
+        assert!((none.sim_overhead.unwrap() - 5.0).abs() < 1e-9, "{none:?}");
+        assert!((none.acc_loss.unwrap() - 3.0).abs() < 1e-9, "{none:?}");
+        assert!(s.choices[0].ruled_out.contains(&"none (failed runs)".to_string()), "{:?}", s.choices[0]);
+        // cells.csv's cell means leave the failed runs out too.
+        let owned: Vec<Row> = rows.iter().filter(|r| r.coords["recovery.strategy"] == "none").cloned().collect();
+        let cell = crate::metrics::cells(&owned, |_| 0.25, 0.5);
+        assert!((cell[0].sim_overhead_pct.unwrap() - 5.0).abs() < 1e-9, "{:?}", cell[0].sim_overhead_pct);
+        assert!((cell[0].acc_loss.unwrap() - 3.0).abs() < 1e-9, "{:?}", cell[0].acc_loss);
+    }
+
+    #[test]
+    fn an_option_whose_upper_bound_exceeds_the_budget_is_not_chosen_though_its_mean_is_under_it() {
+        // lossy forward is cheapest, its mean loss 0.3 points, but spread: upper bound > 0.5.
+        let rows = rows(|g| [(1.0, 5.0), (30.0, 0.0), (10.0, 0.02 * noise(g, 1)), (5.0, 0.3 + 4.0 * noise(g, 2))]);
+        let s = study(&campaign(""), &rows).unwrap();
+        let c = &s.choices[0];
+        let lossy = s.cells.iter().find(|c| c.option == "lossy_forward").unwrap();
+        assert!(lossy.acc_loss.unwrap() < 0.5, "{lossy:?}");
+        assert_eq!((c.choice.as_str(), c.decided, c.groups), ("rollback", true, 30), "{c:?}");
+        assert!(c.ruled_out.iter().any(|r| r.starts_with("lossy_forward (upper bound ") && r.ends_with(" > 0.5 pt)")), "{c:?}");
+        assert!(c.ruled_out.contains(&"checkpoint_restart (costs more than rollback)".to_string()), "{c:?}");
+        assert!(c.acc_loss_upper.unwrap() < 0.5 && c.groups_needed == Needed::Decided, "{c:?}");
+    }
+
+    #[test]
+    fn rows_identical_in_every_group_are_equal_never_picked_by_grid_order() {
+        let rows = rows(|g| {
+            let same = (10.0 + noise(g, 1), 0.01 * noise(g, 2));
+            [(1.0, 5.0), (30.0 + noise(g, 3), 0.0), same, same]
+        });
+        let c = &study(&campaign(""), &rows).unwrap().choices[0];
+        assert_eq!(c.choice, "rollback = lossy_forward (equal)", "{c:?}");
+        assert!(c.decided && c.chosen == ["rollback", "lossy_forward"], "{c:?}");
+        assert_eq!(ChoiceRow::of(c).chosen, "rollback;lossy_forward");
+        // Identity is observed, not inferred: the same where the axis is not paired (as in a
+        // condition without faults).
+        let c = &study(&campaign("paired = []"), &rows).unwrap().choices[0];
+        assert_eq!((c.choice.as_str(), c.decided), ("rollback = lossy_forward (equal)", true), "{c:?}");
+        // One group apart: not identical, and costs this close are not separated.
+        let mut rows = rows;
+        let last = rows.iter_mut().rfind(|r| r.coords["recovery.strategy"] == "lossy_forward").unwrap();
+        last.metrics.acc_loss = last.metrics.acc_loss.map(|l| l + 1e-4);
+        let c = &study(&campaign(""), &rows).unwrap().choices[0];
+        assert_eq!((c.choice.as_str(), c.decided), ("rollback = lossy_forward", false), "{c:?}");
+        assert_eq!(c.groups_needed, Needed::NotReachable, "their overheads do not differ at all: {c:?}");
+    }
+
+    #[test]
+    fn costs_within_their_noise_are_listed_together_and_undecided_with_the_groups_needed() {
+        let rows = rows(|g| [(1.0, 5.0), (30.0, 0.0), (10.0 + noise(g, 1), 0.0), (10.05 + noise(g, 2), 0.0)]);
+        let c = &study(&campaign(""), &rows).unwrap().choices[0];
+        assert_eq!((c.choice.as_str(), c.decided), ("rollback = lossy_forward", false), "{c:?}");
+        assert_eq!(c.needed_for, "lossy_forward against rollback");
+        let Needed::Groups(n) = c.groups_needed else { panic!("{c:?}") };
+        assert!(n > 30, "more groups than were run: {n}");
+        let row = ChoiceRow::of(c);
+        assert_eq!(row.groups_needed, n.to_string());
+        let shown = CHOICE_TABLE.iter().find(|(h, _)| *h == "choice").map(|(_, f)| f(&row)).unwrap();
+        assert_eq!(shown, "rollback = lossy_forward (undecided)");
+        // The same costs with no difference at all can never be separated.
+        let rows = super::tests::rows(|g| [(1.0, 5.0), (30.0, 0.0), (10.0 + noise(g, 1), 0.0), (10.0 + noise(g, 1), 0.01 * noise(g, 2))]);
+        let c = &study(&campaign(""), &rows).unwrap().choices[0];
+        assert_eq!((c.decided, c.groups_needed), (false, Needed::NotReachable), "{c:?}");
+    }
+
+    #[test]
+    fn nothing_admissible_is_undecided_with_the_groups_the_most_promising_option_needs() {
+        let rows = rows(|g| [(1.0, 5.0), (30.0, 0.48 + 0.5 * noise(g, 1)), (10.0, 0.3 + 2.0 * noise(g, 2)), (5.0, 2.0)]);
+        let s = study(&campaign(""), &rows).unwrap();
+        let c = &s.choices[0];
+        assert_eq!((c.choice.as_str(), c.decided, c.chosen.len()), ("undecided", false, 0), "{c:?}");
+        assert_eq!(c.needed_for, "rollback under the budget", "{c:?}");
+        assert!(matches!(c.groups_needed, Needed::Groups(n) if n > 30), "{c:?}");
+        assert_eq!(c.ruled_out.len(), 4, "{c:?}");
+        // Every mean loss at or above the budget: not reachable.
+        let rows = super::tests::rows(|g| [(1.0, 5.0), (30.0, 0.6 + noise(g, 1)), (10.0, 0.7), (5.0, 2.0 + noise(g, 2))]);
+        let c = &study(&campaign(""), &rows).unwrap().choices[0];
+        assert_eq!((c.choice.as_str(), c.groups_needed), ("undecided", Needed::NotReachable), "{c:?}");
+        let row = ChoiceRow::of(c);
+        assert_eq!((row.groups_needed.as_str(), row.decided), ("not reachable", false));
+        // The report states the rules beside the table.
+        let md = markdown(&campaign(""), &study(&campaign(""), &rows).unwrap());
+        for rule in [
+            "**Admissible**",
+            "one-sided 95% upper bound",
+            "**Cheaper**",
+            "paired t test",
+            "**Undecided**",
+            "80% power",
+            "study's stated family",
+        ] {
+            assert!(md.contains(rule), "{rule}: {md}");
+        }
+        assert!(md.contains("smallest paired difference detectable at 80% power"), "{md}");
+    }
 }
