@@ -13,15 +13,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use common::csv_records as read;
+
 use common::{run, write};
-
-type Record = BTreeMap<String, String>;
-
-fn read(path: &Path) -> Vec<Record> {
-    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    r.records().map(|rec| header.iter().cloned().zip(rec.unwrap().iter().map(String::from)).collect()).collect()
-}
 
 const CAMPAIGN: &str = r#"
 [campaign]

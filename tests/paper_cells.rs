@@ -7,16 +7,14 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
-type Record = BTreeMap<String, String>;
+use common::csv_records as read;
 
-fn read(path: &Path) -> Vec<Record> {
-    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    r.records().map(|rec| header.iter().cloned().zip(rec.unwrap().iter().map(String::from)).collect()).collect()
-}
+type Record = BTreeMap<String, String>;
 
 fn num(r: &Record, key: &str) -> Option<f64> {
     r.get(key).filter(|v| !v.is_empty()).map(|v| v.parse::<f64>().unwrap_or_else(|e| panic!("{key} = {v:?}: {e}")))

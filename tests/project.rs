@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, run, write};
+use common::{TINY, run, train_config_with, write};
 use serde_json::Value;
 
 const WORKERS: usize = 4;
@@ -43,20 +43,8 @@ fn config(dir: &Path, strategy: &str) -> std::path::PathBuf {
 fn simulate(dir: &Path, strategy: &str, seed: u64) -> (f64, f64) {
     let cfg = config(dir, strategy);
     let out = dir.join(format!("{strategy}-{seed}"));
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        dir.join("golden").to_str().unwrap(),
-        "--set",
-        &format!("fault_seed={seed}"),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let seed = format!("fault_seed={seed}");
+    let s = train_config_with(&cfg, &out, &dir.join("golden"), &["--set", &seed]);
     assert_eq!(s["status"], "completed", "{s}");
     (s["simulated_overhead_vs_golden"].as_f64().unwrap(), s["faults_injected"].as_f64().unwrap())
 }

@@ -5,16 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
-type Record = BTreeMap<String, String>;
+use common::csv_records as read;
 
-fn read(path: &Path) -> Vec<Record> {
-    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    r.records().map(|rec| header.iter().cloned().zip(rec.unwrap().iter().map(String::from)).collect()).collect()
-}
+type Record = BTreeMap<String, String>;
 
 /// The workers (or stages) a preset's runs start with: the `parallel.workers` axis, else the
 /// `[base]` table's `parallel.workers` or `parallel.stages` in its `campaign.toml`, else 1.

@@ -108,18 +108,24 @@ pub fn train_summary(dir: &Path, name: &str, text: &str) -> serde_json::Value {
 /// Runs `resilab train --config cfg --out out --golden-dir golden`; asserts it exited 0 and
 /// returns its `summary.json`.
 pub fn train_config(cfg: &Path, out: &Path, golden: &Path) -> serde_json::Value {
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--golden-dir",
-        golden.to_str().unwrap(),
-    ]);
+    train_config_with(cfg, out, golden, &[])
+}
+
+/// [`train_config`] with more arguments (`--set key=value`, ...).
+pub fn train_config_with(cfg: &Path, out: &Path, golden: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir"];
+    args.push(golden.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let o = run(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// A CSV file's rows, each as column name -> text.
+pub fn csv_records(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+    r.records().map(|rec| header.iter().cloned().zip(rec.unwrap().iter().map(String::from)).collect()).collect()
 }
 
 /// Runs `resilab` with `args` and returns its output.
