@@ -235,7 +235,18 @@ fn frame<'a, DB: DrawingBackend>(
     x: std::ops::Range<f64>,
     y: std::ops::Range<f64>,
 ) -> std::result::Result<Chart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
-    ChartBuilder::on(area).caption(title, (FONT, 24)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x, y)
+    let size = caption_size(area, title, 24);
+    ChartBuilder::on(area).caption(title, (FONT, size)).margin(16).x_label_area_size(50).y_label_area_size(70).build_cartesian_2d(x, y)
+}
+
+/// The largest font size up to `max` at which `title` fits the width of `area` (a facet's
+/// title naming several coordinates would otherwise run into its neighbours); at least 10.
+fn caption_size<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, max: u32) -> u32 {
+    let room = area.dim_in_pixel().0.saturating_sub(32);
+    (10..=max)
+        .rev()
+        .find(|&size| area.estimate_text_size(title, &TextStyle::from((FONT, size).into_font())).is_ok_and(|(w, _)| w <= room))
+        .unwrap_or(10)
 }
 
 /// Something that can draw itself on any backend.
