@@ -125,6 +125,11 @@ pub(crate) struct CampaignArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// Train every step of every train run: no run takes the steps before its first fault from
+    /// the golden run's step cache (the results are the same bits either way; see
+    /// docs/campaigns.md, "Shortcuts").
+    #[arg(long)]
+    pub(crate) no_shortcuts: bool,
     /// Compute backend: native (default: flex with resilab's kernels), flex,
     /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
     /// `resilab train --help`).
@@ -176,6 +181,9 @@ pub(crate) struct WorkerArgs {
     /// The campaign directory.
     #[arg(long, value_name = "DIR")]
     pub(crate) dir: PathBuf,
+    /// Train every step of every run (see `resilab campaign --no-shortcuts`).
+    #[arg(long)]
+    pub(crate) no_shortcuts: bool,
     #[command(flatten)]
     pub(crate) compute: ComputeArgs,
 }

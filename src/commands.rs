@@ -27,6 +27,8 @@ pub(crate) fn compare(args: CompareArgs) -> Result<()> {
         compare_fault_free: false,
         record_states: false,
         record_samples: args.train.record_samples,
+        shortcuts: false,
+        record_steps: false,
     };
     let table = resilab_runner::compare::run(&args.train.config, &args.train.set, &args.strategies, &root, &options)?;
     println!("\n{table}");
@@ -51,6 +53,8 @@ pub(crate) fn train(args: TrainArgs) -> Result<()> {
         compare_fault_free: false,
         record_states: false,
         record_samples: args.record_samples,
+        shortcuts: false,
+        record_steps: false,
     };
     eprintln!(
         "resilab: training {} ({}) on {} ({threads} threads) -> {}",
@@ -281,7 +285,7 @@ pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
         jobs,
         shard,
         resume: args.resume,
-        worker: resilab_campaign::worker_command(args.threads, backend.name(), &args.wgpu_device)?,
+        worker: resilab_campaign::worker_command(args.threads, backend.name(), &args.wgpu_device, !args.no_shortcuts)?,
         progress: !args.quiet,
         timeout_s: args.timeout,
         platform,
@@ -332,7 +336,7 @@ pub(crate) fn campaign_worker(args: WorkerArgs) -> Result<()> {
     let (compute, device_name) = device_for(backend, &args.compute)?;
     let prov = provenance(backend, &device_name, rayon::current_num_threads(), 0);
     let probe = |file: &Path| probe_in_child(file);
-    let mut worker = resilab_campaign::Worker::new(&args.dir, compute, prov, &probe)?;
+    let mut worker = resilab_campaign::Worker::new(&args.dir, compute, prov, &probe)?.with_shortcuts(!args.no_shortcuts);
     Ok(resilab_campaign::serve(&mut worker)?)
 }
 

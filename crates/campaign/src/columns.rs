@@ -60,6 +60,7 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("detection_latency", T),
     ("steps_lost", T),
     ("steps_recomputed", T),
+    ("shortcut_prefix_steps", T),
     ("wall_s", ALL),
     ("golden_wall_s", R | T),
     ("time_overhead_frac", R | T),

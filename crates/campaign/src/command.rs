@@ -29,11 +29,15 @@ pub fn jobs_for(threads: usize, jobs: Option<usize>, oversubscribe: bool) -> Res
 }
 
 /// The command line that starts a worker process: this executable's hidden
-/// `__campaign-worker` command on the same backend.
-pub fn worker_command(threads: usize, backend: &str, wgpu_device: &str) -> Result<Vec<OsString>> {
+/// `__campaign-worker` command on the same backend, with `--no-shortcuts` unless `shortcuts`.
+pub fn worker_command(threads: usize, backend: &str, wgpu_device: &str, shortcuts: bool) -> Result<Vec<OsString>> {
     let exe = std::env::current_exe()
         .map_err(|source| Error::WorkerStart { program: std::path::PathBuf::from("resilab (this executable)"), source })?;
-    let args = ["__campaign-worker", "--threads", &threads.to_string(), "--backend", backend, "--wgpu-device", wgpu_device];
+    let threads = threads.to_string();
+    let mut args = vec!["__campaign-worker", "--threads", &threads, "--backend", backend, "--wgpu-device", wgpu_device];
+    if !shortcuts {
+        args.push("--no-shortcuts");
+    }
     Ok(std::iter::once(exe.into_os_string()).chain(args.iter().map(OsString::from)).collect())
 }
 

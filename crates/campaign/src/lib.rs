@@ -220,6 +220,9 @@ pub struct Metrics {
     pub steps_lost: Option<u64>,
     /// Steps computed again (redone plus lost).
     pub steps_recomputed: Option<u64>,
+    /// Steps taken from the golden run's step cache instead of trained (`train` runs; 0 with
+    /// `--no-shortcuts`): docs/campaigns.md, "Shortcuts".
+    pub shortcut_prefix_steps: Option<u64>,
     /// Seconds the run took in its worker.
     pub wall_s: Option<f64>,
     /// Seconds of the golden run (or the fault-free continuation).

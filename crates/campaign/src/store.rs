@@ -233,12 +233,13 @@ impl Appender {
     }
 }
 
-/// Whether two records of one run agree on everything but the time they took.
+/// Whether two records of one run agree on everything but the time they took and the steps
+/// the shortcut took from the golden run (a run gives the same results either way).
 pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
     let strip = |r: &Row| {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
-            for k in ["wall_s", "golden_wall_s", "time_overhead_frac"] {
+            for k in ["wall_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps"] {
                 o.remove(k);
             }
         }
@@ -262,6 +263,17 @@ mod tests {
             message: None,
             metrics: Metrics { final_acc: Some(0.5), nev: Some(false), layers: Some("a;b".into()), ..Metrics::default() },
         }
+    }
+
+    #[test]
+    fn rows_that_differ_only_in_time_and_shortcut_are_the_same_result() {
+        let a = row("r");
+        let mut b = row("r");
+        b.metrics.wall_s = Some(9.0);
+        b.metrics.shortcut_prefix_steps = Some(12);
+        assert!(same_result(&a, &b));
+        b.metrics.final_acc = Some(0.25);
+        assert!(!same_result(&a, &b));
     }
 
     /// The spec tests' 24-run campaign, and its run `index` recorded as `ok`.

@@ -104,6 +104,9 @@ pub struct Worker<'a> {
     provenance: Provenance,
     probe: Probe<'a>,
     data: HashMap<String, Arc<Split>>,
+    /// Whether train runs take the shortcuts (docs/campaigns.md, "Shortcuts"), and golden runs
+    /// record the step cache they read.
+    shortcuts: bool,
 }
 
 impl<'a> Worker<'a> {
@@ -112,7 +115,14 @@ impl<'a> Worker<'a> {
     /// HDF5 files can crash the library).
     pub fn new(dir: &Path, compute: Compute, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
         let campaign = Campaign::stored(dir)?;
-        Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: HashMap::new() })
+        Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: HashMap::new(), shortcuts: true })
+    }
+
+    /// This worker with the shortcuts on or off (on by default; `resilab campaign
+    /// --no-shortcuts` turns them off).
+    pub fn with_shortcuts(mut self, on: bool) -> Self {
+        self.shortcuts = on;
+        self
     }
 
     fn split(&mut self, cfg: &RunConfig) -> Result<Arc<Split>> {
@@ -150,7 +160,10 @@ impl<'a> Worker<'a> {
         Reply { job, status, message, metrics }
     }
 
+    /// A run's options; without `golden` it is a golden run, which records the step cache when
+    /// the shortcuts are on.
     fn options(&self, out: PathBuf, golden: Option<PathBuf>) -> RunOptions {
+        let record_steps = self.shortcuts && golden.is_none();
         RunOptions {
             out,
             compute: self.compute.clone(),
@@ -162,6 +175,8 @@ impl<'a> Worker<'a> {
             compare_fault_free: true,
             record_states: false,
             record_samples: false,
+            shortcuts: self.shortcuts,
+            record_steps,
         }
     }
 
@@ -179,6 +194,8 @@ impl<'a> Worker<'a> {
             let mut opts = None;
             resilab_runner::golden::ensure(&spec.config, &platform, &root, |g, dir| {
                 let o = opts.insert(opts_for(dir));
+                // Only runs on modelled compute, not pipelines, take the shortcut.
+                o.record_steps &= g.parallel.mode != resilab_train::ParallelMode::Pipeline && g.parallel.compute.gflops.is_some();
                 resilab_runner::train(g, o).map(|_| ())
             })?;
             return Ok(());
@@ -291,6 +308,7 @@ impl<'a> Worker<'a> {
             detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
             steps_lost: Some(s.steps_lost),
             steps_recomputed: Some(s.steps_recomputed),
+            shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
             wall_s: Some(s.wall_s),
             golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,

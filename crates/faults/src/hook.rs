@@ -207,6 +207,13 @@ impl FaultInjector {
         self.events.iter().filter(|e| e.target == FaultTarget::Checkpoint).copied().collect()
     }
 
+    /// The earliest step any scheduled event strikes in (checkpoint faults included: they strike
+    /// after that step's checkpoint); `None` for an empty schedule. Before it, a run meets no
+    /// fault at all.
+    pub fn first_step(&self) -> Option<u64> {
+        self.events.iter().map(|e| e.step).min()
+    }
+
     /// Checkpoint faults due after `step` that have not struck; they are marked as struck.
     pub fn due_checkpoint(&mut self, step: u64) -> Vec<FaultEvent> {
         let due: Vec<FaultEvent> = self
@@ -469,5 +476,18 @@ impl Hooks for FaultInjector {
             }
         }
         Control::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_step_is_the_earliest_event_of_any_target() {
+        let event = |id, step, target| FaultEvent { id, step, rank: 0, entry: 0, target };
+        assert_eq!(FaultInjector::new(Vec::new(), Vec::new(), 1).first_step(), None);
+        let events = vec![event(0, 9, FaultTarget::Crash), event(1, 4, FaultTarget::Checkpoint), event(2, 6, FaultTarget::Weights)];
+        assert_eq!(FaultInjector::new(Vec::new(), events, 1).first_step(), Some(4));
     }
 }

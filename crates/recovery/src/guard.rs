@@ -283,6 +283,17 @@ impl Guard {
         }
     }
 
+    /// Takes `workers` as the donors a rollback or lossy-forward guard would hold after they all
+    /// completed a step without detection (each is cloned after its update): for a run that
+    /// starts supervising at a step it did not train. Other strategies keep no donors.
+    pub fn prime_donors(&mut self, workers: &[Worker]) {
+        if matches!(self.strategy, Strategy::Rollback | Strategy::LossyForward) {
+            for (rank, w) in workers.iter().enumerate().filter(|(r, _)| !self.down.contains(r)) {
+                self.donors.insert(rank, w.clone());
+            }
+        }
+    }
+
     /// Copies the donor's model and optimizer state into `w` (its rank, random stream and
     /// cursor stay its own).
     pub(crate) fn resync(&self, w: &mut Worker, from: usize) -> bool {

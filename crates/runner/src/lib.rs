@@ -13,6 +13,7 @@ pub mod project;
 mod records;
 mod run;
 mod session;
+pub mod steps;
 mod text;
 
 pub use config::{BackendKind, ImportConfig, RecoveryConfig, Rename, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};

@@ -158,6 +158,11 @@ pub struct Summary {
     pub steps_lost: u64,
     /// Steps computed again: redone steps plus the lost steps.
     pub steps_recomputed: u64,
+    /// Steps taken from the golden run's cache instead of trained (the fault-free prefix before
+    /// the first fault: docs/campaigns.md, "Shortcuts"); 0 when the shortcut was off.
+    pub shortcut_prefix_steps: u64,
+    /// Why the shortcut was off, when it was.
+    pub shortcut_off: Option<String>,
     /// Whether any worker's final state (parameters, buffers, optimizer state) holds a NaN/Inf,
     /// or the last step's training loss is not finite.
     pub collapsed: bool,
@@ -228,6 +233,12 @@ pub struct RunOptions {
     pub record_states: bool,
     /// Write `samples.csv`: the training images each worker reads at each step.
     pub record_samples: bool,
+    /// Take the steps before the first fault from the golden run's step cache instead of
+    /// training them, when the run allows it (docs/campaigns.md, "Shortcuts"): the results are
+    /// the same bits, only faster.
+    pub shortcuts: bool,
+    /// Record the step cache that shortcuts read (`steps.csv` and `full/`): a golden run's.
+    pub record_steps: bool,
 }
 
 /// One row of `compare.csv`: a faulty run against its golden run at an evaluated step.

@@ -142,6 +142,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     watch.check()?;
     write_atomic(&out.join("config.resolved.toml"), cfg.to_toml().as_bytes())?;
     let mut session = Session::open(cfg, opts, &trainer, Dirs { ckpt_root, watch: watch.clone() }, golden, resumed.is_some())?;
+    session.fast_forward(&mut trainer, &mut rec)?;
     session.run(&mut trainer, &mut rec)?;
     let summary = session.finish(&mut trainer, &mut rec, &split, resumed)?;
     let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
@@ -288,6 +289,8 @@ fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden
             compare_fault_free: false,
             record_states: true,
             record_samples: false,
+            shortcuts: false,
+            record_steps: opts.shortcuts,
         };
         train(gcfg, &o).map(|_| ())
     })?;

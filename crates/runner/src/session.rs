@@ -23,6 +23,7 @@ use crate::{Error, Result, RunConfig, csv_err, io};
 
 mod losses;
 pub mod samples;
+mod shortcut;
 
 /// What the run's losses came to.
 #[derive(Debug, Default)]
@@ -125,6 +126,14 @@ pub(crate) struct Session<'a> {
     first_step: u64,
     /// The resumed step's `metrics.csv` row is missing and is written again before training.
     missing_row: bool,
+    /// The run continues from a checkpoint.
+    resumed: bool,
+    /// The step cache being recorded (a golden run's, with `record_steps`).
+    steps: Option<crate::steps::StepLog>,
+    /// Steps taken from the golden run's cache.
+    shortcut_prefix: u64,
+    /// Why the shortcut was off.
+    shortcut_off: Option<String>,
     bar: ProgressBar,
     start: Instant,
 }
@@ -157,19 +166,25 @@ impl<'a> Session<'a> {
         let faults_file = if resumed { crate::files::append_output(&faults_path)? } else { crate::files::create_output(&faults_path)? };
         let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
         // A run killed between its checkpoint and that step's row resumes without the row.
-        let missing_row = resumed && trainer.step > 0 && last_row != Some(trainer.step) && row_due(trainer, trainer.step);
+        let missing_row =
+            resumed && trainer.step > 0 && last_row != Some(trainer.step) && row_due(trainer, trainer.step, at_epoch_start(trainer));
         let bar = if opts.progress { ProgressBar::new(trainer.total_steps()) } else { ProgressBar::hidden() };
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_position(trainer.step);
+        let meta = Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() };
+        let steps = match opts.record_steps {
+            true => Some(crate::steps::StepLog::open(out, meta.clone())?),
+            false => None,
+        };
         Ok(Self {
             cfg,
             opts,
             ckpt_root,
             watch,
-            meta: Meta { seed: cfg.seed, arch: cfg.model.label(), config: cfg.to_toml() },
+            meta,
             initial: trainer.snapshot(),
             golden,
             metrics,
@@ -186,6 +201,10 @@ impl<'a> Session<'a> {
             final_distance: None,
             first_step: trainer.step,
             missing_row,
+            resumed,
+            steps,
+            shortcut_prefix: 0,
+            shortcut_off: None,
             bar,
             start: Instant::now(),
         })
@@ -200,6 +219,7 @@ impl<'a> Session<'a> {
             if let Some(log) = &mut self.samples {
                 log.record(trainer)?;
             }
+            let before = self.steps.as_ref().map(|_| crate::steps::snapshot_bytes(trainer));
             let t = Instant::now();
             let outcome = trainer.step_with(&mut rec.guard.supervise(&mut rec.faults))?;
             self.tally.train_s += t.elapsed().as_secs_f64();
@@ -237,7 +257,10 @@ impl<'a> Session<'a> {
                 self.bar.set_position(trainer.step);
                 continue;
             }
-            self.log_step(trainer, &s)?;
+            let eval = self.log_step(trainer, &s, None)?;
+            if let (Some(log), Some(before)) = (&mut self.steps, before) {
+                log.record(trainer, &s, before, eval)?;
+            }
         }
         self.bar.finish();
         Ok(())
@@ -361,11 +384,16 @@ impl<'a> Session<'a> {
             resilab_checkpoint::prune(&self.ckpt_root, self.cfg.checkpoint.keep_last).map_err(replaced)?;
         }
         self.tally.checkpoint_s += t.elapsed().as_secs_f64();
+        self.charge_checkpoint(trainer, trainer.state_bytes());
+        Ok(())
+    }
+
+    /// Counts a checkpoint of `state_bytes` and charges its write on the simulated clock.
+    fn charge_checkpoint(&mut self, trainer: &Trainer, state_bytes: u64) {
         self.tally.checkpoints += 1;
-        let write_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
+        let write_s = trainer.parallel.compute.storage_s(state_bytes);
         self.tally.storage_s += write_s;
         self.tally.sim_s += write_s;
-        Ok(())
     }
 
     /// Checkpoint faults due after step `s`: each corrupts the newest checkpoint's file of its
@@ -427,12 +455,19 @@ impl<'a> Session<'a> {
     }
 
     /// Evaluates when due, compares with the golden run, and writes a `metrics.csv` row every
-    /// `log_every` steps and at each evaluation.
-    fn log_step(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
-        if !row_due(trainer, s.step) {
-            return Ok(());
+    /// `log_every` steps and at each evaluation; returns the evaluation, if any. With `replay`,
+    /// step `s` is the golden run's recorded step (the trainer has not taken it), and its
+    /// recorded evaluation stands for the trainer's.
+    fn log_step(&mut self, trainer: &Trainer, s: &StepStats, replay: Option<&crate::steps::StepRecord>) -> Result<Option<Evaluation>> {
+        let epoch_start = replay.map_or_else(|| at_epoch_start(trainer), |r| r.epoch_start);
+        if !row_due(trainer, s.step, epoch_start) {
+            return Ok(None);
         }
-        let eval = if eval_due(trainer, s.step) { Some(self.evaluate(trainer, s.step)?) } else { None };
+        let eval = match (eval_due(trainer, s.step, epoch_start), replay) {
+            (false, _) => None,
+            (true, None) => Some(self.evaluate(trainer, s.step)?),
+            (true, Some(r)) => Some(self.replay_eval(trainer, r)?),
+        };
         self.final_train_loss = self.window.loss / self.window.steps as f64;
         let row = MetricsRow {
             step: s.step,
@@ -449,7 +484,7 @@ impl<'a> Session<'a> {
         let test = self.last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
         self.bar.set_message(format!("loss {:.3} acc {:.3}{test}", self.final_train_loss, self.window.acc / self.window.steps as f64));
         self.window = Window::default();
-        Ok(())
+        Ok(eval)
     }
 
     fn write_row(&mut self, row: &MetricsRow) -> Result<()> {
@@ -463,7 +498,7 @@ impl<'a> Session<'a> {
     /// training window's means, learning rate and times left empty (they are not in it).
     fn recreate_row(&mut self, trainer: &Trainer) -> Result<()> {
         let step = trainer.step;
-        let eval = if eval_due(trainer, step) { Some(self.evaluate(trainer, step)?) } else { None };
+        let eval = if eval_due(trainer, step, at_epoch_start(trainer)) { Some(self.evaluate(trainer, step)?) } else { None };
         let cursor = trainer.workers[0].cursor;
         let epoch = if cursor.sample == 0 { cursor.epoch.saturating_sub(1) } else { cursor.epoch };
         let row = MetricsRow {
@@ -485,14 +520,18 @@ impl<'a> Session<'a> {
     /// `record_states`, saves the model under `<out>/states`.
     fn evaluate(&mut self, trainer: &Trainer, step: u64) -> Result<Evaluation> {
         let e = trainer.evaluate();
+        let whole = (self.opts.record_states || self.golden.is_some()).then(|| whole_model(trainer));
+        self.record_eval(step, e, whole)
+    }
+
+    /// Records evaluation `e` after step `step`: the time to the golden accuracy, and with
+    /// `whole` (the whole model then), the `compare.csv` row and the recorded state.
+    fn record_eval(&mut self, step: u64, e: Evaluation, whole: Option<resilab_train::WorkerState>) -> Result<Evaluation> {
         self.last_eval = Some(e);
         if self.tally.time_to_golden_acc_s.is_none() && self.golden.as_ref().is_some_and(|g| e.accuracy >= g.final_test_acc) {
             self.tally.time_to_golden_acc_s = Some(self.tally.sim_s);
         }
-        if !(self.opts.record_states || self.golden.is_some()) {
-            return Ok(e);
-        }
-        let whole = resilab_train::WorkerState::capture(&resilab_train::Worker::new(0, trainer.model(), 0));
+        let Some(whole) = whole else { return Ok(e) };
         if let (Some(g), Some(w)) = (&self.golden, self.compare.as_mut()) {
             let distance = g.state_at(step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
             self.final_distance = distance;
@@ -583,6 +622,8 @@ impl<'a> Session<'a> {
             restarts: t.restarts,
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,
+            shortcut_prefix_steps: self.shortcut_prefix,
+            shortcut_off: self.shortcut_off,
             collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
             final_state_extreme: health != Health::Sound,
             acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
@@ -594,21 +635,27 @@ impl<'a> Session<'a> {
     }
 }
 
-/// Whether step `step` (just completed) ends an epoch: the data cursor stands at an epoch's start.
-fn epoch_ended(trainer: &Trainer, step: u64) -> bool {
-    step > 0 && trainer.workers[0].cursor.sample == 0
+/// Whether the trainer's data cursor stands at an epoch's start (after a step: it ended one).
+fn at_epoch_start(trainer: &Trainer) -> bool {
+    trainer.workers[0].cursor.sample == 0
 }
 
-/// Whether the test set is evaluated after step `step`.
-fn eval_due(trainer: &Trainer, step: u64) -> bool {
+/// The whole model as a one-worker state (what golden comparisons read).
+fn whole_model(trainer: &Trainer) -> resilab_train::WorkerState {
+    resilab_train::WorkerState::capture(&resilab_train::Worker::new(0, trainer.model(), 0))
+}
+
+/// Whether the test set is evaluated after step `step`, the data cursor then at an epoch's
+/// start when `epoch_start`.
+fn eval_due(trainer: &Trainer, step: u64, epoch_start: bool) -> bool {
     let scheduled = match trainer.config.eval_every {
         Some(k) => step.is_multiple_of(k),
-        None => epoch_ended(trainer, step),
+        None => step > 0 && epoch_start,
     };
     scheduled || step >= trainer.total_steps()
 }
 
-/// Whether step `step` has a `metrics.csv` row.
-fn row_due(trainer: &Trainer, step: u64) -> bool {
-    step.is_multiple_of(trainer.config.log_every) || eval_due(trainer, step)
+/// Whether step `step` has a `metrics.csv` row (`epoch_start` as for [`eval_due`]).
+fn row_due(trainer: &Trainer, step: u64, epoch_start: bool) -> bool {
+    step.is_multiple_of(trainer.config.log_every) || eval_due(trainer, step, epoch_start)
 }

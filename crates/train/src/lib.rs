@@ -35,7 +35,7 @@ pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};
-pub use trainer::{MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
+pub use trainer::{Attempts, MAX_REDOS, StepModel, StepOutcome, StepStats, TrainConfig, TrainSpec, Trainer};
 pub use update::{tensor_update, update};
 pub use worker::{Cursor, Evaluation, LocalPass, Prediction, Worker, count_correct, evaluate, predict};
 

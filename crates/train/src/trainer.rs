@@ -201,6 +201,20 @@ fn modelled_update_s(p: &ParallelConfig, w: &Worker) -> Option<f64> {
     p.compute.gflops.map(|_| p.compute.copy_s(2 * w.state_bytes() + 4 * params as u64))
 }
 
+/// What a step's attempts were, for [`Trainer::charge_attempts`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Attempts {
+    /// Times the step was undone and run again.
+    pub redos: u32,
+    /// Attempts thrown away as whole steps.
+    pub whole: u32,
+    /// Simulated seconds of attempts abandoned part-way.
+    pub partial_s: f64,
+    /// Bytes copied before the step so that it can be undone (the largest worker's; zero
+    /// unless the hooks can undo).
+    pub snapshot_bytes: u64,
+}
+
 /// How a step ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepOutcome {
@@ -636,11 +650,7 @@ impl Trainer {
             };
             match flow {
                 Flow::Done(mut s) => {
-                    s.redos = attempt;
-                    s.redo_s = f64::from(whole) * s.sim_s + partial_s;
-                    s.snapshot_bytes = snapshot_bytes;
-                    s.snapshot_s = f64::from(1 + attempt) * self.parallel.compute.copy_s(snapshot_bytes);
-                    s.sim_s += s.redo_s + s.snapshot_s;
+                    self.charge_attempts(&mut s, Attempts { redos: attempt, whole, partial_s, snapshot_bytes });
                     return Ok(StepOutcome::Done(s));
                 }
                 Flow::Redo(lost) => {
@@ -664,6 +674,18 @@ impl Trainer {
                 Flow::Stop(point, rank, lost_s) => return Ok(StepOutcome::Stopped { point, rank, lost_s }),
             }
         }
+    }
+
+    /// Adds to a completed step's statistics (`s.sim_s` the last attempt's time alone) what its
+    /// attempts cost: the redos, the attempts thrown away and the copy that made them possible.
+    /// [`Trainer::step_with`] charges every step through it; a caller that replays a recorded
+    /// step charges it the same way.
+    pub fn charge_attempts(&self, s: &mut StepStats, a: Attempts) {
+        s.redos = a.redos;
+        s.redo_s = f64::from(a.whole) * s.sim_s + a.partial_s;
+        s.snapshot_bytes = a.snapshot_bytes;
+        s.snapshot_s = f64::from(1 + a.redos) * self.parallel.compute.copy_s(a.snapshot_bytes);
+        s.sim_s += s.redo_s + s.snapshot_s;
     }
 
     /// The global batch of the next step and the cursor it is read at.

@@ -121,3 +121,23 @@ fn a_restart_broadcasts_what_the_configuration_says_from_rank_0() {
     let both = restored(Some(Broadcast::ParametersAndOptimizer));
     assert!(both.params == p0 && both.optim == o0);
 }
+
+#[test]
+fn an_exact_restore_keeps_every_replica_as_it_was() {
+    let data = data();
+    let two = ParallelConfig { workers: 2, ..ParallelConfig::default() };
+    let mut t = trainer(OptimizerKind::Sgd, two.clone(), data.clone());
+    for _ in 0..2 {
+        t.step().unwrap();
+    }
+    let mut state = t.snapshot();
+    let w = &mut state.workers[1];
+    let name = w.params.keys().find(|k| k.ends_with("weight")).unwrap().clone();
+    w.params.get_mut(&name).unwrap().values[0] += 1.0;
+    let mut exact = trainer(OptimizerKind::Sgd, two.clone(), data.clone());
+    exact.restore_exact(&state).unwrap();
+    assert!(exact.snapshot() == state, "no broadcast: replica 1 keeps its own weight");
+    let mut restarted = trainer(OptimizerKind::Sgd, two, data);
+    restarted.restore(&state).unwrap();
+    assert!(restarted.snapshot().workers[1].params == state.workers[0].params, "a restart broadcasts rank 0's parameters");
+}

@@ -50,6 +50,17 @@ impl Trainer {
     /// says (a restart re-creates the job, which synchronises its replicas). Nothing is
     /// changed if any worker's state does not fit or a counter is out of range.
     pub fn restore(&mut self, state: &TrainState) -> Result<()> {
+        self.restore_exact(state)?;
+        if self.stage_ranges().is_none() && self.workers.len() > 1 {
+            self.broadcast_from_rank0(self.parallel.broadcast());
+        }
+        Ok(())
+    }
+
+    /// Restores a state taken from a trainer built from the same configuration as it is, bit for
+    /// bit: no broadcast from rank 0 (so replicas whose buffers differ, as under Horovod, keep
+    /// them). Nothing is changed if any worker's state does not fit or a counter is out of range.
+    pub fn restore_exact(&mut self, state: &TrainState) -> Result<()> {
         if state.workers.len() != self.workers.len() {
             return Err(Error::State(format!("state has {} workers, the trainer has {}", state.workers.len(), self.workers.len())));
         }
@@ -62,9 +73,6 @@ impl Trainer {
             s.restore_into(w, &device)?;
         }
         self.step = state.step;
-        if self.stage_ranges().is_none() && self.workers.len() > 1 {
-            self.broadcast_from_rank0(self.parallel.broadcast());
-        }
         Ok(())
     }
 

@@ -1,0 +1,150 @@
+//! The prefix shortcut (docs/campaigns.md, "Shortcuts"): a run meets no fault before its
+//! first event, so its steps until then are the golden run's, bit for bit. The run takes them
+//! from the golden run's step cache ([`crate::steps`]) instead of training them, and accounts
+//! for each through the code a trained step goes through: the same clock, checkpoints,
+//! `metrics.csv` and `compare.csv` rows and evaluations.
+
+use resilab_checkpoint::OnMismatch;
+use resilab_recovery::Strategy;
+use resilab_train::{Attempts, ParallelMode, Trainer};
+
+use super::{Recovery, Session, whole_model};
+use crate::Result;
+use crate::steps::{StepCache, StepRecord};
+
+/// The golden detectors' threshold: a run with a lower one could see as extreme what the
+/// golden run let through.
+const GOLDEN_EXTREME: f64 = 1e10;
+
+impl Session<'_> {
+    /// Takes the steps before the run's first fault from the golden run's cache, when the run
+    /// allows it; records how many, or why none.
+    pub(crate) fn fast_forward(&mut self, trainer: &mut Trainer, rec: &mut Recovery) -> Result<()> {
+        let (to, cache) = match self.prefix_plan(trainer, rec)? {
+            Ok(plan) => plan,
+            Err(why) => {
+                self.shortcut_off = Some(why);
+                return Ok(());
+            }
+        };
+        if to == 0 {
+            return Ok(());
+        }
+        let undo = rec.guard.strategy == Strategy::Rollback;
+        for r in &cache.records[..to as usize] {
+            self.replay_step(trainer, rec, r, undo)?;
+        }
+        self.write_prefix_checkpoints(trainer, &cache, to)?;
+        let template = trainer.snapshot();
+        let (state, _) = resilab_checkpoint::load(&cache.state_dir(to), &template, OnMismatch::Error, self.opts.probe.as_ref())?;
+        trainer.restore_exact(&state)?;
+        rec.guard.prime_donors(&trainer.workers);
+        self.shortcut_prefix = to;
+        self.bar.set_position(trainer.step);
+        Ok(())
+    }
+
+    /// The last step the shortcut may take and the cache it reads, or why it is off.
+    fn prefix_plan(&self, trainer: &Trainer, rec: &Recovery) -> Result<std::result::Result<(u64, StepCache), String>> {
+        let (cfg, opts) = (self.cfg, self.opts);
+        let off = |why: &str| Ok(Err(why.to_string()));
+        if !opts.shortcuts {
+            return off("not asked for (resilab campaign --no-shortcuts, or resilab train)");
+        }
+        if self.resumed {
+            return off("the run resumed from a checkpoint");
+        }
+        if cfg.parallel.mode == ParallelMode::Pipeline {
+            return off("a pipeline");
+        }
+        if cfg.parallel.compute.gflops.is_none() {
+            return off("parallel.compute.gflops is unset: the clock is measured, not modelled");
+        }
+        if opts.record_samples || opts.record_states || opts.record_steps {
+            return off("the run records samples, states or steps");
+        }
+        if cfg.detect.loss_spike.is_some() {
+            return off("detect.loss_spike keeps a history of losses");
+        }
+        if cfg.detect.extreme_threshold < GOLDEN_EXTREME {
+            return off("detect.extreme_threshold is below the golden run's 1e10");
+        }
+        let Some(golden) = &self.golden else { return off("no golden run") };
+        let Some(cache) = StepCache::open(&golden.dir)? else { return off("the golden run has no step cache") };
+        if cache.detections != 0 {
+            return off("the golden run met detections");
+        }
+        let total = trainer.total_steps();
+        if cache.records.len() as u64 != total {
+            return off("the golden run's step cache does not cover the run");
+        }
+        let mut to = rec.faults.first_step().map_or(total, |s| s.saturating_sub(1)).min(total);
+        // The divergence detector would fire where the golden replicas differ (Horovod's buffers).
+        if let Some(k) = cfg.detect.divergence_every
+            && trainer.workers.len() > 1
+            && let Some(r) = cache.records[..to as usize].iter().find(|r| r.step.is_multiple_of(k) && !r.replicas_agree)
+        {
+            to = r.step - 1;
+        }
+        if to > 0 && !cache.state_dir(to).is_dir() {
+            return off("the golden run's step cache lacks the state to start from");
+        }
+        Ok(Ok((to, cache)))
+    }
+
+    /// Accounts for golden step `r` as the loop accounts for a trained step (no fault, no
+    /// detection): its attempt charges, crash charges (none), clock, checkpoint and row.
+    fn replay_step(&mut self, trainer: &Trainer, rec: &mut Recovery, r: &StepRecord, undo: bool) -> Result<()> {
+        let mut s = r.stats();
+        let snapshot_bytes = if undo { r.snapshot_bytes } else { 0 };
+        trainer.charge_attempts(&mut s, Attempts { snapshot_bytes, ..Attempts::default() });
+        self.charge_transfers(trainer, rec);
+        self.charge_crashes(rec);
+        self.tally.losses.count_step(trainer.workers.len());
+        self.account(&s);
+        if self.cfg.checkpoint.due(s.step, s.epoch_end) {
+            self.charge_checkpoint(trainer, r.state_bytes);
+        }
+        self.log_step(trainer, &s, Some(r))?;
+        Ok(())
+    }
+
+    /// The golden run's recorded evaluation after step `r`, recorded as this run's.
+    pub(super) fn replay_eval(&mut self, trainer: &Trainer, r: &StepRecord) -> Result<resilab_train::Evaluation> {
+        let e =
+            r.eval.ok_or_else(|| crate::Error::Golden(format!("the golden run's step cache has no evaluation after step {}", r.step)))?;
+        // The model then was the golden run's: its recorded state, if it was recorded (a missing
+        // one gives no distance, as for a trained step).
+        let whole = match &self.golden {
+            Some(g) => {
+                let template = whole_model(trainer);
+                Some(g.state_at(r.step, &template).unwrap_or(template))
+            }
+            None => None,
+        };
+        self.record_eval(r.step, e, whole)
+    }
+
+    /// Writes the checkpoints due at steps up to `to` that the run would still keep there
+    /// (`checkpoint.keep_last`), from the golden run's states, as the run writes its own.
+    fn write_prefix_checkpoints(&mut self, trainer: &Trainer, cache: &StepCache, to: u64) -> Result<()> {
+        let ck = &self.cfg.checkpoint;
+        if !ck.enabled() {
+            return Ok(());
+        }
+        let due: Vec<u64> = cache.records[..to as usize].iter().filter(|r| ck.due(r.step, r.epoch_end)).map(|r| r.step).collect();
+        let keep = if ck.keep_last > 0 { ck.keep_last.min(due.len()) } else { due.len() };
+        let template = trainer.snapshot();
+        let probe = self.opts.probe.as_ref();
+        for &step in &due[due.len() - keep..] {
+            let (state, _) = resilab_checkpoint::load(&cache.state_dir(step), &template, OnMismatch::Error, probe)?;
+            self.watch.check()?;
+            resilab_checkpoint::save_claimed(&self.ckpt_root, &state, &self.meta)?;
+            if ck.keep_last > 0 {
+                self.watch.check()?;
+                resilab_checkpoint::prune(&self.ckpt_root, ck.keep_last)?;
+            }
+        }
+        Ok(())
+    }
+}

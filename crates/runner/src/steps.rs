@@ -1,0 +1,259 @@
+//! A golden run's step cache, what lets a faulty run of the same configuration skip the steps
+//! before its first fault (docs/campaigns.md, "Shortcuts").
+//!
+//! A golden run trained with [`crate::RunOptions::record_steps`] writes, after each completed
+//! step, its full training state (`full/step-N`, a checkpoint of every worker) and one row of
+//! `steps.csv`: what the step reported and what the run's accounting read from the trainer
+//! then. Floats are written with `Display` and read with `str::parse`, which round-trips every
+//! `f64` exactly.
+
+use std::fs::File;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use resilab_train::{Evaluation, StepStats, Trainer, Worker};
+
+use crate::{Error, Result, io};
+
+/// The cache's table of steps, in a golden run's directory.
+pub const STEPS_CSV: &str = "steps.csv";
+/// The cache's full states, in a golden run's directory.
+pub const FULL_DIR: &str = "full";
+
+const HEADER: &str = "step,epoch,epoch_end,epoch_start,loss,train_acc,lr,sim_s,comm_s,comm_bytes,snapshot_bytes,state_bytes,replicas_agree,test_acc,test_loss";
+
+/// One golden step as the run accounted for it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct StepRecord {
+    pub(crate) step: u64,
+    pub(crate) epoch: usize,
+    /// The step completed an epoch ([`StepStats::epoch_end`]).
+    pub(crate) epoch_end: bool,
+    /// After the step, the data cursor stood at an epoch's start.
+    pub(crate) epoch_start: bool,
+    pub(crate) loss: f64,
+    pub(crate) train_acc: f64,
+    pub(crate) lr: f64,
+    /// The step's simulated seconds before any attempt charge (a golden run never redoes and
+    /// copies nothing).
+    pub(crate) sim_s: f64,
+    pub(crate) comm_s: f64,
+    pub(crate) comm_bytes: u64,
+    /// The largest worker's state bytes before the step (what an undoing strategy copies).
+    pub(crate) snapshot_bytes: u64,
+    /// All workers' state bytes after the step (what a checkpoint then writes).
+    pub(crate) state_bytes: u64,
+    /// Every replica's parameters had one digest after the step (what the divergence
+    /// detector compares).
+    pub(crate) replicas_agree: bool,
+    /// The evaluation after the step, when there was one.
+    pub(crate) eval: Option<Evaluation>,
+}
+
+impl StepRecord {
+    /// The step's statistics as the trainer returned them, before the attempt charges.
+    pub(crate) fn stats(&self) -> StepStats {
+        StepStats {
+            step: self.step,
+            epoch: self.epoch,
+            loss: self.loss,
+            train_acc: self.train_acc,
+            lr: self.lr,
+            epoch_end: self.epoch_end,
+            sim_s: self.sim_s,
+            comm_s: self.comm_s,
+            comm_bytes: self.comm_bytes,
+            ..StepStats::default()
+        }
+    }
+
+    fn line(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or(String::new(), |x| x.to_string());
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            self.step,
+            self.epoch,
+            self.epoch_end,
+            self.epoch_start,
+            self.loss,
+            self.train_acc,
+            self.lr,
+            self.sim_s,
+            self.comm_s,
+            self.comm_bytes,
+            self.snapshot_bytes,
+            self.state_bytes,
+            self.replicas_agree,
+            opt(self.eval.map(|e| e.accuracy)),
+            opt(self.eval.map(|e| e.loss)),
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 15 {
+            return None;
+        }
+        let eval = match (f[13], f[14]) {
+            ("", "") => None,
+            (a, l) => Some(Evaluation { accuracy: a.parse().ok()?, loss: l.parse().ok()? }),
+        };
+        Some(Self {
+            step: f[0].parse().ok()?,
+            epoch: f[1].parse().ok()?,
+            epoch_end: f[2].parse().ok()?,
+            epoch_start: f[3].parse().ok()?,
+            loss: f[4].parse().ok()?,
+            train_acc: f[5].parse().ok()?,
+            lr: f[6].parse().ok()?,
+            sim_s: f[7].parse().ok()?,
+            comm_s: f[8].parse().ok()?,
+            comm_bytes: f[9].parse().ok()?,
+            snapshot_bytes: f[10].parse().ok()?,
+            state_bytes: f[11].parse().ok()?,
+            replicas_agree: f[12].parse().ok()?,
+            eval,
+        })
+    }
+}
+
+/// The largest worker's state bytes: what an undoing strategy copies before a step.
+pub(crate) fn snapshot_bytes(trainer: &Trainer) -> u64 {
+    trainer.workers.iter().map(Worker::state_bytes).max().unwrap_or(0)
+}
+
+/// Writes a golden run's cache as it trains.
+pub(crate) struct StepLog {
+    path: PathBuf,
+    full: PathBuf,
+    file: BufWriter<File>,
+    meta: resilab_checkpoint::Meta,
+}
+
+impl StepLog {
+    /// Starts the cache in the run's directory `out`.
+    pub(crate) fn open(out: &Path, meta: resilab_checkpoint::Meta) -> Result<Self> {
+        let path = out.join(STEPS_CSV);
+        let mut file = BufWriter::new(crate::files::create_output(&path)?);
+        writeln!(file, "{HEADER}").map_err(io(&path))?;
+        Ok(Self { full: out.join(FULL_DIR), path, file, meta })
+    }
+
+    /// Records step `s` just completed (the trainer after it), `before` the largest worker's
+    /// state bytes before it and `eval` its evaluation.
+    pub(crate) fn record(&mut self, trainer: &Trainer, s: &StepStats, before: u64, eval: Option<Evaluation>) -> Result<()> {
+        resilab_checkpoint::save(&self.full, &trainer.snapshot(), &self.meta)?;
+        let digests: Vec<u64> = trainer.workers.iter().map(|w| resilab_recovery::detect::digest(&w.net)).collect();
+        let r = StepRecord {
+            step: s.step,
+            epoch: s.epoch,
+            epoch_end: s.epoch_end,
+            epoch_start: s.step > 0 && trainer.workers[0].cursor.sample == 0,
+            loss: s.loss,
+            train_acc: s.train_acc,
+            lr: s.lr,
+            sim_s: s.sim_s,
+            comm_s: s.comm_s,
+            comm_bytes: s.comm_bytes,
+            snapshot_bytes: before,
+            state_bytes: trainer.state_bytes(),
+            replicas_agree: digests.windows(2).all(|p| p[0] == p[1]),
+            eval,
+        };
+        writeln!(self.file, "{}", r.line()).map_err(io(&self.path))?;
+        self.file.flush().map_err(io(&self.path))
+    }
+}
+
+/// A finished golden run's cache.
+pub(crate) struct StepCache {
+    /// Step `k`'s record at index `k - 1`.
+    pub(crate) records: Vec<StepRecord>,
+    /// The directory of the full states.
+    pub(crate) full: PathBuf,
+    /// Detections the golden run met.
+    pub(crate) detections: usize,
+}
+
+impl StepCache {
+    /// The cache of the golden run in `dir`; `Ok(None)` when it has none (a run recorded without
+    /// it, or by an earlier revision). A cache that does not read is an error.
+    pub(crate) fn open(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(STEPS_CSV);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        let bad = |what: String| Error::Golden(format!("{}: {what}", path.display()));
+        let mut lines = std::io::BufReader::new(file).lines();
+        match lines.next().transpose().map_err(io(&path))? {
+            Some(h) if h == HEADER => {}
+            _ => return Ok(None),
+        }
+        let mut records = Vec::new();
+        for line in lines {
+            let line = line.map_err(io(&path))?;
+            let r = StepRecord::parse(&line).ok_or_else(|| bad(format!("row {} does not read", records.len() + 1)))?;
+            if r.step != records.len() as u64 + 1 {
+                return Err(bad(format!("row {} is step {}", records.len() + 1, r.step)));
+            }
+            records.push(r);
+        }
+        let summary = dir.join("summary.json");
+        let text = std::fs::read(&summary).map_err(io(&summary))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|source| Error::Json { what: summary.display().to_string(), source })?;
+        let detections = v["detections"].as_array().map_or(usize::MAX, Vec::len);
+        Ok(Some(Self { records, full: dir.join(FULL_DIR), detections }))
+    }
+
+    /// The directory of the full state after step `step`.
+    pub(crate) fn state_dir(&self, step: u64) -> PathBuf {
+        self.full.join(resilab_checkpoint::dir_name(step))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_bit_for_bit() {
+        let r = StepRecord {
+            step: 7,
+            epoch: 1,
+            epoch_end: true,
+            epoch_start: true,
+            loss: 0.1 + 0.2,
+            train_acc: 1.0 / 3.0,
+            lr: f64::MIN_POSITIVE,
+            sim_s: 1e-300,
+            comm_s: f64::NAN,
+            comm_bytes: u64::MAX,
+            snapshot_bytes: 12,
+            state_bytes: 48,
+            replicas_agree: false,
+            eval: Some(Evaluation { accuracy: 0.1 * 3.0, loss: f64::INFINITY }),
+        };
+        let back = StepRecord::parse(&r.line()).unwrap();
+        assert_eq!(back.loss.to_bits(), r.loss.to_bits());
+        assert_eq!(back.train_acc.to_bits(), r.train_acc.to_bits());
+        assert_eq!(back.lr.to_bits(), r.lr.to_bits());
+        assert_eq!(back.sim_s.to_bits(), r.sim_s.to_bits());
+        assert!(back.comm_s.is_nan());
+        assert_eq!(back.eval.map(|e| e.accuracy.to_bits()), r.eval.map(|e| e.accuracy.to_bits()));
+        assert_eq!(back.eval.map(|e| e.loss), Some(f64::INFINITY));
+        assert_eq!((back.step, back.epoch, back.comm_bytes, back.snapshot_bytes, back.state_bytes), (7, 1, u64::MAX, 12, 48));
+        assert!(back.epoch_end && back.epoch_start && !back.replicas_agree);
+        let none = StepRecord { eval: None, ..r };
+        assert_eq!(StepRecord::parse(&none.line()).unwrap().eval, None);
+        assert!(StepRecord::parse("1,2,3").is_none());
+    }
+
+    #[test]
+    fn a_golden_run_without_a_cache_has_none() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(StepCache::open(d.path()).unwrap().is_none());
+    }
+}
