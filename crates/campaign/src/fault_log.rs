@@ -143,30 +143,32 @@ pub const HEADER: [&str; 19] = [
 /// The rows of the parts' `faults.csv` files for the runs `ids`, each run's from the first part
 /// that holds it, header first; `None` when no part has the file.
 pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -> Result<Option<Vec<u8>>> {
-    let mut out: Vec<u8> = Vec::new();
+    let mut out = csv::Writer::from_writer(Vec::new());
     let mut taken: BTreeSet<String> = BTreeSet::new();
     let mut any = false;
     for part in parts {
         let path = part.join(FAULTS_CSV);
-        let Ok(body) = std::fs::read_to_string(&path) else { continue };
-        let mut lines = body.lines();
+        let csv_err = |source: csv::Error| Error::Csv { path: path.clone(), source };
+        let mut rows = match csv::Reader::from_path(&path) {
+            Ok(r) => r,
+            Err(e) if matches!(e.kind(), csv::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => continue,
+            Err(e) => return Err(csv_err(e)),
+        };
         if !any {
-            out.extend_from_slice(lines.next().unwrap_or_default().as_bytes());
-            out.push(b'\n');
+            out.write_record(rows.headers().map_err(csv_err)?).map_err(csv_err)?;
             any = true;
-        } else {
-            lines.next();
         }
         let mut here: BTreeSet<String> = BTreeSet::new();
-        for line in lines {
-            let id = line.split(',').next().unwrap_or_default();
+        for row in rows.records() {
+            let row = row.map_err(csv_err)?;
+            let id = row.get(0).unwrap_or_default();
             if ids.contains(id) && !taken.contains(id) {
                 here.insert(id.to_string());
-                out.extend_from_slice(line.as_bytes());
-                out.push(b'\n');
+                out.write_record(&row).map_err(csv_err)?;
             }
         }
         taken.extend(here);
     }
-    Ok(any.then_some(out))
+    let bytes = out.into_inner().map_err(|e| Error::Csv { path: FAULTS_CSV.into(), source: e.into_error().into() })?;
+    Ok(any.then_some(bytes))
 }

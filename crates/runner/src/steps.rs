@@ -4,26 +4,23 @@
 //! A golden run trained with [`crate::RunOptions::record_steps`] writes, after each completed
 //! step, its full training state (`full/step-N`, a checkpoint of every worker) and one row of
 //! `steps.csv`: what the step reported and what the run's accounting read from the trainer
-//! then. Floats are written with `Display` and read with `str::parse`, which round-trips every
-//! `f64` exactly.
+//! then. The csv crate writes each `f64` as its shortest text that reads back to the same bits.
 
 use std::fs::File;
-use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use resilab_train::{Evaluation, StepStats, Trainer, Worker};
+use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result, io};
+use crate::{Error, Result, csv_err, io};
 
 /// The cache's table of steps, in a golden run's directory.
 pub const STEPS_CSV: &str = "steps.csv";
 /// The cache's full states, in a golden run's directory.
 pub const FULL_DIR: &str = "full";
 
-const HEADER: &str = "step,epoch,epoch_end,epoch_start,loss,train_acc,lr,sim_s,comm_s,comm_bytes,snapshot_bytes,state_bytes,replicas_agree,test_acc,test_loss";
-
-/// One golden step as the run accounted for it.
-#[derive(Clone, Debug, PartialEq)]
+/// One golden step as the run accounted for it: a row of `steps.csv`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StepRecord {
     pub(crate) step: u64,
     pub(crate) epoch: usize,
@@ -46,8 +43,10 @@ pub(crate) struct StepRecord {
     /// Every replica's parameters had one digest after the step (what the divergence
     /// detector compares).
     pub(crate) replicas_agree: bool,
-    /// The evaluation after the step, when there was one.
-    pub(crate) eval: Option<Evaluation>,
+    /// The test accuracy of the evaluation after the step, when there was one.
+    pub(crate) test_acc: Option<f64>,
+    /// Its test loss.
+    pub(crate) test_loss: Option<f64>,
 }
 
 impl StepRecord {
@@ -67,53 +66,9 @@ impl StepRecord {
         }
     }
 
-    fn line(&self) -> String {
-        let opt = |v: Option<f64>| v.map_or(String::new(), |x| x.to_string());
-        format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            self.step,
-            self.epoch,
-            self.epoch_end,
-            self.epoch_start,
-            self.loss,
-            self.train_acc,
-            self.lr,
-            self.sim_s,
-            self.comm_s,
-            self.comm_bytes,
-            self.snapshot_bytes,
-            self.state_bytes,
-            self.replicas_agree,
-            opt(self.eval.map(|e| e.accuracy)),
-            opt(self.eval.map(|e| e.loss)),
-        )
-    }
-
-    fn parse(line: &str) -> Option<Self> {
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 15 {
-            return None;
-        }
-        let eval = match (f[13], f[14]) {
-            ("", "") => None,
-            (a, l) => Some(Evaluation { accuracy: a.parse().ok()?, loss: l.parse().ok()? }),
-        };
-        Some(Self {
-            step: f[0].parse().ok()?,
-            epoch: f[1].parse().ok()?,
-            epoch_end: f[2].parse().ok()?,
-            epoch_start: f[3].parse().ok()?,
-            loss: f[4].parse().ok()?,
-            train_acc: f[5].parse().ok()?,
-            lr: f[6].parse().ok()?,
-            sim_s: f[7].parse().ok()?,
-            comm_s: f[8].parse().ok()?,
-            comm_bytes: f[9].parse().ok()?,
-            snapshot_bytes: f[10].parse().ok()?,
-            state_bytes: f[11].parse().ok()?,
-            replicas_agree: f[12].parse().ok()?,
-            eval,
-        })
+    /// The evaluation after the step, when there was one.
+    pub(crate) fn eval(&self) -> Option<Evaluation> {
+        Some(Evaluation { accuracy: self.test_acc?, loss: self.test_loss? })
     }
 }
 
@@ -126,7 +81,7 @@ pub(crate) fn snapshot_bytes(trainer: &Trainer) -> u64 {
 pub(crate) struct StepLog {
     path: PathBuf,
     full: PathBuf,
-    file: BufWriter<File>,
+    file: csv::Writer<File>,
     meta: resilab_checkpoint::Meta,
 }
 
@@ -134,8 +89,7 @@ impl StepLog {
     /// Starts the cache in the run's directory `out`.
     pub(crate) fn open(out: &Path, meta: resilab_checkpoint::Meta) -> Result<Self> {
         let path = out.join(STEPS_CSV);
-        let mut file = BufWriter::new(crate::files::create_output(&path)?);
-        writeln!(file, "{HEADER}").map_err(io(&path))?;
+        let file = csv::Writer::from_writer(crate::files::create_output(&path)?);
         Ok(Self { full: out.join(FULL_DIR), path, file, meta })
     }
 
@@ -158,9 +112,10 @@ impl StepLog {
             snapshot_bytes: before,
             state_bytes: trainer.state_bytes(),
             replicas_agree: digests.windows(2).all(|p| p[0] == p[1]),
-            eval,
+            test_acc: eval.map(|e| e.accuracy),
+            test_loss: eval.map(|e| e.loss),
         };
-        writeln!(self.file, "{}", r.line()).map_err(io(&self.path))?;
+        self.file.serialize(&r).map_err(csv_err(&self.path))?;
         self.file.flush().map_err(io(&self.path))
     }
 }
@@ -186,15 +141,9 @@ impl StepCache {
             Err(source) => return Err(Error::Io { path, source }),
         };
         let bad = |what: String| Error::Golden(format!("{}: {what}", path.display()));
-        let mut lines = std::io::BufReader::new(file).lines();
-        match lines.next().transpose().map_err(io(&path))? {
-            Some(h) if h == HEADER => {}
-            _ => return Ok(None),
-        }
-        let mut records = Vec::new();
-        for line in lines {
-            let line = line.map_err(io(&path))?;
-            let r = StepRecord::parse(&line).ok_or_else(|| bad(format!("row {} does not read", records.len() + 1)))?;
+        let mut records: Vec<StepRecord> = Vec::new();
+        for row in csv::Reader::from_reader(file).deserialize() {
+            let r: StepRecord = row.map_err(|e| bad(format!("row {} does not read: {e}", records.len() + 1)))?;
             if r.step != records.len() as u64 + 1 {
                 return Err(bad(format!("row {} is step {}", records.len() + 1, r.step)));
             }
@@ -234,21 +183,31 @@ mod tests {
             snapshot_bytes: 12,
             state_bytes: 48,
             replicas_agree: false,
-            eval: Some(Evaluation { accuracy: 0.1 * 3.0, loss: f64::INFINITY }),
+            test_acc: Some(0.1 * 3.0),
+            test_loss: Some(f64::INFINITY),
         };
-        let back = StepRecord::parse(&r.line()).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let none = StepRecord { step: 8, test_acc: None, test_loss: None, ..r.clone() };
+        let mut w = csv::Writer::from_path(d.path().join(STEPS_CSV)).unwrap();
+        w.serialize(&r).unwrap();
+        w.serialize(&none).unwrap();
+        w.flush().unwrap();
+        let rows: Vec<StepRecord> = csv::Reader::from_path(d.path().join(STEPS_CSV)).unwrap().deserialize().map(|r| r.unwrap()).collect();
+        let back = &rows[0];
         assert_eq!(back.loss.to_bits(), r.loss.to_bits());
         assert_eq!(back.train_acc.to_bits(), r.train_acc.to_bits());
         assert_eq!(back.lr.to_bits(), r.lr.to_bits());
         assert_eq!(back.sim_s.to_bits(), r.sim_s.to_bits());
         assert!(back.comm_s.is_nan());
-        assert_eq!(back.eval.map(|e| e.accuracy.to_bits()), r.eval.map(|e| e.accuracy.to_bits()));
-        assert_eq!(back.eval.map(|e| e.loss), Some(f64::INFINITY));
+        assert_eq!(back.eval().map(|e| e.accuracy.to_bits()), r.eval().map(|e| e.accuracy.to_bits()));
+        assert_eq!(back.eval().map(|e| e.loss), Some(f64::INFINITY));
         assert_eq!((back.step, back.epoch, back.comm_bytes, back.snapshot_bytes, back.state_bytes), (7, 1, u64::MAX, 12, 48));
         assert!(back.epoch_end && back.epoch_start && !back.replicas_agree);
-        let none = StepRecord { eval: None, ..r };
-        assert_eq!(StepRecord::parse(&none.line()).unwrap().eval, None);
-        assert!(StepRecord::parse("1,2,3").is_none());
+        assert_eq!(rows[1].eval(), None);
+        // A cache that does not read is an error naming its row.
+        std::fs::write(d.path().join(STEPS_CSV), "step,epoch\n1,2\n").unwrap();
+        let e = StepCache::open(d.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("row 1 does not read"), "{e}");
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl Session<'_> {
     /// The golden run's recorded evaluation after step `r`, recorded as this run's.
     pub(super) fn replay_eval(&mut self, trainer: &Trainer, r: &StepRecord) -> Result<resilab_train::Evaluation> {
         let e =
-            r.eval.ok_or_else(|| crate::Error::Golden(format!("the golden run's step cache has no evaluation after step {}", r.step)))?;
+            r.eval().ok_or_else(|| crate::Error::Golden(format!("the golden run's step cache has no evaluation after step {}", r.step)))?;
         // The model then was the golden run's: its recorded state, if it was recorded (a missing
         // one gives no distance, as for a trained step).
         let whole = match &self.golden {
