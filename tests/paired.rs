@@ -15,7 +15,7 @@ use std::path::Path;
 
 use common::csv_records as read;
 
-use common::{run, write};
+use common::finished_campaign;
 
 const CAMPAIGN: &str = r#"
 [campaign]
@@ -57,12 +57,7 @@ allow_sign_change = false
 
 /// Runs the campaign with `paired` as its `[campaign] paired` line; returns its directory.
 fn campaign(dir: &Path, name: &str, paired: &str) -> std::path::PathBuf {
-    let cfg = write(dir, &format!("{name}.toml"), &CAMPAIGN.replace("PAIRED", paired));
-    let out = dir.join(name);
-    let args = ["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
-    let o = run(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
+    finished_campaign(dir, name, &CAMPAIGN.replace("PAIRED", paired), &[])
 }
 
 /// What a fault was, whatever the state it met: the columns a strategy cannot change.

@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{csv_records, run, write};
+use common::{csv_records, finished_campaign};
 
 const CAMPAIGN: &str = r#"
 [campaign]
@@ -62,16 +62,12 @@ const SUMMARY_VARYING: [&str; 10] = [
     "shortcut_prefix_steps",
 ];
 
-/// Runs the campaign into `dir/name` with `extra` arguments; returns its directory.
+/// Runs the campaign, named `shortcuts` either way (its name is in every `summary.json`), into
+/// `dir/name/shortcuts` with `extra` arguments; returns its directory.
 fn campaign(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let cfg = write(dir, "shortcuts.toml", CAMPAIGN);
-    let out = dir.join(name);
-    let mut args = vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1"];
-    args.extend_from_slice(extra);
-    args.push("--quiet");
-    let o = run(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
+    let dir = dir.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    finished_campaign(&dir, "shortcuts", CAMPAIGN, extra)
 }
 
 /// `runs.csv` by run id.

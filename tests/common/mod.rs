@@ -121,6 +121,19 @@ pub fn train_config_with(cfg: &Path, out: &Path, golden: &Path, extra: &[&str]) 
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
 
+/// Writes `text` as `dir/<name>.toml`, runs it as a campaign into `dir/<name>` (2 worker
+/// processes of 1 thread, quiet, then `extra`) and asserts it succeeded; returns the directory.
+pub fn finished_campaign(dir: &Path, name: &str, text: &str, extra: &[&str]) -> PathBuf {
+    let cfg = write(dir, &format!("{name}.toml"), text);
+    let out = dir.join(name);
+    let mut args =
+        vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// A CSV file's rows, each as column name -> text.
 pub fn csv_records(path: &Path) -> Vec<BTreeMap<String, String>> {
     let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
