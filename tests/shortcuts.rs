@@ -1,12 +1,14 @@
-//! The campaign shortcut (docs/campaigns.md, "Shortcuts"): a train run takes the steps before
-//! its first fault from the golden run's step cache instead of training them, and its results
-//! are the same bits. Runs one tiny train campaign through the real CLI with and without
+//! The campaign shortcuts (docs/campaigns.md, "Shortcuts"): a train run takes the steps before
+//! its first fault, and the steps after its state is the golden run's again with no fault left,
+//! from the golden run's step cache instead of training them, and its results are the same
+//! bits. Runs one tiny train campaign through the real CLI with and without
 //! `--no-shortcuts` (the four strategies, without faults, with one crash, and with random
 //! crashes and weight flips; checkpoints pruned to the last two; the divergence detector on)
 //! and checks that every column of `runs.csv` but the wall-clock ones and the shortcut's own is
 //! equal, and per run `metrics.csv` (but its wall column), `compare.csv`, `faults.jsonl`,
 //! `summary.json` (but its wall-clock fields) and the checkpoint names; and that the shortcut
-//! took the whole run somewhere, part of one elsewhere, and nothing with `--no-shortcuts`.
+//! took the whole run somewhere, part of one elsewhere, a restarted run's remainder somewhere,
+//! and nothing with `--no-shortcuts`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -46,10 +48,10 @@ detect = { divergence_every = 2 }
 
 /// `runs.csv` columns that differ between runs with and without the shortcut: wall clock, and
 /// the shortcut's own record.
-const VARYING: [&str; 4] = ["wall_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps"];
+const VARYING: [&str; 5] = ["wall_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps", "shortcut_remainder_steps"];
 
 /// `summary.json` fields measured on the wall clock (or naming the directory or command).
-const SUMMARY_VARYING: [&str; 10] = [
+const SUMMARY_VARYING: [&str; 11] = [
     "wall_s",
     "train_s",
     "images_per_s",
@@ -60,6 +62,7 @@ const SUMMARY_VARYING: [&str; 10] = [
     "restarts",
     "shortcut_off",
     "shortcut_prefix_steps",
+    "shortcut_remainder_steps",
 ];
 
 /// Runs the campaign, named `shortcuts` either way (its name is in every `summary.json`), into
@@ -125,7 +128,7 @@ fn runs_with_and_without_the_shortcut_give_the_same_results() {
     let (a, b) = (runs(&fast), runs(&slow));
     assert_eq!(a.len(), 24);
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-    let mut prefixes = Vec::new();
+    let (mut prefixes, mut remainders) = (Vec::new(), Vec::new());
     for (id, ra) in &a {
         let rb = &b[id];
         assert_eq!(ra["status"], "ok", "{ra:?}");
@@ -134,9 +137,16 @@ fn runs_with_and_without_the_shortcut_give_the_same_results() {
                 assert_eq!(v, &rb[k], "run {id} ({}, {}): column {k}", ra["recovery.strategy"], ra["fault"]);
             }
         }
-        assert_eq!(rb["shortcut_prefix_steps"], "0", "run {id} without shortcuts");
-        prefixes.push(ra["shortcut_prefix_steps"].parse::<u64>().unwrap());
-        eprintln!("{} / {}: prefix {}", ra["recovery.strategy"], ra["fault"], ra["shortcut_prefix_steps"]);
+        assert_eq!(
+            (rb["shortcut_prefix_steps"].as_str(), rb["shortcut_remainder_steps"].as_str()),
+            ("0", "0"),
+            "run {id} without shortcuts"
+        );
+        let (prefix, remainder) =
+            (ra["shortcut_prefix_steps"].parse::<u64>().unwrap(), ra["shortcut_remainder_steps"].parse::<u64>().unwrap());
+        prefixes.push(prefix);
+        remainders.push((ra["recovery.strategy"].clone(), remainder));
+        eprintln!("{} / {}: prefix {prefix}, remainder {remainder}", ra["recovery.strategy"], ra["fault"]);
         assert_eq!(metrics(&fast, id), metrics(&slow, id), "run {id}: metrics.csv");
         for file in ["compare.csv", "faults.jsonl"] {
             assert_eq!(text(&fast, id, file), text(&slow, id, file), "run {id}: {file}");
@@ -147,6 +157,10 @@ fn runs_with_and_without_the_shortcut_give_the_same_results() {
     // Not vacuous: fault-free runs took every step, some faulty run part of its steps.
     assert!(prefixes.contains(&16), "{prefixes:?}");
     assert!(prefixes.iter().any(|&p| p > 0 && p < 16), "{prefixes:?}");
+    // A restart replays the golden run's steps: some checkpoint-restart run took its remainder.
+    // Lossy forward goes on from a state the golden run never had, and never can.
+    assert!(remainders.iter().any(|(s, r)| s == "checkpoint_restart" && *r > 0), "{remainders:?}");
+    assert!(remainders.iter().all(|(s, r)| s != "lossy_forward" || *r == 0), "{remainders:?}");
     let off: serde_json::Value = serde_json::from_str(&text(&slow, a.keys().next().unwrap(), "summary.json").unwrap()).unwrap();
     assert!(off["shortcut_off"].as_str().is_some_and(|s| s.contains("no-shortcuts")), "{off}");
 }

@@ -61,6 +61,7 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("steps_lost", T),
     ("steps_recomputed", T),
     ("shortcut_prefix_steps", T),
+    ("shortcut_remainder_steps", T),
     ("wall_s", ALL),
     ("golden_wall_s", R | T),
     ("time_overhead_frac", R | T),

@@ -223,6 +223,10 @@ pub struct Metrics {
     /// Steps taken from the golden run's step cache instead of trained (`train` runs; 0 with
     /// `--no-shortcuts`): docs/campaigns.md, "Shortcuts".
     pub shortcut_prefix_steps: Option<u64>,
+    /// Steps after the run's last fault taken from the golden run's step cache, once its state
+    /// was the golden run's again (`train` runs; 0 when not taken): docs/campaigns.md,
+    /// "Shortcuts".
+    pub shortcut_remainder_steps: Option<u64>,
     /// Seconds the run took in its worker.
     pub wall_s: Option<f64>,
     /// Seconds of the golden run (or the fault-free continuation).

@@ -239,7 +239,7 @@ pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
     let strip = |r: &Row| {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
-            for k in ["wall_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps"] {
+            for k in ["wall_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps", "shortcut_remainder_steps"] {
                 o.remove(k);
             }
         }
@@ -271,6 +271,7 @@ mod tests {
         let mut b = row("r");
         b.metrics.wall_s = Some(9.0);
         b.metrics.shortcut_prefix_steps = Some(12);
+        b.metrics.shortcut_remainder_steps = Some(3);
         assert!(same_result(&a, &b));
         b.metrics.final_acc = Some(0.25);
         assert!(!same_result(&a, &b));

@@ -309,6 +309,7 @@ impl<'a> Worker<'a> {
             steps_lost: Some(s.steps_lost),
             steps_recomputed: Some(s.steps_recomputed),
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
+            shortcut_remainder_steps: Some(s.shortcut_remainder_steps),
             wall_s: Some(s.wall_s),
             golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,

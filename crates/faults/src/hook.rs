@@ -214,6 +214,18 @@ impl FaultInjector {
         self.events.iter().map(|e| e.step).min()
     }
 
+    /// Whether, after `step`, nothing the injector holds can change a run any more: every
+    /// scheduled event has struck, no worker is down, no crash waits for its step's timeline,
+    /// no stuck-at value holds past `step` and no neuron fault waits for a forward pass.
+    pub fn quiescent(&self, step: u64) -> bool {
+        self.events.iter().all(|e| self.fired.contains(&e.id))
+            && self.crashed.is_empty()
+            && self.lost.is_empty()
+            && self.pending_crashes.is_empty()
+            && self.stuck.iter().all(|s| s.1 <= step)
+            && self.neurons.is_empty()
+    }
+
     /// Checkpoint faults due after `step` that have not struck; they are marked as struck.
     pub fn due_checkpoint(&mut self, step: u64) -> Vec<FaultEvent> {
         let due: Vec<FaultEvent> = self
@@ -489,5 +501,17 @@ mod tests {
         assert_eq!(FaultInjector::new(Vec::new(), Vec::new(), 1).first_step(), None);
         let events = vec![event(0, 9, FaultTarget::Crash), event(1, 4, FaultTarget::Checkpoint), event(2, 6, FaultTarget::Weights)];
         assert_eq!(FaultInjector::new(Vec::new(), events, 1).first_step(), Some(4));
+    }
+
+    #[test]
+    fn the_injector_is_quiet_once_every_event_struck() {
+        let event = |id, step| FaultEvent { id, step, rank: 0, entry: 0, target: FaultTarget::Checkpoint };
+        assert!(FaultInjector::new(Vec::new(), Vec::new(), 1).quiescent(0));
+        let mut f = FaultInjector::new(Vec::new(), vec![event(0, 4), event(1, 6)], 1);
+        assert!(!f.quiescent(5));
+        assert_eq!(f.due_checkpoint(4).len(), 1);
+        assert!(!f.quiescent(5), "event 1 has not struck");
+        assert_eq!(f.due_checkpoint(6).len(), 1);
+        assert!(f.quiescent(6));
     }
 }

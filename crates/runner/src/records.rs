@@ -161,6 +161,9 @@ pub struct Summary {
     /// Steps taken from the golden run's cache instead of trained (the fault-free prefix before
     /// the first fault: docs/campaigns.md, "Shortcuts"); 0 when the shortcut was off.
     pub shortcut_prefix_steps: u64,
+    /// Steps after the run's last fault taken from the golden run's cache, once the run's full
+    /// state was the golden run's again (the remainder shortcut); 0 when it was not taken.
+    pub shortcut_remainder_steps: u64,
     /// Why the shortcut was off, when it was.
     pub shortcut_off: Option<String>,
     /// Whether any worker's final state (parameters, buffers, optimizer state) holds a NaN/Inf,

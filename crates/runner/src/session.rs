@@ -134,6 +134,12 @@ pub(crate) struct Session<'a> {
     shortcut_prefix: u64,
     /// Why the shortcut was off.
     shortcut_off: Option<String>,
+    /// Steps after the last fault taken from the golden run's cache (the remainder shortcut).
+    shortcut_remainder: u64,
+    /// The cache the remainder shortcut reads, once looked up.
+    remainder: Option<crate::steps::StepCache>,
+    /// The remainder shortcut cannot be taken in this run.
+    remainder_off: bool,
     bar: ProgressBar,
     start: Instant,
 }
@@ -205,6 +211,9 @@ impl<'a> Session<'a> {
             steps,
             shortcut_prefix: 0,
             shortcut_off: None,
+            shortcut_remainder: 0,
+            remainder: None,
+            remainder_off: false,
             bar,
             start: Instant::now(),
         })
@@ -216,6 +225,9 @@ impl<'a> Session<'a> {
             self.recreate_row(trainer)?;
         }
         while !trainer.done() {
+            if self.take_remainder(trainer, rec)? {
+                continue;
+            }
             if let Some(log) = &mut self.samples {
                 log.record(trainer)?;
             }
@@ -623,6 +635,7 @@ impl<'a> Session<'a> {
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,
             shortcut_prefix_steps: self.shortcut_prefix,
+            shortcut_remainder_steps: self.shortcut_remainder,
             shortcut_off: self.shortcut_off,
             collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
             final_state_extreme: health != Health::Sound,

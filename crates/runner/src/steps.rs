@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use resilab_train::{Evaluation, StepStats, Trainer, Worker};
+use resilab_train::{Evaluation, HostTensor, StepStats, TrainState, Trainer, Worker};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result, csv_err, io};
@@ -47,6 +47,10 @@ pub(crate) struct StepRecord {
     pub(crate) test_acc: Option<f64>,
     /// Its test loss.
     pub(crate) test_loss: Option<f64>,
+    /// [`state_digest`] of the full state after the step (what the remainder shortcut compares
+    /// a run's state with); absent in a cache recorded before it was kept.
+    #[serde(default)]
+    pub(crate) state_digest: Option<u64>,
 }
 
 impl StepRecord {
@@ -77,6 +81,60 @@ pub(crate) fn snapshot_bytes(trainer: &Trainer) -> u64 {
     trainer.workers.iter().map(Worker::state_bytes).max().unwrap_or(0)
 }
 
+/// A digest of every bit of a training state: its step and, per worker, the rank, parameters
+/// and buffers, optimizer state, random stream and data cursor.
+pub(crate) fn state_digest(state: &TrainState) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&state.step.to_le_bytes());
+    for w in &state.workers {
+        for x in [w.rank as u128, u128::from(w.rng.stream), w.rng.word_pos, w.cursor.epoch as u128, w.cursor.sample as u128] {
+            h.update(&x.to_le_bytes());
+        }
+        h.update(&w.rng.seed);
+        for (name, t) in &w.params {
+            digest_tensor(&mut h, name, t);
+        }
+        for (name, p) in &w.optim {
+            h.update(&p.step.to_le_bytes());
+            for (buffer, t) in &p.buffers {
+                digest_tensor(&mut h, &format!("{name}/{buffer}"), t);
+            }
+        }
+    }
+    h.digest()
+}
+
+fn digest_tensor(h: &mut xxhash_rust::xxh3::Xxh3, name: &str, t: &HostTensor) {
+    h.update(&(name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update(&(t.shape.len() as u64).to_le_bytes());
+    for &d in &t.shape {
+        h.update(&(d as u64).to_le_bytes());
+    }
+    for v in &t.values {
+        h.update(&v.to_bits().to_le_bytes());
+    }
+}
+
+/// Whether two training states hold the same bits (a NaN equals the same NaN; 0.0 differs from
+/// -0.0), where `TrainState`'s `==` compares values.
+pub(crate) fn same_bits(a: &TrainState, b: &TrainState) -> bool {
+    let tensor = |x: &HostTensor, y: &HostTensor| {
+        x.shape == y.shape && x.values.len() == y.values.len() && x.values.iter().zip(&y.values).all(|(p, q)| p.to_bits() == q.to_bits())
+    };
+    let tensors = |x: &std::collections::BTreeMap<String, HostTensor>, y: &std::collections::BTreeMap<String, HostTensor>| {
+        x.len() == y.len() && x.iter().zip(y).all(|((n, p), (m, q))| n == m && tensor(p, q))
+    };
+    a.step == b.step
+        && a.workers.len() == b.workers.len()
+        && a.workers.iter().zip(&b.workers).all(|(v, w)| {
+            (v.rank, v.rng, v.cursor) == (w.rank, w.rng, w.cursor)
+                && tensors(&v.params, &w.params)
+                && v.optim.len() == w.optim.len()
+                && v.optim.iter().zip(&w.optim).all(|((n, p), (m, q))| n == m && p.step == q.step && tensors(&p.buffers, &q.buffers))
+        })
+}
+
 /// Writes a golden run's cache as it trains.
 pub(crate) struct StepLog {
     path: PathBuf,
@@ -96,7 +154,8 @@ impl StepLog {
     /// Records step `s` just completed (the trainer after it), `before` the largest worker's
     /// state bytes before it and `eval` its evaluation.
     pub(crate) fn record(&mut self, trainer: &Trainer, s: &StepStats, before: u64, eval: Option<Evaluation>) -> Result<()> {
-        resilab_checkpoint::save(&self.full, &trainer.snapshot(), &self.meta)?;
+        let state = trainer.snapshot();
+        resilab_checkpoint::save(&self.full, &state, &self.meta)?;
         let digests: Vec<u64> = trainer.workers.iter().map(|w| resilab_recovery::detect::digest(&w.net)).collect();
         let r = StepRecord {
             step: s.step,
@@ -114,6 +173,7 @@ impl StepLog {
             replicas_agree: digests.windows(2).all(|p| p[0] == p[1]),
             test_acc: eval.map(|e| e.accuracy),
             test_loss: eval.map(|e| e.loss),
+            state_digest: Some(state_digest(&state)),
         };
         self.file.serialize(&r).map_err(csv_err(&self.path))?;
         self.file.flush().map_err(io(&self.path))
@@ -185,6 +245,7 @@ mod tests {
             replicas_agree: false,
             test_acc: Some(0.1 * 3.0),
             test_loss: Some(f64::INFINITY),
+            state_digest: Some(u64::MAX),
         };
         let d = tempfile::tempdir().unwrap();
         let none = StepRecord { step: 8, test_acc: None, test_loss: None, ..r.clone() };
@@ -208,6 +269,48 @@ mod tests {
         std::fs::write(d.path().join(STEPS_CSV), "step,epoch\n1,2\n").unwrap();
         let e = StepCache::open(d.path()).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("row 1 does not read"), "{e}");
+    }
+
+    #[test]
+    fn a_state_digest_and_same_bits_see_every_bit() {
+        let tensor = |values: Vec<f32>| HostTensor { shape: vec![values.len()], values };
+        let worker = resilab_train::WorkerState {
+            rank: 0,
+            params: [("w".to_string(), tensor(vec![1.0, f32::NAN, 0.0]))].into(),
+            optim: [(
+                "w".to_string(),
+                resilab_train::HostParamState { step: 3, buffers: [("momentum_buffer".to_string(), tensor(vec![0.5; 3]))].into() },
+            )]
+            .into(),
+            rng: resilab_train::RngState { seed: [7; 32], stream: 1, word_pos: 40 },
+            cursor: resilab_train::Cursor { epoch: 0, sample: 64 },
+        };
+        let a = TrainState { step: 5, workers: vec![worker.clone(), resilab_train::WorkerState { rank: 1, ..worker }] };
+        assert!(same_bits(&a, &a.clone()), "a NaN equals the same NaN");
+        assert_ne!(a, a.clone(), "where == never finds a NaN equal");
+        assert_eq!(state_digest(&a), state_digest(&a.clone()));
+        let mut changes: Vec<TrainState> = Vec::new();
+        let mut b = a.clone();
+        // 0.0 == -0.0 as values.
+        b.workers[1].params.get_mut("w").unwrap().values[2] = -0.0;
+        changes.push(b);
+        let mut b = a.clone();
+        b.workers[0].optim.get_mut("w").unwrap().buffers.get_mut("momentum_buffer").unwrap().values[0] =
+            f32::from_bits(0.5f32.to_bits() ^ 1);
+        changes.push(b);
+        let mut b = a.clone();
+        b.workers[1].rng.word_pos += 1;
+        changes.push(b);
+        let mut b = a.clone();
+        b.workers[0].cursor.sample = 0;
+        changes.push(b);
+        let mut b = a.clone();
+        b.step = 6;
+        changes.push(b);
+        for b in &changes {
+            assert!(!same_bits(&a, b), "{b:?}");
+            assert_ne!(state_digest(&a), state_digest(b), "{b:?}");
+        }
     }
 
     #[test]

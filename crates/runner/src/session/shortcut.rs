@@ -3,6 +3,10 @@
 //! from the golden run's step cache ([`crate::steps`]) instead of training them, and accounts
 //! for each through the code a trained step goes through: the same clock, checkpoints,
 //! `metrics.csv` and `compare.csv` rows and evaluations.
+//!
+//! The remainder shortcut: a run whose faults have all struck and whose full state is the
+//! golden run's again (a rollback's redo, a restart's replay) trains the golden run's remaining
+//! steps; it takes them from the cache the same way.
 
 use resilab_checkpoint::OnMismatch;
 use resilab_recovery::Strategy;
@@ -34,7 +38,7 @@ impl Session<'_> {
         for r in &cache.records[..to as usize] {
             self.replay_step(trainer, rec, r, undo)?;
         }
-        self.write_prefix_checkpoints(trainer, &cache, to)?;
+        self.write_cached_checkpoints(trainer, &cache, 0, to)?;
         let template = trainer.snapshot();
         let (state, _) = resilab_checkpoint::load(&cache.state_dir(to), &template, OnMismatch::Error, self.opts.probe.as_ref())?;
         trainer.restore_exact(&state)?;
@@ -44,8 +48,8 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// The last step the shortcut may take and the cache it reads, or why it is off.
-    fn prefix_plan(&self, trainer: &Trainer, rec: &Recovery) -> Result<std::result::Result<(u64, StepCache), String>> {
+    /// The golden run's step cache when this run may take steps from it, or why not.
+    fn usable_cache(&self, trainer: &Trainer) -> Result<std::result::Result<StepCache, String>> {
         let (cfg, opts) = (self.cfg, self.opts);
         let off = |why: &str| Ok(Err(why.to_string()));
         if !opts.shortcuts {
@@ -74,22 +78,94 @@ impl Session<'_> {
         if cache.detections != 0 {
             return off("the golden run met detections");
         }
-        let total = trainer.total_steps();
-        if cache.records.len() as u64 != total {
+        if cache.records.len() as u64 != trainer.total_steps() {
             return off("the golden run's step cache does not cover the run");
         }
+        Ok(Ok(cache))
+    }
+
+    /// The last step the prefix shortcut may take and the cache it reads, or why it is off.
+    fn prefix_plan(&self, trainer: &Trainer, rec: &Recovery) -> Result<std::result::Result<(u64, StepCache), String>> {
+        let cache = match self.usable_cache(trainer)? {
+            Ok(cache) => cache,
+            Err(why) => return Ok(Err(why)),
+        };
+        let total = trainer.total_steps();
         let mut to = rec.faults.first_step().map_or(total, |s| s.saturating_sub(1)).min(total);
-        // The divergence detector would fire where the golden replicas differ (Horovod's buffers).
-        if let Some(k) = cfg.detect.divergence_every
-            && trainer.workers.len() > 1
-            && let Some(r) = cache.records[..to as usize].iter().find(|r| r.step.is_multiple_of(k) && !r.replicas_agree)
-        {
-            to = r.step - 1;
+        if let Some(r) = self.first_disagreeing(trainer, &cache, 0, to) {
+            to = r - 1;
         }
         if to > 0 && !cache.state_dir(to).is_dir() {
-            return off("the golden run's step cache lacks the state to start from");
+            return Ok(Err("the golden run's step cache lacks the state to start from".to_string()));
         }
         Ok(Ok((to, cache)))
+    }
+
+    /// The first step in `from + 1..=to` where the divergence detector would compare golden
+    /// replicas whose digests differ (Horovod's buffers): it would fire there, which the golden
+    /// run's record does not show.
+    fn first_disagreeing(&self, trainer: &Trainer, cache: &StepCache, from: u64, to: u64) -> Option<u64> {
+        let k = self.cfg.detect.divergence_every?;
+        if trainer.workers.len() < 2 {
+            return None;
+        }
+        cache.records[from as usize..to as usize].iter().find(|r| r.step.is_multiple_of(k) && !r.replicas_agree).map(|r| r.step)
+    }
+
+    /// The remainder shortcut: when nothing is left to strike this run, its guard has nothing
+    /// pending, it has all its workers and its full state holds the golden run's bits at this
+    /// step, the rest of the run is the golden run's. Takes it from the cache as the prefix
+    /// shortcut does and leaves the trainer at the golden run's final state. Returns whether it
+    /// did.
+    pub(crate) fn take_remainder(&mut self, trainer: &mut Trainer, rec: &mut Recovery) -> Result<bool> {
+        let step = trainer.step;
+        if self.remainder_off
+            || step == 0
+            || !rec.faults.quiescent(step)
+            || rec.guard.pending.is_some()
+            || trainer.workers.len() != self.cfg.parallel.workers
+        {
+            return Ok(false);
+        }
+        if self.remainder.is_none() {
+            match self.usable_cache(trainer)? {
+                Ok(cache) => self.remainder = Some(cache),
+                Err(_) => self.remainder_off = true,
+            }
+        }
+        let Some(cache) = self.remainder.take() else { return Ok(false) };
+        let total = trainer.total_steps();
+        if self.first_disagreeing(trainer, &cache, step, total).is_some() {
+            self.remainder_off = true;
+            return Ok(false);
+        }
+        let matches = self.holds_golden_state(trainer, &cache, step)?;
+        if matches {
+            let undo = rec.guard.strategy == Strategy::Rollback;
+            for r in &cache.records[step as usize..] {
+                self.replay_step(trainer, rec, r, undo)?;
+            }
+            self.write_cached_checkpoints(trainer, &cache, step, total)?;
+            let (state, _) =
+                resilab_checkpoint::load(&cache.state_dir(total), &trainer.snapshot(), OnMismatch::Error, self.opts.probe.as_ref())?;
+            trainer.restore_exact(&state)?;
+            self.shortcut_remainder = total - step;
+            self.bar.set_position(trainer.step);
+        }
+        self.remainder = Some(cache);
+        Ok(matches)
+    }
+
+    /// Whether the trainer holds the golden run's state after `step`, bit for bit: the digests
+    /// first, then the cached state itself.
+    fn holds_golden_state(&self, trainer: &Trainer, cache: &StepCache, step: u64) -> Result<bool> {
+        let Some(digest) = cache.records[step as usize - 1].state_digest else { return Ok(false) };
+        let state = trainer.snapshot();
+        if crate::steps::state_digest(&state) != digest || !cache.state_dir(step).is_dir() {
+            return Ok(false);
+        }
+        let (golden, _) = resilab_checkpoint::load(&cache.state_dir(step), &state, OnMismatch::Error, self.opts.probe.as_ref())?;
+        Ok(crate::steps::same_bits(&state, &golden))
     }
 
     /// Accounts for golden step `r` as the loop accounts for a trained step (no fault, no
@@ -125,14 +201,15 @@ impl Session<'_> {
         self.record_eval(r.step, e, whole)
     }
 
-    /// Writes the checkpoints due at steps up to `to` that the run would still keep there
-    /// (`checkpoint.keep_last`), from the golden run's states, as the run writes its own.
-    fn write_prefix_checkpoints(&mut self, trainer: &Trainer, cache: &StepCache, to: u64) -> Result<()> {
+    /// Writes the checkpoints due at steps `from + 1..=to` that the run would still keep after
+    /// `to` (`checkpoint.keep_last`), from the golden run's states, as the run writes its own.
+    fn write_cached_checkpoints(&mut self, trainer: &Trainer, cache: &StepCache, from: u64, to: u64) -> Result<()> {
         let ck = &self.cfg.checkpoint;
         if !ck.enabled() {
             return Ok(());
         }
-        let due: Vec<u64> = cache.records[..to as usize].iter().filter(|r| ck.due(r.step, r.epoch_end)).map(|r| r.step).collect();
+        let due: Vec<u64> =
+            cache.records[from as usize..to as usize].iter().filter(|r| ck.due(r.step, r.epoch_end)).map(|r| r.step).collect();
         let keep = if ck.keep_last > 0 { ck.keep_last.min(due.len()) } else { due.len() };
         let template = trainer.snapshot();
         let probe = self.opts.probe.as_ref();
