@@ -306,6 +306,9 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     };
     let train = campaign.settings.kind == Kind::Train && !study;
     let mut figures: Vec<figures::Figure> = Vec::new();
+    if study {
+        figures.extend(crate::curves::accuracy_time(campaign, dir, rows, &plots)?);
+    }
     figures.extend(figures::nev_vs_flips(campaign, &cells, &fixed, &palette, &plots)?);
     if train {
         figures.extend(figures::acc_vs_step(campaign, dir, rows, &cells, &fixed, &palette, &plots)?);

@@ -7,6 +7,7 @@
 mod campaign;
 mod choice;
 pub mod compare;
+mod curves;
 mod error;
 mod figures;
 mod files;

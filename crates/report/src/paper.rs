@@ -18,6 +18,7 @@ mod fmt;
 mod preset;
 mod presets;
 mod read;
+mod rests;
 mod section;
 mod study;
 

@@ -25,7 +25,7 @@ use crate::measures::{
 };
 use crate::rows::{CHOICE_TABLE, ChoiceRow};
 use crate::stats::{ALPHA, holm, holm_first_level, mean_interval, wilson};
-use crate::{Error, Facets, Pareto, ParetoPoint, Result};
+use crate::{Error, Pareto, ParetoPoint, Result};
 
 /// What the study wrote.
 pub struct Study {
@@ -37,7 +37,8 @@ pub struct Study {
     pub choices: Vec<Choice>,
 }
 
-fn condition(r: &Row, axis: &str) -> String {
+/// The condition of run `r`: its coordinates on every axis but `axis`.
+pub(crate) fn condition(r: &Row, axis: &str) -> String {
     let parts: Vec<String> = r.coords.iter().filter(|(k, _)| k.as_str() != axis).map(|(k, v)| format!("{k}={v}")).collect();
     if parts.is_empty() { "all".to_string() } else { parts.join(", ") }
 }
@@ -249,7 +250,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     }
     let _ = writeln!(
         md,
-        "\nEvery test with its interval, adjusted p and (paired means) Wilcoxon p is in `comparisons.csv`; per option and condition, the failed share, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time.png` every condition side by side (up to 9)."
+        "\nEvery test with its interval, adjusted p and (paired means) Wilcoxon p is in `comparisons.csv`; per option and condition, the failed share, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time*.png` each condition's test accuracy against simulated time."
     );
     md
 }
@@ -284,41 +285,7 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
         let plot = Pareto { title: (*cond).clone(), points, ..Pareto::default() };
         files.extend(crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?);
     }
-    if (2..=MAX_FACETS).contains(&conditions.len()) {
-        files.extend(crate::save(&accuracy_time(s, &conditions), &plots.join("accuracy_time"))?);
-    }
     Ok(files)
-}
-
-/// Most conditions drawn as facets of one figure.
-const MAX_FACETS: usize = 9;
-
-/// Accuracy lost against simulated overhead, one point per option with both intervals, one
-/// panel per condition on shared axes. The loss is each run's against its own seed's golden
-/// run, so the seeds' spread of final accuracy does not widen the intervals.
-fn accuracy_time(s: &Study, conditions: &[&String]) -> Facets {
-    let panels: Vec<Pareto> = conditions
-        .iter()
-        .map(|cond| Pareto {
-            title: (*cond).clone(),
-            points: s
-                .cells
-                .iter()
-                .filter(|c| &&c.condition == cond)
-                .map(|c| ParetoPoint {
-                    label: c.option.clone(),
-                    overhead: c.sim_overhead.map(|x| (x, (c.sim_overhead_lo, c.sim_overhead_hi))),
-                    loss: c.acc_loss.map(|y| (y, (c.acc_loss_lo, c.acc_loss_hi))),
-                })
-                .collect(),
-            axes: Some((
-                "simulated overhead, % of the golden run (95% interval)".into(),
-                "accuracy lost against the golden run, points (95%)".into(),
-            )),
-            bounds: None,
-        })
-        .collect();
-    Facets::shared("Accuracy lost against simulated time, per option and condition".into(), panels, conditions.len().min(2))
 }
 
 /// `which_strategy.csv`: a [`ChoiceRow`] per condition.

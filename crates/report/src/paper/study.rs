@@ -112,6 +112,8 @@ pub(super) fn section(dir: &Path, preset: &Preset) -> Result<Option<Section>> {
     lines.push(String::new());
     let verdicts = hypotheses(&comps, &mut lines);
     lines.extend(choices(&read::rows(&dir.join("which_strategy.csv"))?));
+    lines.push(super::rests::paragraph(dir, preset.folder)?);
+    lines.push(String::new());
     let mut runs = 0u64;
     for c in &cells {
         runs += c.runs.trim().parse::<u64>().map_err(|_| bad(&cells_path, format!("column runs: {:?} is not a count", c.runs)))?;

@@ -1,0 +1,172 @@
+//! A study's test accuracy against simulated time: one panel per condition, one line per option
+//! of the hypotheses' axis (the mean over its completed runs at each evaluation, drawn at their
+//! mean simulated time then), and the condition's golden runs dashed beneath. A strategy that
+//! pays more time shows as a line shifted right; one that loses accuracy, as a line below.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use resilab_campaign::{Campaign, Row, Status};
+
+use crate::Result;
+use crate::figures::Figure;
+use crate::plots::{Interval, LineChart, LineFacets, Series, save};
+
+/// Most panels in one figure (four to a row): more would shrink each below reading size.
+const PANELS: usize = 8;
+
+/// A run's evaluations by step: `(simulated seconds, test accuracy)`, the last record of each
+/// step (a restart evaluates a step again, later).
+type Evaluations = BTreeMap<u64, (f64, f64)>;
+
+/// The evaluations in a run's `metrics.csv`; `None` when it does not read.
+fn evaluations(path: &Path) -> Option<Evaluations> {
+    let mut rd = csv::Reader::from_path(path).ok()?;
+    let h = rd.headers().ok()?.clone();
+    let col = |name: &str| h.iter().position(|x| x == name);
+    let (s, a, t) = (col("step")?, col("test_acc")?, col("sim_s")?);
+    let mut out = Evaluations::new();
+    for rec in rd.records().flatten() {
+        let num = |i: usize| rec.get(i).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(step), Some(acc), Some(sim)) = (rec.get(s).and_then(|v| v.parse::<u64>().ok()), num(a), num(t)) {
+            out.insert(step, (sim, acc));
+        }
+    }
+    Some(out)
+}
+
+/// The mean curve of `runs`: at each step that every one of them evaluated, their mean
+/// simulated time and mean accuracy (%).
+fn mean_curve(runs: &[Evaluations]) -> Vec<(f64, f64, Interval)> {
+    let mut sum: BTreeMap<u64, (f64, f64, usize)> = BTreeMap::new();
+    for r in runs {
+        for (step, (t, a)) in r {
+            let e = sum.entry(*step).or_default();
+            *e = (e.0 + t, e.1 + a, e.2 + 1);
+        }
+    }
+    sum.values().filter(|e| e.2 == runs.len()).map(|(t, a, n)| (t / *n as f64, 100.0 * a / *n as f64, None)).collect()
+}
+
+/// One condition's runs: its golden runs' keys and, per option, the completed runs'
+/// evaluations.
+#[derive(Default)]
+struct Panel {
+    golden: Vec<String>,
+    options: BTreeMap<usize, Vec<Evaluations>>,
+}
+
+/// The panels of a study's runs in grid order, and how many runs were left out (failed, not
+/// `ok`, or without a `metrics.csv` that reads).
+fn panels(campaign: &Campaign, dir: &Path, rows: &[Row], axis: &str) -> (Vec<(String, Panel)>, usize) {
+    let options: Vec<&str> =
+        campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.as_str()).collect()).unwrap_or_default();
+    let mut ordered: Vec<&Row> = rows.iter().collect();
+    ordered.sort_by_key(|r| r.index);
+    let (mut out, mut left_out): (Vec<(String, Panel)>, usize) = (Vec::new(), 0);
+    for r in ordered {
+        let cond = crate::study::condition(r, axis);
+        let i = match out.iter().position(|(c, _)| *c == cond) {
+            Some(i) => i,
+            None => {
+                out.push((cond, Panel::default()));
+                out.len() - 1
+            }
+        };
+        let option = options.iter().position(|o| Some(*o) == r.coords.get(axis).map(String::as_str));
+        let evals = (r.status == Status::Ok && r.metrics.failed != Some(true))
+            .then(|| evaluations(&dir.join("runs").join(&r.id).join("metrics.csv")))
+            .flatten();
+        let (Some(option), Some(evals)) = (option, evals) else {
+            left_out += 1;
+            continue;
+        };
+        let panel = &mut out[i].1;
+        if let Some(k) = &r.metrics.golden_key
+            && !panel.golden.contains(k)
+        {
+            panel.golden.push(k.clone());
+        }
+        panel.options.entry(option).or_default().push(evals);
+    }
+    (out, left_out)
+}
+
+/// The chart of one condition.
+fn chart(campaign: &Campaign, dir: &Path, axis: &str, cond: &str, panel: &Panel) -> LineChart {
+    let golden: Vec<Evaluations> =
+        panel.golden.iter().filter_map(|k| evaluations(&dir.join("golden").join(k).join("metrics.csv"))).collect();
+    let mut series = vec![Series { label: "golden (fault-free)".into(), points: mean_curve(&golden), reference: true, color: None }];
+    let names: Vec<&str> =
+        campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.as_str()).collect()).unwrap_or_default();
+    for (option, runs) in &panel.options {
+        let label = names.get(*option).copied().unwrap_or("?").to_string();
+        series.push(Series { label, points: mean_curve(runs), reference: false, color: Some(*option) });
+    }
+    LineChart {
+        title: cond.to_string(),
+        x_label: "simulated time (s)".into(),
+        y_label: "test accuracy (%)".into(),
+        series,
+        ..LineChart::default()
+    }
+}
+
+/// `plots/accuracy_time.png` (with more than [`PANELS`] conditions, `accuracy_time_01.png`
+/// and on, the conditions shared evenly): the study's test accuracy against simulated time, a panel per condition.
+pub(crate) fn accuracy_time(campaign: &Campaign, dir: &Path, rows: &[Row], plots: &Path) -> Result<Vec<Figure>> {
+    let Some(axis) = campaign.settings.hypotheses.first().map(|h| h.axis.clone()) else { return Ok(Vec::new()) };
+    let (panels, left_out) = panels(campaign, dir, rows, &axis);
+    let mut charts: Vec<LineChart> = panels.iter().map(|(c, p)| chart(campaign, dir, &axis, c, p)).collect();
+    charts.retain(|c| c.series.iter().any(|s| !s.reference && !s.points.is_empty()));
+    // One accuracy scale for every panel, so that their heights compare.
+    let ys = charts.iter().flat_map(|c| c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+    let y_range = crate::plots::span(ys).map(|(lo, hi)| ((lo - 2.0).max(0.0), (hi + 2.0).min(100.0)));
+    for c in &mut charts {
+        c.y_range = y_range;
+    }
+    // As many figures as PANELS requires, the conditions shared evenly among them.
+    let per = charts.len().div_ceil(charts.len().div_ceil(PANELS).max(1)).max(1);
+    let chunks: Vec<&[LineChart]> = charts.chunks(per).collect();
+    let left = match left_out {
+        0 => String::new(),
+        n => format!("; {n} run(s) left out: failed (they stop early), not ok, or without metrics.csv"),
+    };
+    let mut figures = Vec::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let stem = if chunks.len() == 1 { "accuracy_time".to_string() } else { format!("accuracy_time_{:02}", i + 1) };
+        let part = if chunks.len() == 1 {
+            String::new()
+        } else {
+            format!(" (conditions {}-{} of {})", i * per + 1, i * per + chunk.len(), charts.len())
+        };
+        let title = format!("Test accuracy against simulated time{part}");
+        let columns = if chunk.len() > 6 { 4 } else { chunk.len().min(3) };
+        let facets = LineFacets { title, panels: chunk.to_vec(), columns };
+        let caption = format!(
+            "Test accuracy against simulated time{part}: a panel per condition, each option's mean over its completed runs (their number per cell is in `cells_study.csv`) at each evaluation, drawn at their mean simulated time then, the golden runs dashed beneath{left}"
+        );
+        figures.push((caption, save(&facets, &plots.join(stem))?));
+    }
+    Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_step_keeps_its_last_evaluation_and_the_mean_needs_every_run() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("metrics.csv");
+        std::fs::write(&p, "step,epoch,loss,train_acc,test_acc,test_loss,lr,wall_s,sim_s\n4,0,1,0.5,0.25,1,0.1,0,2\n8,0,1,0.5,,1,0.1,0,4\n4,0,1,0.5,0.5,1,0.1,0,7\n")
+            .unwrap();
+        let e = evaluations(&p).unwrap();
+        assert_eq!(e, Evaluations::from([(4, (7.0, 0.5))]), "the replayed step 4 replaces the first; step 8 has no evaluation");
+        let other = Evaluations::from([(4, (3.0, 0.7)), (12, (9.0, 0.9))]);
+        let curve = mean_curve(&[e, other]);
+        assert_eq!(curve.len(), 1, "step 12 is one run's only: {curve:?}");
+        assert!((curve[0].0 - 5.0).abs() < 1e-12 && (curve[0].1 - 60.0).abs() < 1e-9, "{curve:?}");
+        assert!(evaluations(&d.path().join("missing.csv")).is_none());
+    }
+}
