@@ -143,10 +143,9 @@ fn every_checkpoint_alteration_presets_golden_runs_lie_between_60_and_92_percent
 
 #[test]
 fn no_committed_cell_counts_more_nan_than_nev_runs() {
-    // A NaN run is an N-EV run, and step-altered runs leave both numerators. `train` studies
-    // recorded before a failed run became its own class (their runs.csv has no `crashes`
-    // column) counted every failed run as NaN: they are named here until they are rerun.
-    let legacy = ["recovery", "permanent-loss"];
+    // A NaN run is an N-EV run, and step-altered runs leave both numerators. A `train` study
+    // recorded before a failed run became its own class (its runs.csv has no `crashes` column)
+    // counted every failed run as NaN.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper");
     let mut checked = 0;
     for entry in std::fs::read_dir(&root).unwrap() {
@@ -157,10 +156,7 @@ fn no_committed_cell_counts_more_nan_than_nev_runs() {
         }
         let runs = read(&dir.join("runs.csv"));
         let train = std::fs::read_to_string(dir.join("campaign.toml")).unwrap().contains("kind = \"train\"");
-        if train && !runs[0].contains_key("crashes") {
-            assert!(legacy.contains(&name.as_str()), "{name}: a train study without the failed class; rerun it");
-            continue;
-        }
+        assert!(!train || runs[0].contains_key("crashes"), "{name}: a train study without the failed class; rerun it");
         for c in read(&dir.join("cells.csv")) {
             let (Some(nan), Some(nev)) = (c.get("nan").filter(|v| !v.is_empty()), c.get("nev").filter(|v| !v.is_empty())) else { continue };
             let (nan, nev) = (nan.parse::<u64>().unwrap(), nev.parse::<u64>().unwrap());

@@ -231,4 +231,9 @@ fn readme_has_the_study(study: &str, heading: &str, hypotheses: usize) {
     for row in rows.into_iter().chain(verdicts) {
         assert!(readme.lines().any(|l| l == row), "README.md lacks the {study} study's line {row:?}");
     }
+    // What the study rests on, as the paper README generates it beside the same table.
+    let paper = committed_readme();
+    let part = paper.split(&format!("\n## {study}: ")).nth(1).expect("the paper README has the study");
+    let rests = part.lines().find(|l| l.starts_with("**What this rests on.**")).expect("the study says what it rests on");
+    assert!(readme.lines().any(|l| l == rests), "README.md lacks the {study} study's {rests:?}");
 }
