@@ -47,7 +47,7 @@ pub struct StudyCell {
     /// Mean final test accuracy, % (runs that completed).
     #[serde(rename = "final_acc_pct")]
     pub final_acc: Option<f64>,
-    /// Its 95% interval.
+    /// Its 95% t interval, cut to 0-100%.
     pub final_acc_lo: Option<f64>,
     /// Upper end.
     pub final_acc_hi: Option<f64>,

@@ -106,8 +106,10 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
         sim_overhead_lo: o.map(|x| x.1.0),
         sim_overhead_hi: o.map(|x| x.1.1),
         final_acc: fa.map(|x| x.0),
-        final_acc_lo: fa.map(|x| x.1.0),
-        final_acc_hi: fa.map(|x| x.1.1),
+        // A t interval of a mean accuracy can pass 0 or 100% (a few collapsed runs widen it):
+        // cut to what an accuracy can be.
+        final_acc_lo: fa.map(|x| x.1.0.max(0.0)),
+        final_acc_hi: fa.map(|x| x.1.1.min(100.0)),
         reached: k,
         reached_pct: (!rows.is_empty()).then(|| 100.0 * k as f64 / rows.len() as f64),
         reached_lo: w.map(|x| 100.0 * x.0),
