@@ -68,16 +68,10 @@ pub fn file_name(rank: usize) -> String {
 
 fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Meta) -> Result<()> {
     let f = Writer::create(path)?;
-    for (name, t) in &w.params {
-        f.write_f32(&format!("/model/{}", name_to_path(name)), &t.shape, &t.values)?;
-    }
-    for (name, st) in &w.optim {
-        let group = format!("/optimizer/{}", name_to_path(name));
-        for (buf, t) in &st.buffers {
-            f.write_f32(&format!("{group}/{buf}"), &t.shape, &t.values)?;
-        }
-        f.attr_u64(&group, "step", st.step)?;
-    }
+    // Every tensor in the order written below: their digests are computed meanwhile.
+    let slices: Vec<&[f32]> =
+        w.params.values().chain(w.optim.values().flat_map(|st| st.buffers.values())).map(|t| t.values.as_slice()).collect();
+    resilab_h5::with_digests(&slices, |digests| write_tensors(&f, w, digests))?;
     let word_pos = u64::try_from(w.rng.word_pos)
         .map_err(|_| Error::Invalid { path: path.to_path_buf(), message: "random stream position beyond 2^64 words".into() })?;
     for (k, v) in [
@@ -106,6 +100,21 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
     f.attr_str("/", "config", &meta.config)?;
     f.close()?;
     std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io(path))
+}
+
+/// Writes a worker's parameters, then its optimizer state parameter by parameter.
+fn write_tensors(f: &Writer, w: &WorkerState, digests: &resilab_h5::Digests<'_>) -> Result<()> {
+    for (name, t) in &w.params {
+        f.write_f32_digested(&format!("/model/{}", name_to_path(name)), &t.shape, &t.values, digests)?;
+    }
+    for (name, st) in &w.optim {
+        let group = format!("/optimizer/{}", name_to_path(name));
+        for (buf, t) in &st.buffers {
+            f.write_f32_digested(&format!("{group}/{buf}"), &t.shape, &t.values, digests)?;
+        }
+        f.attr_u64(&group, "step", st.step)?;
+    }
+    Ok(())
 }
 
 /// Writes `state` as checkpoint `root/step-<step>/` atomically and returns its directory. The

@@ -1,7 +1,7 @@
 //! Files opened for writing ([`Writer`]) and for reading ([`Reader`]).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use hdf5::types::{IntSize, TypeDescriptor, VarLenUnicode};
@@ -26,6 +26,55 @@ pub struct Writer {
     path: PathBuf,
     /// Attributes written so far, by group: sealed with [`ATTRS_HASH_ATTR`] on close.
     attrs: RefCell<BTreeMap<String, BTreeMap<String, AttrValue>>>,
+    /// Groups opened or created so far, by path: each is looked up in the file once.
+    groups: RefCell<HashMap<String, hdf5::Group>>,
+}
+
+/// Digests of f32 slices computed ahead, in order, on a helper thread while the caller writes
+/// them ([`with_digests`]): hashing overlaps the writes. A digest is only ever used for the
+/// very slice it was computed over (same address and length, borrowed unchanged since);
+/// anything else is hashed where it is written.
+pub struct Digests<'a> {
+    ahead: Option<std::sync::mpsc::Receiver<(usize, usize, u64)>>,
+    _slices: std::marker::PhantomData<&'a [f32]>,
+}
+
+impl Digests<'_> {
+    /// No digests ahead: every slice is hashed where it is written.
+    pub fn none() -> Self {
+        Self { ahead: None, _slices: std::marker::PhantomData }
+    }
+
+    fn of(&self, values: &[f32]) -> u64 {
+        if let Some(rx) = &self.ahead
+            && let Ok((at, len, digest)) = rx.recv()
+            && at == values.as_ptr() as usize
+            && len == values.len()
+        {
+            return digest;
+        }
+        digest_f32(values)
+    }
+}
+
+/// Runs `f` with the digests of `slices` computed ahead, in their order, on a helper thread
+/// (on a machine with one core, `f` hashes each slice as it writes it). `f` writes the slices
+/// in the same order with [`Writer::write_f32_digested`].
+pub fn with_digests<'a, R>(slices: &[&'a [f32]], f: impl FnOnce(&Digests<'a>) -> R) -> R {
+    if slices.is_empty() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return f(&Digests::none());
+    }
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(slices.len());
+        s.spawn(move || {
+            for v in slices {
+                if tx.send((v.as_ptr() as usize, v.len(), digest_f32(v))).is_err() {
+                    break;
+                }
+            }
+        });
+        f(&Digests { ahead: Some(rx), _slices: std::marker::PhantomData })
+    })
 }
 
 impl Writer {
@@ -35,7 +84,7 @@ impl Writer {
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).file_locking(false))
             .create(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
-        Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default() })
+        Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default(), groups: RefCell::default() })
     }
 
     fn err(&self, object: &str, e: hdf5::Error) -> Error {
@@ -49,15 +98,32 @@ impl Writer {
 
     /// The group at `path` (`""` or `/` is the root), created with its parents if missing.
     fn group(&self, path: &str) -> Result<hdf5::Group> {
-        let mut g = self.file.as_group().map_err(|e| self.err("/", e))?;
-        for part in path.split('/').filter(|s| !s.is_empty()) {
-            g = if g.link_exists(part) { g.group(part) } else { g.create_group(part) }.map_err(|e| self.err(path, e))?;
+        let key = path.trim_matches('/');
+        if let Some(g) = self.groups.borrow().get(key) {
+            return Ok(g.clone());
         }
+        let g = match key.rsplit_once('/') {
+            _ if key.is_empty() => self.file.as_group().map_err(|e| self.err("/", e))?,
+            Some((parent, name)) => self.child(&self.group(parent)?, name, path)?,
+            None => self.child(&self.group("")?, key, path)?,
+        };
+        self.groups.borrow_mut().insert(key.to_string(), g.clone());
         Ok(g)
+    }
+
+    /// The group `name` in `parent`, created if missing.
+    fn child(&self, parent: &hdf5::Group, name: &str, path: &str) -> Result<hdf5::Group> {
+        if parent.link_exists(name) { parent.group(name) } else { parent.create_group(name) }.map_err(|e| self.err(path, e))
     }
 
     /// Writes an f32 dataset with its digest attribute.
     pub fn write_f32(&self, path: &str, shape: &[usize], values: &[f32]) -> Result<()> {
+        self.write_f32_digested(path, shape, values, &Digests::none())
+    }
+
+    /// [`Writer::write_f32`] taking the digest from `digests` when it was computed ahead over
+    /// these values.
+    pub fn write_f32_digested(&self, path: &str, shape: &[usize], values: &[f32], digests: &Digests<'_>) -> Result<()> {
         if shape.iter().product::<usize>() != values.len() {
             return Err(Error::Invalid {
                 file: self.path.clone(),
@@ -69,7 +135,7 @@ impl Writer {
         let g = self.group(parent)?;
         let ds = g.new_dataset::<f32>().shape(shape.to_vec()).create(name).map_err(|e| self.err(path, e))?;
         ds.write_raw(values).map_err(|e| self.err(path, e))?;
-        ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digest_f32(values))).map_err(|e| self.err(path, e))
+        ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digests.of(values))).map_err(|e| self.err(path, e))
     }
 
     /// Writes a scalar u64 dataset with its digest attribute.
@@ -111,8 +177,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Seals every group's attributes with their digest, then flushes and closes the file (all
-    /// handles are dropped first).
+    /// Seals every group's attributes with their digest, then closes the file, which flushes it
+    /// (all handles are dropped first).
     pub fn close(self) -> Result<()> {
         for (group, attrs) in self.attrs.take() {
             let g = self.group(&group)?;
@@ -122,7 +188,7 @@ impl Writer {
                 .and_then(|a| a.write_scalar(&digest_attrs(&attrs)))
                 .map_err(|e| self.err(&object, e))?;
         }
-        self.file.flush().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })?;
+        self.groups.borrow_mut().clear();
         self.file.close().map_err(|e| Error::Hdf5 { file: self.path.clone(), object: "/".into(), message: e.to_string() })
     }
 }
@@ -355,6 +421,29 @@ mod tests {
         assert!(err.contains("t.h5") && err.contains("/model/fc/bias") && err.contains("expected [3]"), "{err}");
         let err = r.read_f32("/model/nope", &[3]).unwrap_err().to_string();
         assert!(err.contains("/model/nope"), "{err}");
+    }
+
+    #[test]
+    fn digests_computed_ahead_are_those_of_the_slices_written_and_only_of_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.h5");
+        let (a, b, c) = (vec![1.0f32, -0.0, f32::NAN], vec![2.5f32; 5], vec![3.0f32]);
+        let w = Writer::create(&p).unwrap();
+        // Written out of the order the digests were computed in: the ones that do not match
+        // their slice are hashed again where written.
+        with_digests(&[&a, &b, &c], |d| {
+            w.write_f32_digested("/g/a", &[3], &a, d).unwrap();
+            w.write_f32_digested("/g/c", &[1], &c, d).unwrap();
+            w.write_f32_digested("/g/b", &[5], &b, d).unwrap();
+        });
+        w.close().unwrap();
+        let r = Reader::open(&p).unwrap();
+        let ds = r.datasets().unwrap();
+        assert_eq!(ds.len(), 3);
+        for d in &ds {
+            assert_eq!(r.verify(d).unwrap(), Some(true), "{}", d.path);
+        }
+        assert_eq!(Digests::none().of(&b), digest_f32(&b));
     }
 
     #[test]

@@ -28,6 +28,6 @@ pub use base::{
     library_version,
 };
 pub use error::{Error, Result};
-pub use file::{Reader, Writer};
+pub use file::{Digests, Reader, Writer, with_digests};
 pub use links::{add_hard_link, add_unallocated_f32, set_sealed_attr_str};
 pub use values::{Column, Editor, Extent};
