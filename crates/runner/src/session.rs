@@ -136,10 +136,8 @@ pub(crate) struct Session<'a> {
     shortcut_off: Option<String>,
     /// Steps after the last fault taken from the golden run's cache (the remainder shortcut).
     shortcut_remainder: u64,
-    /// The cache the remainder shortcut reads, once looked up.
-    remainder: Option<crate::steps::StepCache>,
-    /// The remainder shortcut cannot be taken in this run.
-    remainder_off: bool,
+    /// The golden run's step cache, while the remainder shortcut may still take steps from it.
+    cache: Option<crate::steps::StepCache>,
     bar: ProgressBar,
     start: Instant,
 }
@@ -212,8 +210,7 @@ impl<'a> Session<'a> {
             shortcut_prefix: 0,
             shortcut_off: None,
             shortcut_remainder: 0,
-            remainder: None,
-            remainder_off: false,
+            cache: None,
             bar,
             start: Instant::now(),
         })

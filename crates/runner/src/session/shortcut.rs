@@ -22,28 +22,40 @@ const GOLDEN_EXTREME: f64 = 1e10;
 
 impl Session<'_> {
     /// Takes the steps before the run's first fault from the golden run's cache, when the run
-    /// allows it; records how many, or why none.
+    /// allows it; records how many, or why none. Keeps the cache for the remainder shortcut.
     pub(crate) fn fast_forward(&mut self, trainer: &mut Trainer, rec: &mut Recovery) -> Result<()> {
-        let (to, cache) = match self.prefix_plan(trainer, rec)? {
-            Ok(plan) => plan,
+        let cache = match self.usable_cache(trainer)? {
+            Ok(cache) => cache,
             Err(why) => {
                 self.shortcut_off = Some(why);
                 return Ok(());
             }
         };
-        if to == 0 {
-            return Ok(());
+        match self.prefix_end(trainer, rec, &cache) {
+            Err(why) => self.shortcut_off = Some(why),
+            Ok(0) => {}
+            Ok(to) => {
+                self.take_cached(trainer, rec, &cache, 0, to)?;
+                rec.guard.prime_donors(&trainer.workers);
+                self.shortcut_prefix = to;
+            }
         }
+        self.cache = Some(cache);
+        Ok(())
+    }
+
+    /// Takes golden steps `from + 1..=to` from `cache`: accounts for each as a trained step,
+    /// writes the checkpoints the run would hold after `to`, and leaves the trainer at the
+    /// golden run's state after `to`.
+    fn take_cached(&mut self, trainer: &mut Trainer, rec: &mut Recovery, cache: &StepCache, from: u64, to: u64) -> Result<()> {
         let undo = rec.guard.strategy == Strategy::Rollback;
-        for r in &cache.records[..to as usize] {
+        for r in &cache.records[from as usize..to as usize] {
             self.replay_step(trainer, rec, r, undo)?;
         }
-        self.write_cached_checkpoints(trainer, &cache, 0, to)?;
+        self.write_cached_checkpoints(trainer, cache, from, to)?;
         let template = trainer.snapshot();
         let (state, _) = resilab_checkpoint::load(&cache.state_dir(to), &template, OnMismatch::Error, self.opts.probe.as_ref())?;
         trainer.restore_exact(&state)?;
-        rec.guard.prime_donors(&trainer.workers);
-        self.shortcut_prefix = to;
         self.bar.set_position(trainer.step);
         Ok(())
     }
@@ -84,21 +96,17 @@ impl Session<'_> {
         Ok(Ok(cache))
     }
 
-    /// The last step the prefix shortcut may take and the cache it reads, or why it is off.
-    fn prefix_plan(&self, trainer: &Trainer, rec: &Recovery) -> Result<std::result::Result<(u64, StepCache), String>> {
-        let cache = match self.usable_cache(trainer)? {
-            Ok(cache) => cache,
-            Err(why) => return Ok(Err(why)),
-        };
+    /// The last step the prefix shortcut may take from `cache`, or why it takes none.
+    fn prefix_end(&self, trainer: &Trainer, rec: &Recovery, cache: &StepCache) -> std::result::Result<u64, String> {
         let total = trainer.total_steps();
         let mut to = rec.faults.first_step().map_or(total, |s| s.saturating_sub(1)).min(total);
-        if let Some(r) = self.first_disagreeing(trainer, &cache, 0, to) {
+        if let Some(r) = self.first_disagreeing(trainer, cache, 0, to) {
             to = r - 1;
         }
         if to > 0 && !cache.state_dir(to).is_dir() {
-            return Ok(Err("the golden run's step cache lacks the state to start from".to_string()));
+            return Err("the golden run's step cache lacks the state to start from".to_string());
         }
-        Ok(Ok((to, cache)))
+        Ok(to)
     }
 
     /// The first step in `from + 1..=to` where the divergence detector would compare golden
@@ -119,7 +127,7 @@ impl Session<'_> {
     /// did.
     pub(crate) fn take_remainder(&mut self, trainer: &mut Trainer, rec: &mut Recovery) -> Result<bool> {
         let step = trainer.step;
-        if self.remainder_off
+        if self.cache.is_none()
             || step == 0
             || !rec.faults.quiescent(step)
             || rec.guard.pending.is_some()
@@ -127,33 +135,19 @@ impl Session<'_> {
         {
             return Ok(false);
         }
-        if self.remainder.is_none() {
-            match self.usable_cache(trainer)? {
-                Ok(cache) => self.remainder = Some(cache),
-                Err(_) => self.remainder_off = true,
-            }
-        }
-        let Some(cache) = self.remainder.take() else { return Ok(false) };
+        let Some(cache) = self.cache.take() else { return Ok(false) };
         let total = trainer.total_steps();
+        // The detector would fire in the rest of the golden run: the shortcut is off for good.
         if self.first_disagreeing(trainer, &cache, step, total).is_some() {
-            self.remainder_off = true;
             return Ok(false);
         }
-        let matches = self.holds_golden_state(trainer, &cache, step)?;
-        if matches {
-            let undo = rec.guard.strategy == Strategy::Rollback;
-            for r in &cache.records[step as usize..] {
-                self.replay_step(trainer, rec, r, undo)?;
-            }
-            self.write_cached_checkpoints(trainer, &cache, step, total)?;
-            let (state, _) =
-                resilab_checkpoint::load(&cache.state_dir(total), &trainer.snapshot(), OnMismatch::Error, self.opts.probe.as_ref())?;
-            trainer.restore_exact(&state)?;
-            self.shortcut_remainder = total - step;
-            self.bar.set_position(trainer.step);
+        if !self.holds_golden_state(trainer, &cache, step)? {
+            self.cache = Some(cache);
+            return Ok(false);
         }
-        self.remainder = Some(cache);
-        Ok(matches)
+        self.take_cached(trainer, rec, &cache, step, total)?;
+        self.shortcut_remainder = total - step;
+        Ok(true)
     }
 
     /// Whether the trainer holds the golden run's state after `step`, bit for bit: the digests
