@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use resilab_campaign::{Campaign, Row, Status};
+use resilab_campaign::{Campaign, Row};
 
 use crate::Result;
 use crate::figures::Figure;
+use crate::measures::failed;
 use crate::plots::{Interval, LineChart, LineFacets, Series, save};
 
 /// Most panels in one figure (four to a row): more would shrink each below reading size.
@@ -48,60 +49,48 @@ fn mean_curve(runs: &[Evaluations]) -> Vec<(f64, f64, Interval)> {
     sum.values().filter(|e| e.2 == runs.len()).map(|(t, a, n)| (t / *n as f64, 100.0 * a / *n as f64, None)).collect()
 }
 
-/// One condition's runs: its golden runs' keys and, per option, the completed runs'
-/// evaluations.
+/// One condition's runs: its golden runs' keys and, per option (its name and its position on
+/// the axis), the completed runs' evaluations.
 #[derive(Default)]
 struct Panel {
     golden: Vec<String>,
-    options: BTreeMap<usize, Vec<Evaluations>>,
+    options: Vec<(String, usize, Vec<Evaluations>)>,
 }
 
-/// The panels of a study's runs in grid order, and how many runs were left out (failed, not
-/// `ok`, or without a `metrics.csv` that reads).
+/// The panels of a study's runs, conditions and options in grid order ([`crate::study::group`]),
+/// and how many runs were left out (failed, not `ok`, or without a `metrics.csv` that reads).
 fn panels(campaign: &Campaign, dir: &Path, rows: &[Row], axis: &str) -> (Vec<(String, Panel)>, usize) {
-    let options: Vec<&str> =
-        campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.as_str()).collect()).unwrap_or_default();
-    let mut ordered: Vec<&Row> = rows.iter().collect();
-    ordered.sort_by_key(|r| r.index);
-    let (mut out, mut left_out): (Vec<(String, Panel)>, usize) = (Vec::new(), 0);
-    for r in ordered {
-        let cond = crate::study::condition(r, axis);
-        let i = match out.iter().position(|(c, _)| *c == cond) {
-            Some(i) => i,
-            None => {
-                out.push((cond, Panel::default()));
-                out.len() - 1
+    let mut kept = 0;
+    let mut out = Vec::new();
+    for (cond, options) in crate::study::group(campaign, rows, axis) {
+        let mut panel = Panel::default();
+        for (index, (name, runs)) in options.into_iter().enumerate() {
+            let completed = runs.into_iter().filter(|r| !failed(r));
+            let mut evals = Vec::new();
+            for r in completed {
+                let Some(e) = evaluations(&dir.join("runs").join(&r.id).join("metrics.csv")) else { continue };
+                if let Some(k) = r.metrics.golden_key.as_ref().filter(|k| !panel.golden.contains(k)) {
+                    panel.golden.push(k.clone());
+                }
+                evals.push(e);
             }
-        };
-        let option = options.iter().position(|o| Some(*o) == r.coords.get(axis).map(String::as_str));
-        let evals = (r.status == Status::Ok && r.metrics.failed != Some(true))
-            .then(|| evaluations(&dir.join("runs").join(&r.id).join("metrics.csv")))
-            .flatten();
-        let (Some(option), Some(evals)) = (option, evals) else {
-            left_out += 1;
-            continue;
-        };
-        let panel = &mut out[i].1;
-        if let Some(k) = &r.metrics.golden_key
-            && !panel.golden.contains(k)
-        {
-            panel.golden.push(k.clone());
+            kept += evals.len();
+            if !evals.is_empty() {
+                panel.options.push((name, index, evals));
+            }
         }
-        panel.options.entry(option).or_default().push(evals);
+        out.push((cond, panel));
     }
-    (out, left_out)
+    (out, rows.len() - kept)
 }
 
 /// The chart of one condition.
-fn chart(campaign: &Campaign, dir: &Path, axis: &str, cond: &str, panel: &Panel) -> LineChart {
+fn chart(dir: &Path, cond: &str, panel: &Panel) -> LineChart {
     let golden: Vec<Evaluations> =
         panel.golden.iter().filter_map(|k| evaluations(&dir.join("golden").join(k).join("metrics.csv"))).collect();
     let mut series = vec![Series { label: "golden (fault-free)".into(), points: mean_curve(&golden), reference: true, color: None }];
-    let names: Vec<&str> =
-        campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.as_str()).collect()).unwrap_or_default();
-    for (option, runs) in &panel.options {
-        let label = names.get(*option).copied().unwrap_or("?").to_string();
-        series.push(Series { label, points: mean_curve(runs), reference: false, color: Some(*option) });
+    for (name, index, runs) in &panel.options {
+        series.push(Series { label: name.clone(), points: mean_curve(runs), reference: false, color: Some(*index) });
     }
     LineChart {
         title: cond.to_string(),
@@ -117,7 +106,7 @@ fn chart(campaign: &Campaign, dir: &Path, axis: &str, cond: &str, panel: &Panel)
 pub(crate) fn accuracy_time(campaign: &Campaign, dir: &Path, rows: &[Row], plots: &Path) -> Result<Vec<Figure>> {
     let Some(axis) = campaign.settings.hypotheses.first().map(|h| h.axis.clone()) else { return Ok(Vec::new()) };
     let (panels, left_out) = panels(campaign, dir, rows, &axis);
-    let mut charts: Vec<LineChart> = panels.iter().map(|(c, p)| chart(campaign, dir, &axis, c, p)).collect();
+    let mut charts: Vec<LineChart> = panels.iter().map(|(c, p)| chart(dir, c, p)).collect();
     charts.retain(|c| c.series.iter().any(|s| !s.reference && !s.points.is_empty()));
     // One accuracy scale for every panel, so that their heights compare.
     let ys = charts.iter().flat_map(|c| c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));

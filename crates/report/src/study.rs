@@ -60,9 +60,9 @@ fn measure(m: HypothesisMetric) -> Measure {
 }
 
 /// Rows of the study, grouped: condition -> option -> rows, conditions and options in grid order.
-type Groups<'a> = Vec<(String, Vec<(String, Vec<&'a Row>)>)>;
+pub(crate) type Groups<'a> = Vec<(String, Vec<(String, Vec<&'a Row>)>)>;
 
-fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
+pub(crate) fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Groups<'a> {
     let options: Vec<String> =
         campaign.axes.iter().find(|a| a.key == axis).map(|a| a.options.iter().map(|o| o.0.clone()).collect()).unwrap_or_default();
     let mut ordered: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Ok).collect();
