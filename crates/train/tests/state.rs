@@ -89,6 +89,19 @@ fn a_state_that_does_not_fit_is_refused_and_nothing_changes() {
     assert!(t.snapshot() == before);
 }
 
+/// The state after two steps on two workers, with replica 1's first weight moved by 1.
+fn replica_1_apart(parallel: ParallelConfig, data: &Arc<Split>) -> resilab_train::TrainState {
+    let mut t = trainer(OptimizerKind::Sgd, parallel, data.clone());
+    for _ in 0..2 {
+        t.step().unwrap();
+    }
+    let mut state = t.snapshot();
+    let w = &mut state.workers[1];
+    let name = w.params.keys().find(|k| k.ends_with("weight")).unwrap().clone();
+    w.params.get_mut(&name).unwrap().values[0] += 1.0;
+    state
+}
+
 #[test]
 fn a_restart_broadcasts_what_the_configuration_says_from_rank_0() {
     use resilab_train::{Broadcast, SyncKind};
@@ -97,15 +110,8 @@ fn a_restart_broadcasts_what_the_configuration_says_from_rank_0() {
     assert_eq!(two(SyncKind::Ddp, None).broadcast(), Broadcast::Parameters, "DDP broadcasts rank 0's parameters");
     assert_eq!(two(SyncKind::Horovod, None).broadcast(), Broadcast::ParametersAndOptimizer, "Horovod scripts broadcast both");
     // A state whose replica 1 differs from replica 0 in a weight and in its momentum.
-    let mut t = trainer(OptimizerKind::Sgd, two(SyncKind::Ddp, Some(Broadcast::Nothing)), data.clone());
-    for _ in 0..2 {
-        t.step().unwrap();
-    }
-    let mut state = t.snapshot();
-    let w = &mut state.workers[1];
-    let name = w.params.keys().find(|k| k.ends_with("weight")).unwrap().clone();
-    w.params.get_mut(&name).unwrap().values[0] += 1.0;
-    let st = w.optim.values_mut().next().unwrap();
+    let mut state = replica_1_apart(two(SyncKind::Ddp, Some(Broadcast::Nothing)), &data);
+    let st = state.workers[1].optim.values_mut().next().unwrap();
     st.buffers.values_mut().next().unwrap().values[0] += 1.0;
     let (p0, o0) = (state.workers[0].params.clone(), state.workers[0].optim.clone());
     let restored = |b: Option<Broadcast>| {
@@ -126,14 +132,7 @@ fn a_restart_broadcasts_what_the_configuration_says_from_rank_0() {
 fn an_exact_restore_keeps_every_replica_as_it_was() {
     let data = data();
     let two = ParallelConfig { workers: 2, ..ParallelConfig::default() };
-    let mut t = trainer(OptimizerKind::Sgd, two.clone(), data.clone());
-    for _ in 0..2 {
-        t.step().unwrap();
-    }
-    let mut state = t.snapshot();
-    let w = &mut state.workers[1];
-    let name = w.params.keys().find(|k| k.ends_with("weight")).unwrap().clone();
-    w.params.get_mut(&name).unwrap().values[0] += 1.0;
+    let state = replica_1_apart(two.clone(), &data);
     let mut exact = trainer(OptimizerKind::Sgd, two.clone(), data.clone());
     exact.restore_exact(&state).unwrap();
     assert!(exact.snapshot() == state, "no broadcast: replica 1 keeps its own weight");
