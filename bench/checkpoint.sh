@@ -2,6 +2,9 @@
 # Checkpoint benchmark: resilab's HDF5 checkpoint of ResNet-18's full training state (weights,
 # BatchNorm buffers, SGD momentum) against a raw fsync'd write of the same bytes (same process)
 # and against h5py writing the same arrays, plus the write time as a share of a training step.
+# resilab's writer starts the disk's write-back every 8 MiB while it writes; the raw write is
+# timed both plain (the `resilab_vs_raw_write` ratio) and with the same early write-back
+# (`resilab_vs_raw_early_write`), so the HDF5 format's own cost is also shown on its own.
 # Writes results/bench/checkpoint.csv. Knobs: REPS, THREADS, MODEL_ARGS.
 set -euo pipefail
 
@@ -14,6 +17,7 @@ OUT_CSV="${OUT_CSV:-$ROOT/results/bench/checkpoint.csv}"
 WORK="$ROOT/target/bench-checkpoint"
 
 bench_venv h5py numpy
+rm -rf "$WORK"
 (cd "$ROOT" && bash scripts/setup.sh && cargo build --release)
 
 echo "==> resilab" >&2
@@ -30,11 +34,13 @@ r, p, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 row = {
     "model": r["model"], "payload_mb": round(r["payload_bytes"] / 1e6, 2), "file_mb": round(r["file_bytes"] / 1e6, 2),
     "resilab_write_mb_s": round(r["write_mb_s"], 1), "raw_write_mb_s": round(r["raw_write_mb_s"], 1),
-    "resilab_vs_raw_write": round(r["write_vs_raw"], 3), "h5py_write_mb_s": round(p["write_mb_s"], 1),
+    "resilab_vs_raw_write": round(r["write_vs_raw"], 3),
+    "raw_early_write_mb_s": round(r["payload_bytes"] / 1e6 / r["raw_early_write_s"], 1),
+    "resilab_vs_raw_early_write": round(r["write_vs_raw_early"], 3), "h5py_write_mb_s": round(p["write_mb_s"], 1),
     "resilab_vs_h5py_write": round(r["write_mb_s"] / p["write_mb_s"], 3),
     "resilab_read_mb_s": round(r["read_mb_s"], 1), "raw_read_mb_s": round(r["raw_read_mb_s"], 1),
     "h5py_read_mb_s": round(p["read_mb_s"], 1), "step_s": round(r["step_s"], 3), "batch": r["batch"],
-    "write_share_of_step": round(r["write_share_of_step"], 4), "digest_s": round(r["digest_s"], 4), "resilab_write_s": round(r["write_s"], 4), "raw_write_s": round(r["raw_write_s"], 4), "h5py_version": p["h5py_version"],
+    "write_share_of_step": round(r["write_share_of_step"], 4), "digest_s": round(r["digest_s"], 4), "resilab_write_s": round(r["write_s"], 4), "raw_write_s": round(r["raw_write_s"], 4), "raw_early_write_s": round(r["raw_early_write_s"], 4), "h5py_version": p["h5py_version"],
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
 }
 with open(out, "w", newline="") as f:

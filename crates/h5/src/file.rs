@@ -12,6 +12,7 @@ use crate::base::{
 };
 use crate::error::{Error, Result};
 use crate::tree;
+use crate::writeback::Writeback;
 
 /// A file being written.
 ///
@@ -28,6 +29,8 @@ pub struct Writer {
     attrs: RefCell<BTreeMap<String, BTreeMap<String, AttrValue>>>,
     /// Groups opened or created so far, by path: each is looked up in the file once.
     groups: RefCell<HashMap<String, hdf5::Group>>,
+    /// Starts the disk's work on the tensors already written while later ones are copied.
+    writeback: Writeback,
 }
 
 /// Digests of f32 slices computed ahead, in order, on a helper thread while the caller writes
@@ -61,7 +64,9 @@ impl Digests<'_> {
 /// (on a machine with one core, `f` hashes each slice as it writes it). `f` writes the slices
 /// in the same order with [`Writer::write_f32_digested`].
 pub fn with_digests<'a, R>(slices: &[&'a [f32]], f: impl FnOnce(&Digests<'a>) -> R) -> R {
-    if slices.is_empty() || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    // Looked up once: `available_parallelism` reads the cgroup's quota files on every call.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if slices.is_empty() || *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) < 2 {
         return f(&Digests::none());
     }
     std::thread::scope(|s| {
@@ -84,7 +89,8 @@ impl Writer {
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).file_locking(false))
             .create(path)
             .map_err(|e| Error::Hdf5 { file: path.to_path_buf(), object: "/".into(), message: e.to_string() })?;
-        Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default(), groups: RefCell::default() })
+        let writeback = Writeback::open(path);
+        Ok(Self { file, path: path.to_path_buf(), attrs: RefCell::default(), groups: RefCell::default(), writeback })
     }
 
     fn err(&self, object: &str, e: hdf5::Error) -> Error {
@@ -135,6 +141,7 @@ impl Writer {
         let g = self.group(parent)?;
         let ds = g.new_dataset::<f32>().shape(shape.to_vec()).create(name).map_err(|e| self.err(path, e))?;
         ds.write_raw(values).map_err(|e| self.err(path, e))?;
+        self.writeback.wrote(std::mem::size_of_val(values));
         ds.new_attr::<u64>().create(HASH_ATTR).and_then(|a| a.write_scalar(&digests.of(values))).map_err(|e| self.err(path, e))
     }
 

@@ -22,6 +22,7 @@ mod links;
 mod linkval;
 mod tree;
 mod values;
+mod writeback;
 
 pub use base::{
     ATTRS_HASH_ATTR, AttrValue, DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, digest_attrs, digest_bytes, digest_f32, digest_u64,
@@ -31,3 +32,4 @@ pub use error::{Error, Result};
 pub use file::{Digests, Reader, Writer, with_digests};
 pub use links::{add_hard_link, add_unallocated_f32, set_sealed_attr_str};
 pub use values::{Column, Editor, Extent};
+pub use writeback::{EVERY_BYTES as WRITEBACK_EVERY_BYTES, start_writeback};
