@@ -29,6 +29,7 @@ pub(crate) fn compare(args: CompareArgs) -> Result<()> {
         record_samples: args.train.record_samples,
         shortcuts: false,
         record_steps: false,
+        data: resilab_runner::DataCache::default(),
     };
     let table = resilab_runner::compare::run(&args.train.config, &args.train.set, &args.strategies, &root, &options)?;
     println!("\n{table}");
@@ -55,6 +56,7 @@ pub(crate) fn train(args: TrainArgs) -> Result<()> {
         record_samples: args.record_samples,
         shortcuts: false,
         record_steps: false,
+        data: resilab_runner::DataCache::default(),
     };
     eprintln!(
         "resilab: training {} ({}) on {} ({threads} threads) -> {}",

@@ -63,6 +63,7 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("shortcut_prefix_steps", T),
     ("shortcut_remainder_steps", T),
     ("wall_s", ALL),
+    ("phase_s", R | E),
     ("golden_wall_s", R | T),
     ("time_overhead_frac", R | T),
     ("sim_overhead_frac", T),

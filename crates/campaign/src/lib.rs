@@ -19,6 +19,7 @@ pub mod layers;
 mod merge;
 mod meta;
 pub mod output;
+mod phases;
 mod spec;
 mod store;
 mod work;
@@ -229,6 +230,11 @@ pub struct Metrics {
     pub shortcut_remainder_steps: Option<u64>,
     /// Seconds the run took in its worker.
     pub wall_s: Option<f64>,
+    /// Where `wall_s` went (`restart` and `eval` runs): the run's phases in order,
+    /// `name:seconds` joined by `;`: `copy` (the base files not altered), `inject` (the altered
+    /// copies), `build` (model and trainer), `load` (the checkpoint restored), `steps`
+    /// (`restart` only), `eval`, `evidence` (state scans and digests), `cleanup`.
+    pub phase_s: Option<String>,
     /// Seconds of the golden run (or the fault-free continuation).
     pub golden_wall_s: Option<f64>,
     /// `(wall_s - golden_wall_s) / golden_wall_s`.

@@ -1,7 +1,6 @@
 //! What a worker process does with one job: prepare a base (train to the checkpoint, then the
 //! fault-free continuation) or carry out one run. Data sets are loaded once per process.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +15,7 @@ use resilab_runner::{Provenance, RunConfig, RunOptions, build_trainer};
 use resilab_train::Trainer;
 use serde::{Deserialize, Serialize};
 
+use crate::phases::Phases;
 use crate::spec::{Campaign, Kind, RunSpec, SelfTest};
 use crate::{Error, Metrics, Result, Status};
 
@@ -103,7 +103,8 @@ pub struct Worker<'a> {
     compute: Compute,
     provenance: Provenance,
     probe: Probe<'a>,
-    data: HashMap<String, Arc<Split>>,
+    /// The data sets of this worker's runs, each made once and shared by all its runs.
+    data: resilab_runner::DataCache,
     /// Whether train runs take the shortcuts (docs/campaigns.md, "Shortcuts"), and golden runs
     /// record the step cache they read.
     shortcuts: bool,
@@ -115,7 +116,7 @@ impl<'a> Worker<'a> {
     /// HDF5 files can crash the library).
     pub fn new(dir: &Path, compute: Compute, provenance: Provenance, probe: Probe<'a>) -> Result<Self> {
         let campaign = Campaign::stored(dir)?;
-        Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: HashMap::new(), shortcuts: true })
+        Ok(Self { campaign, dir: dir.to_path_buf(), compute, provenance, probe, data: Default::default(), shortcuts: true })
     }
 
     /// This worker with the shortcuts on or off (on by default; `resilab campaign
@@ -125,14 +126,8 @@ impl<'a> Worker<'a> {
         self
     }
 
-    fn split(&mut self, cfg: &RunConfig) -> Result<Arc<Split>> {
-        let key = toml::to_string(&cfg.data).unwrap_or_default();
-        if let Some(s) = self.data.get(&key) {
-            return Ok(s.clone());
-        }
-        let s = Arc::new(resilab_data::load(&cfg.data).map_err(resilab_runner::Error::from)?);
-        self.data.insert(key, s.clone());
-        Ok(s)
+    fn split(&self, cfg: &RunConfig) -> Result<Arc<Split>> {
+        Ok(self.data.get(&cfg.data)?)
     }
 
     /// Carries out `job`; panics inside the job are caught and reported.
@@ -177,6 +172,7 @@ impl<'a> Worker<'a> {
             record_samples: false,
             shortcuts: self.shortcuts,
             record_steps,
+            data: self.data.clone(),
         }
     }
 
@@ -334,6 +330,7 @@ impl<'a> Worker<'a> {
 
     fn run_altered(&mut self, spec: &RunSpec) -> Result<Metrics> {
         let t0 = Instant::now();
+        let mut ph = Phases::start();
         let base = base_dir(&self.dir, &spec.base_key);
         let golden: BaseGolden = read_json(&base.join("golden.json"))?;
         let (base_step, src) =
@@ -341,9 +338,11 @@ impl<'a> Worker<'a> {
         // One scratch directory per attempt (run id and process), so that an attempt still
         // running in a process the campaign gave up on never shares files with a new one.
         let work = self.dir.join("tmp").join(format!("{}.{}", spec.id, std::process::id()));
-        let result = self.alter_and_measure(spec, &src, &work);
+        let result = self.alter_and_measure(spec, &src, &work, &mut ph);
         let _ = std::fs::remove_dir_all(&work);
+        ph.mark("cleanup");
         let mut m = result?;
+        m.phase_s = Some(ph.text());
         m.base_step = Some(base_step);
         m.wall_s = Some(t0.elapsed().as_secs_f64());
         m.golden_acc = Some(golden.test_acc);
@@ -357,27 +356,33 @@ impl<'a> Worker<'a> {
         Ok(m)
     }
 
-    fn alter_and_measure(&mut self, spec: &RunSpec, src: &Path, work: &Path) -> Result<Metrics> {
+    fn alter_and_measure(&mut self, spec: &RunSpec, src: &Path, work: &Path, ph: &mut Phases) -> Result<Metrics> {
         let step_dir = work.join(src.file_name().unwrap_or_default());
         std::fs::create_dir_all(&step_dir).map_err(|source| Error::Io { path: step_dir.clone(), source })?;
         // The worker files by rank (numerically: worker-10.h5 after worker-9.h5); the checkpoint's
         // marker file is copied too but is no worker.
-        let mut by_rank = std::collections::BTreeMap::new();
+        let mut ranks = std::collections::BTreeSet::new();
+        let mut others = Vec::new();
         for e in std::fs::read_dir(src).map_err(|source| Error::Io { path: src.to_path_buf(), source })? {
             let e = e.map_err(|source| Error::Io { path: src.to_path_buf(), source })?;
-            let to = step_dir.join(e.file_name());
-            std::fs::copy(e.path(), &to).map_err(|source| Error::Io { path: to.clone(), source })?;
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(rank) = name.strip_prefix("worker-").and_then(|n| n.strip_suffix(".h5")).and_then(|n| n.parse::<usize>().ok()) {
-                by_rank.insert(rank, to);
+            match name.strip_prefix("worker-").and_then(|n| n.strip_suffix(".h5")).and_then(|n| n.parse::<usize>().ok()) {
+                Some(rank) => _ = ranks.insert(rank),
+                None => others.push(e.file_name()),
             }
         }
-        let files: Vec<PathBuf> = by_rank.into_values().collect();
-        let world = files.len();
+        let world = ranks.len();
         // Which workers' files to alter: `workers_hit` distinct ranks drawn from the fault seed.
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.fault_seed);
         let mut hit: Vec<usize> = sample(&mut rng, world, spec.workers_hit.min(world)).into_vec();
         hit.sort_unstable();
+        // The files not altered are copied; each altered one is written by the injection itself,
+        // from the base file into the scratch directory (one copy, never synced: scratch).
+        for name in ranks.iter().filter(|r| hit.binary_search(r).is_err()).map(|&r| resilab_checkpoint::file_name(r).into()).chain(others) {
+            let to = step_dir.join(&name);
+            std::fs::copy(src.join(&name), &to).map_err(|source| Error::Io { path: to.clone(), source })?;
+        }
+        ph.mark("copy");
         let inj = spec.injector.as_ref().ok_or_else(|| Error::Config("[inject]: a train run alters no checkpoint".into()))?;
         let mut m = Metrics { ranks_hit: Some(hit.iter().map(usize::to_string).collect::<Vec<_>>().join(";")), ..Metrics::default() };
         let (mut corrupted, mut bad_values) = (0u64, 0u64);
@@ -386,7 +391,8 @@ impl<'a> Worker<'a> {
         for &r in &hit {
             let file = step_dir.join(resilab_checkpoint::file_name(r));
             let seed = spec.fault_seed.wrapping_add(r as u64);
-            let report = resilab_inject::inject_file(inj, &file, &resilab_inject::Output::InPlace, seed)
+            let base = src.join(resilab_checkpoint::file_name(r));
+            let report = resilab_inject::inject_file(inj, &base, &resilab_inject::Output::Copy(file.clone()), seed)
                 .map_err(|e| Error::CorruptFile(format!("injecting into {}: {e}", file.display())))?;
             corrupted += report.summary.corrupted + report.byte_records.len() as u64;
             bad_values += report.summary.nan + report.summary.inf + report.summary.extreme;
@@ -402,8 +408,9 @@ impl<'a> Worker<'a> {
         m.non_finite_or_extreme_injected = Some(bad_values);
         m.layers = Some(layers.into_iter().collect::<Vec<_>>().join(";"));
         m.bits = Some(bits.join(";"));
-        let trainer = self.restore_altered(spec, &step_dir, &mut m)?;
-        self.measure(trainer, &hit, m)
+        ph.mark("inject");
+        let trainer = self.restore_altered(spec, &step_dir, &mut m, ph)?;
+        self.measure(trainer, &hit, m, ph)
     }
 
     /// Builds the run's trainer and restores the altered checkpoint into it. `ev_injected` and
@@ -411,11 +418,12 @@ impl<'a> Worker<'a> {
     /// it, before a restart's broadcast from rank 0 (which could overwrite the replica hit); a
     /// `restart` run then synchronises its replicas as `parallel.broadcast_on_restart` says, an
     /// `eval` run reads every replica as it is.
-    fn restore_altered(&mut self, spec: &RunSpec, step_dir: &Path, m: &mut Metrics) -> Result<Trainer> {
+    fn restore_altered(&mut self, spec: &RunSpec, step_dir: &Path, m: &mut Metrics, ph: &mut Phases) -> Result<Trainer> {
         let mut cfg = spec.config.clone();
         cfg.parallel.broadcast_on_restart = Some(resilab_train::Broadcast::Nothing);
         let split = self.split(&cfg)?;
         let mut trainer = build_trainer(&cfg, split, &self.compute)?;
+        ph.mark("build");
         let template = trainer.snapshot();
         let (state, _) = resilab_checkpoint::load(step_dir, &template, OnMismatch::Load, &|_: &Path| Ok(()))
             .map_err(|e| Error::CorruptFile(e.to_string()))?;
@@ -427,12 +435,13 @@ impl<'a> Worker<'a> {
         if self.campaign.settings.kind == Kind::Restart && trainer.stage_ranges().is_none() {
             trainer.broadcast_from_rank0(spec.config.parallel.broadcast());
         }
+        ph.mark("load");
         Ok(trainer)
     }
 
     /// Continues (`restart`) or evaluates (`eval`) the restored run and records its outcome and
     /// the evidence it rests on.
-    fn measure(&self, mut trainer: Trainer, hit: &[usize], mut m: Metrics) -> Result<Metrics> {
+    fn measure(&self, mut trainer: Trainer, hit: &[usize], mut m: Metrics, ph: &mut Phases) -> Result<Metrics> {
         let threshold = self.campaign.settings.extreme_threshold;
         if self.campaign.settings.kind == Kind::Restart {
             let scan = |t: &Trainer| workers_scan(&t.workers, threshold);
@@ -441,10 +450,12 @@ impl<'a> Worker<'a> {
             m.final_train_loss = o.last_loss;
             m.collapse_step = o.collapse_step;
             m.peak_abs = Some(o.peak_abs);
+            ph.mark("steps");
         }
         // A restarted replica is judged as its next forward pass sees it (under DDP with rank
         // 0's buffers); an evaluated checkpoint's replicas as their files hold them.
         let evals = trainer.evaluate_replicas(self.campaign.settings.kind == Kind::Restart);
+        ph.mark("eval");
         let e = evals[0];
         m.final_acc = Some(e.accuracy);
         m.final_loss = Some(e.loss);
@@ -465,6 +476,7 @@ impl<'a> Worker<'a> {
             m.collapsed = Some(!hit_loss.is_finite());
         }
         m.digest = Some(resilab_runner::params_digest(&trainer.model()));
+        ph.mark("evidence");
         Ok(m)
     }
 }

@@ -242,6 +242,31 @@ pub struct RunOptions {
     pub shortcuts: bool,
     /// Record the step cache that shortcuts read (`steps.csv` and `full/`): a golden run's.
     pub record_steps: bool,
+    /// Data sets loaded so far, shared with the golden run and with later runs (a campaign
+    /// worker keeps one for all its runs): each configuration's data is made once.
+    pub data: DataCache,
+}
+
+/// Data sets by their `[data]` configuration, each loaded (or generated) once and shared:
+/// a run gets exactly the data its configuration describes, whoever loaded it first. Cloning
+/// shares the cache.
+#[derive(Clone, Default)]
+pub struct DataCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<resilab_data::Split>>>>);
+
+impl DataCache {
+    /// The data `cfg` describes, loaded now unless an earlier call loaded it.
+    pub fn get(&self, cfg: &resilab_data::DataConfig) -> Result<std::sync::Arc<resilab_data::Split>> {
+        // The whole configuration, serialised, is the key: two configurations that differ in
+        // any key never share a data set.
+        let key = toml::to_string(cfg).map_err(|e| Error::Config(format!("[data]: {e}")))?;
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = held.get(&key) {
+            return Ok(s.clone());
+        }
+        let s = std::sync::Arc::new(resilab_data::load(cfg)?);
+        held.insert(key, s.clone());
+        Ok(s)
+    }
 }
 
 /// One row of `compare.csv`: a faulty run against its golden run at an evaluated step.
@@ -346,3 +371,24 @@ pub struct WorkersSummary {
 /// What resuming found: the load's report, and the settings that differ from the run that
 /// wrote the checkpoint (`key: old -> new`).
 pub(crate) type Resumed = (resilab_checkpoint::LoadReport, Vec<String>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_data_configuration_is_made_once_and_shared_and_no_other_shares_it() {
+        let cfg: resilab_data::DataConfig =
+            toml::from_str("source = \"synthetic\"\ntrain_size = 64\ntest_size = 32\nimage_size = 8").expect("data config");
+        let cache = DataCache::default();
+        let a = cache.get(&cfg).expect("load");
+        let b = cache.clone().get(&cfg).expect("load");
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "a clone shares the cache");
+        let fresh = resilab_data::load(&cfg).expect("load");
+        assert_eq!(a.train.images, fresh.train.images, "the cached data is the data the configuration makes");
+        let other = resilab_data::DataConfig { seed: cfg.seed.wrapping_add(1), ..cfg.clone() };
+        let c = cache.get(&other).expect("load");
+        assert!(!std::sync::Arc::ptr_eq(&a, &c));
+        assert_ne!(a.train.images, c.train.images);
+    }
+}

@@ -118,7 +118,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     // looks at what the first has begun to write.
     let _out_lock = crate::files::lock_dir(out, "the output directory")?;
     check_output_dir(out, &["config.resolved.toml"], "the output directory")?;
-    let split = Arc::new(resilab_data::load(&cfg.data)?);
+    let split = opts.data.get(&cfg.data)?;
     let mut trainer = build_trainer(cfg, split.clone(), &opts.compute)?;
     let resumed = resume(&mut trainer, cfg, opts)?;
     let mut rec = make_recovery(cfg, &trainer)?;
@@ -291,6 +291,7 @@ fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden
             record_samples: false,
             shortcuts: false,
             record_steps: opts.shortcuts,
+            data: opts.data.clone(),
         };
         train(gcfg, &o).map(|_| ())
     })?;
