@@ -17,6 +17,8 @@
 # flex (Burn's pure-Rust CPU backend as Burn ships it), both from the default build, and tch
 # (Burn's LibTorch backend, built with `--features tch` into target/tch against the PyTorch
 # 2.9.0 that scripts/with-tch.sh installs; about 15 minutes the first time).
+# Also writes results/bench/campaign_phases.csv: where one run's time goes per model (resilab's phases
+# from runs.csv's phase_s; the published way's process share against PyTorch's steps and evaluation).
 # Knobs: BACKENDS (default "native flex"), REPS (resilab runs per cell, default 10), TORCH_RUNS
 # (Python runs per model and flip count, default 4), JOBS (default 2), THREADS (per process,
 # default 1).

@@ -48,6 +48,8 @@ def main():
         t_by_model[t["arch"]][2] += t["train_s"] + t["eval_s"]
 
     table, per_model = [], []
+    phase_sums = defaultdict(lambda: defaultdict(float))
+    phases = []
     for backend in backends:
         seconds, bases, bases_s, rows = resilab_side(work, backend)
         runs = len(rows)
@@ -73,11 +75,15 @@ def main():
               f"golden runs: {ours:.0f} runs/hour ({ours_incl:.0f} counting the bases); {ratio:.2f}x the "
               f"published way (goal >= 3x); 3,000 runs {grid_min:.1f} min projected (goal <= 60 min)")
 
-        # resilab's worker times each run itself.
+        # resilab's worker times each run itself, phase by phase (runs.jsonl's phase_s).
         by_model = defaultdict(list)
         for r in rows:
             if r["status"] == "ok":
                 by_model[r["coords"]["model"]].append(r["wall_s"])
+                for item in (r.get("phase_s") or "").split(";"):
+                    if item:
+                        name, sec = item.split(":")
+                        phase_sums[(backend, r["coords"]["model"])][name] += float(sec)
         for model in sorted(by_model):
             ws = by_model[model]
             ours_s = sum(ws) / len(ws)
@@ -86,6 +92,14 @@ def main():
             compute_s = compute / n if n else float("nan")
             per_model.append([model, backend, len(ws), round(ours_s, 2), n, round(theirs_s, 2), round(compute_s, 2),
                               round(theirs_s / 3, 2), round(theirs_s / ours_s, 2)])
+            for name, total in phase_sums[(backend, model)].items():
+                phases.append([model, f"resilab-{backend}", name, round(total / len(ws), 4)])
+            if n and backend == backends[0]:
+                train_s = sum(t["train_s"] for t in torch if t["arch"] == model) / n
+                eval_s = sum(t["eval_s"] for t in torch if t["arch"] == model) / n
+                phases.extend([[model, "published-way", "process, imports, h5py injection, load", round(theirs_s - train_s - eval_s, 4)],
+                               [model, "published-way", "steps", round(train_s, 4)],
+                               [model, "published-way", "eval", round(eval_s, 4)]])
             print(f"  {model:8} one run: resilab {ours_s:.2f} s, published way {theirs_s:.2f} s "
                   f"({theirs_s / ours_s:.2f}x), of which PyTorch's steps and evaluation {compute_s:.2f} s; "
                   f"3x needs resilab <= {theirs_s / 3:.2f} s")
@@ -103,8 +117,17 @@ def main():
                     "published_way_s_per_run", "published_way_compute_s", "resilab_s_per_run_for_3x",
                     "ratio"])
         w.writerows(per_model)
+    # Where one run's time goes, per model: resilab's phases (runs.csv's phase_s, means over
+    # its runs) and the published way's process share against PyTorch's own steps and evaluation.
+    phases_csv = os.path.join(os.path.dirname(out), "campaign_phases.csv")
+    with open(phases_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "side", "phase", "s_per_run"])
+        w.writerows(phases)
+    for model in sorted({p[0] for p in phases}):
+        print(f"  {model:8} " + "; ".join(f"{side} {name} {sec:.3f} s" for m, side, name, sec in phases if m == model))
     print(f"published way   {t_runs} runs in {t_seconds:.1f} s: {theirs:.0f} runs/hour")
-    print(f"-> {out}, {models_csv}")
+    print(f"-> {out}, {models_csv}, {phases_csv}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training-throughput benchmark: resilab vs PyTorch on CPU, same models, same
-# thread count, run back to back per model. See bench/README.md.
+# thread counts (THREADS_LIST, default 1 and 2: campaigns run processes of one thread), run
+# back to back per model. See bench/README.md.
 # Each side runs REPEATS times per model (default 3), PyTorch and the resilab backends in
 # turn, and the CSV keeps each side's median run: PyTorch's figure on a shared machine moves
 # by up to 2x between runs, a single run would make the ratio a coin toss.
@@ -8,7 +9,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODELS="${MODELS:-resnet:8:1:1 resnet:20:1:1 resnet:18:0.25:1 vgg:11:0.25:1 alexnet:0:0.5:0}"
-THREADS="${THREADS:-$(nproc)}"
+THREADS_LIST="${THREADS_LIST:-${THREADS:-1 2}}" # thread counts, each timed on both sides
 BATCH="${BATCH:-64}"
 STEPS="${STEPS:-20}"
 WARMUP="${WARMUP:-3}"
@@ -29,6 +30,7 @@ mkdir -p "$(dirname "$OUT_CSV")"
 : > "$OUT_CSV"
 
 for spec in $MODELS; do
+  for THREADS in $THREADS_LIST; do
     IFS=: read -r arch depth width bn <<< "$spec"
     bn_flag="--batch-norm"; rl_bn=()
     if [[ "$bn" == 0 ]]; then bn_flag="--no-batch-norm"; rl_bn=(--no-batch-norm); fi
@@ -49,6 +51,7 @@ for spec in $MODELS; do
         r_json="$(printf '%s' "${runs[$backend]}" | "$PY" "$ROOT/bench/collect.py" median)"
         "$PY" "$ROOT/bench/collect.py" add "$OUT_CSV" "$spec" "$r_json" "$t_json"
     done
+  done
 done
 
 echo
