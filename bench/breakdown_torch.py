@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from torch_models import build
+from torch_models import add_step_args, build, timed_steps
 
 # (category, regex on the event name); the innermost matching event decides. The autograd
 # engine's "evaluate_function: X" wrappers match nothing on purpose: what they do themselves
@@ -70,14 +70,7 @@ def category(event):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True, help="the label of the CSV (breakdown.py label)")
-    p.add_argument("--arch", required=True, choices=["resnet", "vgg", "alexnet"])
-    p.add_argument("--depth", type=int, default=0)
-    p.add_argument("--width", type=float, default=1.0)
-    p.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=30)
+    add_step_args(p, warmup=5, steps=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--explain", type=int, default=0, help="print the N largest 'other' events to stderr")
     a = p.parse_args()
@@ -99,13 +92,7 @@ def main():
         opt.zero_grad()
         return loss.item()
 
-    for _ in range(a.warmup):
-        step()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
+    times = timed_steps(step, a.warmup, a.steps)
     step_ms = statistics.median(times) * 1e3
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:

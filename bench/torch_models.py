@@ -170,3 +170,32 @@ if __name__ == "__main__":
         arch, depth, width, bn = spec
         print(f"{arch:8s} depth={depth:<3d} width={width:<5g} bn={int(bn)} "
               f"params={count_params(build(*spec)):,}")
+
+
+def add_step_args(p, warmup, steps):
+    """The model and step options of bench/torch_step.py and bench/breakdown_torch.py (an
+    argparse parser), with those scripts' own warmup and step counts as defaults."""
+    import argparse
+
+    p.add_argument("--arch", required=True, choices=["resnet", "vgg", "alexnet"])
+    p.add_argument("--depth", type=int, default=0)
+    p.add_argument("--width", type=float, default=1.0)
+    p.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--steps", type=int, default=steps)
+
+
+def timed_steps(step, warmup, steps):
+    """Runs `step()` `warmup` times untimed, then `steps` times; the timed runs' seconds."""
+    import time
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times

@@ -8,24 +8,16 @@ is not timed). Reports the median step time over ``--steps`` timed steps.
 import argparse
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
-from torch_models import build, count_params
+from torch_models import add_step_args, build, timed_steps, count_params
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--arch", required=True, choices=["resnet", "vgg", "alexnet"])
-    p.add_argument("--depth", type=int, default=0)
-    p.add_argument("--width", type=float, default=1.0)
-    p.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20)
+    add_step_args(p, warmup=3, steps=20)
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -60,13 +52,7 @@ def main():
         opt.zero_grad()
         return loss.item()  # forces completion, like reading the loss back
 
-    for _ in range(a.warmup):
-        step()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
+    times = timed_steps(step, a.warmup, a.steps)
 
     median = statistics.median(times)
     print(json.dumps({
