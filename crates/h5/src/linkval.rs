@@ -1,6 +1,7 @@
-//! One of the crate's two `unsafe` modules (with `writeback`): reading the value of a soft or external link, which `hdf5-metno`
-//! does not expose, so that an error can say where a refused link points. The value is read
-//! into a fixed buffer under the HDF5 crate's library lock; nothing is followed or opened.
+//! One of the crate's two `unsafe` modules (the other is `writeback`): reading the value of a
+//! soft or external link, which `hdf5-metno` does not expose, so that an error can say where a
+//! refused link points. The value is read into a fixed buffer under the HDF5 crate's library
+//! lock; nothing is followed or opened.
 
 #![allow(unsafe_code)]
 

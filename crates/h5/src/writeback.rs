@@ -4,8 +4,9 @@
 //! file is written first and synced after (`bench/checkpoint.sh` measures both).
 //!
 //! A hint only: durability still comes from the caller's `fsync`, and a failure here (or a
-//! system without `sync_file_range`) changes nothing but the timing. This module holds the
-//! crate's other `unsafe` (with `linkval`): the one call to `sync_file_range`, which `std` and `rustix` do not wrap.
+//! system without `sync_file_range`) changes nothing but the timing. This module holds one
+//! of the crate's two `unsafe` blocks (the other is in `linkval`): the one call to
+//! `sync_file_range`, which `std` and `rustix` do not wrap.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
