@@ -41,11 +41,12 @@ def main():
     # Per model, the published way: seconds of one run in one process. The Python side is timed
     # from outside, `jobs` runs at a time, so a run's share is seconds x jobs / runs (process
     # start, imports and h5py pass included); compute is PyTorch's own 20 steps and evaluation.
-    t_by_model = defaultdict(lambda: [0, 0.0, 0.0])
+    t_by_model = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
     for t in torch:
         t_by_model[t["arch"]][0] += t["runs"]
         t_by_model[t["arch"]][1] += t["seconds"]
-        t_by_model[t["arch"]][2] += t["train_s"] + t["eval_s"]
+        t_by_model[t["arch"]][2] += t["train_s"]
+        t_by_model[t["arch"]][3] += t["eval_s"]
 
     table, per_model = [], []
     phase_sums = defaultdict(lambda: defaultdict(float))
@@ -87,16 +88,15 @@ def main():
         for model in sorted(by_model):
             ws = by_model[model]
             ours_s = sum(ws) / len(ws)
-            n, s, compute = t_by_model.get(model, [0, 0.0, 0.0])
+            n, s, train, evals = t_by_model.get(model, [0, 0.0, 0.0, 0.0])
             theirs_s = s * jobs / n if n else float("nan")
-            compute_s = compute / n if n else float("nan")
+            compute_s = (train + evals) / n if n else float("nan")
             per_model.append([model, backend, len(ws), round(ours_s, 2), n, round(theirs_s, 2), round(compute_s, 2),
                               round(theirs_s / 3, 2), round(theirs_s / ours_s, 2)])
             for name, total in phase_sums[(backend, model)].items():
                 phases.append([model, f"resilab-{backend}", name, round(total / len(ws), 4)])
             if n and backend == backends[0]:
-                train_s = sum(t["train_s"] for t in torch if t["arch"] == model) / n
-                eval_s = sum(t["eval_s"] for t in torch if t["arch"] == model) / n
+                train_s, eval_s = train / n, evals / n
                 phases.extend([[model, "published-way", "process, imports, h5py injection, load", round(theirs_s - train_s - eval_s, 4)],
                                [model, "published-way", "steps", round(train_s, 4)],
                                [model, "published-way", "eval", round(eval_s, 4)]])
