@@ -3,7 +3,8 @@
     python3 scripts/slurm_check.py SINGLE MERGED SHARD... --logs DIR
 
 - MERGED/runs.csv equals SINGLE/runs.csv row for row, ordered by grid index: the same columns
-  and the same values, except the seconds a run took (wall_s, golden_wall_s, time_overhead_frac);
+  and the same values, except the seconds a run took (wall_s, phase_s, golden_wall_s, time_overhead_frac: the
+  campaign crate's WALL_CLOCK_COLUMNS, which a unit test holds this list to);
 - no shard recorded a run twice, and together they recorded each run once;
 - the tasks' logs hold one line per run they finished (a task killed between recording a run
   and logging it may miss that one line: at most one per interrupted task, --interrupted).
@@ -15,7 +16,7 @@ import json
 import os
 import sys
 
-TIMING = {"wall_s", "golden_wall_s", "time_overhead_frac"}
+TIMING = {"wall_s", "phase_s", "golden_wall_s", "time_overhead_frac"}
 
 
 def table(path):

@@ -74,7 +74,7 @@ pub fn table(dir: &Path) -> BTreeMap<String, String> {
     let mut t = BTreeMap::new();
     for mut r in rows(dir) {
         let o = r.as_object_mut().unwrap();
-        for k in ["wall_s", "phase_s", "golden_wall_s", "time_overhead_frac"] {
+        for &k in resilab_campaign::WALL_CLOCK_COLUMNS {
             o.remove(k);
         }
         let id = o["id"].as_str().unwrap().to_string();

@@ -81,6 +81,11 @@ const METRIC_COLUMNS: &[(&str, u8)] = &[
     ("golden_key", ALL),
 ];
 
+/// The columns measured on the wall clock: two records of one run (a rerun, a shard of an array
+/// job, a resumed campaign) may differ in these and in nothing else. `scripts/slurm_check.py`
+/// keeps the same list (a unit test below compares them).
+pub const WALL_CLOCK_COLUMNS: &[&str] = &["wall_s", "phase_s", "golden_wall_s", "time_overhead_frac"];
+
 /// The metric columns of a campaign of `kind`'s `runs.csv`, in order: those its runs fill
 /// (`runs.jsonl` keeps every field).
 pub fn metric_columns(kind: Kind) -> Vec<&'static str> {
@@ -90,4 +95,30 @@ pub fn metric_columns(kind: Kind) -> Vec<&'static str> {
         Kind::Train => T,
     };
     METRIC_COLUMNS.iter().filter(|(_, kinds)| kinds & bit != 0).map(|(c, _)| *c).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_clock_columns_are_metric_columns() {
+        for c in WALL_CLOCK_COLUMNS {
+            assert!(METRIC_COLUMNS.iter().any(|(m, _)| m == c), "{c} is not a runs.csv column");
+        }
+    }
+
+    /// The Slurm check compares merged shards with a single-process campaign on every column
+    /// but these; a wall-clock column it does not know fails CI on timing noise.
+    #[test]
+    fn slurm_check_skips_the_same_columns() {
+        let script = include_str!("../../../scripts/slurm_check.py");
+        let line = script.lines().find(|l| l.starts_with("TIMING = {")).expect("TIMING in slurm_check.py");
+        let inner = line.trim_start_matches("TIMING = {").trim_end_matches('}');
+        let mut listed: Vec<&str> = inner.split(',').map(|c| c.trim().trim_matches('"')).collect();
+        let mut ours = WALL_CLOCK_COLUMNS.to_vec();
+        listed.sort_unstable();
+        ours.sort_unstable();
+        assert_eq!(listed, ours, "scripts/slurm_check.py's TIMING");
+    }
 }

@@ -25,7 +25,7 @@ mod store;
 mod work;
 
 pub use census::{Census, Part, census};
-pub use columns::metric_columns;
+pub use columns::{WALL_CLOCK_COLUMNS, metric_columns};
 pub use command::{human_duration, jobs_for, serve, worker_command};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Options, Outcome, execute};

@@ -239,7 +239,7 @@ pub(crate) fn same_result(a: &Row, b: &Row) -> bool {
     let strip = |r: &Row| {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
-            for k in ["wall_s", "phase_s", "golden_wall_s", "time_overhead_frac", "shortcut_prefix_steps", "shortcut_remainder_steps"] {
+            for &k in crate::WALL_CLOCK_COLUMNS.iter().chain(&["shortcut_prefix_steps", "shortcut_remainder_steps"]) {
                 o.remove(k);
             }
         }
