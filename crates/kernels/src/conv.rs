@@ -6,8 +6,9 @@
 //! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
 //!
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
-//! stride 1 with as many output as input columns, each im2col row is one shifted copy of an
-//! input plane. With fewer than 64 positions per image, a chunk's images form one product
+//! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
+//! input plane read from a constant offset, and col2im adds it back the same way ([`Shifts`]);
+//! other shapes use a lookup table (small planes) or copy runs line by line. With fewer than 64 positions per image, a chunk's images form one product
 //! instead, their columns side by side. Work is split into chunks of whole images whose size
 //! depends only on the shape; chunks run on the rayon pool and the weight gradient's per-chunk
 //! sums (column-major when the products are deep) are added in chunk order, so the result is
@@ -27,11 +28,12 @@ use crate::simd::vectorized;
 const CHUNK_COLUMNS: usize = 2048;
 /// A batch splits into at least this many chunks when it has that many images.
 const MIN_CHUNKS: usize = 4;
-/// Up to this many output positions per image, im2col looks each entry's input position up in
-/// a table built once per call ([`Taps::table`]), and col2im up to [`SCATTER_POSITIONS`];
-/// above, they copy (add) whole runs, which vectorises. Measured on 3x3 kernels: the table is
-/// 1.3-2.3x faster for im2col at 2x2 to 8x8 planes and slower at 16x16; for col2im it is 1.2-1.7x
-/// faster at 2x2 and 4x4 and 1.4x slower at 8x8.
+/// Where [`Shifts`] do not apply (stride 2, fewer output than input columns): up to this many
+/// output positions per image, im2col looks each entry's input position up in a table built
+/// once per call ([`Taps::table`]), and col2im up to [`SCATTER_POSITIONS`]; above, they copy
+/// (add) whole runs, which vectorises. Measured on 3x3 kernels before shifts replaced both at
+/// stride 1: the table was 1.3-2.3x faster for im2col at 2x2 to 8x8 planes and slower at
+/// 16x16; for col2im 1.2-1.7x faster at 2x2 and 4x4 and 1.4x slower at 8x8.
 const TABLE_POSITIONS: usize = 64;
 /// See [`TABLE_POSITIONS`].
 const SCATTER_POSITIONS: usize = 32;
@@ -47,6 +49,25 @@ struct Taps {
     table: Option<Vec<usize>>,
     /// The run geometry per kernel offset.
     runs: Vec<Run>,
+    /// The masked shifts, where the shape allows them.
+    shifts: Option<Shifts>,
+}
+
+/// At stride 1 with as many output as input columns, output `d` of kernel offset `t` reads
+/// input `d + offsets[t] - margin`: row `t` of the column matrix is a copy of the plane placed
+/// `margin` zeros into a longer buffer, read from `offsets[t]` on, with the entries that lie on
+/// padding (or that wrap round from a neighbouring row) masked to zero. A masked copy of a
+/// whole row is one vectorised loop at every plane size, where a lookup table gathers one
+/// value at a time and runs copy a few values per call.
+struct Shifts {
+    /// Zeros before the plane in the padded copy.
+    margin: usize,
+    /// Length of the padded copy: the plane and every offset's reads fit.
+    padded: usize,
+    /// Where each kernel offset's row starts in the padded copy.
+    offsets: Vec<usize>,
+    /// `kh * kw` rows of `P` flags: whether the entry reads inside the input.
+    keep: Vec<bool>,
 }
 
 /// One kernel offset's rows as runs of input.
@@ -54,8 +75,6 @@ struct Run {
     /// Output rows `[y.0, y.1)` and columns `[x.0, x.1)` that read inside the input.
     y: (usize, usize),
     x: (usize, usize),
-    /// [`Conv2d::shifted`]'s span, when one copy serves all rows.
-    shifted: Option<(usize, usize, usize)>,
     /// Input position read by output `(y.0, x.0)` (0 when none is read).
     from: usize,
 }
@@ -176,7 +195,8 @@ impl Conv2d {
         let [oh, ow] = self.out_hw();
         let [kh, kw] = self.kernel;
         let offsets = (0..kh).flat_map(|ky| (0..kw).map(move |kx| (ky, kx)));
-        let table = (self.p() <= TABLE_POSITIONS).then(|| {
+        let shifts = self.shifts();
+        let table = (shifts.is_none() && self.p() <= TABLE_POSITIONS).then(|| {
             let mut table = Vec::with_capacity(kh * kw * self.p());
             for (ky, kx) in offsets.clone() {
                 let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
@@ -195,10 +215,33 @@ impl Conv2d {
                 let (y, x) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
                 let reads = y.0 < y.1 && x.0 < x.1;
                 let from = if reads { self.first(0, y.0, ky) * self.w + self.first(1, x.0, kx) } else { 0 };
-                Run { y, x, shifted: self.shifted(ky, kx, y.0, y.1), from }
+                Run { y, x, from }
             })
             .collect();
-        Taps { table, runs }
+        Taps { table, runs, shifts }
+    }
+
+    /// [`Shifts`] for stride-1 shapes whose output is as wide as the input.
+    fn shifts(&self) -> Option<Shifts> {
+        let [oh, ow] = self.out_hw();
+        if self.stride != [1, 1] || ow != self.w {
+            return None;
+        }
+        let [kh, kw] = self.kernel;
+        let margin = self.padding[0] * self.w + self.padding[1];
+        let offsets: Vec<usize> = (0..kh)
+            .flat_map(|ky| (0..kw).map(move |kx| (ky, kx)))
+            .map(|(ky, kx)| ky * self.dilation[0] * self.w + kx * self.dilation[1])
+            .collect();
+        let mut keep = Vec::with_capacity(offsets.len() * self.p());
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
+                keep.extend((0..oh).flat_map(|oy| (0..ow).map(move |ox| (ylo..yhi).contains(&oy) && (xlo..xhi).contains(&ox))));
+            }
+        }
+        let padded = (margin + self.h * self.w).max(self.p() + offsets.iter().max().copied().unwrap_or(0));
+        Some(Shifts { margin, padded, offsets, keep })
     }
 
     /// Fills the `K x P` matrix at the start of `col`, rows `ld` apart, with the patches of one
@@ -207,6 +250,22 @@ impl Conv2d {
         let [oh, ow] = self.out_hw();
         let (p, hw, s, kk) = (oh * ow, self.h * self.w, self.stride[1], self.kernel[0] * self.kernel[1]);
         let mut rows = col.chunks_mut(ld).take(self.k()).map(|row| &mut row[..p]);
+        if let Some(sh) = &taps.shifts {
+            let mut padded = vec![0.0; sh.padded];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for plane in x.chunks_exact(hw).take(self.c_in) {
+                        padded[sh.margin..][..hw].copy_from_slice(plane);
+                        for ((dst, &off), keep) in rows.by_ref().take(kk).zip(&sh.offsets).zip(sh.keep.chunks_exact(p)) {
+                            let src = &padded[off..][..p];
+                            dst.iter_mut().zip(src).zip(keep).for_each(|((d, &v), &k)| *d = if k { v } else { 0.0 });
+                        }
+                    }
+                },
+            );
+            return;
+        }
         vectorized(
             #[inline(always)]
             || {
@@ -222,20 +281,6 @@ impl Conv2d {
                                 let ((ylo, yhi), (xlo, xhi)) = (run.y, run.x);
                                 if xlo == xhi || ylo == yhi {
                                     dst.fill(0.0);
-                                    continue;
-                                }
-                                if let Some((lo, hi, from)) = run.shifted {
-                                    // One copy for all rows, then the columns that wrapped round
-                                    // from the neighbouring rows are zeroed.
-                                    dst[..lo].fill(0.0);
-                                    dst[hi..].fill(0.0);
-                                    dst[lo..hi].copy_from_slice(&plane[from..][..hi - lo]);
-                                    if xlo > 0 || xhi < ow {
-                                        for line in dst.chunks_exact_mut(ow).take(yhi).skip(ylo) {
-                                            line[..xlo].fill(0.0);
-                                            line[xhi..].fill(0.0);
-                                        }
-                                    }
                                     continue;
                                 }
                                 dst[..ylo * ow].fill(0.0);
@@ -267,6 +312,25 @@ impl Conv2d {
         let [oh, ow] = self.out_hw();
         let (p, hw, s, kk) = (oh * ow, self.h * self.w, self.stride[1], self.kernel[0] * self.kernel[1]);
         let mut rows = col.chunks_mut(ld).take(self.k()).map(|row| &mut row[..p]);
+        if let Some(sh) = &taps.shifts {
+            // The kernel offsets' rows are added in order into a zeroed padded plane (a masked
+            // entry adds +0.0, which changes no sum that starts at +0.0), then onto `dx`.
+            let mut padded = vec![0.0; sh.padded];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for plane in dx.chunks_exact_mut(hw).take(self.c_in) {
+                        padded.fill(0.0);
+                        for ((src, &off), keep) in rows.by_ref().take(kk).zip(&sh.offsets).zip(sh.keep.chunks_exact(p)) {
+                            let dst = &mut padded[off..][..p];
+                            dst.iter_mut().zip(&*src).zip(keep).for_each(|((d, &v), &k)| *d += if k { v } else { 0.0 });
+                        }
+                        plane.iter_mut().zip(&padded[sh.margin..][..hw]).for_each(|(d, &v)| *d += v);
+                    }
+                },
+            );
+            return;
+        }
         vectorized(
             #[inline(always)]
             || {
@@ -287,18 +351,6 @@ impl Conv2d {
                                 if xlo == xhi || ylo == yhi {
                                     continue;
                                 }
-                                if let Some((lo, hi, to)) = run.shifted {
-                                    // Zero the entries on padding columns, then one addition for
-                                    // all rows.
-                                    if xlo > 0 || xhi < ow {
-                                        for line in src.chunks_exact_mut(ow).take(yhi).skip(ylo) {
-                                            line[..xlo].fill(0.0);
-                                            line[xhi..].fill(0.0);
-                                        }
-                                    }
-                                    plane[to..][..hi - lo].iter_mut().zip(&src[lo..hi]).for_each(|(d, v)| *d += *v);
-                                    continue;
-                                }
                                 let step = self.stride[0] * self.w;
                                 for (oy, line) in src.chunks_exact(ow).enumerate().take(yhi).skip(ylo) {
                                     let dst = &mut plane[run.from + (oy - ylo) * step..];
@@ -315,22 +367,6 @@ impl Conv2d {
                 }
             },
         );
-    }
-
-    /// At stride 1 with as many output columns as input columns, output `d = oy * ow + ox` of
-    /// kernel offset `(ky, kx)` reads input `d + off` for one constant `off`, so the rows
-    /// `[ylo, yhi)` are one shifted span. Returns that span `[lo, hi)` of output positions,
-    /// cut so that its input span stays inside the plane, and the input position of `lo`.
-    /// Entries of the span in columns outside [`Self::inside`]'s range read a neighbouring row.
-    fn shifted(&self, ky: usize, kx: usize, ylo: usize, yhi: usize) -> Option<(usize, usize, usize)> {
-        if self.stride != [1, 1] || self.out_hw()[1] != self.w {
-            return None;
-        }
-        let plus = ky * self.dilation[0] * self.w + kx * self.dilation[1];
-        let minus = self.padding[0] * self.w + self.padding[1];
-        let lo = (ylo * self.w).max(minus.saturating_sub(plus));
-        let hi = (yhi * self.w).min((self.h * self.w + minus).saturating_sub(plus));
-        (lo < hi).then(|| (lo, hi, lo + plus - minus))
     }
 
     /// The output indices `[lo, hi)` along `axis` whose input index at kernel offset `k` is
@@ -678,11 +714,11 @@ mod tests {
     }
 
     /// Odd shapes: batch 1, non-square input and kernel, stride 2, padding, dilation, 1x1,
-    /// channels that are no multiple of a SIMD width, batches that split unevenly, the
-    /// shifted-span path of im2col/col2im, per-image products (`P` >= 64: the 8x8 5x5 padding 2,
-    /// the 9x8 1x1 and the last two shapes) and side-by-side ones (the others), weight gradients
-    /// summed column-major and row-major; im2col by table (`P` <= 64) and by runs, col2im by
-    /// table (`P` <= 32) and by runs.
+    /// channels that are no multiple of a SIMD width, batches that split unevenly, per-image
+    /// products (`P` >= 64: the 8x8 5x5 padding 2, the 9x8 1x1 and the last four shapes) and
+    /// side-by-side ones (the others), weight gradients summed column-major and row-major;
+    /// im2col/col2im by masked shifts (stride 1, as many output as input columns), else im2col
+    /// by table (`P` <= 64) and by runs, col2im by table (`P` <= 32) and by runs.
     fn shapes() -> Vec<Conv2d> {
         vec![
             shape([1, 3, 5], [7, 5], [3, 3], [1, 1], [1, 1]),
@@ -703,6 +739,9 @@ mod tests {
             // stride 2 with padding, and dilation with fewer output than input columns.
             shape([2, 3, 4], [19, 17], [3, 3], [2, 1], [1, 1]),
             shape([2, 2, 3], [14, 12], [3, 3], [1, 2], [1, 0]),
+            // Masked shifts with more than TABLE_POSITIONS outputs: "same" padding, dilated.
+            shape([2, 3, 4], [12, 11], [3, 3], [1, 1], [1, 1]),
+            shape([2, 2, 3], [10, 9], [3, 3], [1, 2], [2, 2]),
         ]
     }
 
@@ -735,6 +774,38 @@ mod tests {
             close(&dx, &dx_ref, "input gradient", &s);
             close(&dw, &dw_ref, "weight gradient", &s);
             close(&db, &db_ref, "bias gradient", &s);
+        }
+    }
+
+    /// An infinity on a plane's first or last column reaches the outputs (and input-gradient
+    /// entries, and weight-gradient taps) that read it and nothing else: the masked shifts'
+    /// padded copy places it next to the neighbouring row's far column, which reads padding
+    /// there (a mask applied by multiplication would give NaN).
+    #[test]
+    fn a_value_on_a_planes_edge_reaches_only_what_reads_it() {
+        for (k, hw) in [(3, 6), (5, 6), (3, 12), (5, 12)] {
+            let pad = k / 2;
+            let s = shape([1, 1, 1], [hw, hw], [k, k], [1, 1], [pad, pad]);
+            for at in [(2, 0), (2, hw - 1), (0, hw - 1), (hw - 1, 0)] {
+                let mut x = vec![0.0; hw * hw];
+                x[at.0 * hw + at.1] = f32::INFINITY;
+                let ones = vec![1.0; k * k];
+                let (mut y, mut dx, mut dw) = (vec![f32::NAN; hw * hw], vec![f32::NAN; hw * hw], vec![f32::NAN; k * k]);
+                forward(&s, &x, &ones, None, &mut y).unwrap();
+                input_grad(&s, &x, &ones, &mut dx).unwrap();
+                weight_grad(&s, &x, &vec![1.0; hw * hw], &mut dw, None).unwrap();
+                let near = |i: usize, j: usize| i.abs_diff(at.0) <= pad && j.abs_diff(at.1) <= pad;
+                let want = |reads: bool| if reads { f32::INFINITY } else { 0.0 };
+                for (i, j) in (0..hw).flat_map(|i| (0..hw).map(move |j| (i, j))) {
+                    assert_eq!(y[i * hw + j], want(near(i, j)), "output ({i}, {j}), infinity at {at:?}, {s:?}");
+                    assert_eq!(dx[i * hw + j], want(near(i, j)), "input gradient ({i}, {j}), infinity at {at:?}, {s:?}");
+                }
+                // Tap (ky, kx) reads the infinity from output (at.0 + pad - ky, at.1 + pad - kx).
+                let read = |a: usize, t: usize| (a + pad).checked_sub(t).is_some_and(|o| o < hw);
+                for (ky, kx) in (0..k).flat_map(|ky| (0..k).map(move |kx| (ky, kx))) {
+                    assert_eq!(dw[ky * k + kx], want(read(at.0, ky) && read(at.1, kx)), "tap ({ky}, {kx}), infinity at {at:?}, {s:?}");
+                }
+            }
         }
     }
 
