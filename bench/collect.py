@@ -18,7 +18,21 @@ COLUMNS = ["arch", "depth", "width", "batch_norm", "params", "batch", "threads",
            "backend", "device", "resilab_images_per_s", "pytorch_images_per_s",
            "ratio", "resilab_step_ms", "pytorch_step_ms", "torch_version", "date",
            "pytorch_device", "train_gflop_per_image", "resilab_gflops",
-           "pytorch_gflops", "peak_gflops"]
+           "pytorch_gflops", "peak_gflops", "cpu"]
+
+
+def cpu_model():
+    """The processor's model name (/proc/cpuinfo), as resilab's platform::cpu_model reads it:
+    both sides ran on it, and figures from different processors do not compare."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return ""
 
 
 def add(path, spec, resilab_line, torch_line):
@@ -41,6 +55,7 @@ def add(path, spec, resilab_line, torch_line):
         "torch_version": t.get("torch_version", ""),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "pytorch_device": t.get("device", "cpu"),
+        "cpu": cpu_model(),
     }
     # Same model, same FLOPs per image: resilab counts them (3x the forward pass).
     flop = r.get("train_gflop_per_image")

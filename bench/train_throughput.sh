@@ -8,7 +8,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MODELS="${MODELS:-resnet:8:1:1 resnet:20:1:1 resnet:18:0.25:1 vgg:11:0.25:1 alexnet:0:0.5:0}"
+MODELS="${MODELS:-resnet:8:1:1 resnet:20:1:1 resnet:18:0.25:1 vgg:11:0.25:1 alexnet:0:0.5:0 alexnet:0:0.25:0}"
 THREADS_LIST="${THREADS_LIST:-${THREADS:-1 2}}" # thread counts, each timed on both sides
 BATCH="${BATCH:-64}"
 STEPS="${STEPS:-20}"
