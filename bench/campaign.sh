@@ -19,6 +19,8 @@
 # 2.9.0 that scripts/with-tch.sh installs; about 15 minutes the first time).
 # Also writes results/bench/campaign_phases.csv: where one run's time goes per model (resilab's phases
 # from runs.csv's phase_s; the published way's process share against PyTorch's steps and evaluation).
+# campaign.csv and campaign_models.csv name the processor (cpu): figures from different ones do
+# not compare.
 # Knobs: BACKENDS (default "native flex"), REPS (resilab runs per cell, default 10), TORCH_RUNS
 # (Python runs per model and flip count, default 4), JOBS (default 2), THREADS (per process,
 # default 1).

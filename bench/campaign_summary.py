@@ -17,6 +17,8 @@ import re
 import sys
 from collections import defaultdict
 
+from collect import cpu_model
+
 RUN = ("fixed length: load, 20 steps x batch 64, 1,000 test images; "
        "alexnet/resnet8/vgg11 width 0.25, 32x32; flips 1/10/100/1000")
 
@@ -70,7 +72,7 @@ def main():
             "resilab_runs_per_hour": round(ours), "resilab_runs_per_hour_incl_bases": round(ours_incl),
             "published_way_runs": t_runs, "published_way_seconds": round(t_seconds, 1),
             "published_way_runs_per_hour": round(theirs), "ratio": round(ratio, 2),
-            "projected_3000_runs_min": round(grid_min, 1), "run": RUN,
+            "projected_3000_runs_min": round(grid_min, 1), "run": RUN, "cpu": cpu_model(),
         })
         print(f"resilab on {backend:5} {runs} runs in {runs_s:.1f} s after {bases_s:.1f} s of {bases} base and "
               f"golden runs: {ours:.0f} runs/hour ({ours_incl:.0f} counting the bases); {ratio:.2f}x the "
@@ -92,7 +94,7 @@ def main():
             theirs_s = s * jobs / n if n else float("nan")
             compute_s = (train + evals) / n if n else float("nan")
             per_model.append([model, backend, len(ws), round(ours_s, 2), n, round(theirs_s, 2), round(compute_s, 2),
-                              round(theirs_s / 3, 2), round(theirs_s / ours_s, 2)])
+                              round(theirs_s / 3, 2), round(theirs_s / ours_s, 2), cpu_model()])
             for name, total in phase_sums[(backend, model)].items():
                 phases.append([model, f"resilab-{backend}", name, round(total / len(ws), 4)])
             if n and backend == backends[0]:
@@ -115,7 +117,7 @@ def main():
         # resilab_s_per_run_for_3x: what one resilab run may take for 3x the published way.
         w.writerow(["model", "backend", "resilab_runs", "resilab_s_per_run", "published_way_runs",
                     "published_way_s_per_run", "published_way_compute_s", "resilab_s_per_run_for_3x",
-                    "ratio"])
+                    "ratio", "cpu"])
         w.writerows(per_model)
     # Where one run's time goes, per model: resilab's phases (runs.csv's phase_s, means over
     # its runs) and the published way's process share against PyTorch's own steps and evaluation.
