@@ -8,8 +8,8 @@
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
 //! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
 //! input plane read from a constant offset, and col2im adds it back the same way ([`Shifts`]);
-//! other shapes use a lookup table (small planes) or copy runs line by line. With fewer than 64 positions per image, a chunk's images form one product
-//! instead, their columns side by side. Work is split into chunks of whole images whose size
+//! other shapes use a lookup table (small planes) or copy runs line by line. With fewer than 64
+//! positions per image, a chunk's images form one product instead, their columns side by side. Work is split into chunks of whole images whose size
 //! depends only on the shape; chunks run on the rayon pool and the weight gradient's per-chunk
 //! sums (column-major when the products are deep) are added in chunk order, so the result is
 //! bit-identical for every thread count. Column and staging buffers are per thread and reused.
@@ -193,24 +193,20 @@ impl Conv2d {
     /// arithmetic (which, at 2x2 and 4x4 planes, cost more than the GEMM it feeds).
     fn taps(&self) -> Taps {
         let [oh, ow] = self.out_hw();
-        let [kh, kw] = self.kernel;
-        let offsets = (0..kh).flat_map(|ky| (0..kw).map(move |kx| (ky, kx)));
         let shifts = self.shifts();
         let table = (shifts.is_none() && self.p() <= TABLE_POSITIONS).then(|| {
-            let mut table = Vec::with_capacity(kh * kw * self.p());
-            for (ky, kx) in offsets.clone() {
-                let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
-                for oy in 0..oh {
-                    for ox in 0..ow {
-                        let inside = (ylo..yhi).contains(&oy) && (xlo..xhi).contains(&ox);
-                        // An index past every plane for padding: the copy reads it as zero.
-                        table.push(if inside { self.first(0, oy, ky) * self.w + self.first(1, ox, kx) } else { usize::MAX });
-                    }
-                }
-            }
-            table
+            let tap = |(ky, kx)| {
+                // An index past every plane for padding: the copy reads it as zero.
+                self.positions(ky, kx).map(
+                    move |(oy, ox, inside)| {
+                        if inside { self.first(0, oy, ky) * self.w + self.first(1, ox, kx) } else { usize::MAX }
+                    },
+                )
+            };
+            self.offsets().flat_map(tap).collect()
         });
-        let runs = offsets
+        let runs = self
+            .offsets()
             .map(|(ky, kx)| {
                 let (y, x) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
                 let reads = y.0 < y.1 && x.0 < x.1;
@@ -223,23 +219,13 @@ impl Conv2d {
 
     /// [`Shifts`] for stride-1 shapes whose output is as wide as the input.
     fn shifts(&self) -> Option<Shifts> {
-        let [oh, ow] = self.out_hw();
+        let [_, ow] = self.out_hw();
         if self.stride != [1, 1] || ow != self.w {
             return None;
         }
-        let [kh, kw] = self.kernel;
         let margin = self.padding[0] * self.w + self.padding[1];
-        let offsets: Vec<usize> = (0..kh)
-            .flat_map(|ky| (0..kw).map(move |kx| (ky, kx)))
-            .map(|(ky, kx)| ky * self.dilation[0] * self.w + kx * self.dilation[1])
-            .collect();
-        let mut keep = Vec::with_capacity(offsets.len() * self.p());
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
-                keep.extend((0..oh).flat_map(|oy| (0..ow).map(move |ox| (ylo..yhi).contains(&oy) && (xlo..xhi).contains(&ox))));
-            }
-        }
+        let offsets: Vec<usize> = self.offsets().map(|(ky, kx)| ky * self.dilation[0] * self.w + kx * self.dilation[1]).collect();
+        let keep = self.offsets().flat_map(|(ky, kx)| self.positions(ky, kx).map(|(_, _, inside)| inside)).collect();
         let padded = (margin + self.h * self.w).max(self.p() + offsets.iter().max().copied().unwrap_or(0));
         Some(Shifts { margin, padded, offsets, keep })
     }
@@ -367,6 +353,20 @@ impl Conv2d {
                 }
             },
         );
+    }
+
+    /// The kernel offsets `(ky, kx)`, in the order of the column matrix's rows.
+    fn offsets(&self) -> impl Iterator<Item = (usize, usize)> + Clone {
+        let [kh, kw] = self.kernel;
+        (0..kh).flat_map(move |ky| (0..kw).map(move |kx| (ky, kx)))
+    }
+
+    /// Each output position `(oy, ox)` in order, with whether it reads inside the input (not
+    /// padding) at kernel offset `(ky, kx)`.
+    fn positions(&self, ky: usize, kx: usize) -> impl Iterator<Item = (usize, usize, bool)> {
+        let [oh, ow] = self.out_hw();
+        let ((ylo, yhi), (xlo, xhi)) = (self.inside(0, ky, oh), self.inside(1, kx, ow));
+        (0..oh).flat_map(move |oy| (0..ow).map(move |ox| (oy, ox, (ylo..yhi).contains(&oy) && (xlo..xhi).contains(&ox))))
     }
 
     /// The output indices `[lo, hi)` along `axis` whose input index at kernel offset `k` is

@@ -27,8 +27,9 @@ const REPS: u32 = 20;
 
 /// `(channels in, channels out, kernel, height = width)`: AlexNet's five convolutions (width
 /// 0.5), the first four of AlexNet at width 0.25 (the campaign benchmark's; its fifth is the
-/// 64->64 below), then 3x3 shapes of ResNet-8/20 and VGG-11 at their benchmark widths (VGG-11's last four
-/// at 4x4 and 2x2, where each image has fewer output positions than a GEMM tile).
+/// 64->64 below), then 3x3 shapes of ResNet-8/20 and VGG-11 at their benchmark widths
+/// (VGG-11's last four at 4x4 and 2x2, where each image has fewer output positions than a GEMM
+/// tile).
 const SHAPES: [(usize, usize, usize, usize); 18] = [
     (3, 32, 5, 32),
     (32, 96, 5, 16),
