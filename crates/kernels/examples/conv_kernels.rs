@@ -9,8 +9,9 @@
 //! RAYON_NUM_THREADS=1 cargo run --release -p resilab-kernels --features avx512 --example conv_kernels
 //! ```
 //!
-//! The last line sums AlexNet's five convolutions at width 0.25 (the campaign benchmark's
-//! model; the first layer's input gradient is left out, as training never computes it).
+//! The last two lines sum AlexNet's five convolutions at width 0.25 (the campaign benchmark's
+//! model) and 0.5 (the training benchmark's); the first layer's input gradient is left out, as
+//! training never computes it.
 
 use std::time::Instant;
 
@@ -20,15 +21,19 @@ use resilab_kernels::{Conv2d, conv};
 const BATCH: usize = 64;
 
 /// `(channels in, channels out, kernel, height = width)`, "same" padding, stride 1: AlexNet at
-/// width 0.25 (the first five), AlexNet at width 0.5's two largest, then ResNet and VGG shapes.
-const SHAPES: [(usize, usize, usize, usize); 13] = [
+/// width 0.25 (the first five), AlexNet at width 0.5 (the next five), then ResNet and VGG
+/// shapes.
+const SHAPES: [(usize, usize, usize, usize); 16] = [
     (3, 16, 5, 32),
     (16, 48, 5, 16),
     (48, 96, 3, 8),
     (96, 64, 3, 8),
     (64, 64, 3, 8),
+    (3, 32, 5, 32),
     (32, 96, 5, 16),
     (96, 192, 3, 8),
+    (192, 128, 3, 8),
+    (128, 128, 3, 8),
     (16, 16, 3, 32),
     (32, 32, 3, 16),
     (64, 128, 3, 4),
@@ -62,7 +67,7 @@ fn values(n: usize, salt: f32) -> Vec<f32> {
 }
 
 fn main() -> Result<(), resilab_kernels::Error> {
-    let mut alexnet = [0.0f64; 3];
+    let mut alexnet = [[0.0f64; 3]; 2];
     for (i, (ci, co, k, hw)) in SHAPES.into_iter().enumerate() {
         let s = Conv2d {
             batch: BATCH,
@@ -94,13 +99,17 @@ fn main() -> Result<(), resilab_kernels::Error> {
             bits_hash(&dx),
             bits_hash(&dw)
         );
-        if i < 5 {
-            alexnet[0] += forward;
-            alexnet[1] += if i == 0 { 0.0 } else { input };
-            alexnet[2] += weight;
+        if let Some(sums) = alexnet.get_mut(i / 5) {
+            sums[0] += forward;
+            sums[1] += if i % 5 == 0 { 0.0 } else { input };
+            sums[2] += weight;
         }
     }
-    let [f, i, w] = alexnet;
-    println!("AlexNet/4's convolutions: forward {f:.2} ms, input grad {i:.2} ms, weight grad {w:.2} ms, {:.2} ms in all", f + i + w);
+    for ([f, i, w], width) in alexnet.into_iter().zip([4, 2]) {
+        println!(
+            "AlexNet/{width}'s convolutions: forward {f:.2} ms, input grad {i:.2} ms, weight grad {w:.2} ms, {:.2} ms in all",
+            f + i + w
+        );
+    }
     Ok(())
 }

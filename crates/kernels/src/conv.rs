@@ -5,6 +5,10 @@
 //! - input gradient: `dx[n] = col2im(W^T (K x c_out) * dy[n] (c_out x P))`;
 //! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
 //!
+//! Stride-1 "same" convolutions with enough output channels skip the GEMM: [`direct`] runs
+//! them (and their input gradient, as the convolution of the output gradient with the rotated
+//! kernel) as register-blocked fused multiply-adds over the taps inside the input only.
+//!
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
 //! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
 //! input plane read from a constant offset, and col2im adds it back the same way ([`Shifts`]);
@@ -14,9 +18,13 @@
 //! sums (column-major when the products are deep) are added in chunk order, so the result is
 //! bit-identical for every thread count. Column and staging buffers are per thread and reused.
 
+mod direct;
+
 use std::cell::RefCell;
 
 use rayon::prelude::*;
+
+use self::direct::Direct;
 
 use crate::error::{Error, Kernel, check_len};
 use crate::raw::{MatMut, MatRef, Out, matmul};
@@ -416,10 +424,17 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu:
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let w = MatRef::row_major(weight, s.c_out, k);
+    let direct = Direct::forward(s, weight);
     Ok(out.write(image_out * s.chunk(), |c, ys| {
         let first = c * s.chunk();
         let images = ys.len() / image_out;
-        if s.side_by_side() {
+        if let Some(d) = &direct {
+            with_columns(d.padded_len(), |padded| {
+                for (i, y) in ys.chunks_exact_mut(image_out).enumerate() {
+                    d.image(&x[(first + i) * image_in..][..image_in], y, padded);
+                }
+            });
+        } else if s.side_by_side() {
             let ld = images * p;
             with_wide(k * ld, s.c_out * ld, |col, wide| {
                 for i in 0..images {
@@ -490,9 +505,18 @@ fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let wt = MatRef::transposed(weight, k, s.c_out);
+    let direct = Direct::input_grad(s, weight);
     Ok(dx.write(image_in * s.chunk(), |c, dxs| {
         let first = c * s.chunk();
         let images = dxs.len() / image_in;
+        if let Some(d) = &direct {
+            with_columns(d.padded_len(), |padded| {
+                for (i, dx) in dxs.chunks_exact_mut(image_in).enumerate() {
+                    d.image(&dy[(first + i) * image_out..][..image_out], dx, padded);
+                }
+            });
+            return;
+        }
         if s.side_by_side() {
             let ld = images * p;
             with_wide(k * ld, s.c_out * ld, |col, wide| {
@@ -742,6 +766,12 @@ mod tests {
             // Masked shifts with more than TABLE_POSITIONS outputs: "same" padding, dilated.
             shape([2, 3, 4], [12, 11], [3, 3], [1, 1], [1, 1]),
             shape([2, 2, 3], [10, 9], [3, 3], [1, 2], [2, 2]),
+            // The direct kernel ("same" padding, stride 1, at least 64 positions, at least 32
+            // input and output channels), forward and input gradient: channels that fill no
+            // whole SIMD vector, a non-square kernel, channel blocks of four vectors and one.
+            shape([2, 33, 37], [9, 8], [3, 5], [1, 1], [1, 2]),
+            shape([3, 40, 34], [8, 9], [3, 3], [1, 1], [1, 1]),
+            shape([2, 32, 70], [8, 8], [3, 3], [1, 1], [1, 1]),
         ]
     }
 
@@ -809,6 +839,35 @@ mod tests {
         }
     }
 
+    /// An infinite weight reaches the outputs whose tap reads inside the input, and no other:
+    /// the direct kernel never multiplies padding (im2col multiplied it, giving NaN where the
+    /// tap read padding; PyTorch's convolutions give the finite sum). The input gradient, of
+    /// an infinity in the output gradient, likewise.
+    #[test]
+    fn an_infinite_weight_never_meets_padding() {
+        let s = shape([1, 40, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
+        let (nx, nw, ny) = s.lens();
+        let mut w = vec![1.0; nw];
+        // Output channel 1, input channel 2, tap (0, 2): reads input (oy - 1, ox + 1).
+        w[(40 + 2) * 9 + 2] = f32::INFINITY;
+        let (x, dy) = (vec![1.0; nx], vec![1.0; ny]);
+        let (mut y, mut dx) = (vec![f32::NAN; ny], vec![f32::NAN; nx]);
+        forward(&s, &x, &w, None, &mut y).unwrap();
+        input_grad(&s, &dy, &w, &mut dx).unwrap();
+        // Taps inside the input, per position, times 40 channels.
+        let inside = |oy: usize, ox: usize| ((oy.min(1) + 1 + (7 - oy).min(1)) * (ox.min(1) + 1 + (7 - ox).min(1)) * 40) as f32;
+        for (oy, ox) in (0..8).flat_map(|oy| (0..8).map(move |ox| (oy, ox))) {
+            let reads = oy >= 1 && ox < 7;
+            let want = if reads { f32::INFINITY } else { inside(oy, ox) };
+            assert_eq!(y[64 + oy * 8 + ox], want, "output channel 1 at ({oy}, {ox})");
+            assert_eq!(y[oy * 8 + ox], inside(oy, ox), "output channel 0 at ({oy}, {ox})");
+            // Input (iy, ix) of channel 2 takes the weight from output (iy + 1, ix - 1).
+            let read_by = oy < 7 && ox >= 1;
+            let want = if read_by { f32::INFINITY } else { inside(oy, ox) };
+            assert_eq!(dx[2 * 64 + oy * 8 + ox], want, "input gradient channel 2 at ({oy}, {ox})");
+        }
+    }
+
     #[test]
     fn new_vectors_hold_the_bits_written_into_a_callers_buffer() {
         for s in shapes() {
@@ -825,8 +884,9 @@ mod tests {
 
     #[test]
     fn results_are_bit_identical_for_every_thread_count() {
-        // Per-image products (P = 108) and side-by-side ones (P = 20).
-        for s in [shape([37, 5, 6], [12, 9], [3, 3], [1, 1], [1, 1]), shape([37, 5, 6], [5, 4], [3, 3], [1, 1], [1, 1])] {
+        // Per-image products (P = 108), side-by-side ones (P = 20) and the direct kernel.
+        let direct = shape([37, 34, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
+        for s in [shape([37, 5, 6], [12, 9], [3, 3], [1, 1], [1, 1]), shape([37, 5, 6], [5, 4], [3, 3], [1, 1], [1, 1]), direct] {
             let at = |threads: usize| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run(&s));
             let one = at(1);
             for threads in [2, 3, 8] {

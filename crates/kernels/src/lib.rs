@@ -34,8 +34,12 @@ pub use error::{Error, Kernel};
 /// fused ReLU passes NaN (and maps -0 to +0) as Burn's and PyTorch's do, where revision 2's
 /// `max(0, v)` made a NaN 0; a convolution's bias gradient is summed by the kernels.
 /// Revision 4: fully connected layers run through the kernels ([`linear`]), with their own
-/// GEMM grouping, where revision 3 used Burn's matmul.
-pub const NUMERICS: u32 = 4;
+/// GEMM grouping, where revision 3 used Burn's matmul. Revision 5: stride-1 "same"
+/// convolutions with at least 33 output channels (input channels, for the input gradient)
+/// run the direct kernel (`conv::direct`): each output one fused chain over the taps inside
+/// the input, where im2col's GEMM summed in the `gemm` crate's blocked order and multiplied
+/// padding (an infinite weight made NaN at the border).
+pub const NUMERICS: u32 = 5;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.
