@@ -5,9 +5,10 @@
 //! - input gradient: `dx[n] = col2im(W^T (K x c_out) * dy[n] (c_out x P))`;
 //! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
 //!
-//! Stride-1 "same" convolutions with enough output channels skip the GEMM: [`direct`] runs
-//! them (and their input gradient, as the convolution of the output gradient with the rotated
-//! kernel) as register-blocked fused multiply-adds over the taps inside the input only.
+//! Stride-1 "same" convolutions with enough channels skip the GEMMs: [`direct`] runs them (and
+//! their input gradient, as the convolution of the output gradient with the rotated kernel) and
+//! [`weight`] their weight gradient as register-blocked fused multiply-adds over the terms that
+//! read inside the input only.
 //!
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
 //! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
@@ -19,12 +20,14 @@
 //! bit-identical for every thread count. Column and staging buffers are per thread and reused.
 
 mod direct;
+mod weight;
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
 use self::direct::Direct;
+use self::weight::WeightGrad;
 
 use crate::error::{Error, Kernel, check_len};
 use crate::raw::{MatMut, MatRef, Out, matmul};
@@ -596,7 +599,20 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     // into a reused partial buffer. When the products are deep (>= 64 positions), the `gemm`
     // crate runs them 1.2-2.5x faster into a column-major destination, so the chunk sums
     // `dW^T` (`K x c_out`) there; shallower products stay row-major.
+    // The direct kernel ([`weight`]) sums `dW^T` with its rows rounded up to whole SIMD
+    // vectors.
     let transposed = if s.side_by_side() { s.chunk() * p } else { p } >= 64;
+    let direct = WeightGrad::new(s);
+    let (len, ld) = direct.as_ref().map_or((nw, s.c_out), |g| (g.len(), g.width()));
+    let (image_in, image_out) = (s.c_in * s.h * s.w, s.c_out * p);
+    let chunk = |c: usize, b: &mut [f32]| match &direct {
+        Some(g) => {
+            let images = c * s.chunk()..((c + 1) * s.chunk()).min(s.batch);
+            let (x, dy) = (&x[images.start * image_in..images.end * image_in], &dy[images.start * image_out..images.end * image_out]);
+            with_columns(g.scratch_len(), |scratch| g.chunk(x, dy, b, scratch));
+        }
+        None => chunk_weight_grad(s, &taps, x, dy, c, b, transposed),
+    };
     // The chunks' sums are added in chunk order (into the first's buffer, in its layout), then
     // written to dw.
     PARTIALS.with(|buffers| {
@@ -605,25 +621,25 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
             buffers.resize_with(chunks, Vec::new);
         }
         for b in &mut buffers[..chunks] {
-            if b.len() < nw {
-                b.resize(nw, 0.0);
+            if b.len() < len {
+                b.resize(len, 0.0);
             }
         }
         let partials = &mut buffers[..chunks];
-        partials.par_iter_mut().enumerate().for_each(|(c, b)| chunk_weight_grad(s, &taps, x, dy, c, &mut b[..nw], transposed));
+        partials.par_iter_mut().enumerate().for_each(|(c, b)| chunk(c, &mut b[..len]));
         let Some((sum, rest)) = partials.split_first_mut() else { return };
-        let sum = &mut sum[..nw];
+        let sum = &mut sum[..len];
         vectorized(
             #[inline(always)]
             || {
                 for b in rest.iter() {
-                    sum.iter_mut().zip(&b[..nw]).for_each(|(d, v)| *d += v);
+                    sum.iter_mut().zip(&b[..len]).for_each(|(d, v)| *d += v);
                 }
             },
         );
-        if transposed {
-            for (j, column) in sum.chunks_exact(s.c_out).enumerate() {
-                for (o, v) in column.iter().enumerate() {
+        if transposed || direct.is_some() {
+            for (j, column) in sum.chunks_exact(ld).enumerate() {
+                for (o, v) in column[..s.c_out].iter().enumerate() {
                     dw[o * k + j] = *v;
                 }
             }
@@ -766,9 +782,11 @@ mod tests {
             // Masked shifts with more than TABLE_POSITIONS outputs: "same" padding, dilated.
             shape([2, 3, 4], [12, 11], [3, 3], [1, 1], [1, 1]),
             shape([2, 2, 3], [10, 9], [3, 3], [1, 2], [2, 2]),
-            // The direct kernel ("same" padding, stride 1, at least 64 positions, at least 32
-            // input and output channels), forward and input gradient: channels that fill no
-            // whole SIMD vector, a non-square kernel, channel blocks of four vectors and one.
+            // The direct kernels ("same" padding, stride 1, at least 64 positions, at least 16
+            // input and 32 output channels), forward and both gradients: channels that fill
+            // no whole SIMD vector, a non-square kernel, channel blocks of four vectors and
+            // one; the input gradient of the first by im2col (20 channels into the input).
+            shape([2, 20, 36], [8, 8], [3, 3], [1, 1], [1, 1]),
             shape([2, 33, 37], [9, 8], [3, 5], [1, 1], [1, 2]),
             shape([3, 40, 34], [8, 9], [3, 3], [1, 1], [1, 1]),
             shape([2, 32, 70], [8, 8], [3, 3], [1, 1], [1, 1]),
@@ -865,6 +883,26 @@ mod tests {
             let read_by = oy < 7 && ox >= 1;
             let want = if read_by { f32::INFINITY } else { inside(oy, ox) };
             assert_eq!(dx[2 * 64 + oy * 8 + ox], want, "input gradient channel 2 at ({oy}, {ox})");
+        }
+    }
+
+    /// An infinite output gradient reaches the weight-gradient taps that read inside the input
+    /// from its position, and no other (im2col multiplied it by the padding: NaN).
+    #[test]
+    fn an_infinite_output_gradient_never_meets_padding() {
+        let s = shape([2, 40, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
+        let (nx, nw, ny) = s.lens();
+        let mut dy = vec![1.0; ny];
+        // Image 1, output channel 1, position (0, 0): tap (ky, kx) reads input (ky - 1, kx - 1).
+        dy[(40 + 1) * 64] = f32::INFINITY;
+        let mut dw = vec![f32::NAN; nw];
+        weight_grad(&s, &vec![1.0; nx], &dy, &mut dw, None).unwrap();
+        // Positions whose tap reads inside, per image, times two images.
+        let inside = |k: usize| if k == 1 { 8 } else { 7 };
+        for (i, v) in dw.iter().enumerate() {
+            let (o, ky, kx) = (i / (40 * 9), i % 9 / 3, i % 3);
+            let want = if o == 1 && ky >= 1 && kx >= 1 { f32::INFINITY } else { (2 * inside(ky) * inside(kx)) as f32 };
+            assert_eq!(*v, want, "output channel {o}, input channel {}, tap ({ky}, {kx})", i / 9 % 40);
         }
     }
 

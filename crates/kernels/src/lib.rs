@@ -35,10 +35,11 @@ pub use error::{Error, Kernel};
 /// `max(0, v)` made a NaN 0; a convolution's bias gradient is summed by the kernels.
 /// Revision 4: fully connected layers run through the kernels ([`linear`]), with their own
 /// GEMM grouping, where revision 3 used Burn's matmul. Revision 5: stride-1 "same"
-/// convolutions with at least 33 output channels (input channels, for the input gradient)
-/// run the direct kernel (`conv::direct`): each output one fused chain over the taps inside
-/// the input, where im2col's GEMM summed in the `gemm` crate's blocked order and multiplied
-/// padding (an infinite weight made NaN at the border).
+/// convolutions with at least 32 input and output channels run direct kernels, forward and
+/// both gradients: each value one fused chain over the terms that read inside the input (per
+/// chunk of images, for the weight gradient), where im2col's GEMMs summed in the `gemm`
+/// crate's blocked order and multiplied padding (an infinite weight or output gradient made
+/// NaN at the border).
 pub const NUMERICS: u32 = 5;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run

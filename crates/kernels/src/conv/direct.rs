@@ -13,8 +13,8 @@
 //! which read every tap; a plane's border positions form smaller groups.
 //!
 //! Measured against im2col and the `gemm` crate, batch 64, one thread, AMD EPYC with AVX-512
-//! (`conv_kernels` example): AlexNet's layers 1.00-1.24x faster; shapes with fewer than
-//! [`MIN_CHANNELS`] input or output channels were slower, and keep im2col.
+//! (`conv_kernels` example): AlexNet's layers faster (see docs/performance.md); shapes with
+//! fewer than [`MIN_OUT`] output or [`MIN_IN`] input channels were slower, and keep im2col.
 
 use pulp::{Simd, WithSimd};
 
@@ -25,11 +25,14 @@ const ALIGN: usize = 64;
 /// Output positions per block: a register block holds them all by one or two SIMD vectors of
 /// channels with AVX-512, half of them by three or four (24 accumulators).
 const POSITIONS: usize = 12;
-/// Fewest input and output channels for which the direct kernel beat im2col (batch 64, one
-/// thread, AVX-512, `conv_kernels`): 32 -> 32 at 16x16 1.24x, 32 -> 96 5x5 1.14x, 96 -> 32 5x5
-/// 1.19x; with 16 channels either way it was slower (16 -> 16 at 32x32 0.60x, 16 -> 48 5x5
-/// 0.97x, 48 -> 16 5x5 0.90x), with 3 or 8 input channels 0.4x.
-const MIN_CHANNELS: usize = 32;
+/// Fewest output channels (the ones the SIMD vectors hold; for the input gradient, the
+/// convolution's input channels) for which the direct kernels beat im2col (batch 64, one
+/// thread, AVX-512, `conv_kernels`): 32 -> 32 at 16x16 1.24x forward; 16 -> 16 at 32x32 0.56x
+/// forward, 0.77x weight gradient, and 48 -> 16 at 16x16, 5x5, the same.
+const MIN_OUT: usize = 32;
+/// Fewest input channels (those a chain runs over) for which they beat im2col: 16 -> 48 at
+/// 16x16, 5x5, 1.04x forward and 1.19x weight gradient; 3 -> 32 at 32x32 0.4x.
+const MIN_IN: usize = 16;
 
 /// Up to [`POSITIONS`] output positions that share their kernel taps.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +66,47 @@ pub(super) struct Direct {
     blocks: Vec<Block>,
 }
 
+/// Whether the direct kernels run a convolution of shape `s` (a "same" shape at stride 1) from
+/// `c_in` channels into `c_out` ones: `s`'s own for the forward pass and the weight gradient,
+/// swapped for the input gradient.
+pub(super) fn applies(s: &Conv2d, c_in: usize, c_out: usize) -> bool {
+    let same = (0..2).all(|a| s.stride[a] == 1 && s.dilation[a] == 1 && 2 * s.padding[a] + 1 == s.kernel[a]);
+    same && c_in >= MIN_IN && c_out >= MIN_OUT && s.p() >= super::SIDE_BY_SIDE_BELOW
+}
+
+/// `channels` in blocks of SIMD vectors of `lanes`: first vector and vectors, four per block
+/// with AVX-512 (32 registers), two with AVX2 (16).
+pub(super) fn channel_blocks(channels: usize, lanes: usize) -> Vec<(usize, usize)> {
+    let (vectors, most) = (channels.div_ceil(lanes), if lanes >= 16 { 4 } else { 2 });
+    (0..vectors).step_by(most).map(|v| (v, most.min(vectors - v))).collect()
+}
+
+/// The SIMD width pulp's dispatch picks on this CPU.
+pub(super) fn simd_lanes() -> usize {
+    pulp::Arch::new().dispatch(Lanes)
+}
+
+/// Copies the planes of `x` (each `h x w`) into `padded`, each inside a border of `ph` rows and
+/// `pw` columns of zeros.
+#[inline(always)]
+pub(super) fn pad(x: &[f32], padded: &mut [f32], [h, w]: [usize; 2], [ph, pw]: [usize; 2]) {
+    let wp = w + 2 * pw;
+    padded.fill(0.0);
+    for (src, dst) in x.chunks_exact(h * w).zip(padded.chunks_exact_mut((h + 2 * ph) * wp)) {
+        for (row, line) in src.chunks_exact(w).zip(dst[ph * wp..].chunks_exact_mut(wp)) {
+            line[pw..][..w].copy_from_slice(row);
+        }
+    }
+}
+
+/// Positions a register block can hold for `vectors` SIMD vectors of channels: `N * vectors`
+/// accumulators, the vectors and a broadcast value in 32 registers with AVX-512 (16 with
+/// AVX2); [`POSITIONS`] or half.
+pub(super) const fn positions(lanes: usize, vectors: usize) -> usize {
+    let registers = if lanes >= 16 { 32 } else { 16 };
+    if POSITIONS * vectors + vectors + 2 <= registers { POSITIONS } else { POSITIONS / 2 }
+}
+
 /// The SIMD width pulp's dispatch picks on this CPU.
 struct Lanes;
 
@@ -77,7 +121,7 @@ impl WithSimd for Lanes {
 impl Direct {
     /// The forward pass of `s`, when the shape takes the direct kernel.
     pub(super) fn forward(s: &Conv2d, weight: &[f32]) -> Option<Self> {
-        Self::forward_for(s, weight, pulp::Arch::new().dispatch(Lanes))
+        Self::forward_for(s, weight, simd_lanes())
     }
 
     /// [`Self::forward`], its weights packed for SIMD vectors of `lanes` values.
@@ -91,7 +135,7 @@ impl Direct {
     /// At stride 1 the rotated kernel's padding is `k - 1 - padding`, which is `padding` for the
     /// "same" shapes this takes.
     pub(super) fn input_grad(s: &Conv2d, weight: &[f32]) -> Option<Self> {
-        Self::input_grad_for(s, weight, pulp::Arch::new().dispatch(Lanes))
+        Self::input_grad_for(s, weight, simd_lanes())
     }
 
     /// [`Self::input_grad`], its weights packed for SIMD vectors of `lanes` values.
@@ -102,14 +146,10 @@ impl Direct {
 
     /// `get(o, i, t)`: the weight of output channel `o`, input channel `i`, tap `t = ky * kw + kx`.
     fn new(s: &Conv2d, c_in: usize, c_out: usize, get: impl Fn(usize, usize, usize) -> f32, lanes: usize) -> Option<Self> {
-        let same = (0..2).all(|a| s.stride[a] == 1 && s.dilation[a] == 1 && 2 * s.padding[a] + 1 == s.kernel[a]);
-        let vectors = c_out.div_ceil(lanes);
-        if !same || c_in.min(c_out) < MIN_CHANNELS || s.p() < super::SIDE_BY_SIDE_BELOW {
+        if !applies(s, c_in, c_out) {
             return None;
         }
-        // Four vectors per block with AVX-512 (32 registers), two with AVX2 (16).
-        let most = if lanes >= 16 { 4 } else { 2 };
-        let channels: Vec<(usize, usize)> = (0..vectors).step_by(most).map(|v| (v, most.min(vectors - v))).collect();
+        let (vectors, channels) = (c_out.div_ceil(lanes), channel_blocks(c_out, lanes));
         let taps = s.kernel[0] * s.kernel[1];
         // The packed weights start on a cache line (`start` values in): a vector load that
         // straddles two lines costs two (measured: 48 -> 96 channels, 3x3, 8x8 took 4.3 ms
@@ -196,14 +236,9 @@ impl WithSimd for Image<'_> {
     fn with_simd<S: Simd>(self, simd: S) {
         let Image { d, x, y, padded } = self;
         assert_eq!(S::F32_LANES, d.lanes, "weights packed for another SIMD width");
-        let (hw, [ph, pw], wp) = (d.h * d.w, d.padding, d.padded_w());
-        let plane = (d.h + 2 * ph) * wp;
-        padded.fill(0.0);
-        for (src, dst) in x.chunks_exact(hw).zip(padded.chunks_exact_mut(plane)) {
-            for (row, line) in src.chunks_exact(d.w).zip(dst[ph * wp..].chunks_exact_mut(wp)) {
-                line[pw..][..d.w].copy_from_slice(row);
-            }
-        }
+        let wp = d.padded_w();
+        let plane = (d.h + 2 * d.padding[0]) * wp;
+        pad(x, padded, [d.h, d.w], d.padding);
         let per_channel = d.c_in * d.kernel[0] * d.kernel[1];
         let mut weights = &d.packed[d.start..];
         for &(first, n) in &d.channels {
@@ -235,12 +270,10 @@ struct Kernel<'a> {
 
 impl Kernel<'_> {
     /// Block `b`'s outputs for `V` vectors of channels, in runs of as many positions as the
-    /// registers hold: `N * V` accumulators, `V` weight vectors and a broadcast value in 32
-    /// registers with AVX-512 (16 with AVX2).
+    /// registers hold ([`positions`]).
     #[inline(always)]
     fn run<S: Simd, const V: usize>(&self, simd: S, b: &Block, y: &mut [f32]) {
-        let registers = if S::F32_LANES >= 16 { 32 } else { 16 };
-        let most = if POSITIONS * V + V + 2 <= registers { POSITIONS } else { POSITIONS / 2 };
+        let most = positions(S::F32_LANES, V);
         let mut at = 0;
         while at < b.len {
             let n = (b.len - at).min(most);
