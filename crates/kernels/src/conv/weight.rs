@@ -21,6 +21,9 @@ use super::direct::{self, channel_blocks, positions};
 /// tiles of this size, so that they stay in the first-level cache while every tap reads them.
 const TILE_BYTES: usize = 32 << 10;
 
+/// Values in a cache line.
+const ALIGN_VALUES: usize = 16;
+
 /// One weight gradient's geometry and SIMD layout.
 pub(super) struct WeightGrad {
     s: Conv2d,
@@ -58,7 +61,7 @@ impl WeightGrad {
     /// Scratch values [`Self::chunk`] needs: a padded image and an image's transposed gradient.
     pub(super) fn scratch_len(&self) -> usize {
         let s = &self.s;
-        s.c_in * (s.h + 2 * s.padding[0]) * (s.w + 2 * s.padding[1]) + s.p() * self.width
+        s.c_in * (s.h + 2 * s.padding[0]) * (s.w + 2 * s.padding[1]) + s.p() * self.width + ALIGN_VALUES
     }
 
     /// The partial sums of the images `x` (`c_in x h x w` each) and their output gradients `dy`
@@ -85,7 +88,11 @@ impl WithSimd for Chunk<'_> {
         assert_eq!(S::F32_LANES, g.lanes, "laid out for another SIMD width");
         let s = &g.s;
         let (p, image_in, image_out) = (s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
-        let (padded, dyt) = scratch.split_at_mut(scratch.len() - p * g.width);
+        // The transposed gradient starts on a cache line, so that its vector loads do not
+        // straddle two.
+        let (padded, rest) = scratch.split_at_mut(scratch.len() - p * g.width - ALIGN_VALUES);
+        let skip = rest.as_ptr().align_offset(ALIGN_VALUES * size_of::<f32>()).min(ALIGN_VALUES);
+        let dyt = &mut rest[skip..][..p * g.width];
         acc.fill(0.0);
         for (x, dy) in x.chunks_exact(image_in).zip(dy.chunks_exact(image_out)) {
             // The image zero-padded with the channels last, so that a run of input channels at
