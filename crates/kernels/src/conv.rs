@@ -427,7 +427,8 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu:
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let w = MatRef::row_major(weight, s.c_out, k);
-    let direct = Direct::forward(s, weight);
+    // Planes under 64 positions run faster as side-by-side products.
+    let direct = if s.side_by_side() { None } else { Direct::forward(s, weight) };
     Ok(out.write(image_out * s.chunk(), |c, ys| {
         let first = c * s.chunk();
         let images = ys.len() / image_out;
@@ -508,7 +509,7 @@ fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let wt = MatRef::transposed(weight, k, s.c_out);
-    let direct = Direct::input_grad(s, weight);
+    let direct = if s.side_by_side() { None } else { Direct::input_grad(s, weight) };
     Ok(dx.write(image_in * s.chunk(), |c, dxs| {
         let first = c * s.chunk();
         let images = dxs.len() / image_in;
@@ -602,7 +603,7 @@ pub fn weight_grad(s: &Conv2d, x: &[f32], dy: &[f32], dw: &mut [f32], db: Option
     // The direct kernel ([`weight`]) sums `dW^T` with its rows rounded up to whole SIMD
     // vectors.
     let transposed = if s.side_by_side() { s.chunk() * p } else { p } >= 64;
-    let direct = WeightGrad::new(s);
+    let direct = if s.side_by_side() { None } else { WeightGrad::new(s) };
     let (len, ld) = direct.as_ref().map_or((nw, s.c_out), |g| (g.len(), g.width()));
     let (image_in, image_out) = (s.c_in * s.h * s.w, s.c_out * p);
     let chunk = |c: usize, b: &mut [f32]| match &direct {

@@ -20,7 +20,7 @@
 
 use pulp::{Simd, WithSimd};
 
-use super::Conv2d;
+use crate::shape::Conv2d;
 
 /// Bytes in a cache line.
 const ALIGN: usize = 64;
@@ -71,10 +71,11 @@ pub(super) struct Direct {
 
 /// Whether the direct kernels run a convolution of shape `s` (a "same" shape at stride 1) from
 /// `c_in` channels into `c_out` ones: `s`'s own for the forward pass and the weight gradient,
-/// swapped for the input gradient.
+/// swapped for the input gradient. (The caller keeps planes too small for them, which its
+/// side-by-side products run faster, away.)
 pub(super) fn applies(s: &Conv2d, c_in: usize, c_out: usize) -> bool {
     let same = (0..2).all(|a| s.stride[a] == 1 && s.dilation[a] == 1 && 2 * s.padding[a] + 1 == s.kernel[a]);
-    same && c_in >= MIN_IN && c_out >= MIN_OUT && s.p() >= super::SIDE_BY_SIDE_BELOW
+    same && c_in >= MIN_IN && c_out >= MIN_OUT
 }
 
 /// `channels` in blocks of SIMD vectors of `lanes`: first vector and vectors, four per block

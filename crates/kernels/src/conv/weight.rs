@@ -14,8 +14,8 @@
 
 use pulp::{Simd, WithSimd};
 
-use super::Conv2d;
 use super::direct::{self, channel_blocks, positions};
+use crate::shape::Conv2d;
 
 /// Bytes of the transposed output gradient one pass over the taps reads: its rows are taken in
 /// tiles of this size, so that they stay in the first-level cache while every tap reads them.
