@@ -7,8 +7,8 @@
 //!
 //! Stride-1 "same" convolutions with enough channels skip the GEMMs: [`direct`] runs them (and
 //! their input gradient, as the convolution of the output gradient with the rotated kernel) and
-//! [`weight`] their weight gradient as register-blocked fused multiply-adds over the terms that
-//! read inside the input only.
+//! [`weight`] their weight gradient (which needs enough output channels only) as
+//! register-blocked fused multiply-adds over the terms that read inside the input only.
 //!
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
 //! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
@@ -797,6 +797,10 @@ mod tests {
             shape([2, 33, 37], [9, 8], [3, 5], [1, 1], [1, 2]),
             shape([3, 40, 34], [8, 9], [3, 3], [1, 1], [1, 1]),
             shape([2, 32, 70], [8, 8], [3, 3], [1, 1], [1, 1]),
+            // The direct weight gradient of few input channels (a first layer; its forward
+            // pass and input gradient by im2col): a partial vector, a non-square kernel.
+            shape([2, 3, 33], [9, 8], [5, 3], [1, 1], [2, 1]),
+            shape([2, 7, 32], [8, 8], [3, 3], [1, 1], [1, 1]),
         ]
     }
 
@@ -894,22 +898,25 @@ mod tests {
     }
 
     /// An infinite output gradient reaches the weight-gradient taps that read inside the input
-    /// from its position, and no other (im2col multiplied it by the padding: NaN).
+    /// from its position, and no other (im2col multiplied it by the padding: NaN), with as few
+    /// input channels as a first layer's too.
     #[test]
     fn an_infinite_output_gradient_never_meets_padding() {
-        let s = shape([2, 40, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
-        let (nx, nw, ny) = s.lens();
-        let mut dy = vec![1.0; ny];
-        // Image 1, output channel 1, position (0, 0): tap (ky, kx) reads input (ky - 1, kx - 1).
-        dy[(40 + 1) * 64] = f32::INFINITY;
-        let mut dw = vec![f32::NAN; nw];
-        weight_grad(&s, &vec![1.0; nx], &dy, &mut dw, None).unwrap();
-        // Positions whose tap reads inside, per image, times two images.
-        let inside = |k: usize| if k == 1 { 8 } else { 7 };
-        for (i, v) in dw.iter().enumerate() {
-            let (o, ky, kx) = (i / (40 * 9), i % 9 / 3, i % 3);
-            let want = if o == 1 && ky >= 1 && kx >= 1 { f32::INFINITY } else { (2 * inside(ky) * inside(kx)) as f32 };
-            assert_eq!(*v, want, "output channel {o}, input channel {}, tap ({ky}, {kx})", i / 9 % 40);
+        for c_in in [40, 3] {
+            let s = shape([2, c_in, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
+            let (nx, nw, ny) = s.lens();
+            let mut dy = vec![1.0; ny];
+            // Image 1, output channel 1, position (0, 0): tap (ky, kx) reads input (ky - 1, kx - 1).
+            dy[(40 + 1) * 64] = f32::INFINITY;
+            let mut dw = vec![f32::NAN; nw];
+            weight_grad(&s, &vec![1.0; nx], &dy, &mut dw, None).unwrap();
+            // Positions whose tap reads inside, per image, times two images.
+            let inside = |k: usize| if k == 1 { 8 } else { 7 };
+            for (i, v) in dw.iter().enumerate() {
+                let (o, ky, kx) = (i / (c_in * 9), i % 9 / 3, i % 3);
+                let want = if o == 1 && ky >= 1 && kx >= 1 { f32::INFINITY } else { (2 * inside(ky) * inside(kx)) as f32 };
+                assert_eq!(*v, want, "{c_in} input channels: output channel {o}, input channel {}, tap ({ky}, {kx})", i / 9 % c_in);
+            }
         }
     }
 

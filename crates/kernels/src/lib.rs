@@ -35,12 +35,14 @@ pub use error::{Error, Kernel};
 /// `max(0, v)` made a NaN 0; a convolution's bias gradient is summed by the kernels.
 /// Revision 4: fully connected layers run through the kernels ([`linear`]), with their own
 /// GEMM grouping, where revision 3 used Burn's matmul. Revision 5: stride-1 "same"
-/// convolutions with at least 32 input and output channels run direct kernels, forward and
+/// convolutions with at least 16 input and 32 output channels run direct kernels, forward and
 /// both gradients: each value one fused chain over the terms that read inside the input (per
 /// chunk of images, for the weight gradient), where im2col's GEMMs summed in the `gemm`
 /// crate's blocked order and multiplied padding (an infinite weight or output gradient made
-/// NaN at the border).
-pub const NUMERICS: u32 = 5;
+/// NaN at the border). Revision 6: the weight gradient of such convolutions with fewer input
+/// channels (a first layer with at least 32 output channels, as AlexNet's at width 0.5) is the
+/// direct kernel's too.
+pub const NUMERICS: u32 = 6;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.

@@ -74,8 +74,19 @@ pub(super) struct Direct {
 /// swapped for the input gradient. (The caller keeps planes too small for them, which its
 /// side-by-side products run faster, away.)
 pub(super) fn applies(s: &Conv2d, c_in: usize, c_out: usize) -> bool {
-    let same = (0..2).all(|a| s.stride[a] == 1 && s.dilation[a] == 1 && 2 * s.padding[a] + 1 == s.kernel[a]);
-    same && c_in >= MIN_IN && c_out >= MIN_OUT
+    same(s) && c_in >= MIN_IN && wide(c_out)
+}
+
+/// Whether `c_out` output channels (the ones the SIMD vectors hold) are enough for the direct
+/// kernels ([`MIN_OUT`]).
+pub(super) fn wide(c_out: usize) -> bool {
+    c_out >= MIN_OUT
+}
+
+/// Whether `s` is a "same" convolution at stride 1 without dilation (the output as large as
+/// the input), the shapes the direct kernels are written for.
+pub(super) fn same(s: &Conv2d) -> bool {
+    (0..2).all(|a| s.stride[a] == 1 && s.dilation[a] == 1 && 2 * s.padding[a] + 1 == s.kernel[a])
 }
 
 /// `channels` in blocks of SIMD vectors of `lanes`: first vector and vectors, four per block
