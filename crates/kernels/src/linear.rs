@@ -100,8 +100,8 @@ pub fn forward_new(s: &Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, relu: bo
     let (n, k) = (s.batch, s.d_in);
     let rows = block_rows(s.d_out, n * k);
     // x^T once, row-major: every block packs it, and packing it from `x` itself (a column-major
-    // view, each value a cache line apart) cost 0.3-0.4 ms a block on 64 x 2048 (measured:
-    // AlexNet/2's 2048 -> 512 forward, one thread, 4.3 ms in eight blocks against 1.7 in one).
+    // view) cost 0.3-0.4 ms a block on 64 x 2048 (measured: AlexNet/2's 2048 -> 512 forward,
+    // batch 64, one thread, eight blocks: 4.3 ms, 1.7-1.9 with this copy).
     let xt = transpose_new(x, n, k, |_, v| v);
     // y^T, one block of output features per task.
     let yt = Out::New(s.d_out * n).write(rows * n, |t, run| {
