@@ -218,8 +218,8 @@ impl Tap<'_> {
         let wp = s.w + 2 * s.padding[1];
         let t = self.ky * s.kernel[1] + self.kx;
         // Where each input channel's partial sums for this tap and channel block start.
-        // Arrays filled by loops rather than `array::from_fn`, which LLVM may leave a call in a
-        // function this large, returning the accumulators through memory (measured: the
+        // Arrays filled by loops rather than `array::from_fn`: in a function this large, LLVM
+        // may leave that a call, which returns the accumulators through memory (measured: the
         // direct weight gradients 1.6-2.5x slower).
         let (mut at, zero) = ([0; N], simd.splat_f32s(0.0));
         let mut sums = [[zero; V]; N];
