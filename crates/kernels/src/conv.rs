@@ -5,10 +5,12 @@
 //! - input gradient: `dx[n] = col2im(W^T (K x c_out) * dy[n] (c_out x P))`;
 //! - weight gradient: `dW = sum_n dy[n] (c_out x P) * col(x[n])^T (P x K)`, `db = sum dy`.
 //!
-//! Stride-1 "same" convolutions with enough channels skip the GEMMs: [`direct`] runs them (and
-//! their input gradient, as the convolution of the output gradient with the rotated kernel) and
-//! [`weight`] their weight gradient (which needs enough output channels only) as
-//! register-blocked fused multiply-adds over the terms that read inside the input only.
+//! Stride-1 "same" convolutions with enough channels skip the GEMMs: [`rows`] (rows of at least
+//! 16 columns, output positions in the SIMD lanes) or [`direct`] (smaller planes, output
+//! channels in the lanes) runs them and their input gradient (as the convolution of the output
+//! gradient with the rotated kernel), and [`weight`] their weight gradient (which needs enough
+//! output channels only), as register-blocked fused multiply-adds over the terms that read
+//! inside the input only.
 //!
 //! A 1x1 convolution at stride 1 without padding needs no im2col: `col(x[n])` is `x[n]`. At
 //! stride 1 with as many output as input columns, each im2col row is a masked copy of a padded
@@ -21,6 +23,7 @@
 //! Column and staging buffers are per thread and reused.
 
 mod direct;
+mod rows;
 mod weight;
 
 use std::cell::RefCell;
@@ -28,6 +31,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use self::direct::Direct;
+use self::rows::Rows;
 use self::weight::WeightGrad;
 
 use crate::error::{Error, Kernel, check_len};
@@ -89,6 +93,37 @@ struct Run {
     x: (usize, usize),
     /// Input position read by output `(y.0, x.0)` (0 when none is read).
     from: usize,
+}
+
+/// A direct kernel planned for one direction of a shape: output positions in the SIMD lanes
+/// ([`Rows`], for rows of at least 16 columns) or output channels ([`Direct`], for smaller
+/// planes).
+enum Planned {
+    Rows(Rows),
+    Channels(Direct),
+}
+
+impl Planned {
+    /// `rows` where it applies, else `channels()` where that does.
+    fn pick(rows: Option<Rows>, channels: impl FnOnce() -> Option<Direct>) -> Option<Self> {
+        rows.map(Self::Rows).or_else(|| channels().map(Self::Channels))
+    }
+
+    /// Values of the padded copy of one image.
+    fn padded_len(&self) -> usize {
+        match self {
+            Self::Channels(d) => d.padded_len(),
+            Self::Rows(r) => r.padded_len(),
+        }
+    }
+
+    /// Convolves one image `x` into `y`; `padded` is scratch of [`Self::padded_len`] values.
+    fn image(&self, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
+        match self {
+            Self::Channels(d) => d.image(x, y, padded),
+            Self::Rows(r) => r.image(x, y, padded),
+        }
+    }
 }
 
 thread_local! {
@@ -434,7 +469,7 @@ fn forward_to(s: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, relu:
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let w = MatRef::row_major(weight, s.c_out, k);
     // Planes under 64 positions run faster as side-by-side products.
-    let direct = if s.side_by_side() { None } else { Direct::forward(s, weight) };
+    let direct = if s.side_by_side() { None } else { Planned::pick(Rows::forward(s, weight), || Direct::forward(s, weight)) };
     Ok(out.write(image_out * s.chunk(), |c, ys| {
         let first = c * s.chunk();
         let images = ys.len() / image_out;
@@ -515,7 +550,7 @@ fn input_grad_to(s: &Conv2d, dy: &[f32], weight: &[f32], dx: Out<'_>) -> Result<
     let taps = s.taps();
     let (k, p, image_in, image_out) = (s.k(), s.p(), s.c_in * s.h * s.w, s.c_out * s.p());
     let wt = MatRef::transposed(weight, k, s.c_out);
-    let direct = if s.side_by_side() { None } else { Direct::input_grad(s, weight) };
+    let direct = if s.side_by_side() { None } else { Planned::pick(Rows::input_grad(s, weight), || Direct::input_grad(s, weight)) };
     Ok(dx.write(image_in * s.chunk(), |c, dxs| {
         let first = c * s.chunk();
         let images = dxs.len() / image_in;
@@ -801,6 +836,13 @@ mod tests {
             // pass and input gradient by im2col): a partial vector, a non-square kernel.
             shape([2, 3, 33], [9, 8], [5, 3], [1, 1], [2, 1]),
             shape([2, 7, 32], [8, 8], [3, 3], [1, 1], [1, 1]),
+            // The direct kernels with positions in the lanes (rows of at least 16 columns, at
+            // least 8 output channels), forward and input gradient: rows that are no whole
+            // number of vectors, channel groups of 16 and 8 (40 and 12 channels), few input
+            // channels (5; the input gradient into them by im2col), the widest kernel.
+            shape([2, 5, 12], [5, 17], [3, 5], [1, 1], [1, 2]),
+            shape([2, 12, 40], [4, 33], [3, 3], [1, 1], [1, 1]),
+            shape([2, 9, 8], [4, 16], [1, 7], [1, 1], [0, 3]),
         ]
     }
 
@@ -869,31 +911,35 @@ mod tests {
     }
 
     /// An infinite weight reaches the outputs whose tap reads inside the input, and no other:
-    /// the direct kernel never multiplies padding (im2col multiplied it, giving NaN where the
-    /// tap read padding; PyTorch 2.9.0's convolutions give the finite sum at batch 2 and up).
-    /// The input gradient likewise.
+    /// the direct kernels (channels in the lanes at 8x8, positions at 16x16, few output
+    /// channels too) never multiply padding (im2col multiplied it, giving NaN where the tap
+    /// read padding; PyTorch 2.9.0's convolutions give the finite sum at batch 2 and up). The
+    /// input gradient likewise.
     #[test]
     fn an_infinite_weight_never_meets_padding() {
-        let s = shape([1, 40, 40], [8, 8], [3, 3], [1, 1], [1, 1]);
-        let (nx, nw, ny) = s.lens();
-        let mut w = vec![1.0; nw];
-        // Output channel 1, input channel 2, tap (0, 2): reads input (oy - 1, ox + 1).
-        w[(40 + 2) * 9 + 2] = f32::INFINITY;
-        let (x, dy) = (vec![1.0; nx], vec![1.0; ny]);
-        let (mut y, mut dx) = (vec![f32::NAN; ny], vec![f32::NAN; nx]);
-        forward(&s, &x, &w, None, &mut y).unwrap();
-        input_grad(&s, &dy, &w, &mut dx).unwrap();
-        // Taps inside the input, per position, times 40 channels.
-        let inside = |oy: usize, ox: usize| ((oy.min(1) + 1 + (7 - oy).min(1)) * (ox.min(1) + 1 + (7 - ox).min(1)) * 40) as f32;
-        for (oy, ox) in (0..8).flat_map(|oy| (0..8).map(move |ox| (oy, ox))) {
-            let reads = oy >= 1 && ox < 7;
-            let want = if reads { f32::INFINITY } else { inside(oy, ox) };
-            assert_eq!(y[64 + oy * 8 + ox], want, "output channel 1 at ({oy}, {ox})");
-            assert_eq!(y[oy * 8 + ox], inside(oy, ox), "output channel 0 at ({oy}, {ox})");
-            // Input (iy, ix) of channel 2 takes the weight from output (iy + 1, ix - 1).
-            let read_by = oy < 7 && ox >= 1;
-            let want = if read_by { f32::INFINITY } else { inside(oy, ox) };
-            assert_eq!(dx[2 * 64 + oy * 8 + ox], want, "input gradient channel 2 at ({oy}, {ox})");
+        for (c, n) in [(40, 8), (40, 16), (12, 16)] {
+            let s = shape([1, c, c], [n, n], [3, 3], [1, 1], [1, 1]);
+            let (nx, nw, ny) = s.lens();
+            let mut w = vec![1.0; nw];
+            // Output channel 1, input channel 2, tap (0, 2): reads input (oy - 1, ox + 1).
+            w[(c + 2) * 9 + 2] = f32::INFINITY;
+            let (x, dy) = (vec![1.0; nx], vec![1.0; ny]);
+            let (mut y, mut dx) = (vec![f32::NAN; ny], vec![f32::NAN; nx]);
+            forward(&s, &x, &w, None, &mut y).unwrap();
+            input_grad(&s, &dy, &w, &mut dx).unwrap();
+            // Taps inside the input, per position, times `c` channels.
+            let inside = |oy: usize, ox: usize| ((oy.min(1) + 1 + (n - 1 - oy).min(1)) * (ox.min(1) + 1 + (n - 1 - ox).min(1)) * c) as f32;
+            for (oy, ox) in (0..n).flat_map(|oy| (0..n).map(move |ox| (oy, ox))) {
+                let at = oy * n + ox;
+                let reads = oy >= 1 && ox < n - 1;
+                let want = if reads { f32::INFINITY } else { inside(oy, ox) };
+                assert_eq!(y[n * n + at], want, "output channel 1 at ({oy}, {ox}), {s:?}");
+                assert_eq!(y[at], inside(oy, ox), "output channel 0 at ({oy}, {ox}), {s:?}");
+                // Input (iy, ix) of channel 2 takes the weight from output (iy + 1, ix - 1).
+                let read_by = oy < n - 1 && ox >= 1;
+                let want = if read_by { f32::INFINITY } else { inside(oy, ox) };
+                assert_eq!(dx[2 * n * n + at], want, "input gradient channel 2 at ({oy}, {ox}), {s:?}");
+            }
         }
     }
 

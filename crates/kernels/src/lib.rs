@@ -41,8 +41,12 @@ pub use error::{Error, Kernel};
 /// crate's blocked order and multiplied padding (an infinite weight or output gradient made
 /// NaN at the border). Revision 6: the weight gradient of such convolutions with fewer input
 /// channels (a first layer with at least 32 output channels, as AlexNet's at width 0.5) is the
-/// direct kernel's too.
-pub const NUMERICS: u32 = 6;
+/// direct kernel's too. Revision 7: stride-1 "same" convolutions on rows of at least 16
+/// columns with at least 8 output channels (any number of input channels) run their forward
+/// pass and input gradient through a direct kernel with output positions in the SIMD lanes:
+/// the same chains as revision 6's direct kernel where that applied, new bits where im2col ran
+/// (layers of 8 to 31 output channels, as ResNet's 16-channel stage, and first layers).
+pub const NUMERICS: u32 = 7;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
 /// AVX-512 micro-kernels: a build with the `avx512` feature on a CPU with AVX-512F.

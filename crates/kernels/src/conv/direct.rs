@@ -1,6 +1,8 @@
 //! Direct convolution for stride-1 "same" shapes (output as large as the input, no dilation),
 //! used for the forward pass and, as the convolution of the output gradient with the rotated
-//! and transposed kernel, for the input gradient.
+//! and transposed kernel, for the input gradient. Planes whose rows hold a SIMD vector (16
+//! columns and more) take [`super::rows`]'s kernel instead, which computes the same chains with
+//! output positions in the lanes; this one runs the smaller planes.
 //!
 //! Each output is one fused multiply-add chain over `(c_in, ky, kx)` in that order, over the
 //! taps that read inside the input only: padding is never multiplied. im2col multiplied it by
