@@ -11,7 +11,8 @@
 #
 # Knobs: MODELS (arch:depth:width:bn, as train_throughput.sh), THREADS_LIST, BATCH, STEPS
 # (timed steps), WARMUP, PERF_FREQ (samples per second), PERF_STACK (bytes of stack copied
-# per sample), EXPLAIN (N: print the N commonest stacks and ops counted as "other"), OUT_CSV.
+# per sample), EXPLAIN (N: print the N commonest stacks and ops counted as "other"), OUT_CSV,
+# RESILAB (the binary; another build's, to compare).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +26,7 @@ PERF_STACK="${PERF_STACK:-16384}"
 EXPLAIN="${EXPLAIN:-0}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/breakdown.csv}"
 
-RESILAB="$ROOT/target/release/resilab"
+RESILAB="${RESILAB:-$ROOT/target/release/resilab}"
 if [[ ! -x "$RESILAB" ]]; then
     echo "error: $RESILAB is missing: run \`cargo build --release\` first (this script does not build)" >&2
     exit 1
