@@ -23,7 +23,8 @@
 # not compare.
 # Knobs: BACKENDS (default "native flex"), REPS (resilab runs per cell, default 10), TORCH_RUNS
 # (Python runs per model and flip count, default 4), JOBS (default 2), THREADS (per process,
-# default 1).
+# default 1), RESILAB (a native/flex binary to run instead of building target/release/resilab:
+# another build's, to compare).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +36,7 @@ THREADS="${THREADS:-1}"
 BACKENDS="${BACKENDS:-native flex}"
 OUT_CSV="${OUT_CSV:-$ROOT/results/bench/campaign.csv}"
 WORK="$ROOT/target/bench-campaign"
-BIN="$ROOT/target/release/resilab"
+BIN="${RESILAB:-$ROOT/target/release/resilab}"
 TCH_TARGET="$ROOT/target/tch"
 PRESET="$ROOT/configs/paper/nev.toml"
 
@@ -44,7 +45,7 @@ rm -rf "$WORK"
 mkdir -p "$WORK" "$(dirname "$OUT_CSV")"
 for backend in $BACKENDS; do
     case "$backend" in
-        native|flex) (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
+        native|flex) [[ -n "${RESILAB:-}" ]] || (cd "$ROOT" && bash scripts/setup.sh && cargo build --release) ;;
         tch) (cd "$ROOT" && CARGO_TARGET_DIR="$TCH_TARGET" bash scripts/with-tch.sh cargo build --release --features tch) ;;
         *) echo "bench/campaign.sh: unknown backend $backend in BACKENDS (native, flex, tch)" >&2; exit 2 ;;
     esac

@@ -45,7 +45,8 @@ pub use error::{Error, Kernel};
 /// columns with at least 8 output channels (any number of input channels) run their forward
 /// pass and input gradient through a direct kernel with output positions in the SIMD lanes:
 /// the same chains as revision 6's direct kernel where that applied, new bits where im2col ran
-/// (layers of 8 to 31 output channels, as ResNet's 16-channel stage, and first layers).
+/// (the input gradient of layers of 8 to 31 output channels, as ResNet's 16-channel stage;
+/// first layers' forward passes gave the same bits as im2col's in the shapes measured).
 pub const NUMERICS: u32 = 7;
 
 /// Whether the GEMMs (these kernels' and, through the same `gemm` crate, Burn's flex's) run
