@@ -30,7 +30,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use self::direct::Direct;
+use self::direct::{Direct, PerImage};
 use self::rows::Rows;
 use self::weight::WeightGrad;
 

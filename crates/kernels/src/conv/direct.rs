@@ -103,6 +103,20 @@ pub(super) fn simd_lanes() -> usize {
     pulp::Arch::new().dispatch(Lanes)
 }
 
+/// The forward pass's weight of output channel `o`, input channel `i`, tap `t = ky * kw + kx`
+/// (`weight` is `c_out x c_in x kh x kw`).
+pub(super) fn forward_weight<'a>(s: &Conv2d, weight: &'a [f32]) -> impl Fn(usize, usize, usize) -> f32 + 'a {
+    let (c_in, k) = (s.c_in, s.kernel[0] * s.kernel[1]);
+    move |o, i, t| weight[(o * c_in + i) * k + t]
+}
+
+/// The input gradient's weight, as a forward pass from the `c_out` channels of `s` into its
+/// `c_in` ones: the kernel rotated by 180 degrees, input and output channels swapped.
+pub(super) fn input_grad_weight<'a>(s: &Conv2d, weight: &'a [f32]) -> impl Fn(usize, usize, usize) -> f32 + 'a {
+    let (c_in, k) = (s.c_in, s.kernel[0] * s.kernel[1]);
+    move |o, i, t| weight[(i * c_in + o) * k + (k - 1 - t)]
+}
+
 /// Copies the planes of `x` (each `h x w`) into `padded`, each inside a border of `ph` rows and
 /// `pw` columns of zeros.
 #[inline(always)]
@@ -143,8 +157,7 @@ impl Direct {
 
     /// [`Self::forward`], its weights packed for SIMD vectors of `lanes` values.
     fn forward_for(s: &Conv2d, weight: &[f32], lanes: usize) -> Option<Self> {
-        let k = s.kernel[0] * s.kernel[1];
-        Self::new(s, s.c_in, s.c_out, |o, i, t| weight[(o * s.c_in + i) * k + t], lanes)
+        Self::new(s, s.c_in, s.c_out, forward_weight(s, weight), lanes)
     }
 
     /// The input gradient of `s` as a forward pass: the output gradient (`c_out` planes)
@@ -157,8 +170,7 @@ impl Direct {
 
     /// [`Self::input_grad`], its weights packed for SIMD vectors of `lanes` values.
     fn input_grad_for(s: &Conv2d, weight: &[f32], lanes: usize) -> Option<Self> {
-        let k = s.kernel[0] * s.kernel[1];
-        Self::new(s, s.c_out, s.c_in, |o, i, t| weight[(i * s.c_in + o) * k + (k - 1 - t)], lanes)
+        Self::new(s, s.c_out, s.c_in, input_grad_weight(s, weight), lanes)
     }
 
     /// `get(o, i, t)`: the weight of output channel `o`, input channel `i`, tap `t = ky * kw + kx`.
@@ -193,11 +205,6 @@ impl Direct {
         self.w + 2 * self.padding[1]
     }
 
-    /// Values of the padded copy of one image.
-    pub(super) fn padded_len(&self) -> usize {
-        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
-    }
-
     /// The kernel offsets `[lo, hi)` along `axis` that read inside the input from output `o`.
     fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
         let (p, size) = (self.padding[axis], [self.h, self.w][axis]);
@@ -224,35 +231,63 @@ impl Direct {
         }
         blocks
     }
+}
 
-    /// Convolves one image `x` (`c_in x h x w`) into `y` (`c_out x h x w`); `padded` is scratch
-    /// of [`Self::padded_len`] values.
-    pub(super) fn image(&self, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        pulp::Arch::new().dispatch(Image { d: self, x, y, padded });
+/// A direct kernel planned for one shape and SIMD width, run image by image.
+pub(super) trait PerImage: Sized {
+    /// SIMD lanes the plan (and the packed weights) was made for.
+    fn lanes(&self) -> usize;
+
+    /// Values of the padded copy of one image.
+    fn padded_len(&self) -> usize;
+
+    /// Convolves one image `x` into `y` with the instructions of `simd` (of [`Self::lanes`]);
+    /// `padded` is scratch of [`Self::padded_len`] values.
+    fn run<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]);
+
+    /// Convolves one image `x` (`c_in x h x w`) into `y` (`c_out x h x w`) with the SIMD
+    /// instructions pulp dispatches to; `padded` is scratch of [`Self::padded_len`] values.
+    fn image(&self, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
+        pulp::Arch::new().dispatch(Image { k: self, x, y, padded });
     }
 
-    /// [`Self::image`] with the SIMD instructions of `simd` (the weights must be packed for
-    /// its width).
+    /// [`Self::image`] with the SIMD instructions of `simd` (the plan must be made for its
+    /// width).
     #[cfg(test)]
     fn image_with<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        Image { d: self, x, y, padded }.with_simd(simd);
+        Image { k: self, x, y, padded }.with_simd(simd);
     }
 }
 
 /// One image's convolution, compiled for the SIMD width pulp dispatches to.
-struct Image<'a> {
-    d: &'a Direct,
+struct Image<'a, K> {
+    k: &'a K,
     x: &'a [f32],
     y: &'a mut [f32],
     padded: &'a mut [f32],
 }
 
-impl WithSimd for Image<'_> {
+impl<K: PerImage> WithSimd for Image<'_, K> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Image { d, x, y, padded } = self;
-        assert_eq!(S::F32_LANES, d.lanes, "weights packed for another SIMD width");
+        assert_eq!(S::F32_LANES, self.k.lanes(), "planned for another SIMD width");
+        self.k.run(simd, self.x, self.y, self.padded);
+    }
+}
+
+impl PerImage for Direct {
+    fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    fn padded_len(&self) -> usize {
+        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
+    }
+
+    #[inline(always)]
+    fn run<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
+        let d = self;
         let wp = d.padded_w();
         let plane = (d.h + 2 * d.padding[0]) * wp;
         pad(x, padded, [d.h, d.w], d.padding);

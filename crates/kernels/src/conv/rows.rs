@@ -19,9 +19,9 @@
 //! masked multiply-add): padding is never multiplied, so an infinite weight makes no NaN at
 //! the border, and the two kernels give the same bits wherever both apply.
 
-use pulp::{Simd, WithSimd};
+use pulp::Simd;
 
-use super::direct::{pad, same, simd_lanes};
+use super::direct::{PerImage, forward_weight, input_grad_weight, pad, same, simd_lanes};
 use crate::shape::Conv2d;
 
 /// Fewest output channels: 16 -> 8 at 32x32, 3x3, took 1.72 ms against im2col's 2.28, but 32
@@ -101,8 +101,7 @@ impl Rows {
 
     /// [`Self::forward`], planned for SIMD vectors of `lanes` values.
     pub(super) fn forward_for(s: &Conv2d, weight: &[f32], lanes: usize) -> Option<Self> {
-        let k = s.kernel[0] * s.kernel[1];
-        Self::new(s, s.c_in, s.c_out, |o, i, t| weight[(o * s.c_in + i) * k + t], lanes)
+        Self::new(s, s.c_in, s.c_out, forward_weight(s, weight), lanes)
     }
 
     /// The input gradient of `s` as a forward pass: the output gradient convolved with the
@@ -114,8 +113,7 @@ impl Rows {
 
     /// [`Self::input_grad`], planned for SIMD vectors of `lanes` values.
     pub(super) fn input_grad_for(s: &Conv2d, weight: &[f32], lanes: usize) -> Option<Self> {
-        let k = s.kernel[0] * s.kernel[1];
-        Self::new(s, s.c_out, s.c_in, |o, i, t| weight[(i * s.c_in + o) * k + (k - 1 - t)], lanes)
+        Self::new(s, s.c_out, s.c_in, input_grad_weight(s, weight), lanes)
     }
 
     /// `get(o, i, t)`: the weight of output channel `o`, input channel `i`, tap `t = ky * kw + kx`.
@@ -152,11 +150,6 @@ impl Rows {
         self.w + 2 * self.padding[1]
     }
 
-    /// Values of the padded copy of one image.
-    pub(super) fn padded_len(&self) -> usize {
-        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
-    }
-
     /// The kernel rows `[lo, hi)` that read inside the input from output row `oy`.
     fn rows(&self, oy: usize) -> (usize, usize) {
         let p = self.padding[0];
@@ -191,35 +184,20 @@ impl Rows {
         }
         blocks
     }
-
-    /// Convolves one image `x` (`c_in x h x w`) into `y` (`c_out x h x w`); `padded` is scratch
-    /// of [`Self::padded_len`] values.
-    pub(super) fn image(&self, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        pulp::Arch::new().dispatch(Image { r: self, x, y, padded });
-    }
-
-    /// [`Self::image`] with the SIMD instructions of `simd` (the plan must be made for its
-    /// width).
-    #[cfg(test)]
-    fn image_with<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        Image { r: self, x, y, padded }.with_simd(simd);
-    }
 }
 
-/// One image's convolution, compiled for the SIMD width pulp dispatches to.
-struct Image<'a> {
-    r: &'a Rows,
-    x: &'a [f32],
-    y: &'a mut [f32],
-    padded: &'a mut [f32],
-}
+impl PerImage for Rows {
+    fn lanes(&self) -> usize {
+        self.lanes
+    }
 
-impl WithSimd for Image<'_> {
-    type Output = ();
+    fn padded_len(&self) -> usize {
+        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
+    }
+
     #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        let Image { r, x, y, padded } = self;
-        assert_eq!(S::F32_LANES, r.lanes, "planned for another SIMD width");
+    fn run<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
+        let r = self;
         pad(x, padded, [r.h, r.w], r.padding);
         let mut weights = &r.packed[..];
         for &(first, n) in &r.groups {
