@@ -1,5 +1,6 @@
 //! resilab's CPU training kernels over raw f32 slices in NCHW (the layout Burn's tensors use):
-//! convolution forward and both gradients as GEMMs, threaded over fixed chunks of images, and
+//! convolution forward and both gradients (direct register-blocked kernels for stride-1 "same"
+//! shapes with enough channels, GEMMs otherwise), threaded over fixed chunks of images, and
 //! training-mode BatchNorm (optionally with a residual block's addition and its ReLU) forward
 //! and backward in two passes each, threaded over channels, and 2x2 max pooling at stride 2
 //! forward and backward, and fully connected layers (with their ReLU) forward and both
