@@ -54,12 +54,7 @@ struct Block {
 /// A "same" stride-1 convolution of `c_in` planes into `c_out` planes, its weights packed by
 /// blocks of output channels.
 pub(super) struct Direct {
-    c_in: usize,
-    c_out: usize,
-    h: usize,
-    w: usize,
-    kernel: [usize; 2],
-    padding: [usize; 2],
+    g: Geometry,
     /// SIMD lanes the weights were packed for.
     lanes: usize,
     /// Channel blocks: first SIMD vector and vectors.
@@ -69,6 +64,59 @@ pub(super) struct Direct {
     packed: Vec<f32>,
     start: usize,
     blocks: Vec<Block>,
+}
+
+/// What both direct kernels know of their convolution: `c_in` planes of `h x w` into `c_out`
+/// planes through a "same" stride-1 kernel, and the layout of an image's zero-padded copy.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geometry {
+    pub(super) c_in: usize,
+    pub(super) c_out: usize,
+    pub(super) h: usize,
+    pub(super) w: usize,
+    pub(super) kernel: [usize; 2],
+    pub(super) padding: [usize; 2],
+}
+
+impl Geometry {
+    /// Shape `s`'s planes and kernel, from `c_in` channels into `c_out`.
+    pub(super) fn new(s: &Conv2d, c_in: usize, c_out: usize) -> Self {
+        Self { c_in, c_out, h: s.h, w: s.w, kernel: s.kernel, padding: s.padding }
+    }
+
+    /// Width of the padded copy of a plane.
+    pub(super) fn padded_w(&self) -> usize {
+        self.w + 2 * self.padding[1]
+    }
+
+    /// Values of the padded copy of a plane.
+    pub(super) fn padded_plane(&self) -> usize {
+        (self.h + 2 * self.padding[0]) * self.padded_w()
+    }
+
+    /// Values of the padded copy of one image.
+    pub(super) fn padded_len(&self) -> usize {
+        self.c_in * self.padded_plane()
+    }
+
+    /// The kernel offsets `[lo, hi)` along `axis` that read inside the input from output `o`.
+    pub(super) fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
+        let (p, size) = (self.padding[axis], [self.h, self.w][axis]);
+        (p.saturating_sub(o), (size + p - o).min(self.kernel[axis]))
+    }
+
+    /// Copies image `x` (`c_in` planes of `h x w`) into `padded` ([`Self::padded_len`]
+    /// values), each plane inside a border of `padding` rows and columns of zeros.
+    #[inline(always)]
+    pub(super) fn pad(&self, x: &[f32], padded: &mut [f32]) {
+        let ([h, w], [ph, pw], wp) = ([self.h, self.w], self.padding, self.padded_w());
+        padded.fill(0.0);
+        for (src, dst) in x.chunks_exact(h * w).zip(padded.chunks_exact_mut(self.padded_plane())) {
+            for (row, line) in src.chunks_exact(w).zip(dst[ph * wp..].chunks_exact_mut(wp)) {
+                line[pw..][..w].copy_from_slice(row);
+            }
+        }
+    }
 }
 
 /// Whether the direct kernels run a convolution of shape `s` (a "same" shape at stride 1) from
@@ -115,19 +163,6 @@ pub(super) fn forward_weight<'a>(s: &Conv2d, weight: &'a [f32]) -> impl Fn(usize
 pub(super) fn input_grad_weight<'a>(s: &Conv2d, weight: &'a [f32]) -> impl Fn(usize, usize, usize) -> f32 + 'a {
     let (c_in, k) = (s.c_in, s.kernel[0] * s.kernel[1]);
     move |o, i, t| weight[(i * c_in + o) * k + (k - 1 - t)]
-}
-
-/// Copies the planes of `x` (each `h x w`) into `padded`, each inside a border of `ph` rows and
-/// `pw` columns of zeros.
-#[inline(always)]
-pub(super) fn pad(x: &[f32], padded: &mut [f32], [h, w]: [usize; 2], [ph, pw]: [usize; 2]) {
-    let wp = w + 2 * pw;
-    padded.fill(0.0);
-    for (src, dst) in x.chunks_exact(h * w).zip(padded.chunks_exact_mut((h + 2 * ph) * wp)) {
-        for (row, line) in src.chunks_exact(w).zip(dst[ph * wp..].chunks_exact_mut(wp)) {
-            line[pw..][..w].copy_from_slice(row);
-        }
-    }
 }
 
 /// Positions a register block can hold for `vectors` SIMD vectors of channels: `N * vectors`
@@ -194,33 +229,21 @@ impl Direct {
                 }
             }
         }
-        let mut d =
-            Self { c_in, c_out, h: s.h, w: s.w, kernel: s.kernel, padding: s.padding, lanes, channels, packed, start, blocks: Vec::new() };
+        let mut d = Self { g: Geometry::new(s, c_in, c_out), lanes, channels, packed, start, blocks: Vec::new() };
         d.blocks = d.plan();
         Some(d)
-    }
-
-    /// Width of the padded copy of a plane.
-    fn padded_w(&self) -> usize {
-        self.w + 2 * self.padding[1]
-    }
-
-    /// The kernel offsets `[lo, hi)` along `axis` that read inside the input from output `o`.
-    fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
-        let (p, size) = (self.padding[axis], [self.h, self.w][axis]);
-        (p.saturating_sub(o), (size + p - o).min(self.kernel[axis]))
     }
 
     /// The blocks of one plane: the positions grouped by the kernel rows and columns they read
     /// inside the input (in position order within a group), in runs of [`POSITIONS`]. Every
     /// position of a block reads exactly the block's taps.
     fn plan(&self) -> Vec<Block> {
-        let (w, wp) = (self.w, self.padded_w());
-        let mut at: Vec<(usize, usize)> = (0..self.h).flat_map(|oy| (0..w).map(move |ox| (oy, ox))).collect();
-        at.sort_by_key(|&(oy, ox)| (self.taps(0, oy), self.taps(1, ox)));
+        let (g, w, wp) = (&self.g, self.g.w, self.g.padded_w());
+        let mut at: Vec<(usize, usize)> = (0..g.h).flat_map(|oy| (0..w).map(move |ox| (oy, ox))).collect();
+        at.sort_by_key(|&(oy, ox)| (g.taps(0, oy), g.taps(1, ox)));
         let mut blocks: Vec<Block> = Vec::new();
         for (oy, ox) in at {
-            let (ky, kx, out, from) = (self.taps(0, oy), self.taps(1, ox), oy * w + ox, oy * wp + ox);
+            let (ky, kx, out, from) = (g.taps(0, oy), g.taps(1, ox), oy * w + ox, oy * wp + ox);
             match blocks.last_mut() {
                 Some(b) if b.len < POSITIONS && (b.ky, b.kx) == (ky, kx) => {
                     (b.out[b.len], b.from[b.len]) = (out, from);
@@ -238,8 +261,13 @@ pub(super) trait PerImage: Sized {
     /// SIMD lanes the plan (and the packed weights) was made for.
     fn lanes(&self) -> usize;
 
+    /// The convolution's planes and kernel.
+    fn geometry(&self) -> &Geometry;
+
     /// Values of the padded copy of one image.
-    fn padded_len(&self) -> usize;
+    fn padded_len(&self) -> usize {
+        self.geometry().padded_len()
+    }
 
     /// Convolves one image `x` into `y` with the instructions of `simd` (of [`Self::lanes`]);
     /// `padded` is scratch of [`Self::padded_len`] values.
@@ -281,17 +309,16 @@ impl PerImage for Direct {
         self.lanes
     }
 
-    fn padded_len(&self) -> usize {
-        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
+    fn geometry(&self) -> &Geometry {
+        &self.g
     }
 
     #[inline(always)]
     fn run<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        let d = self;
-        let wp = d.padded_w();
-        let plane = (d.h + 2 * d.padding[0]) * wp;
-        pad(x, padded, [d.h, d.w], d.padding);
-        let per_channel = d.c_in * d.kernel[0] * d.kernel[1];
+        let (d, g) = (self, &self.g);
+        let (wp, plane) = (g.padded_w(), g.padded_plane());
+        g.pad(x, padded);
+        let per_channel = g.c_in * g.kernel[0] * g.kernel[1];
         let mut weights = &d.packed[d.start..];
         for &(first, n) in &d.channels {
             let (block, rest) = weights.split_at(per_channel * n * d.lanes);
@@ -352,7 +379,7 @@ impl Kernel<'_> {
     /// plane.
     #[inline(always)]
     fn block<S: Simd, const N: usize, const V: usize>(&self, simd: S, b: &Block, at: usize, y: &mut [f32]) {
-        let [kh, kw] = self.d.kernel;
+        let [kh, kw] = self.d.g.kernel;
         let (w, _) = S::as_simd_f32s(self.weights);
         // Arrays of `N`, so that every loop over the positions has a constant trip count and
         // the accumulators stay in registers.
@@ -373,9 +400,9 @@ impl Kernel<'_> {
                 }
             }
         }
-        let hw = self.d.h * self.d.w;
+        let hw = self.d.g.h * self.d.g.w;
         let mut lanes = [0.0f32; 4 * 16];
-        let count = (self.d.c_out - self.first).min(V * self.d.lanes);
+        let count = (self.d.g.c_out - self.first).min(V * self.d.lanes);
         for (a, &out) in acc.iter().zip(&b.out[at..at + N]) {
             S::as_mut_simd_f32s(&mut lanes).0[..V].copy_from_slice(a);
             for (o, &v) in lanes[..count].iter().enumerate() {
@@ -453,7 +480,7 @@ mod tests {
                 for &out in &b.out[..b.len] {
                     seen[out] += 1;
                     let (oy, ox) = (out / s.w, out % s.w);
-                    assert_eq!((b.ky, b.kx), (d.taps(0, oy), d.taps(1, ox)), "{out} in {b:?}");
+                    assert_eq!((b.ky, b.kx), (d.g.taps(0, oy), d.g.taps(1, ox)), "{out} in {b:?}");
                     assert!(b.ky.0 < b.ky.1 && b.kx.0 < b.kx.1);
                 }
             }

@@ -21,7 +21,7 @@
 
 use pulp::Simd;
 
-use super::direct::{PerImage, forward_weight, input_grad_weight, pad, same, simd_lanes};
+use super::direct::{Geometry, PerImage, forward_weight, input_grad_weight, same, simd_lanes};
 use crate::shape::Conv2d;
 
 /// Fewest output channels: 16 -> 8 at 32x32, 3x3, took 1.72 ms against im2col's 2.28, but 32
@@ -50,12 +50,7 @@ struct Block {
 /// A "same" stride-1 convolution of `c_in` planes into `c_out` planes, its weights packed by
 /// groups of output channels.
 pub(super) struct Rows {
-    c_in: usize,
-    c_out: usize,
-    h: usize,
-    w: usize,
-    kernel: [usize; 2],
-    padding: [usize; 2],
+    g: Geometry,
     /// SIMD lanes the plan was made for.
     lanes: usize,
     /// Output channel groups: first channel and channels ([`group_size`]).
@@ -121,9 +116,11 @@ impl Rows {
         if !applies(s, c_out) {
             return None;
         }
-        let mut groups = Vec::new();
-        while let Some(first) = groups.last().map_or(Some(0), |&(f, n)| Some(f + n).filter(|&f| f < c_out)) {
-            groups.push((first, group_size(lanes, c_out - first)));
+        let (mut groups, mut first) = (Vec::new(), 0);
+        while first < c_out {
+            let n = group_size(lanes, c_out - first);
+            groups.push((first, n));
+            first += n;
         }
         let taps = s.kernel[0] * s.kernel[1];
         let mut packed = Vec::with_capacity(groups.iter().map(|g| g.1).sum::<usize>() * c_in * taps);
@@ -134,7 +131,7 @@ impl Rows {
                 }
             }
         }
-        let mut r = Self { c_in, c_out, h: s.h, w: s.w, kernel: s.kernel, padding: s.padding, lanes, groups, packed, plans: Vec::new() };
+        let mut r = Self { g: Geometry::new(s, c_in, c_out), lanes, groups, packed, plans: Vec::new() };
         // A plan per register block, so that each block is one call of the kernel: called in a
         // loop over a longer block's vectors, the kernel kept its 16 sums in memory across
         // kernel rows (16 -> 16 at 32x32: 6.0 ms against 3.0).
@@ -145,34 +142,23 @@ impl Rows {
         Some(r)
     }
 
-    /// Width of the padded copy of a plane.
-    fn padded_w(&self) -> usize {
-        self.w + 2 * self.padding[1]
-    }
-
-    /// The kernel rows `[lo, hi)` that read inside the input from output row `oy`.
-    fn rows(&self, oy: usize) -> (usize, usize) {
-        let p = self.padding[0];
-        (p.saturating_sub(oy), (self.h + p - oy).min(self.kernel[0]))
-    }
-
     /// The lanes `[lo, hi)` of the vector whose first column is `x0` that read inside the input
     /// at kernel column `kx`.
     fn lanes_inside(&self, x0: usize, kx: usize) -> (usize, usize) {
-        let (p, at) = (self.padding[1], x0 + kx);
-        (p.saturating_sub(at).min(self.lanes), (p + self.w).saturating_sub(at).min(self.lanes))
+        let (p, at) = (self.g.padding[1], x0 + kx);
+        (p.saturating_sub(at).min(self.lanes), (p + self.g.w).saturating_sub(at).min(self.lanes))
     }
 
     /// The vectors of one plane, row by row (the last of a row overlapping its neighbour when
     /// the row is no whole number of vectors), in register blocks of consecutive vectors whose
     /// rows read the same kernel rows, up to `most` vectors each.
     fn plan(&self, most: usize) -> Vec<Block> {
-        let (l, wp) = (self.lanes, self.padded_w());
+        let (l, g, wp) = (self.lanes, &self.g, self.g.padded_w());
         let mut blocks: Vec<Block> = Vec::new();
-        for oy in 0..self.h {
-            let ky = self.rows(oy);
-            for x0 in (0..self.w).step_by(l).map(|x| x.min(self.w - l)) {
-                let (out, from) = (oy * self.w + x0, oy * wp + x0);
+        for oy in 0..g.h {
+            let ky = g.taps(0, oy);
+            for x0 in (0..g.w).step_by(l).map(|x| x.min(g.w - l)) {
+                let (out, from) = (oy * g.w + x0, oy * wp + x0);
                 match blocks.last_mut() {
                     Some(b) if b.len < most && b.ky == ky => {
                         (b.out[b.len], b.from[b.len], b.x0[b.len]) = (out, from, x0);
@@ -191,17 +177,17 @@ impl PerImage for Rows {
         self.lanes
     }
 
-    fn padded_len(&self) -> usize {
-        self.c_in * (self.h + 2 * self.padding[0]) * self.padded_w()
+    fn geometry(&self) -> &Geometry {
+        &self.g
     }
 
     #[inline(always)]
     fn run<S: Simd>(&self, simd: S, x: &[f32], y: &mut [f32], padded: &mut [f32]) {
-        let r = self;
-        pad(x, padded, [r.h, r.w], r.padding);
+        let (r, g) = (self, &self.g);
+        g.pad(x, padded);
         let mut weights = &r.packed[..];
         for &(first, n) in &r.groups {
-            let (group, rest) = weights.split_at(r.c_in * r.kernel[0] * r.kernel[1] * n);
+            let (group, rest) = weights.split_at(g.c_in * g.kernel[0] * g.kernel[1] * n);
             weights = rest;
             let k = Kernel { r, padded, weights: group, first };
             let blocks = r.plans.iter().find(|p| p.0 == vectors(n)).map_or(&[][..], |p| &p.1);
@@ -240,9 +226,8 @@ impl Kernel<'_> {
     /// the input channels, channel-major, lanes whose tap reads padding left unchanged.
     #[inline(always)]
     fn block<S: Simd, const O: usize, const V: usize>(&self, simd: S, b: &Block, y: &mut [f32]) {
-        let r = self.r;
-        let ([kh, kw], wp) = (r.kernel, r.padded_w());
-        let plane = (r.h + 2 * r.padding[0]) * wp;
+        let (r, g) = (self.r, &self.r.g);
+        let ([kh, kw], wp, plane) = (g.kernel, g.padded_w(), g.padded_plane());
         // Filled by loops, not `array::from_fn`, which LLVM may leave as a call that keeps the
         // arrays in memory (see `weight.rs`).
         let none = simd.mask_between_m32s(0, 0).mask();
@@ -271,8 +256,8 @@ impl Kernel<'_> {
                 }
             }
         }
-        let hw = r.h * r.w;
-        for (o, acc) in acc.iter().enumerate().take(r.c_out.saturating_sub(self.first)) {
+        let hw = g.h * g.w;
+        for (o, acc) in acc.iter().enumerate().take(g.c_out.saturating_sub(self.first)) {
             for (a, &out) in acc.iter().zip(&b.out) {
                 let at = (self.first + o) * hw + out;
                 S::as_mut_simd_f32s(&mut y[at..at + S::F32_LANES]).0[0] = *a;
@@ -376,8 +361,8 @@ mod tests {
                     for v in 0..b.len {
                         let (oy, x0) = (b.out[v] / s.w, b.x0[v]);
                         assert!(x0 + lanes <= s.w && b.out[v] == oy * s.w + x0, "{b:?}");
-                        assert_eq!(b.from[v], oy * r.padded_w() + x0, "{b:?}");
-                        assert_eq!(b.ky, r.rows(oy), "{b:?}");
+                        assert_eq!(b.from[v], oy * r.g.padded_w() + x0, "{b:?}");
+                        assert_eq!(b.ky, r.g.taps(0, oy), "{b:?}");
                         seen[b.out[v]..b.out[v] + lanes].iter_mut().for_each(|n| *n += 1);
                     }
                 }
