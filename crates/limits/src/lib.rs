@@ -22,6 +22,12 @@
 
 use std::fmt::Display;
 
+mod depth;
+mod file;
+
+pub use depth::{DepthError, MAX_DEPTH, check_toml_depth, check_yaml_depth};
+pub use file::{CONFIG_MAX_BYTES, FileError, RegularFile, read_config, read_regular};
+
 /// The environment variable that sets the budget.
 pub const ENV: &str = "RESILAB_MAX_MEMORY";
 
