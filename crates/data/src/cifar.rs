@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use resilab_limits::RegularFile;
+
 use crate::{Dataset, Error, Result};
 
 const RECORD: usize = 1 + 3 * 32 * 32;
@@ -20,9 +22,15 @@ fn batches_dir(dir: &Path) -> PathBuf {
     if !dir.join(TEST_FILE).exists() && nested.join(TEST_FILE).exists() { nested } else { dir.to_path_buf() }
 }
 
-/// Parses the records of one batch file into `out`.
+/// Records in one batch file of the official archive: a file may hold fewer, never more.
+pub const BATCH_RECORDS: usize = 10_000;
+
+/// Parses the records of one batch file into `out`. The file must be a regular file (never a
+/// FIFO or a device) of at most [`BATCH_RECORDS`] records, and is read no further.
 pub fn read_batch(path: &Path, out: &mut Dataset) -> Result<()> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let max = (BATCH_RECORDS * RECORD) as u64;
+    let allowed = format!("a CIFAR-10 batch ({BATCH_RECORDS} records of {RECORD} bytes)");
+    let bytes = RegularFile::open("data.path", path)?.read_all(max, &allowed)?;
     if bytes.is_empty() || bytes.len() % RECORD != 0 {
         return Err(Error::Format {
             path: path.to_path_buf(),
@@ -84,6 +92,24 @@ mod tests {
         std::fs::write(&p, &bytes[..RECORD + 100]).unwrap();
         let err = read_batch(&p, &mut empty()).unwrap_err().to_string();
         assert!(err.contains("test_batch.bin") && err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_device_a_fifo_and_an_oversized_batch_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(TEST_FILE);
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let err = read_batch(&p, &mut empty()).unwrap_err().to_string();
+        assert!(err.contains("test_batch.bin is a character device, not a regular file"), "{err}");
+        std::fs::remove_file(&p).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&p).status().unwrap().success());
+        let err = read_batch(&p, &mut empty()).unwrap_err().to_string();
+        assert!(err.contains("test_batch.bin is a FIFO"), "{err}");
+        std::fs::remove_file(&p).unwrap();
+        // One record more than a batch holds, sparse: refused from its length.
+        std::fs::File::create(&p).unwrap().set_len(((BATCH_RECORDS + 1) * RECORD) as u64).unwrap();
+        let err = read_batch(&p, &mut empty()).unwrap_err().to_string();
+        assert!(err.contains("30733073 bytes, more than a CIFAR-10 batch (10000 records of 3073 bytes) allows (30730000 bytes)"), "{err}");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub enum Error {
     /// A configuration value is out of range; the message names the key.
     #[error("{0}")]
     Config(String),
+    /// A dataset file is not a regular file, or longer than its format or the memory budget
+    /// allows.
+    #[error(transparent)]
+    File(#[from] resilab_limits::FileError),
 }
 
 /// Result alias for this crate.

@@ -4,6 +4,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use resilab_limits::{RegularFile, checked_product};
+
 use crate::{Dataset, Error, Result};
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
@@ -15,20 +17,56 @@ fn find(dir: &Path, stem: &str) -> PathBuf {
     if !raw.exists() && gz.exists() { gz } else { raw }
 }
 
-/// Reads a file, decompressing it if its name ends in `.gz`.
-fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
+/// What names every IDX file in errors.
+const KEY: &str = "data.path";
+
+/// The shape and the data of one IDX file, raw or (when its name ends in `.gz`) gzip-compressed.
+/// The file must be a regular file (never a FIFO or a device); its data must be exactly what its
+/// header declares, and that must fit the memory budget, before the data is read.
+fn read_idx(path: &Path, magic: u32, dims: usize) -> Result<(Vec<usize>, Vec<u8>)> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let raw = std::fs::read(path).map_err(io)?;
+    let mut file = RegularFile::open(KEY, path)?;
+    let need = 4 + 4 * dims as u64;
     if path.extension().is_some_and(|e| e == "gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(io)?;
-        Ok(out)
-    } else {
-        Ok(raw)
+        let compressed = file.read_all(u64::MAX, "a gzip-compressed IDX file")?;
+        let mut gz = flate2::read::GzDecoder::new(&compressed[..]);
+        let mut head = Vec::new();
+        (&mut gz).take(need).read_to_end(&mut head).map_err(io)?;
+        let (shape, body) = header(path, &head, magic, dims)?;
+        let what = "the data its IDX header declares, decompressed";
+        crate::check_memory(KEY, &path.display(), Some(body), what)
+            .map_err(|message| Error::Format { path: path.to_path_buf(), message })?;
+        let mut data = Vec::with_capacity(usize::try_from(body).unwrap_or(0));
+        // One byte more than declared tells a longer stream without reading the rest of it.
+        (&mut gz).take(body + 1).read_to_end(&mut data).map_err(io)?;
+        if data.len() as u64 != body {
+            let found = if data.len() as u64 > body { "more".to_string() } else { data.len().to_string() };
+            return Err(promised(path, body, &shape, &found));
+        }
+        return Ok((shape, data));
+    }
+    let head = file.head(need)?;
+    let (shape, body) = header(path, &head, magic, dims)?;
+    if file.len() != need + body {
+        return Err(promised(path, body, &shape, &file.len().saturating_sub(need).to_string()));
+    }
+    let mut data = file.read_all(need + body, "its IDX header")?;
+    if data.len() as u64 != need + body {
+        return Err(promised(path, body, &shape, &data.len().saturating_sub(need as usize).to_string()));
+    }
+    data.drain(..need as usize);
+    Ok((shape, data))
+}
+
+fn promised(path: &Path, body: u64, shape: &[usize], found: &str) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        message: format!("header promises {body} data bytes (shape {shape:?}) but the file has {found} (truncated?)"),
     }
 }
 
-fn header(path: &Path, bytes: &[u8], magic: u32, dims: usize) -> Result<Vec<usize>> {
+/// The shape an IDX header declares and the data bytes that shape takes.
+fn header(path: &Path, bytes: &[u8], magic: u32, dims: usize) -> Result<(Vec<usize>, u64)> {
     let bad = |message: String| Error::Format { path: path.to_path_buf(), message };
     let need = 4 + 4 * dims;
     if bytes.len() < need {
@@ -38,23 +76,15 @@ fn header(path: &Path, bytes: &[u8], magic: u32, dims: usize) -> Result<Vec<usiz
     if word(0) != magic {
         return Err(bad(format!("wrong IDX magic 0x{:08x} (expected 0x{magic:08x})", word(0))));
     }
-    let shape: Vec<usize> = (1..=dims).map(|i| word(i) as usize).collect();
-    let body: usize = shape.iter().product();
-    if bytes.len() != need + body {
-        return Err(bad(format!(
-            "header promises {body} data bytes (shape {shape:?}) but the file has {} (truncated?)",
-            bytes.len() - need
-        )));
-    }
-    Ok(shape)
+    let words: Vec<u64> = (1..=dims).map(|i| u64::from(word(i))).collect();
+    let body = checked_product(&words).ok_or_else(|| bad(format!("the header's shape {words:?} holds more than 2^64 bytes")))?;
+    Ok((words.iter().map(|&w| w as usize).collect(), body))
 }
 
 /// Reads one images file and its labels file.
 pub fn read_pair(images: &Path, labels: &Path) -> Result<Dataset> {
-    let img = read_maybe_gz(images)?;
-    let ishape = header(images, &img, IMAGES_MAGIC, 3)?;
-    let lab = read_maybe_gz(labels)?;
-    let lshape = header(labels, &lab, LABELS_MAGIC, 1)?;
+    let (ishape, img) = read_idx(images, IMAGES_MAGIC, 3)?;
+    let (lshape, labels_vec) = read_idx(labels, LABELS_MAGIC, 1)?;
     if ishape[0] != lshape[0] {
         return Err(Error::Format {
             path: labels.to_path_buf(),
@@ -67,11 +97,10 @@ pub fn read_pair(images: &Path, labels: &Path) -> Result<Dataset> {
             message: format!("images are {}x{}; only square images are supported", ishape[1], ishape[2]),
         });
     }
-    let labels_vec = lab[8..].to_vec();
     if let Some((i, l)) = labels_vec.iter().enumerate().find(|(_, l)| **l >= 10) {
         return Err(Error::Format { path: labels.to_path_buf(), message: format!("label {l} at index {i} (expected 0-9)") });
     }
-    Ok(Dataset { images: img[16..].to_vec(), labels: labels_vec, channels: 1, size: ishape[1], classes: 10 })
+    Ok(Dataset { images: img, labels: labels_vec, channels: 1, size: ishape[1], classes: 10 })
 }
 
 /// Reads the training and test sets from `dir`.
@@ -107,6 +136,34 @@ mod tests {
         let d = read_pair(&find(dir.path(), "train-images-idx3-ubyte"), &find(dir.path(), "train-labels-idx1-ubyte")).unwrap();
         assert_eq!(d.labels, vec![4, 2]);
         assert_eq!((d.channels, d.size, d.images.len()), (1, 28, 2 * 784));
+    }
+
+    #[test]
+    fn a_fifo_a_device_and_data_beyond_the_header_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let labels = dir.path().join("y");
+        std::fs::write(&labels, idx(LABELS_MAGIC, &[1], &[0])).unwrap();
+        let fifo = dir.path().join("train-images-idx3-ubyte");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = read_pair(&fifo, &labels).unwrap_err().to_string();
+        assert!(err.contains("train-images-idx3-ubyte is a FIFO"), "{err}");
+        let gz = dir.path().join("x.gz");
+        std::os::unix::fs::symlink("/dev/zero", &gz).unwrap();
+        let err = read_pair(&gz, &labels).unwrap_err().to_string();
+        assert!(err.contains("x.gz is a character device"), "{err}");
+        // A stream that goes on past what its header declares is read one byte past it, no more.
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&idx(IMAGES_MAGIC, &[1, 28, 28], &[0u8; 784 + (64 << 20)])).unwrap();
+        let long = dir.path().join("long.gz");
+        std::fs::write(&long, enc.finish().unwrap()).unwrap();
+        let err = read_pair(&long, &labels).unwrap_err().to_string();
+        assert!(err.contains("header promises 784 data bytes (shape [1, 28, 28]) but the file has more"), "{err}");
+        // A header whose shape is beyond memory is refused before the data is read.
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&idx(IMAGES_MAGIC, &[1 << 20, 1 << 20, 28], &[])).unwrap();
+        std::fs::write(&long, enc.finish().unwrap()).unwrap();
+        let err = read_pair(&long, &labels).unwrap_err().to_string();
+        assert!(err.contains("more than the budget"), "{err}");
     }
 
     #[test]
