@@ -7,11 +7,15 @@
 //! batch 256) are returned and faulted in again a step later: at batch 256, 2 threads, 16% of
 //! the process's CPU time was the kernel's (page zeroing), and steps took 7–9% longer. Numbers
 //! do not depend on the allocator.
+//!
+//! It is wrapped in [`resilab_limits::Counted`], which counts the bytes the process holds, so
+//! that the memory budget (`RESILAB_MAX_MEMORY`) is one for the whole process: a check before
+//! an allocation sized by a file adds what is already held.
 
 #![allow(unsafe_code)]
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: resilab_limits::Counted<mimalloc::MiMalloc> = resilab_limits::Counted(mimalloc::MiMalloc);
 
 /// mimalloc's `mi_option_purge_delay`: the 16th entry of `mi_option_t` in both the v2 and the
 /// v3 sources that libmimalloc-sys bundles (libmimalloc-sys names the entries around it but not

@@ -6,6 +6,10 @@
 //! that names its key or dataset, the bytes it would need and the budget, instead of an
 //! aborted allocation or a machine that swaps.
 //!
+//! The budget is one for the whole process: [`Budget::admits`] holds a new allocation *plus the
+//! heap the process already holds* ([`live_bytes`], counted by the [`Counted`] allocator the
+//! binary installs) to it, and memory a command frees is back in the budget at once.
+//!
 //! The budget is `RESILAB_MAX_MEMORY` (bytes, or a number with a `K`, `M`, `G` or `T` suffix,
 //! binary units) when set, else half of the memory this process can have: the machine's
 //! `MemTotal`, or its cgroup's `memory.max` when lower, or the address-space limit
@@ -22,9 +26,11 @@
 
 use std::fmt::Display;
 
+mod alloc;
 mod depth;
 mod file;
 
+pub use alloc::{Counted, live_bytes};
 pub use depth::{DepthError, MAX_DEPTH, check_toml_depth, check_yaml_depth};
 pub use file::{CONFIG_MAX_BYTES, FileError, RegularFile, read_config, read_regular};
 
@@ -47,14 +53,24 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// Whether `bytes` (`None`: more than 2^64, an overflow while computing it) fits.
+    /// Whether `bytes` more (`None`: more than 2^64, an overflow while computing it) fit
+    /// beside what the process already holds ([`live_bytes`]; nothing where no counting
+    /// allocator is installed).
     pub fn admits(&self, bytes: Option<u64>) -> bool {
-        bytes.is_some_and(|b| b <= self.bytes)
+        let held = live_bytes().unwrap_or(0);
+        bytes.and_then(|b| b.checked_add(held)).is_some_and(|b| b <= self.bytes)
     }
 
-    /// `"1.00 GiB (RESILAB_MAX_MEMORY)"`.
+    /// `"1.00 GiB (RESILAB_MAX_MEMORY)"`, with what the process already holds when it is
+    /// counted and more than a mebibyte (so that a refusal of a size below the budget explains
+    /// itself).
     pub fn describe(&self) -> String {
-        format!("{} ({})", human_bytes(self.bytes), self.source)
+        match live_bytes() {
+            Some(held) if held >= 1 << 20 => {
+                format!("{} ({}), of which this process already holds {}", human_bytes(self.bytes), self.source, human_bytes(held))
+            }
+            _ => format!("{} ({})", human_bytes(self.bytes), self.source),
+        }
     }
 }
 
