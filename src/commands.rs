@@ -72,7 +72,7 @@ pub(crate) fn train(args: TrainArgs) -> Result<()> {
 
 /// Prints `value` as one JSON line with `json`, else `text()`.
 fn emit(json: bool, value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Result<()> {
-    println!("{}", if json { serde_json::to_string(value)? } else { text() });
+    println!("{}", if json { serde_json::to_string(value)? } else { resilab_text::terminal_lines(&text()).into_owned() });
     Ok(())
 }
 
@@ -246,13 +246,13 @@ pub(crate) fn inject(args: InjectArgs) -> Result<()> {
     };
     let spec = resilab_inject::load_spec(&request)?;
     for key in spec.iter().flat_map(|s| &s.ignored) {
-        eprintln!("resilab: note: ignoring {key}");
+        eprintln!("resilab: note: ignoring {}", resilab_text::terminal(key));
     }
     let done = resilab_inject::inject(&request, spec, &|file: &Path| probe_in_child(file).map_err(|e| e.to_string()))?;
     if json {
         println!("{}", done.json());
     } else {
-        println!("{}", done.text());
+        println!("{}", resilab_text::terminal_lines(&done.text()));
     }
     Ok(())
 }
@@ -260,7 +260,7 @@ pub(crate) fn inject(args: InjectArgs) -> Result<()> {
 pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
     let Some(config) = &args.config else {
         let (census, _, _) = resilab_campaign::census(&args.status)?;
-        println!("{}", census.text());
+        println!("{}", resilab_text::terminal_lines(&census.text()));
         return Ok(());
     };
     let c = resilab_campaign::Campaign::load(config, &args.set)?;
@@ -277,7 +277,7 @@ pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
         return Ok(());
     }
     let shard_text = shard.map_or(String::new(), |(i, n)| format!(", shard {i}/{n}"));
-    let (name, runs, threads) = (c.name(), c.len(), args.threads);
+    let (name, runs, threads) = (resilab_text::terminal(&c.name()).into_owned(), c.len(), args.threads);
     eprintln!(
         "resilab: campaign {name} ({runs} runs{shard_text}) into {} with {jobs} worker process(es) of {threads} thread(s)",
         out.display()
@@ -320,7 +320,7 @@ pub(crate) fn merge(args: MergeArgs) -> Result<()> {
     if platforms.len() > 1 {
         eprintln!("resilab: the parts ran on {} platforms (results differ between them without any fault):", platforms.len());
         for (d, p) in args.dirs.iter().zip(&m.platforms) {
-            eprintln!("  {}: {p}", d.display());
+            eprintln!("  {}: {}", d.display(), resilab_text::terminal(p));
         }
     }
     if m.mixed_golden_rows > 0 {

@@ -150,6 +150,8 @@ pub(crate) fn probe_in_child(file: &Path) -> resilab_checkpoint::Result<()> {
 /// Writes to stdout; a closed pipe (`resilab inspect ... | head`) is not an error.
 pub(crate) fn print_all(text: &str) -> Result<()> {
     use std::io::Write as _;
+    // Names read from a file (datasets, attributes) are printed, never obeyed by the terminal.
+    let text = resilab_text::terminal_lines(text);
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),

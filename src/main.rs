@@ -44,11 +44,12 @@ fn run_guarded(command: &Command, inputs: &[PathBuf]) -> i32 {
             let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
             let detail = if last_line.is_empty() { String::new() } else { format!("; it last said: {last_line}") };
             let what = if names.is_empty() { "the input".to_string() } else { names.join(", ") };
-            eprintln!("error: {what}: a corrupt file crashed the HDF5 library while it was read (signal {signal}){detail}");
+            let line = format!("error: {what}: a corrupt file crashed the HDF5 library while it was read (signal {signal}){detail}");
+            eprintln!("{}", resilab_text::terminal_lines(&line));
             1
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", resilab_text::terminal_lines(&e.to_string()));
             1
         }
     }
@@ -84,10 +85,12 @@ fn main() {
     // on 2 threads and 27% on one).
     let result = edge::set_threads(edge::requested_threads(&cli.command)).and_then(|()| rayon::scope(|_| dispatch(cli.command)));
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", resilab_text::terminal_lines(&format!("{e:#}")));
         std::process::exit(1);
     }
 }
+    // An error may name a file, a dataset or a label: its control characters are shown as
+    // escapes, never sent to the terminal.
 
 /// Runs one command.
 fn dispatch(command: Command) -> Result<()> {

@@ -515,7 +515,8 @@ fn log_line(row: &Row, done: u64, todo: usize) -> String {
     let mut line = format!("resilab: {stamp} [{done}/{todo}] run {} (grid index {}): {}", row.id, row.index, row.status.name());
     if let Some(m) = row.message.as_deref().and_then(|m| m.lines().next()).filter(|_| row.status != Status::Ok) {
         line.push_str(": ");
-        line.push_str(m);
+        // The message may quote a label or a file's names: no control character reaches the terminal.
+        line.push_str(&resilab_text::terminal(m));
     }
     line
 }

@@ -100,7 +100,7 @@ fn rows_of<'a>(run_id: &'a str, l: &'a LogLine) -> Vec<FaultRow<'a>> {
 /// The CSV of the fault logs of `rows`' runs, read from `dir/runs/<id>/faults.jsonl` (a run
 /// without one met no fault), in the rows' order.
 pub fn faults_csv(dir: &Path, rows: &[Row]) -> Result<Vec<u8>> {
-    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    let mut w = resilab_text::CsvWriter::without_headers(Vec::new());
     let csv_err = |source: csv::Error| Error::Csv { path: dir.join(FAULTS_CSV), source };
     w.write_record(HEADER).map_err(csv_err)?;
     for row in rows {
@@ -143,7 +143,9 @@ pub const HEADER: [&str; 19] = [
 /// The rows of the parts' `faults.csv` files for the runs `ids`, each run's from the first part
 /// that holds it, header first; `None` when no part has the file.
 pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -> Result<Option<Vec<u8>>> {
-    let mut out = csv::Writer::from_writer(Vec::new());
+    // Cells are read back as written and written again as every CSV is (a part written before
+    // cells were escaped gains its escapes).
+    let mut out = resilab_text::CsvWriter::from_writer(Vec::new());
     let mut taken: BTreeSet<String> = BTreeSet::new();
     let mut any = false;
     for part in parts {
@@ -160,7 +162,7 @@ pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -
         }
         let mut here: BTreeSet<String> = BTreeSet::new();
         for row in rows.records() {
-            let row = row.map_err(csv_err)?;
+            let row = resilab_text::unescaped(&row.map_err(csv_err)?);
             let id = row.get(0).unwrap_or_default();
             if ids.contains(id) && !taken.contains(id) {
                 here.insert(id.to_string());

@@ -185,7 +185,7 @@ pub fn write_csv(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Resu
 
 /// `rows` as the CSV file `path`.
 pub(crate) fn csv_bytes(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
     let csv_err = |source: csv::Error| Error::Csv { path: path.to_path_buf(), source };
     w.write_record(Row::header(axes, kind)).map_err(csv_err)?;
     for r in rows {
@@ -207,7 +207,7 @@ pub(crate) fn jsonl_bytes(rows: &[Row]) -> Result<Vec<u8>> {
 /// Appends rows to an open `runs.jsonl` and `runs.csv`, flushing each.
 pub(crate) struct Appender {
     jsonl: std::fs::File,
-    csv: csv::Writer<std::fs::File>,
+    csv: resilab_text::CsvWriter<std::fs::File>,
     axes: Vec<String>,
     kind: Kind,
     dir: std::path::PathBuf,
@@ -217,7 +217,7 @@ impl Appender {
     /// Opens both files in `dir` for appending (the CSV must already have its header).
     pub(crate) fn open(dir: &Path, axes: Vec<String>, kind: Kind) -> Result<Self> {
         let open = |name: &str| resilab_runner::files::append_output(&dir.join(name));
-        let csv = csv::WriterBuilder::new().has_headers(false).from_writer(open(crate::RUNS_CSV)?);
+        let csv = resilab_text::CsvWriter::without_headers(open(crate::RUNS_CSV)?);
         Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, kind, dir: dir.to_path_buf() })
     }
 

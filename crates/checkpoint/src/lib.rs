@@ -558,18 +558,27 @@ pub struct Inspection {
 
 impl Inspection {
     /// `resilab inspect`'s listing: the root attributes (a multi-line value as its line count),
-    /// their digest status, one line per dataset, and the count failing their digest.
+    /// their digest status, one line per dataset, and the count failing their digest. Names and
+    /// values read from the file show their control characters as escapes
+    /// ([`resilab_text::terminal`]).
     pub fn text(&self) -> String {
+        use resilab_text::terminal;
         let mut lines = vec![self.file.display().to_string()];
         for (k, v) in &self.attributes {
-            let v = if v.contains('\n') { format!("<{} lines>", v.lines().count()) } else { v.clone() };
-            lines.push(format!("  @{k} = {v}"));
+            let v = if v.contains('\n') { format!("<{} lines>", v.lines().count()) } else { terminal(v).into_owned() };
+            lines.push(format!("  @{} = {v}", terminal(k)));
         }
         lines.push(format!("  attributes digest: {}", self.attributes_status));
         lines.push(format!("{:<60} {:>16} {:>6} hash", "dataset", "shape", "dtype"));
         for d in &self.datasets {
             let shape = format!("{:?}", d.info.shape);
-            lines.push(format!("{:<60} {:>16} {:>6} {}", d.info.path, shape, d.info.dtype.to_string(), d.hash_status));
+            lines.push(format!(
+                "{:<60} {:>16} {:>6} {}",
+                terminal(&d.info.path),
+                shape,
+                d.info.dtype.to_string(),
+                terminal(&d.hash_status)
+            ));
         }
         let bad = self.datasets.iter().filter(|d| d.hash_status != "ok" && d.hash_status != "no-hash").count();
         let fine = ["ok", "no-hash"].contains(&self.attributes_status.as_str());

@@ -98,7 +98,7 @@ pub fn append_csv(path: &Path, prov: &Provenance, report: &Report) -> anyhow::Re
     }
     let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("{}", path.display()))?;
-    let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+    let mut w = resilab_text::CsvWriter::new(file, new);
     for t in &report.tallies {
         w.serialize(Row {
             date: &prov.date,

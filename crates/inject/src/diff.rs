@@ -224,7 +224,7 @@ impl FileDiff {
             let _ = writeln!(
                 s,
                 "{:<w$}  {:>5}  {:>10}  {:>8}  {:>8.4}  {:>11.4e}  {:>11}  {:>4}/{:<4}  {}",
-                d.path,
+                resilab_text::terminal(&d.path),
                 d.dtype,
                 d.elements,
                 d.differ,
@@ -255,13 +255,13 @@ impl FileDiff {
             );
         }
         for p in &self.only_in_a {
-            let _ = writeln!(s, "only in {}: {p}", self.a);
+            let _ = writeln!(s, "only in {}: {}", self.a, resilab_text::terminal(p));
         }
         for p in &self.only_in_b {
-            let _ = writeln!(s, "only in {}: {p}", self.b);
+            let _ = writeln!(s, "only in {}: {}", self.b, resilab_text::terminal(p));
         }
         for (p, why) in &self.not_compared {
-            let _ = writeln!(s, "not compared: {p} ({why})");
+            let _ = writeln!(s, "not compared: {} ({why})", resilab_text::terminal(p));
         }
         s
     }

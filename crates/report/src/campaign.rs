@@ -46,10 +46,10 @@ fn comparisons_md(md: &mut String, cs: &[Comparison]) {
 /// `report.md`'s table of the differences shown: what each column shows of the comparison's
 /// `comparisons.csv` row.
 const DIFFERENCE_TABLE: &[MdColumn<Comparison>] = &[
-    ("axis", |c| c.axis.clone()),
-    ("fixed", |c| c.fixed.clone()),
-    ("a", |c| c.a.clone()),
-    ("b", |c| c.b.clone()),
+    ("axis", |c| resilab_text::markdown(&c.axis)),
+    ("fixed", |c| resilab_text::markdown(&c.fixed)),
+    ("a", |c| resilab_text::markdown(&c.a)),
+    ("b", |c| resilab_text::markdown(&c.b)),
     ("metric", |c| c.metric.to_string()),
     ("a", |c| format!("{:.2} (n={})", c.value_a, c.n_a)),
     ("b", |c| format!("{:.2} (n={})", c.value_b, c.n_b)),
@@ -159,7 +159,7 @@ fn push_point(map: &mut BTreeMap<String, Series>, label: &str, point: (f64, f64,
 fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_status: &BTreeMap<String, u64>) -> String {
     let s = &c.settings;
     let mut md = String::new();
-    let _ = writeln!(md, "# Campaign `{}` ({})\n", c.name(), s.kind.name());
+    let _ = writeln!(md, "# Campaign {} ({})\n", resilab_text::markdown(&c.name()), s.kind.name());
     let statuses: Vec<String> = by_status.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         md,

@@ -60,7 +60,7 @@ pub enum Error {
 }
 
 /// The text a CSV writer into memory holds.
-pub(crate) fn csv_text(w: csv::Writer<Vec<u8>>) -> Result<String> {
+pub(crate) fn csv_text(w: resilab_text::CsvWriter<Vec<u8>>) -> Result<String> {
     let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
     String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
 }

@@ -7,18 +7,21 @@ use std::fmt::Write as _;
 pub(crate) type MdColumn<T> = (&'static str, fn(&T) -> String);
 
 /// Appends a markdown table to `md`: the headings `lead` and then `cols`'; per row, its `lead`
-/// values and then what each column shows of it.
+/// values and then what each column shows of it. `lead` (axis keys) and its values (grid
+/// labels) come from a config and are escaped ([`resilab_text::markdown`]); a column that shows
+/// such text escapes it itself.
 pub(crate) fn md_table<'a, T: 'a>(
     md: &mut String,
     lead: &[String],
     cols: &[&MdColumn<T>],
     rows: impl IntoIterator<Item = (Vec<String>, &'a T)>,
 ) {
-    let mut header: Vec<&str> = lead.iter().map(String::as_str).collect();
-    header.extend(cols.iter().map(|(h, _)| *h));
+    let mut header: Vec<String> = lead.iter().map(|l| resilab_text::markdown(l)).collect();
+    header.extend(cols.iter().map(|(h, _)| h.to_string()));
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}|", vec!["---"; header.len()].join("|"));
-    for (mut line, row) in rows {
+    for (line, row) in rows {
+        let mut line: Vec<String> = line.iter().map(|v| resilab_text::markdown(v)).collect();
         line.extend(cols.iter().map(|(_, show)| show(row)));
         let _ = writeln!(md, "| {} |", line.join(" | "));
     }

@@ -423,14 +423,17 @@ impl ChoiceRow {
 /// `report.md`'s "which strategy when" table: what each column shows of a condition's
 /// [`ChoiceRow`].
 pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
-    ("condition", |r| r.condition.clone()),
-    ("choice", |r| if r.decided || r.choice == "undecided" { r.choice.clone() } else { format!("{} (undecided)", r.choice) }),
+    ("condition", |r| resilab_text::markdown(&r.condition)),
+    ("choice", |r| {
+        let choice = resilab_text::markdown(&r.choice);
+        if r.decided || r.choice == "undecided" { choice } else { format!("{choice} (undecided)") }
+    }),
     ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
     ("acc. loss (points)", |r| f(r.acc_loss_pts, 2)),
     ("upper bound (points)", |r| f(r.acc_loss_upper_pts, 2)),
     ("groups", |r| r.groups.to_string()),
     ("groups needed", |r| if r.groups_needed.is_empty() { String::new() } else { format!("{} ({})", r.groups_needed, r.needed_for) }),
-    ("ruled out", |r| r.ruled_out.clone()),
+    ("ruled out", |r| resilab_text::markdown(&r.ruled_out)),
 ];
 
 /// Writes a number with `D` decimals; empty when missing or not finite.
@@ -452,7 +455,7 @@ fn statuses<S: Serializer>(m: &BTreeMap<String, u64>, s: S) -> std::result::Resu
 /// The columns serde gives `T`, in order: the header a CSV writer writes for a `T` (read back
 /// from one written, so it is that header by construction).
 pub(crate) fn columns<T: Serialize + Default>() -> Result<Vec<String>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
     w.serialize(T::default()).map_err(csv_error)?;
     let text = csv_text(w)?;
     let mut r = csv::Reader::from_reader(text.as_bytes());
@@ -465,7 +468,7 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
     axes: &[String],
     rows: impl IntoIterator<Item = (Vec<String>, R)>,
 ) -> Result<String> {
-    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    let mut w = resilab_text::CsvWriter::without_headers(Vec::new());
     w.write_record(axes.iter().cloned().chain(columns::<T>()?)).map_err(csv_error)?;
     for (values, row) in rows {
         if values.len() != axes.len() {

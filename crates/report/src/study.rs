@@ -222,7 +222,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
     let _ = match axis {
         "recovery.strategy" => writeln!(md, "\n## Which strategy when\n"),
-        other => writeln!(md, "\n## Which `{other}` option when\n"),
+        other => writeln!(md, "\n## Which {} option when\n", resilab_text::markdown(other)),
     };
     md.push_str(&choice_rules(budget, campaign.settings.paired_axes().iter().any(|a| a == axis)));
     md.push('\n');
@@ -239,10 +239,10 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
         let _ = writeln!(
             md,
             "- **{}** ({} of {} against {}): {} lower, {} higher, {} not shown, of {} conditions; smallest {kind} detectable at 80% power: {}.",
-            h.name,
+            resilab_text::markdown(&h.name),
             h.metric.column(),
-            h.b,
-            h.a,
+            resilab_text::markdown(&h.b),
+            resilab_text::markdown(&h.a),
             count("b lower"),
             count("b higher"),
             count("not shown"),
@@ -296,7 +296,7 @@ fn choices_csv(choices: &[Choice]) -> Result<String> {
 }
 
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
     for r in rows {
         w.serialize(r).map_err(|e| Error::Csv(e.to_string()))?;
     }

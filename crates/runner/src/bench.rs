@@ -364,7 +364,7 @@ pub fn append_csv(path: &std::path::Path, rows: &[ParallelBench]) -> Result<()> 
     let new = !path.exists();
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
     let csv = |source| Error::Csv { path: path.to_path_buf(), source };
-    let mut w = csv::WriterBuilder::new().has_headers(new).from_writer(file);
+    let mut w = resilab_text::CsvWriter::new(file, new);
     for r in rows {
         w.serialize(r).map_err(csv)?;
     }

@@ -230,7 +230,8 @@ fn verdict(rows: &[StrategyRow], test_images: usize) -> String {
 pub fn write(dir: &Path, rows: &[StrategyRow], table: &str) -> Result<()> {
     let path = dir.join("strategies.csv");
     let csv_err = |e: csv::Error| Error::Csv { path: path.clone(), source: e };
-    let mut w = csv::Writer::from_path(&path).map_err(csv_err)?;
+    let file = std::fs::File::create(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    let mut w = resilab_text::CsvWriter::from_writer(file);
     for r in rows {
         w.serialize(r).map_err(csv_err)?;
     }

@@ -169,7 +169,7 @@ fn write_predictions(
         .create_new(true)
         .open(path)
         .map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-    let mut w = csv::Writer::from_writer(file);
+    let mut w = resilab_text::CsvWriter::from_writer(file);
     // Each column with its value: the image's index and the prediction's named fields, then one
     // column per class.
     type Column = (String, Box<dyn Fn(usize, &resilab_train::Prediction) -> String>);

@@ -294,10 +294,10 @@ pub fn stage_blocks(trainer: &Trainer) -> Vec<Vec<String>> {
 /// already has one, the rows up to that step are kept and later rows (from the interrupted run,
 /// about to be recomputed) are dropped, so the file reads as one uninterrupted run.
 /// Returns the writer and, when resuming, the last step that has a row.
-pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv::Writer<std::fs::File>, Option<u64>)> {
+pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(resilab_text::CsvWriter<std::fs::File>, Option<u64>)> {
     let csv_err = |e| Error::Csv { path: path.to_path_buf(), source: e };
     let Some(step) = resume_step.filter(|_| path.exists()) else {
-        return Ok((csv::Writer::from_writer(crate::files::create_output(path)?), None));
+        return Ok((resilab_text::CsvWriter::from_writer(crate::files::create_output(path)?), None));
     };
     let mut kept = Vec::new();
     let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
@@ -305,7 +305,7 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv
     for record in reader.records() {
         // A last row cut short (the disk filled, or the run was killed mid-write) is dropped.
         let record = match record {
-            Ok(r) => r,
+            Ok(r) => resilab_text::unescaped(&r),
             Err(e) => {
                 eprintln!("resilab: warning: {}: dropped a malformed row and any after it ({e})", path.display());
                 break;
@@ -316,14 +316,14 @@ pub(crate) fn open_metrics(path: &Path, resume_step: Option<u64>) -> Result<(csv
         }
     }
     let last = kept.last().and_then(|r| r.get(0)).and_then(|s| s.parse::<u64>().ok());
-    let mut w = csv::Writer::from_writer(crate::files::create_output(path)?);
+    let mut w = resilab_text::CsvWriter::from_writer(crate::files::create_output(path)?);
     w.write_record(&headers).map_err(csv_err)?;
     for r in &kept {
         w.write_record(r).map_err(csv_err)?;
     }
     w.flush().map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     let file = crate::files::append_output(path)?;
-    Ok((csv::WriterBuilder::new().has_headers(false).from_writer(file), last))
+    Ok((resilab_text::CsvWriter::without_headers(file), last))
 }
 
 /// Appends the fault log's entries from `from` on to `file` (JSON lines, flushed); returns the

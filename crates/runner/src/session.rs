@@ -108,8 +108,8 @@ pub(crate) struct Session<'a> {
     /// The state before the first step, reloaded by a restart when no checkpoint exists yet.
     initial: TrainState,
     golden: Option<Golden>,
-    metrics: csv::Writer<File>,
-    compare: Option<csv::Writer<File>>,
+    metrics: resilab_text::CsvWriter<File>,
+    compare: Option<resilab_text::CsvWriter<File>>,
     /// `samples.csv`, with `--record-samples`.
     samples: Option<samples::SampleLog>,
     faults_file: BufWriter<File>,
@@ -156,7 +156,7 @@ impl<'a> Session<'a> {
         let Dirs { ckpt_root, watch } = dirs;
         let out = &opts.out;
         let compare = match &golden {
-            Some(_) => Some(csv::Writer::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
+            Some(_) => Some(resilab_text::CsvWriter::from_writer(crate::files::create_output(&out.join("compare.csv"))?)),
             None => None,
         };
         if opts.record_states {

@@ -139,7 +139,7 @@ pub(crate) fn same_bits(a: &TrainState, b: &TrainState) -> bool {
 pub(crate) struct StepLog {
     path: PathBuf,
     full: PathBuf,
-    file: csv::Writer<File>,
+    file: resilab_text::CsvWriter<File>,
     meta: resilab_checkpoint::Meta,
 }
 
@@ -147,7 +147,7 @@ impl StepLog {
     /// Starts the cache in the run's directory `out`.
     pub(crate) fn open(out: &Path, meta: resilab_checkpoint::Meta) -> Result<Self> {
         let path = out.join(STEPS_CSV);
-        let file = csv::Writer::from_writer(crate::files::create_output(&path)?);
+        let file = resilab_text::CsvWriter::from_writer(crate::files::create_output(&path)?);
         Ok(Self { full: out.join(FULL_DIR), path, file, meta })
     }
 

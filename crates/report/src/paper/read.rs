@@ -23,7 +23,7 @@ pub(super) fn rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
         return Ok(Vec::new());
     }
     let mut r = csv::Reader::from_path(path).map_err(|e| bad(path, e.to_string()))?;
-    r.deserialize().map(|row| row.map_err(|e| bad(path, e.to_string()))).collect()
+    resilab_text::csv_rows(&mut r).map_err(|e| bad(path, e.to_string()))
 }
 
 /// Whether the CSV file `path` exists and has a column `name`.
@@ -56,7 +56,8 @@ impl Table {
         t.headers = r.headers().map_err(err)?.iter().map(String::from).collect();
         // A repeated name reads as its last column.
         t.index = t.headers.iter().enumerate().map(|(i, h)| (h.clone(), i)).collect();
-        t.rows = r.records().collect::<std::result::Result<_, _>>().map_err(err)?;
+        // Each cell as it was before the writer escaped it (a label `=x` is written `'=x`).
+        t.rows = r.records().map(|row| row.map(|row| resilab_text::unescaped(&row))).collect::<std::result::Result<_, _>>().map_err(err)?;
         Ok(t)
     }
 
@@ -174,5 +175,34 @@ mod tests {
         assert_eq!(numerics(Some("open ( only")), "open ( only");
         assert_eq!(numerics(Some("")), "?");
         assert_eq!(numerics(None), "?");
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Default)]
+    struct Labelled {
+        option: String,
+        value: f64,
+    }
+
+    #[test]
+    fn labels_read_back_as_the_writer_was_given_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cells.csv");
+        let written = vec![
+            Labelled { option: "=cmd|' /C calc'!A0".into(), value: -0.5 },
+            Labelled { option: "'quoted".into(), value: 1.0 },
+            Labelled { option: "-rollback".into(), value: 2.0 },
+        ];
+        let text = crate::rows::table::<Labelled, _>(&["axis".to_string()], written.iter().map(|r| (vec![r.option.clone()], r))).unwrap();
+        assert!(text.contains("'=cmd|' /C calc'!A0,'=cmd|' /C calc'!A0,-0.5"), "{text}");
+        std::fs::write(&path, text).unwrap();
+        let table = Table::read(&path).unwrap();
+        let axis: Vec<&str> = table.rows().map(|r| r.get("axis").unwrap()).collect();
+        assert_eq!(axis, ["=cmd|' /C calc'!A0", "'quoted", "-rollback"]);
+        let back: Vec<Labelled> = rows::<std::collections::BTreeMap<String, String>>(&path)
+            .unwrap()
+            .into_iter()
+            .map(|m| Labelled { option: m["option"].clone(), value: m["value"].parse().unwrap() })
+            .collect();
+        assert_eq!(back, written);
     }
 }

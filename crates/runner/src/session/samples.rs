@@ -23,7 +23,7 @@ pub struct SampleRow {
 /// The open `samples.csv`, and the last step it holds.
 pub(crate) struct SampleLog {
     path: PathBuf,
-    writer: csv::Writer<File>,
+    writer: resilab_text::CsvWriter<File>,
     through: u64,
 }
 
@@ -33,7 +33,7 @@ impl SampleLog {
     pub(crate) fn open(path: &Path, step: u64, resumed: bool) -> Result<Self> {
         let kept = if resumed && path.exists() { read(path)?.into_iter().filter(|r| r.step <= step).collect() } else { Vec::new() };
         // The header is written here, so that a run of no steps leaves a file pandas reads.
-        let mut writer = csv::WriterBuilder::new().has_headers(false).from_writer(crate::files::create_output(path)?);
+        let mut writer = resilab_text::CsvWriter::without_headers(crate::files::create_output(path)?);
         writer.write_record(["step", "worker", "position", "sample"]).map_err(csv_err(path))?;
         for row in &kept {
             writer.serialize(row).map_err(csv_err(path))?;
@@ -63,7 +63,7 @@ impl SampleLog {
 /// Every row of a `samples.csv`.
 pub fn read(path: &Path) -> Result<Vec<SampleRow>> {
     let mut reader = csv::Reader::from_path(path).map_err(csv_err(path))?;
-    reader.deserialize().collect::<std::result::Result<_, _>>().map_err(csv_err(path))
+    resilab_text::csv_rows(&mut reader).map_err(csv_err(path))
 }
 
 #[cfg(test)]
