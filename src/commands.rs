@@ -293,7 +293,16 @@ pub(crate) fn campaign(args: CampaignArgs) -> Result<()> {
         platform,
         revision: env!("RESILAB_GIT_REVISION").to_string(),
     };
-    println!("{}", resilab_campaign::execute(&c, &opts)?.text(&out));
+    let outcome = match resilab_campaign::execute(&c, &opts) {
+        // A worker ended by TERM, INT or HUP: said in one line, then this process ends as that
+        // signal ends it, as it would have had the signal reached it first.
+        Err(e @ resilab_campaign::Error::Interrupted { signal, .. }) => {
+            eprintln!("resilab: {e}");
+            resilab_runner::interrupt::end_as(signal)
+        }
+        r => r?,
+    };
+    println!("{}", outcome.text(&out));
     Ok(())
 }
 

@@ -33,6 +33,11 @@ fn run_guarded(command: &Command, inputs: &[PathBuf]) -> i32 {
     use resilab_checkpoint::probe::{Guarded, rerun_guarded};
     match rerun_guarded() {
         Ok(Guarded::Exited(code)) => code,
+        // Stopped by TERM, INT or HUP (to the process group or to the child alone): an
+        // interruption, never a corrupt file; this process ends as the signal ends it.
+        Ok(Guarded::Crashed { signal, .. }) if resilab_runner::interrupt::SIGNALS.contains(&signal) => {
+            resilab_runner::interrupt::end_as(signal)
+        }
         Ok(Guarded::Crashed { signal, pid, last_line }) => {
             if let Command::Inject(a) = command {
                 let dirs = a.output.iter().chain(&a.log).chain(&a.file).map(|p| p.parent().map(Path::to_path_buf).unwrap_or_default());
@@ -69,9 +74,9 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
-    // A TERM or INT removes the temporary directories a command made before the process ends.
+    // A TERM, INT or HUP removes the temporary directories a command made before the process ends.
     if let Err(e) = resilab_runner::interrupt::install() {
-        eprintln!("resilab: warning: cannot watch for TERM and INT ({e}); an interrupted run may leave temporary directories");
+        eprintln!("resilab: warning: cannot watch for TERM, INT and HUP ({e}); an interrupted run may leave temporary directories");
     }
     if let Some(inputs) = hdf5_inputs(&cli.command)
         && !resilab_checkpoint::probe::is_guarded_child()

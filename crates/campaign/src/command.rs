@@ -45,7 +45,9 @@ pub fn worker_command(threads: usize, backend: &str, wgpu_device: &str, shortcut
 /// one reply line on stdout, until stdin ends. Jobs are read on their own thread so that the end
 /// of stdin (the campaign process closed it or died, even by SIGKILL) ends the process at once,
 /// mid-run included: an orphaned worker must not go on writing into a campaign directory that a
-/// resumed campaign now owns.
+/// resumed campaign now owns. A worker that received TERM, INT or HUP replies nothing more (what
+/// its run met while its temporary directories were removed under it is no result): the
+/// signal's handler ends it, and the campaign process takes that end for an interruption.
 pub fn serve(worker: &mut Worker<'_>) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { path: "<stdout>".into(), source: e };
     let stdout = std::io::stdout();
@@ -63,6 +65,11 @@ pub fn serve(worker: &mut Worker<'_>) -> Result<()> {
     for line in rx.iter().filter(|l| !l.trim().is_empty()) {
         let job: Job = serde_json::from_str(&line).map_err(|source| Error::Json { what: format!("job line {line}"), source })?;
         let reply = serde_json::to_string(&worker.handle(job)).map_err(|source| Error::Json { what: "a reply".into(), source })?;
+        if resilab_runner::interrupt::received().is_some() {
+            loop {
+                std::thread::park(); // until the signal's handler ends the process
+            }
+        }
         let mut out = stdout.lock();
         writeln!(out, "{REPLY_PREFIX}{reply}").map_err(io)?;
         out.flush().map_err(io)?;

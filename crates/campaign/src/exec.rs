@@ -1,18 +1,20 @@
 //! The campaign's parent process: prepares the campaign directory, hands runs to worker
-//! processes, kills runs that pass the timeout, records crashes, and appends each finished
-//! run to the record. Resuming reads the record and skips what it holds.
+//! processes, kills runs that pass the timeout, records crashes, stops at an interruption
+//! (a worker ended by TERM, INT or HUP: [`crate::ending`]), and appends each finished run to
+//! the record. Resuming reads the record and skips what it holds.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::ending::{Verdict, verdict_of};
 use crate::meta::{Meta, read_meta, shard_text};
 use crate::spec::{Campaign, Kind};
 use crate::store::{Appender, read_rows, write_csv};
@@ -300,24 +302,44 @@ impl Pool {
     }
 }
 
-fn exit_description(child: &mut Child) -> String {
-    match child.wait() {
-        Ok(status) => match status.code() {
-            Some(c) => format!("exit status {c}"),
-            None => {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::process::ExitStatusExt;
-                    status.signal().map_or("killed".into(), |s| format!("signal {s}"))
-                }
-                #[cfg(not(unix))]
-                {
-                    "killed".to_string()
-                }
-            }
-        },
-        Err(e) => e.to_string(),
+fn exit_description(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "killed".into(),
     }
+}
+
+/// What a job is, in an interruption's message.
+fn job_text(job: Option<Job>) -> String {
+    match job {
+        Some(Job::Run { index }) => format!("the run of grid index {index}"),
+        Some(Job::Prep { index }) => format!("the base run of grid index {index}"),
+        None => "no run".into(),
+    }
+}
+
+/// Slot `i`'s process ended (its standard output closed): the crash of the job it held, to
+/// record, if any. An error when it was interrupted (ended by TERM, INT or HUP: nothing is
+/// recorded, the campaign stops) or ended before it was ready.
+fn ended(pool: &mut Pool, i: usize) -> Result<Option<Reply>> {
+    let Some(slot) = pool.slots[i].as_mut() else { return Ok(None) };
+    let was_ready = slot.ready;
+    let status = slot.child.wait();
+    let job = pool.kill(i).map(|(job, _)| job);
+    if let Ok(Verdict::Interrupted(signal)) = status.as_ref().map(|s| verdict_of(*s)) {
+        return Err(Error::Interrupted { signal, worker: i, during: job_text(job) });
+    }
+    let how = status.map_or_else(|e| e.to_string(), exit_description);
+    let log = pool.log_path(i);
+    if !was_ready {
+        return Err(Error::Worker(format!("a worker process failed to start ({how}): {} (see {})", last_log_line(&log), log.display())));
+    }
+    Ok(job.map(|job| {
+        let message = format!("worker process died ({how}) during the run; see {}: {}", log.display(), last_log_line(&log));
+        Reply { job, status: Status::Crashed, message: Some(message), metrics: Metrics::default() }
+    }))
 }
 
 fn last_log_line(path: &Path) -> String {
@@ -369,22 +391,12 @@ fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mu
                 }
             }
             Ok(Msg::Exit(i, g)) => {
-                let Some(slot) = pool.slots[i].as_mut().filter(|s| s.generation == g) else { continue };
-                let was_ready = slot.ready;
-                let how = exit_description(&mut slot.child);
-                let job = pool.kill(i);
-                let log = pool.log_path(i);
-                if !was_ready {
-                    return Err(Error::Worker(format!(
-                        "a worker process failed to start ({how}): {} (see {})",
-                        last_log_line(&log),
-                        log.display()
-                    )));
+                if pool.slots[i].as_ref().is_none_or(|s| s.generation != g) {
+                    continue;
                 }
-                if let Some((job, _)) = job {
+                if let Some(reply) = ended(pool, i)? {
                     outstanding -= 1;
-                    let message = format!("worker process died ({how}) during the run; see {}: {}", log.display(), last_log_line(&log));
-                    finish(Reply { job, status: Status::Crashed, message: Some(message), metrics: Metrics::default() })?;
+                    finish(reply)?;
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -580,7 +592,8 @@ mod tests {
     use super::*;
 
     /// A pool of `n` shell workers that speak the protocol: ready, then per job line, run 0
-    /// answers ok, run 1 hangs, run 2 dies (exit 3), any other run answers ok after a moment.
+    /// answers ok, run 1 hangs, run 2 dies (exit 3), run 4 is ended by TERM, any other run
+    /// answers ok after a moment.
     fn pool(dir: &Path, n: usize) -> Pool {
         let ok = |index: u64| {
             let reply = Reply { job: Job::Run { index }, status: Status::Ok, message: None, metrics: Metrics::default() };
@@ -589,7 +602,8 @@ mod tests {
         let script = format!(
             "echo {READY_LINE}; while read -r line; do case \"$line\" in \
              *'\"index\":0'*) echo '{}';; *'\"index\":1'*) sleep 30;; \
-             *'\"index\":2'*) echo 'about to die' >&2; exit 3;; *) sleep 0.1; echo '{}';; esac; done",
+             *'\"index\":2'*) echo 'about to die' >&2; exit 3;; *'\"index\":4'*) kill -TERM $$;; \
+             *) sleep 0.1; echo '{}';; esac; done",
             ok(0),
             ok(3)
         );
@@ -624,6 +638,29 @@ mod tests {
         assert_eq!(replies[1].message.as_deref(), Some("killed after 1 s (timeout)"));
         let crash = replies[2].message.as_deref().unwrap();
         assert!(crash.contains("exit status 3") && crash.ends_with("about to die"), "{crash}");
+    }
+
+    #[test]
+    fn a_worker_ended_by_term_interrupts_the_drive_and_its_run_is_never_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pool(dir.path(), 1);
+        let mut answered = Vec::new();
+        let e = drive(
+            &mut p,
+            runs(&[0, 4, 3]),
+            |_| Duration::from_secs(60),
+            |r| {
+                answered.push((r.job, r.status));
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        p.shutdown();
+        assert!(matches!(&e, Error::Interrupted { signal: 15, worker: 0, during } if during == "the run of grid index 4"), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("ended by SIGTERM") && text.contains("`campaign --resume` runs it again"), "{text}");
+        // Run 0 was answered before; run 4 is not recorded, and run 3 was never handed out.
+        assert_eq!(answered, [(Job::Run { index: 0 }, Status::Ok)]);
     }
 
     #[test]

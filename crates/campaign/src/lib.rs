@@ -12,6 +12,7 @@
 mod census;
 mod columns;
 mod command;
+mod ending;
 mod estimate;
 mod exec;
 mod fault_log;
@@ -408,6 +409,20 @@ pub enum Error {
     /// An altered checkpoint could not be read.
     #[error("{0}")]
     CorruptFile(String),
+    /// A worker process was ended by TERM, INT or HUP: someone stopped the campaign. Nothing is
+    /// recorded for the run it held, and the campaign stops; `--resume` runs the run again.
+    #[error(
+        "the campaign was interrupted: worker process {worker} was ended by {} during {during}; nothing is recorded for it, and `campaign --resume` runs it again",
+        resilab_runner::interrupt::signal_name(*signal)
+    )]
+    Interrupted {
+        /// The signal.
+        signal: i32,
+        /// The worker's slot (its log is `logs/worker-{worker}.log`).
+        worker: usize,
+        /// What it was doing.
+        during: String,
+    },
     /// A run failed.
     #[error(transparent)]
     Runner(#[from] resilab_runner::Error),
