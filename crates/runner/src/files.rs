@@ -5,7 +5,11 @@
 //! life: a second writer fails at once, naming the process that holds the directory, and the
 //! operating system releases it when that process ends, however it ends, so a lock left by a
 //! killed run never blocks. The file keeps the holder's process id and start time for that
-//! message; its presence alone means nothing.
+//! message; its presence alone means nothing. The holder removes the file when it lets the
+//! directory go (a finished run, or a command that refused the directory), while it still
+//! holds the lock; a process that opened the file before its removal and locks it then finds
+//! it gone from the directory and locks the new one instead, so one directory never has two
+//! holders.
 //!
 //! A lock inside the directory it guards does not survive the directory's removal: a second
 //! run on a new directory of the same name would not be refused. So a run also records the
@@ -27,13 +31,37 @@ use crate::{Error, Result, io};
 /// The lock file in a directory a command writes.
 pub const LOCK_FILE: &str = ".resilab.lock";
 
-/// A directory held for writing; released when dropped or when the process ends.
+/// A directory held for writing; released when dropped (which removes the lock file) or when
+/// the process ends (which leaves it, unheld).
 #[derive(Debug)]
 pub struct DirLock {
-    _file: File,
+    file: File,
     /// The directory.
     pub dir: PathBuf,
 }
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Removed while still held, and only if it is still this lock's file (the directory may
+        // have been replaced meanwhile, with another process's lock in it).
+        let path = self.dir.join(LOCK_FILE);
+        if is_current(&path, &self.file) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Whether `path` names the file `file` is open on (a link at `path` is not followed).
+fn is_current(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (path.symlink_metadata(), file.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// How often [`lock_dir`] opens the lock file again after locking one its holder removed.
+const LOCK_TRIES: usize = 100;
 
 /// Directories a run writes into, each with the identity it had when the run claimed it.
 #[derive(Clone, Debug, Default)]
@@ -81,22 +109,32 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
     if links(&path)? > 1 {
         std::fs::remove_file(&path).map_err(io(&path))?;
     }
-    let mut file = open_no_follow(&path, OpenOptions::new().read(true).write(true).create(true).truncate(false))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            let holder = if holder.trim().is_empty() { "another process".to_string() } else { holder.trim().to_string() };
-            return Err(Error::Config(format!(
-                "{what} {} is in use by {holder}: wait for it to end, or give another directory",
-                dir.display()
-            )));
+    for _ in 0..LOCK_TRIES {
+        let mut file = open_no_follow(&path, OpenOptions::new().read(true).write(true).create(true).truncate(false))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = if holder.trim().is_empty() { "another process".to_string() } else { holder.trim().to_string() };
+                return Err(Error::Config(format!(
+                    "{what} {} is in use by {holder}: wait for it to end, or give another directory",
+                    dir.display()
+                )));
+            }
+            Err(TryLockError::Error(source)) => return Err(Error::Io { path, source }),
         }
-        Err(TryLockError::Error(source)) => return Err(Error::Io { path, source }),
+        // Its holder removed it between the open and the lock: lock the one there now.
+        if !is_current(&path, &file) {
+            continue;
+        }
+        let note = format!("process {} (started {} UTC)\n", std::process::id(), crate::utc_stamp());
+        file.set_len(0).and_then(|()| file.write_all(note.as_bytes())).and_then(|()| file.flush()).map_err(io(&path))?;
+        return Ok(DirLock { file, dir: dir.to_path_buf() });
     }
-    let note = format!("process {} (started {} UTC)\n", std::process::id(), crate::utc_stamp());
-    file.set_len(0).and_then(|()| file.write_all(note.as_bytes())).and_then(|()| file.flush()).map_err(io(&path))?;
-    Ok(DirLock { _file: file, dir: dir.to_path_buf() })
+    Err(Error::Config(format!(
+        "{what} {}: its lock file {LOCK_FILE} was replaced {LOCK_TRIES} times while this process locked it: another process keeps taking and releasing the directory",
+        dir.display()
+    )))
 }
 
 /// Opens `path` with `options`, refusing to follow a symbolic link at its last component: an
@@ -178,6 +216,26 @@ mod tests {
         assert!(e.contains("is in use by process") && e.contains(&std::process::id().to_string()), "{e}");
         drop(held);
         lock_dir(d.path(), "--out").unwrap();
+    }
+
+    #[test]
+    fn a_released_lock_leaves_no_file_and_is_never_held_twice() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(LOCK_FILE);
+        let held = lock_dir(d.path(), "--out").unwrap();
+        // A second process that opened the lock file before the holder let it go ...
+        let late = File::open(&path).unwrap();
+        drop(held);
+        assert!(!path.exists(), "a released lock leaves its file");
+        // ... locks a file no longer in the directory, so it does not hold the directory, and
+        // a third process locks a new file there.
+        late.try_lock().unwrap();
+        assert!(!is_current(&path, &late));
+        let third = lock_dir(d.path(), "--out").unwrap();
+        assert!(is_current(&path, &third.file));
+        drop(late);
+        let e = lock_dir(d.path(), "--out").unwrap_err().to_string();
+        assert!(e.contains("is in use by process"), "{e}");
     }
 
     #[test]

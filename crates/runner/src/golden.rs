@@ -145,7 +145,8 @@ pub fn ensure(cfg: &RunConfig, platform: &str, root: &Path, run: impl FnOnce(&Ru
 
 /// Removes the temporary directories of `key`'s golden run (`.<key>.<pid>.tmp`) that processes
 /// killed before they could clean up left in `root`: those whose lock (the run's
-/// `.resilab.lock`) no process holds, or, without a lock file yet, whose process is gone.
+/// `.resilab.lock`) no process holds, or, without a lock file (not yet, or no longer: a run
+/// removes it when it ends), whose process is gone.
 fn remove_stale(root: &Path, key: &str) -> Result<()> {
     let prefix = format!(".{key}.");
     let entries = std::fs::read_dir(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?;
