@@ -205,13 +205,28 @@ pub(crate) struct InjectArgs {
     /// May not name the input or the log, under any spelling (links, `..`).
     #[arg(long, short, value_name = "OUT.h5", conflicts_with = "in_place")]
     pub(crate) output: Option<PathBuf>,
-    /// Corrupt the input file itself (replaced atomically once every flip is written).
+    /// Corrupt the input file itself (replaced atomically once every flip is written). An input
+    /// that is a symbolic link or has other hard links is refused unless --replace-link.
     #[arg(long)]
     pub(crate) in_place: bool,
+    /// With --in-place on a symbolic link or a file with other hard links: replace that name
+    /// with a file of its own holding the corrupted content; the link's target (or the other
+    /// names) keep the old content. A warning says so.
+    #[arg(long, requires = "in_place")]
+    pub(crate) replace_link: bool,
     /// Where to write the log (default: the output path with .log.jsonl instead of .h5). May not
-    /// name the input or the output, under any spelling (links, `..`).
+    /// name the input or the output, under any spelling (links, `..`). An existing file is
+    /// refused unless --force.
     #[arg(long, value_name = "LOG.jsonl")]
     pub(crate) log: Option<PathBuf>,
+    /// Replace an existing --log file.
+    #[arg(long, requires = "log")]
+    pub(crate) force: bool,
+    /// Leave out of the candidates the datasets whose values cannot be read (a type other than
+    /// integers and 16/32/64-bit floats), naming them in a warning and in the log's header;
+    /// without it, such a dataset the config targets is an error naming it.
+    #[arg(long)]
+    pub(crate) skip_unreadable: bool,
     /// Redo exactly the corruption recorded in a log (same datasets, elements, bits, order)
     /// instead of drawing new flips.
     #[arg(long, value_name = "LOG.jsonl")]

@@ -243,12 +243,18 @@ pub(crate) fn inject(args: InjectArgs) -> Result<()> {
         in_place: args.in_place,
         log: args.log,
         seed: args.seed,
+        unreadable: if args.skip_unreadable { resilab_inject::Unreadable::Skip } else { resilab_inject::Unreadable::Refuse },
+        replace_link: args.replace_link,
+        force: args.force,
     };
     let spec = resilab_inject::load_spec(&request)?;
     for key in spec.iter().flat_map(|s| &s.ignored) {
         eprintln!("resilab: note: ignoring {}", resilab_text::terminal(key));
     }
     let done = resilab_inject::inject(&request, spec, &|file: &Path| probe_in_child(file).map_err(|e| e.to_string()))?;
+    for w in done.warnings() {
+        eprintln!("resilab: warning: {w}");
+    }
     if json {
         println!("{}", done.json());
     } else {

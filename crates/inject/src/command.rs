@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::{Error, LogLine, Output, Replay, Report, Result, Spec, TargetKind};
+use crate::{Error, LogLine, Output, Replay, Report, Result, Spec, TargetKind, Unreadable};
 
 /// What an injection was asked to do (the command's flags).
 #[derive(Clone, Debug, Default)]
@@ -24,6 +24,13 @@ pub struct Request {
     pub log: Option<PathBuf>,
     /// The seed (else the config's, else a fresh one, which is logged).
     pub seed: Option<u64>,
+    /// What to do with datasets the config targets whose values cannot be read.
+    pub unreadable: Unreadable,
+    /// With `in_place`, replace an input that is a symbolic link or has other hard links with
+    /// a file of its own (else such an input is refused).
+    pub replace_link: bool,
+    /// Replace an existing `log` (else an existing `log` is refused).
+    pub force: bool,
 }
 
 /// What an injection did.
@@ -37,6 +44,8 @@ pub enum Done {
         input: PathBuf,
         /// What the replay did.
         replay: Replay,
+        /// What the user should know of (a link replaced by a file).
+        warnings: Vec<String>,
     },
     /// Values or bytes were corrupted.
     Corrupted {
@@ -46,6 +55,8 @@ pub enum Done {
         seed: u64,
         /// The log written.
         log: PathBuf,
+        /// What the user should know of (datasets left out, a link replaced by a file).
+        warnings: Vec<String>,
     },
 }
 
@@ -53,15 +64,26 @@ impl Done {
     /// One JSON object for `--json`.
     pub fn json(&self) -> serde_json::Value {
         match self {
-            Done::Replayed { replay: r, .. } => json!({"replayed": r.applied, "differing_from_log": r.differing, "output": r.output}),
-            Done::Corrupted { report, seed, log } => json!({"summary": report.summary, "seed": seed, "output": report.output, "log": log}),
+            Done::Replayed { replay: r, warnings, .. } => {
+                json!({"replayed": r.applied, "differing_from_log": r.differing, "output": r.output, "warnings": warnings})
+            }
+            Done::Corrupted { report, seed, log, warnings } => {
+                json!({"summary": report.summary, "seed": seed, "output": report.output, "log": log, "warnings": warnings})
+            }
+        }
+    }
+
+    /// What the user should know of beside the result, one line each (for stderr).
+    pub fn warnings(&self) -> &[String] {
+        match self {
+            Done::Replayed { warnings, .. } | Done::Corrupted { warnings, .. } => warnings,
         }
     }
 
     /// One line for a person.
     pub fn text(&self) -> String {
         match self {
-            Done::Replayed { log, input, replay: r } => {
+            Done::Replayed { log, input, replay: r, .. } => {
                 let differing = if r.differing > 0 {
                     format!(" ({} found a different value than logged: not the same file)", r.differing)
                 } else {
@@ -75,7 +97,7 @@ impl Done {
                     r.output.display()
                 )
             }
-            Done::Corrupted { report, seed, log } => {
+            Done::Corrupted { report, seed, log, .. } => {
                 let s = &report.summary;
                 format!(
                     "corrupted {} of {} attempts ({} not selected, {} rejected; {} NaN, {} Inf, {} extreme; {:.6}% of the file's {} elements) seed {seed} -> {}; log {}",
@@ -138,6 +160,20 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
         None => ("--log", &log),
     });
     crate::check_distinct(&roles)?;
+    let mut warnings = Vec::new();
+    if request.in_place
+        && let Some(link) = crate::paths::link_of(&input)?
+    {
+        if !request.replace_link {
+            return Err(Error::Usage(link.refusal(&input)));
+        }
+        warnings.push(link.replaced(&input));
+    }
+    if replay.is_none()
+        && let Some(explicit) = &request.log
+    {
+        crate::paths::check_new_log(explicit, request.force)?;
+    }
     // Raw byte flips over the whole file never open it with HDF5; everything else does.
     let raw_bytes = spec.as_ref().is_some_and(|s| s.target == TargetKind::Bytes && s.region == crate::Region::File);
     if replay.is_some() || !raw_bytes {
@@ -145,17 +181,22 @@ pub fn inject(request: &Request, spec: Option<Spec>, check: FileCheck<'_>) -> Re
     }
     if let (Some(log), Some(lines)) = (replay, replay_lines) {
         let replay = crate::replay_file(&log, &lines, &input, &output)?;
-        return Ok(Done::Replayed { log, input, replay });
+        return Ok(Done::Replayed { log, input, replay, warnings });
     }
     let spec = spec.ok_or_else(|| Error::Usage("a config is required unless --replay is given".into()))?;
     let seed = request.seed.or(spec.seed).unwrap_or_else(fresh_seed);
     // The log is written before the corrupted copy is put in place, so a failure leaves
     // neither behind.
-    let prepared = crate::prepare_file(&spec, &input, &output, seed)?;
+    let prepared = crate::prepare_file_with(&spec, &input, &output, seed, request.unreadable)?;
     let staged_log = crate::stage_log(&log, &prepared.report)?;
     let report = prepared.commit()?;
-    staged_log.commit()?;
-    Ok(Done::Corrupted { report: Box::new(report), seed, log })
+    if request.log.is_some() && !request.force {
+        staged_log.commit_new()?;
+    } else {
+        staged_log.commit()?;
+    }
+    warnings.extend(crate::file::skipped_warnings(&report.header.unreadable));
+    Ok(Done::Corrupted { report: Box::new(report), seed, log, warnings })
 }
 
 /// The file to corrupt: the flag, else the config's `hdf5_file`, else the replayed log's input.

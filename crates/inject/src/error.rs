@@ -55,6 +55,14 @@ pub enum Error {
     /// The request cannot be carried out as given; the message says what to change.
     #[error("{0}")]
     Usage(String),
+    /// Datasets an injection would target cannot be read; the message names them.
+    #[error("{file}: {message}", file = .file.display())]
+    Unreadable {
+        /// The file.
+        file: PathBuf,
+        /// Which datasets, and what to do.
+        message: String,
+    },
     /// A file failed the check run before it is opened (see [`command::FileCheck`]).
     #[error("{0}")]
     Check(String),

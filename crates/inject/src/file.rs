@@ -52,6 +52,46 @@ pub struct Header {
     pub total_elements: u64,
     /// Config keys accepted but not acted on.
     pub ignored: Vec<String>,
+    /// Datasets the config targets whose values could not be read, left out of the candidates
+    /// (only with [`Unreadable::Skip`]; otherwise they are an error).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// What an injection does with datasets it would target whose values it cannot read (a type
+/// other than integers and 16/32/64-bit floats: compound, string, enum, opaque, 128-bit
+/// floats, a type the HDF5 library cannot describe).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Refuse the file, naming them.
+    #[default]
+    Refuse,
+    /// Leave them out of the candidates; the log's header names them.
+    Skip,
+}
+
+/// How many datasets an error or a warning names before it counts the rest (the log's header
+/// names all of them).
+const NAMED: usize = 20;
+
+/// `names`, quoted (control characters escaped) and cut after [`NAMED`], for one line.
+fn name_list(names: &[String]) -> String {
+    let mut text = names.iter().take(NAMED).map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+    if names.len() > NAMED {
+        text.push_str(&format!(" and {} more", names.len() - NAMED));
+    }
+    text
+}
+
+/// The warning for datasets left out under [`Unreadable::Skip`] (none when there are none).
+pub fn skipped_warnings(unreadable: &[String]) -> Option<String> {
+    (!unreadable.is_empty()).then(|| {
+        format!(
+            "left out {} dataset(s) whose values resilab cannot read (--skip-unreadable; the log's header lists them): {}",
+            unreadable.len(),
+            name_list(unreadable)
+        )
+    })
 }
 
 /// One line of a log.
@@ -103,6 +143,25 @@ fn existing(input: &Path) -> Result<()> {
         Ok(_) => Err(Error::Io { path: input.to_path_buf(), message: "is not a file".into() }),
         Err(e) => Err(Error::Io { path: input.to_path_buf(), message: e.to_string() }),
     }
+}
+
+/// The datasets `spec` would target (those its locations match, or all) whose values cannot
+/// be read as numbers: an error naming them under [`Unreadable::Refuse`], else their paths.
+pub fn unreadable(reader: &Reader, spec: &Spec, policy: Unreadable) -> Result<Vec<String>> {
+    let targeted = |path: &str| spec.locations.as_ref().is_none_or(|locations| locations.iter().any(|l| location_matches(l, path)));
+    let found: Vec<String> =
+        reader.datasets()?.into_iter().filter(|d| !d.dtype.is_numeric() && !d.is_empty() && targeted(&d.path)).map(|d| d.path).collect();
+    if found.is_empty() || policy == Unreadable::Skip {
+        return Ok(found);
+    }
+    Err(Error::Unreadable {
+        file: reader.path().to_path_buf(),
+        message: format!(
+            "resilab cannot read the values of {} dataset(s) the config targets (their type is not an integer or a 16/32/64-bit float): {}. Pass --skip-unreadable to corrupt the other datasets and leave these out",
+            found.len(),
+            name_list(&found)
+        ),
+    })
 }
 
 /// The datasets a spec may hit in a file, and the file's element count.
@@ -295,14 +354,21 @@ pub fn inject_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Res
 
 /// Runs a value- or byte-mode injection on `input` into a staged copy, leaving the output as it
 /// is until [`Prepared::commit`]: a caller that must write more (the log) before the output
-/// counts as done commits last.
+/// counts as done commits last. A dataset it would target whose values cannot be read is an
+/// error ([`prepare_file_with`] can leave it out instead).
 pub fn prepare_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Result<Prepared> {
+    prepare_file_with(spec, input, output, seed, Unreadable::Refuse)
+}
+
+/// [`prepare_file`], with what to do with datasets whose values cannot be read.
+pub fn prepare_file_with(spec: &Spec, input: &Path, output: &Output, seed: u64, policy: Unreadable) -> Result<Prepared> {
     existing(input)?;
     let output = out_path(input, output);
     if spec.target == TargetKind::Bytes {
         return inject_bytes(spec, input, &output, seed);
     }
     let reader = Reader::open(input)?;
+    let skipped = unreadable(&reader, spec, policy)?;
     let (targets, total) = targets(&reader, spec)?;
     let plan = Plan {
         model: spec.model.clone(),
@@ -331,6 +397,7 @@ pub fn prepare_file(spec: &Spec, input: &Path, output: &Output, seed: u64) -> Re
         candidates: targets.iter().map(|t| t.path.clone()).collect(),
         total_elements: total,
         ignored: spec.ignored.clone(),
+        unreadable: skipped,
     };
     Ok(Prepared { report: Report { header, records, byte_records: Vec::new(), summary, output }, staged })
 }
@@ -430,6 +497,7 @@ fn inject_bytes(spec: &Spec, input: &Path, output: &Path, seed: u64) -> Result<P
         candidates: Vec::new(),
         total_elements: total,
         ignored: spec.ignored.clone(),
+        unreadable: Vec::new(),
     };
     Ok(Prepared { report: Report { header, records: Vec::new(), byte_records: records, summary, output: output.to_path_buf() }, staged })
 }
@@ -457,6 +525,17 @@ impl StagedLog {
     /// Renames the log into place.
     pub fn commit(self) -> Result<()> {
         self.tmp.persist(&self.path).map_err(|e| Error::Io { path: self.path.clone(), message: e.error.to_string() })?;
+        Ok(())
+    }
+
+    /// Links the log into place only if nothing is there yet (an existing file or link is
+    /// never replaced).
+    pub fn commit_new(self) -> Result<()> {
+        let path = self.path;
+        self.tmp.persist_noclobber(&path).map_err(|e| match e.error.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::Io { path: path.clone(), message: crate::paths::EXISTING_LOG.into() },
+            _ => Error::Io { path: path.clone(), message: e.error.to_string() },
+        })?;
         Ok(())
     }
 }

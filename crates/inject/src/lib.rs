@@ -42,9 +42,9 @@ pub use config::{RawConfig, Region, Spec, TargetKind, Tries};
 pub use diff::{DatasetDiff, FileDiff, LogCheck, diff};
 pub use error::{Error, Result};
 pub use file::{
-    Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, inject_file, log_header, prepare_file, read_log, remove_staged,
-    replay_file, stage_log, targets, write_log,
+    Header, LogLine, Output, Prepared, Replay, Report, Staged, StagedLog, Unreadable, inject_file, log_header, prepare_file,
+    prepare_file_with, read_log, remove_staged, replay_file, stage_log, targets, unreadable, write_log,
 };
 pub use model::{FaultModel, Flip, Mode, Precision};
-pub use paths::{check_distinct, default_log, default_output, same_file};
+pub use paths::{Link, check_distinct, check_new_log, default_log, default_output, link_of, same_file};
 pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32};
