@@ -228,12 +228,40 @@ pub(crate) fn split(path: &str) -> (&str, &str) {
     }
 }
 
-/// Opens `path` read-write without HDF5's file lock (see [`Writer::create`]).
-pub(crate) fn open_rw_unlocked(path: &Path) -> hdf5::Result<hdf5::File> {
-    hdf5::File::with_options().with_fapl(|p| p.file_locking(false)).open_rw(path)
+/// Opens `path` read-write without HDF5's file lock (see [`Writer::create`]), plugins off.
+pub(crate) fn open_rw_unlocked(path: &Path) -> Result<hdf5::File> {
+    crate::plugins::off(path)?;
+    hdf5::File::with_options().with_fapl(|p| p.file_locking(false)).open_rw(path).map_err(|e| Error::Hdf5 {
+        file: path.to_path_buf(),
+        object: "/".into(),
+        message: e.to_string(),
+    })
 }
 
-/// The memory budget, or an error naming the file it was needed for.
+/// The memory budget, or an error naming the file it was needed for. Called before any file is
+/// opened, it also turns HDF5's plugin loading off first (see the `plugins` module).
 pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
+    crate::plugins::off(path)?;
     resilab_limits::memory_budget().map_err(|message| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message })
+}
+
+/// Refuses to read all of dataset `ds` (at `path` of `file`) when what that asks for does not
+/// fit beside what the process already holds: the budget is one for the whole process, so
+/// three datasets that each fit can still not be held at once.
+pub(crate) fn admit(ds: &hdf5::Dataset, file: &Path, path: &str, budget: &resilab_limits::Budget) -> Result<()> {
+    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
+    let bytes = element_count(&ds.shape()).and_then(|n| (n as u64).checked_mul(elem));
+    let needs = crate::tree::read_needs(ds, bytes, ds.filters().is_empty());
+    if budget.admits(needs) {
+        return Ok(());
+    }
+    Err(Error::Invalid {
+        file: file.to_path_buf(),
+        object: path.to_string(),
+        message: format!(
+            "reading it needs {}, more than is left of the memory budget of {}",
+            resilab_limits::needed(needs),
+            budget.describe()
+        ),
+    })
 }

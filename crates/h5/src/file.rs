@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use hdf5::types::{IntSize, TypeDescriptor, VarLenUnicode};
 
 use crate::base::{
-    ATTRS_HASH_ATTR, AttrValue, DatasetInfo, Dtype, HASH_ATTR, SIEVE_BYTES, budget_for, caught, digest_attrs, digest_bytes, digest_f32,
-    digest_u64, dtype_of, require_regular_file, split,
+    ATTRS_HASH_ATTR, AttrValue, DatasetInfo, Dtype, HASH_ATTR, SIEVE_BYTES, admit, budget_for, caught, digest_attrs, digest_bytes,
+    digest_f32, digest_u64, dtype_of, require_regular_file, split,
 };
 use crate::error::{Error, Result};
 use crate::tree;
@@ -85,6 +85,7 @@ pub fn with_digests<'a, R>(slices: &[&'a [f32]], f: impl FnOnce(&Digests<'a>) ->
 impl Writer {
     /// Creates (truncates) `path`.
     pub fn create(path: &Path) -> Result<Self> {
+        crate::plugins::off(path)?;
         let file = hdf5::File::with_options()
             .with_fapl(|p| p.fclose_degree(hdf5::file::FileCloseDegree::Strong).file_locking(false))
             .create(path)
@@ -205,6 +206,8 @@ pub struct Reader {
     pub(crate) file: hdf5::File,
     pub(crate) path: PathBuf,
     pub(crate) tree: tree::Tree,
+    /// The process's memory budget, which every full read of a dataset is admitted to.
+    pub(crate) budget: resilab_limits::Budget,
 }
 
 impl Reader {
@@ -221,7 +224,7 @@ impl Reader {
             message: e.to_string(),
         })?;
         let tree = tree::walk(&file, path, &budget)?;
-        Ok(Self { file, path: path.to_path_buf(), tree })
+        Ok(Self { file, path: path.to_path_buf(), tree, budget })
     }
 
     pub(crate) fn err(&self, object: &str, e: hdf5::Error) -> Error {
@@ -285,6 +288,7 @@ impl Reader {
         if dtype != Dtype::F32 {
             return Err(self.invalid(path, format!("type {dtype}, expected f32")));
         }
+        admit(&ds, &self.path, path, &self.budget)?;
         let values = ds.read_raw::<f32>().map_err(|e| self.err(path, e))?;
         if values.len() != shape.iter().product::<usize>() {
             return Err(self.invalid(path, format!("{} values read, expected {}", values.len(), shape.iter().product::<usize>())));
@@ -307,6 +311,7 @@ impl Reader {
         if ds.shape() != [len] {
             return Err(self.invalid(path, format!("shape {:?}, expected [{len}]", ds.shape())));
         }
+        admit(&ds, &self.path, path, &self.budget)?;
         ds.read_raw::<u8>().map_err(|e| self.err(path, e))
     }
 

@@ -13,13 +13,17 @@
 //! (the `tree` module), which stops at cycles and at [`MAX_DEPTH`], refuses external links, virtual
 //! datasets and external storage, and checks every dataset's declared size against what the
 //! file's bytes can hold and against the memory budget ([`resilab_limits`]) before anything is
-//! read (see [`Reader::datasets`]).
+//! read (see [`Reader::datasets`]). HDF5's dynamic plugin loading is turned off before the first
+//! file is opened, and a dataset that needs a filter the library does not build in is refused
+//! by the walk (the `plugins` module): no file can make resilab load code. The memory budget is
+//! the process's: each full read of a dataset is admitted beside what the process already holds.
 
 mod base;
 mod error;
 mod file;
 mod links;
 mod linkval;
+mod plugins;
 mod tree;
 mod values;
 mod writeback;

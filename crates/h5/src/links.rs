@@ -19,7 +19,7 @@ use crate::file::Reader;
 /// or under one of its descendants (`/model/layer1/loop` -> `/model`) makes a cycle.
 pub fn add_hard_link(file: &Path, link: &str, target: &str) -> Result<()> {
     let err = |object: &str, e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: object.to_string(), message: e.to_string() };
-    let f = open_rw_unlocked(file).map_err(|e| err("/", e))?;
+    let f = open_rw_unlocked(file)?;
     let (parent, name) = split(link);
     let group = if parent.is_empty() { f.as_group() } else { f.group(parent) }.map_err(|e| err(link, e))?;
     group.link_hard(target, name).map_err(|e| err(link, e))?;
@@ -32,7 +32,7 @@ pub fn add_hard_link(file: &Path, link: &str, target: &str) -> Result<()> {
 /// as a corrupt dataspace does. Tests use it to check that readers refuse such claims.
 pub fn add_unallocated_f32(file: &Path, path: &str, shape: &[usize]) -> Result<()> {
     let err = |object: &str, e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: object.to_string(), message: e.to_string() };
-    let f = open_rw_unlocked(file).map_err(|e| err("/", e))?;
+    let f = open_rw_unlocked(file)?;
     let (parent, name) = split(path);
     let group = if parent.is_empty() { f.as_group() } else { f.group(parent) }.map_err(|e| err(path, e))?;
     let chunk: Vec<usize> = shape.iter().map(|&d| d.clamp(1, 16)).collect();
@@ -47,7 +47,7 @@ pub fn set_sealed_attr_str(file: &Path, object: &str, name: &str, value: &str) -
     let err = |e: hdf5::Error| Error::Hdf5 { file: file.to_path_buf(), object: format!("{object}@{name}"), message: e.to_string() };
     let invalid = |message: String| Error::Invalid { file: file.to_path_buf(), object: format!("{object}@{name}"), message };
     let v: VarLenUnicode = value.parse().map_err(|e: hdf5::types::StringError| invalid(e.to_string()))?;
-    let f = open_rw_unlocked(file).map_err(err)?;
+    let f = open_rw_unlocked(file)?;
     let g = f.group(object).map_err(err)?;
     if g.attr(name).is_ok() {
         g.delete_attr(name).map_err(err)?;
@@ -62,7 +62,7 @@ pub fn set_sealed_attr_str(file: &Path, object: &str, name: &str, value: &str) -
         attrs.insert(n, v);
     }
     drop(r);
-    let f = open_rw_unlocked(file).map_err(err)?;
+    let f = open_rw_unlocked(file)?;
     f.group(object).and_then(|g| g.attr(ATTRS_HASH_ATTR)).and_then(|a| a.write_scalar(&digest_attrs(&attrs))).map_err(err)?;
     f.close().map_err(err)
 }

@@ -199,26 +199,40 @@ fn soft_links(w: &mut Walk<'_>, root: &hdf5::Group) -> Result<()> {
 fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: &Budget) -> Result<DatasetInfo> {
     let invalid = |message: String| Error::Invalid { file: file.to_path_buf(), object: path.to_string(), message };
     storage_is_inside(ds, &invalid)?;
+    let filters = crate::plugins::check_pipeline(ds, &invalid)?;
     let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
     let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
     let shape = ds.space().map_err(|e| Error::Hdf5 { file: file.to_path_buf(), object: path.to_string(), message: e.to_string() })?.shape();
     let bytes = element_count(&shape).and_then(|n| (n as u64).checked_mul(elem));
-    let unfiltered = ds.filters().is_empty();
+    let unfiltered = filters.is_empty();
     if unfiltered && bytes.is_none_or(|b| b > file_len) {
         return Err(invalid(format!(
             "claims shape {shape:?} of {elem}-byte elements, more than the file's {file_len} bytes can hold (a corrupt dataspace)"
         )));
     }
-    if !budget.admits(bytes) {
+    let needs = read_needs(ds, bytes, unfiltered);
+    if !budget.admits(needs) {
         return Err(invalid(format!(
             "declares shape {shape:?} of {elem}-byte elements{}: {}, more than the memory budget of {}",
-            if unfiltered { "" } else { " (compressed)" },
-            resilab_limits::needed(bytes),
+            if unfiltered { "" } else { " (compressed; with the HDF5 library's buffer for one chunk)" },
+            resilab_limits::needed(needs),
             budget.describe()
         )));
     }
     let stored_hash = ds.attr(HASH_ATTR).ok().and_then(|a| a.read_scalar::<u64>().ok());
     Ok(DatasetInfo { path: path.to_string(), shape, dtype, stored_hash })
+}
+
+/// The bytes reading all of a dataset asks for: its `bytes` of elements, and for a filtered one
+/// the HDF5 library's own buffer for one decompressed chunk (allocated by the C library, so not
+/// counted by the process's allocator).
+pub(crate) fn read_needs(ds: &hdf5::Dataset, bytes: Option<u64>, unfiltered: bool) -> Option<u64> {
+    if unfiltered {
+        return bytes;
+    }
+    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
+    let chunk = ds.chunk().map_or(Some(0), |c| element_count(&c).and_then(|n| (n as u64).checked_mul(elem)));
+    bytes.zip(chunk).and_then(|(b, c)| b.checked_add(c))
 }
 
 /// Refuses a dataset whose elements live outside the file: a virtual dataset (its elements are

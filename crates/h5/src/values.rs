@@ -259,6 +259,7 @@ impl Reader {
         self.checked(path)?;
         let err = |e: hdf5::Error| Error::Hdf5 { file: self.path.clone(), object: path.into(), message: e.to_string() };
         let ds = self.file.dataset(path).map_err(err)?;
+        crate::base::admit(&ds, &self.path, path, &self.budget)?;
         with_type!(
             dtype,
             T => ds.read_raw::<T>().map(|v| Column { dtype, data: Box::new(v) }).map_err(err),
