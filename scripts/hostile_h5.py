@@ -21,6 +21,10 @@ never read or write the file it names):
                      (every checksum matches: they are the victim's own)
   bomb               /model/bomb: 2^30 f32 declared (4 GiB), deflated to a few KiB
   wide-u8            /train_state/wide: 4e9 u8 declared, chunked and compressed, never written
+  plugin-filter      the first model weight stored in one chunk through filter 31337, which HDF5 does
+                     not build in (reading it makes HDF5 load every plugin library it finds)
+  three-bombs        /model/bomb0, bomb1, bomb2: 220e6 f32 each (880 MB) declared, gzip-chunked, never
+                     written: each fits a 1 GiB budget, any two do not
 """
 
 import shutil
@@ -73,6 +77,14 @@ def external_link(g, name, data):
     g[name] = h5py.ExternalLink("victim.h5", g.name + "/" + name)
 
 
+def plugin_filter(g, name, data):
+    """The values stored in one chunk "through" filter 31337, which HDF5 does not build in: reading them
+    makes HDF5 look for the filter among the shared libraries of its plugin directories."""
+    ds = g.create_dataset(name, shape=data.shape, dtype=data.dtype, chunks=data.shape, compression=31337,
+                          allow_unknown_filter=True)
+    ds.id.write_direct_chunk((0,) * data.ndim, data.tobytes(), filter_mask=0)
+
+
 def case(ckpt, out, name):
     dest = out / f"{name}.h5"
     shutil.copyfile(ckpt, dest)
@@ -98,12 +110,19 @@ def case(ckpt, out, name):
         elif name == "wide-u8":
             f["/train_state"].create_dataset("wide", shape=(4_000_000_000,), dtype=np.uint8, chunks=(1 << 20,),
                                              compression="gzip")
+        elif name == "plugin-filter":
+            replace(f, w, plugin_filter)
+        elif name == "three-bombs":
+            for i in range(3):
+                f["/model"].create_dataset(f"bomb{i}", shape=(220_000_000,), dtype=np.float32, chunks=(1 << 20,),
+                                           compression="gzip")
         else:
             raise SystemExit(f"unknown case {name!r}")
     return dest
 
 
-CASES = ["external-storage", "passwd", "fifo", "virtual", "external-link", "soft-external", "bomb", "wide-u8"]
+CASES = ["external-storage", "passwd", "fifo", "virtual", "external-link", "soft-external", "bomb", "wide-u8",
+         "plugin-filter", "three-bombs"]
 
 
 def main():

@@ -587,3 +587,90 @@ fn export_verifies_digests_and_outputs_get_the_usual_mode() {
         assert_eq!(umask_mode(p), want, "{} is {:o}, other outputs {want:o}", p.display(), umask_mode(p));
     }
 }
+
+/// Builds a shared library whose constructor writes `marker` when the library is loaded, in a
+/// directory of its own: what an attacker would plant in a plugin directory.
+fn planted_plugin(dir: &Path, marker: &Path) -> PathBuf {
+    let src = dir.join("evil.c");
+    let code = format!(
+        "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {{\n  FILE *f = fopen({:?}, \"w\");\n  if (f) {{ fputs(\"ran\\n\", f); fclose(f); }}\n}}\n",
+        marker.to_str().unwrap()
+    );
+    std::fs::write(&src, code).unwrap();
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let so = plugins.join("libevil.so");
+    let o = std::process::Command::new("cc").args(["-shared", "-fPIC", "-o", s(&so), s(&src)]).output().expect("cc");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    plugins
+}
+
+#[test]
+fn a_dataset_needing_a_filter_plugin_is_refused_by_every_command_and_no_plugin_is_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = trained(d);
+    let h = d.join("hostile");
+    if !hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &["plugin-filter"]) {
+        return;
+    }
+    let marker = d.join("marker");
+    let plugins = planted_plugin(d, &marker);
+    // The check can tell: loading the planted library writes the marker.
+    let o = std::process::Command::new("python3")
+        .args(["-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", s(&plugins.join("libevil.so"))])
+        .output()
+        .unwrap();
+    assert!(o.status.success() && marker.exists(), "the planted library does not leave its marker");
+    std::fs::remove_file(&marker).unwrap();
+
+    let file = h.join("plugin-filter.h5");
+    let in_place = h.join("in-place.h5");
+    std::fs::copy(&file, &in_place).unwrap();
+    let resume = d.join("resume/step-00000004");
+    std::fs::create_dir_all(&resume).unwrap();
+    std::fs::copy(&file, resume.join("worker-0.h5")).unwrap();
+    let cfg = write(d, "resume.toml", &format!("{TINY}\n[checkpoint]\non_mismatch = \"load\"\n"));
+    let inj = injector(d);
+    let (out, st, run_dir) = (h.join("out.h5"), h.join("out.safetensors"), d.join("run-resumed"));
+    let before = snapshot(&h);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["inspect", s(&file)],
+        vec!["eval", s(&file)],
+        vec!["diff", "victim.h5", s(&file)],
+        vec!["export", s(&file), "--out", s(&st)],
+        vec!["inject", "--config", s(&inj), "--file", s(&file), "--output", s(&out), "--seed", "1"],
+        vec!["inject", "--config", s(&inj), "--file", s(&in_place), "--in-place", "--seed", "1"],
+        vec!["train", "--config", s(&cfg), "--resume", s(&resume), "--out", s(&run_dir), "--quiet"],
+    ];
+    for args in &commands {
+        let o = run_within(args, &h, &[("HDF5_PLUGIN_PATH", s(&plugins))], 60);
+        assert_clean_error(&o, &["/model/", "31337", "not built into the HDF5 library"]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("plugin/") && !stderr.contains("hdf5-metno-src"), "{args:?} printed a plugin directory: {stderr}");
+        assert!(!marker.exists(), "{args:?} loaded the planted plugin");
+        assert_eq!(snapshot(&h), before, "{args:?} changed a file in the directory");
+    }
+}
+
+#[test]
+fn the_memory_budget_is_one_for_the_whole_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ckpts = trained(d);
+    let h = d.join("hostile");
+    if !hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &["three-bombs"]) {
+        return;
+    }
+    // Three never-written datasets of 880 MB each: each fits 1 GiB, two do not.
+    let file = h.join("three-bombs.h5");
+    let st = d.join("out.safetensors");
+    for args in [vec!["export", s(&file), "--out", s(&st), "--allow-altered"], vec!["diff", s(&file), s(&file)]] {
+        let mut c = common::resilab();
+        c.args(&args).current_dir(d).env("RESILAB_MAX_MEMORY", "1G");
+        let (o, peak) = common::output_and_peak_rss(&mut c);
+        assert_clean_error(&o, &["three-bombs.h5", "/model/bomb", "more than is left of the memory budget of 1.00 GiB", "already holds"]);
+        assert!(peak < 1200 << 20, "{args:?} peaked at {} MiB", peak >> 20);
+    }
+    assert!(!st.exists());
+}

@@ -171,3 +171,34 @@ pub fn assert_clean_error(out: &Output, needles: &[&str]) {
         assert!(stderr.contains(n), "error should mention {n:?}: {stderr}");
     }
 }
+
+/// Runs `cmd` to its end and returns its output and its peak resident memory in bytes (the
+/// child's `ru_maxrss`, from `wait4`, as `/usr/bin/time -v` reports it).
+#[allow(unsafe_code)]
+pub fn output_and_peak_rss(cmd: &mut Command) -> (Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{ExitStatus, Stdio};
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        out.read_to_end(&mut b).unwrap();
+        b
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        err.read_to_end(&mut b).unwrap();
+        b
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data that wait4 fills; `status` a valid int. The child is
+    // reaped here, so `child` is never waited for again (dropping it does not wait).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4 failed: {}", std::io::Error::last_os_error());
+    let output = Output { status: ExitStatus::from_raw(status), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
+    (output, usage.ru_maxrss as u64 * 1024)
+}
