@@ -361,7 +361,7 @@ impl Campaign {
     /// Reads a campaign file, applies `overrides` (`key=value`, e.g. `campaign.repetitions=250`
     /// or `grid.inject.injection_tries=[1, 10]`) and checks every run of the grid.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let text = resilab_limits::read_config("--config", path).map_err(|e| Error::Config(e.to_string()))?;
         let mut c = Self::parse(&text, overrides, &path.display().to_string())?;
         if c.settings.name.is_none() {
             c.settings.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());

@@ -177,7 +177,7 @@ impl RawConfig {
     /// Reads a `.yaml`/`.yml` or `.toml` file. A YAML file is in the reference injector's
     /// format and gets its defaults: `allow_NaN_values` is false unless the file names it.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = resilab_limits::read_config("--config", path)?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
         let parsed = match ext.as_str() {
             "yaml" | "yml" => Self::from_reference_yaml(&text),
@@ -190,7 +190,9 @@ impl RawConfig {
     }
 
     /// Parses the reference injector's YAML, with its defaults for keys the text leaves out.
+    /// The text may nest at most [`resilab_limits::MAX_DEPTH`] levels (checked before parsing).
     pub fn from_reference_yaml(text: &str) -> std::result::Result<Self, String> {
+        resilab_limits::check_yaml_depth(text, resilab_limits::MAX_DEPTH).map_err(|e| e.to_string())?;
         let mut raw: Self = yaml_serde::from_str(text).map_err(|e| e.to_string())?;
         raw.allow_nan_values.get_or_insert(false);
         Ok(raw)
@@ -435,8 +437,14 @@ pub fn toml_table(text: &str) -> std::result::Result<toml::Table, TomlError> {
 
 /// Deserialises TOML text into `T`. The error names the dotted key (through
 /// `serde_path_to_error`), the message and the line and column; a syntax error names the line
-/// and column.
+/// and column. A text that nests deeper than [`resilab_limits::MAX_DEPTH`] is refused before
+/// it is parsed.
 pub fn toml_from_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, TomlError> {
+    resilab_limits::check_toml_depth(text, resilab_limits::MAX_DEPTH).map_err(|e| TomlError {
+        key: String::new(),
+        message: format!("nests deeper than {} levels (resilab's configurations nest a handful)", e.max),
+        position: Some((e.line, e.column)),
+    })?;
     let de = toml::Deserializer::parse(text).map_err(|e| TomlError::new(String::new(), &e, Some(text)))?;
     serde_path_to_error::deserialize(de).map_err(|e| TomlError::new(key_path(e.path()), e.inner(), Some(text)))
 }
@@ -580,5 +588,24 @@ mod tests {
         assert!(location_matches("/model/conv1/weight", "/model/conv1/weight"));
         assert!(!location_matches("/model/conv1", "/model/conv10/weight"));
         assert!(!location_matches("/model/layer1.0.bn1", "/model/layer1.0.bn1.weight"));
+    }
+
+    #[test]
+    fn shipped_configs_load_and_deep_ones_are_refused_before_parsing() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/inject");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            RawConfig::load(&path).and_then(|r| r.validate()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+        assert!(seen >= 4, "{seen} configs in {}", dir.display());
+        let n = 100_000;
+        let t = std::time::Instant::now();
+        let e = RawConfig::from_reference_yaml(&format!("injection_tries: {}1{}\n", "[".repeat(n), "]".repeat(n))).unwrap_err();
+        assert_eq!(e, "nests deeper than 64 levels at line 1, column 81 (resilab's configurations nest a handful)");
+        let e = toml_from_str::<RawConfig>(&format!("injection_tries = {}1{}\n", "{a = ".repeat(n), "}".repeat(n))).unwrap_err();
+        assert_eq!(e.to_string(), "nests deeper than 64 levels (resilab's configurations nest a handful) (line 1, column 339)");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "{:?}", t.elapsed());
     }
 }

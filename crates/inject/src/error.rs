@@ -66,6 +66,10 @@ pub enum Error {
     /// A file failed the check run before it is opened (see [`command::FileCheck`]).
     #[error("{0}")]
     Check(String),
+    /// A file a config or flag names is not a regular file, or is longer than its format or
+    /// the memory budget allows.
+    #[error(transparent)]
+    File(#[from] resilab_limits::FileError),
 }
 
 /// Result alias for this crate.

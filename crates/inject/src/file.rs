@@ -3,7 +3,7 @@
 //! and any previous output as they were.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -568,16 +568,16 @@ pub fn stage_log(path: &Path, report: &Report) -> Result<StagedLog> {
     Ok(StagedLog { tmp, path: path.to_path_buf() })
 }
 
-/// Reads a log written by [`write_log`].
+/// Reads a log written by [`write_log`]: a regular file (never a FIFO or a device) within the
+/// memory budget, named by `--replay` or a config's `injection_sequence_path`.
 pub fn read_log(path: &Path) -> Result<Vec<LogLine>> {
-    let f = std::fs::File::open(path).map_err(io(path))?;
+    let text = resilab_limits::RegularFile::open("--replay/injection_sequence_path", path)?.read_text(u64::MAX, "an injection log")?;
     let mut out = Vec::new();
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(io(path))?;
+    for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let parsed: LogLine = serde_json::from_str(&line).map_err(|e| Error::Replay {
+        let parsed: LogLine = serde_json::from_str(line).map_err(|e| Error::Replay {
             path: path.to_path_buf(),
             line: n + 1,
             message: format!("not a resilab injection log line: {e}"),

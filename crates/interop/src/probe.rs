@@ -107,7 +107,7 @@ fn mismatch(probe: &Probe, model: &str, norm: &Normalization, diff: f32, scale: 
 }
 
 fn read(path: &Path) -> Result<Probe> {
-    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
+    let bytes = resilab_limits::read_regular("--probe", path, u64::MAX, "a probe").map_err(|e| Error::Config(e.to_string()))?;
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| Error::file(path, format!("is not a safetensors probe: {e}")))?;
     let file = SafeTensors::deserialize(&bytes).map_err(|e| Error::file(path, format!("is not a safetensors probe: {e}")))?;
     let tensor = |name: &str, dims: usize| -> Result<(Vec<usize>, Vec<f32>)> {

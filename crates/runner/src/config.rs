@@ -360,7 +360,7 @@ impl RunConfig {
     /// ([`RunConfig::validate`]). Errors name the file and the offending key. Without a `name`,
     /// the run is named after the file's stem, which must then be a safe name too.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let text = resilab_limits::read_config("--config", path).map_err(|e| Error::Config(e.to_string()))?;
         let mut c = Self::from_toml(&text, overrides, &path.display().to_string())?;
         if c.name.is_none() {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
