@@ -89,13 +89,13 @@ fn main() {
     // futex wake and two context switches per operation: at batch 32, 13% of a VGG-11/4 step
     // on 2 threads and 27% on one).
     let result = edge::set_threads(edge::requested_threads(&cli.command)).and_then(|()| rayon::scope(|_| dispatch(cli.command)));
+    // An error may name a file, a dataset or a label: its control characters are shown as
+    // escapes, never sent to the terminal.
     if let Err(e) = result {
         eprintln!("error: {}", resilab_text::terminal_lines(&format!("{e:#}")));
         std::process::exit(1);
     }
 }
-    // An error may name a file, a dataset or a label: its control characters are shown as
-    // escapes, never sent to the terminal.
 
 /// Runs one command.
 fn dispatch(command: Command) -> Result<()> {
