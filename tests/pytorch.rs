@@ -431,3 +431,87 @@ fn neither_command_replaces_what_exists() {
     assert_clean_error(&o, &["taken.safetensors", "exists"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
+
+/// Runs `scripts/hostile_archives.py`, which writes hostile ZIP archives and tensor views into
+/// `dir`; `None` where python3 is missing, except under `CI=true`.
+fn hostile_archives(dir: &Path) -> Option<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hostile_archives.py");
+    match Command::new("python3").arg(&script).arg(dir).output() {
+        Ok(o) => {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            Some(())
+        }
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("python3 is required in CI (see .ci/run): {e}");
+            }
+            eprintln!("skipping: python3 is not installed ({e})");
+            None
+        }
+    }
+}
+
+/// Archives that two readers could read differently (Python's zipfile writes and reads each of
+/// them): a name twice (torch.load takes the first `data.pkl`, which calls posix.system; the zip
+/// crate the last, a clean state_dict), a local header that disagrees with the central
+/// directory, bytes no entry claims. Each is one error naming the file and the entry, and
+/// nothing is written; a well-formed archive of the same entries gets past the ZIP check.
+#[test]
+fn zip_archives_that_readers_could_read_differently_are_refused_naming_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(()) = hostile_archives(&d.join("hostile")) else { return };
+    let disagrees = "its local header disagrees with its central directory entry on its";
+    let cases = [
+        ("dup-name.pt", "entry good/data.pkl appears twice (entries 1 and 2 of its central directory)".to_string()),
+        ("local-name.pt", format!("entry good/data/0: {disagrees} name (local name good/data/1)")),
+        ("local-size.pt", format!("entry good/data/0: {disagrees} sizes (17 and 17 bytes, 16 and 16)")),
+        ("local-method.pt", format!("entry good/data/0: {disagrees} compression method (8, 0)")),
+        ("local-crc.pt", format!("entry good/data/0: {disagrees} CRC (12345678, ")),
+        ("gap.pt", "after entry good/byteorder, before entry good/data/0, belong to no entry".to_string()),
+        ("before-central.pt", "after entry good/version, before its central directory, belong to no entry".to_string()),
+        ("trailing.pt", "bytes follow its end-of-central-directory record that no record claims".to_string()),
+    ];
+    for (name, want) in &cases {
+        let out = name.trim_end_matches(".pt");
+        let o = import(d, &d.join("hostile").join(name), RESNET8, out, &[]);
+        assert_clean_error(&o, &[name, "is not a readable PyTorch file: its ZIP archive: ", want]);
+        assert!(!d.join(out).exists(), "{name}: the failed import wrote {}", d.join(out).display());
+    }
+    let clean = import(d, &d.join("hostile/clean.pt"), RESNET8, "clean", &[]);
+    assert_clean_error(&clean, &["clean.pt does not fit resnet8", "unexpected (1): fc.weight (float32 [2, 2])"]);
+}
+
+/// `torch.zeros(1).expand(2_400_000_000)` under a name the model lacks is reported from its
+/// header (name, type, shape) before anything is read, within a 1 GiB budget (9.6 GB if it were
+/// materialised; the address space is capped at 6 GiB so that a regression fails fast instead
+/// of filling the machine). A view the model asks for that reaches past its storage is refused
+/// naming it.
+#[test]
+fn a_view_is_never_expanded_past_its_storage_and_an_unexpected_one_is_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(()) = hostile_archives(&d.join("hostile")) else { return };
+    let cfg = write(d, "run.toml", RESNET8);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("ulimit -v {}; exec \"$@\"", 6 << 20))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_resilab"))
+        .args(["import", d.join("hostile/expanded-view.pt").to_str().unwrap(), "--config", cfg.to_str().unwrap()])
+        .args(["--out", d.join("view").to_str().unwrap()])
+        .env("RUST_BACKTRACE", "0")
+        .env("RESILAB_MAX_MEMORY", "1G");
+    let (o, rss) = common::output_and_peak_rss(&mut cmd);
+    eprintln!("expanded view: exit {:?}, peak RSS {} MiB", o.status.code(), rss >> 20);
+    assert_clean_error(&o, &["expanded-view.pt does not fit resnet8", "unexpected (1): huge (float32 [2400000000])"]);
+    assert!(rss < 1228 << 20, "peak RSS {} MiB", rss >> 20);
+    assert!(!d.join("view").join("step-00000000").exists());
+    let o = import(d, &d.join("hostile/overrun-view.pt"), RESNET8, "overrun", &[]);
+    assert_clean_error(
+        &o,
+        &[
+            "overrun-view.pt: tensor classifier.fc.bias: its view (shape [10], stride [1], offset 0) reaches storage element 10, past the 1 elements its storage '0' holds",
+        ],
+    );
+}

@@ -7,7 +7,7 @@ use regex::Regex;
 use resilab_runner::Rename;
 use resilab_train::{HostParamState, HostTensor};
 
-use crate::source::{Host, Source};
+use crate::source::{Host, Source, Tensor};
 use crate::{Error, Result};
 
 /// One parameter or buffer of the model: its name and shape.
@@ -98,18 +98,23 @@ fn shape_problem(name: &str, file: &[usize], model: &[usize]) -> String {
 /// Places the file's model tensors (renamed) in `slots`, the model's parameters and buffers in
 /// module order. Every missing, unexpected or wrongly shaped tensor is named in one error unless
 /// `allow_partial`, which keeps what fits and lists the rest in [`Fitted::skipped`].
-pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &str, allow_partial: bool) -> Result<Fitted> {
+///
+/// Names and shapes come from the file's headers: no tensor is read ([`Tensor::load`]) until
+/// every one has been matched, and then only those the model takes, so a tensor the model does
+/// not have is reported (with its type and shape) without its values ever being read.
+pub fn fit<T: Tensor>(source: &Source<T>, slots: &[Slot], rules: &[(Regex, String)], model: &str, allow_partial: bool) -> Result<Fitted> {
     let by_name: BTreeMap<&str, &Slot> = slots.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut problems = Problems::default();
     let mut fitted = Fitted::default();
     // Each model name, and the file's name that took it first.
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
+    let mut accepted = Vec::new();
     for (file_name, host) in &source.model {
         let name = rename(file_name, rules);
         let shown = if name == *file_name { name.clone() } else { format!("{file_name} (renamed {name})") };
         // BatchNorm's batch count is dropped wherever it is (resilab keeps none): under a name
         // the model lacks, the BatchNorm's other tensors already say what does not fit.
-        if name.ends_with(".num_batches_tracked") && host.values.len() == 1 {
+        if name.ends_with(".num_batches_tracked") && host.shape().iter().product::<usize>() == 1 {
             fitted.batch_counts += 1;
             continue;
         }
@@ -117,11 +122,9 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
         let other = sources.entry(name.clone()).or_insert_with(|| file_name.clone()).clone();
         match by_name.get(name.as_str()) {
             _ if !first => problems.unexpected.push(format!("{shown}: the rules map {other} to the same name, two tensors to one")),
-            None => problems.unexpected.push(shown),
-            Some(slot) if slot.shape != host.shape => problems.shapes.push(shape_problem(&shown, &host.shape, &slot.shape)),
-            Some(_) => {
-                fitted.params.insert(name, HostTensor { shape: host.shape.clone(), values: host.values.clone() });
-            }
+            None => problems.unexpected.push(format!("{shown} ({})", host.header())),
+            Some(slot) if slot.shape != host.shape() => problems.shapes.push(shape_problem(&shown, host.shape(), &slot.shape)),
+            Some(_) => accepted.push((name, host)),
         }
     }
     problems.missing = slots.iter().filter(|s| !sources.contains_key(&s.name)).map(|s| s.name.clone()).collect();
@@ -131,15 +134,19 @@ pub fn fit(source: &Source, slots: &[Slot], rules: &[(Regex, String)], model: &s
                 path: source.path.clone(),
                 model: model.to_string(),
                 problems: problems.list().join("; "),
-                hint: hint(source, rules, &problems, fitted.params.len() * 2 < slots.len()),
+                hint: hint(source, rules, &problems, accepted.len() * 2 < slots.len()),
             });
         }
         fitted.skipped = problems.list();
     }
+    for (name, tensor) in accepted {
+        let host = tensor.load()?;
+        fitted.params.insert(name, HostTensor { shape: host.shape, values: host.values });
+    }
     Ok(fitted)
 }
 
-fn hint(source: &Source, rules: &[(Regex, String)], problems: &Problems, most_missing: bool) -> String {
+fn hint<T>(source: &Source<T>, rules: &[(Regex, String)], problems: &Problems, most_missing: bool) -> String {
     if !problems.shapes.is_empty() && problems.shapes.iter().all(|p| p.contains("(transposed")) {
         return "store each Linear weight as [out, in], as torch.nn.Linear keeps it".into();
     }
@@ -168,7 +175,7 @@ fn hint(source: &Source, rules: &[(Regex, String)], problems: &Problems, most_mi
 /// order of the file's `state_dict` (its parameters, without buffers). When the file keeps no
 /// order (safetensors) or its order does not name every trainable slot, resilab's own module
 /// order, which `resilab export` writes.
-fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, String)]) -> (Vec<&'a Slot>, &'static str) {
+fn optimizer_order<'a, T>(source: &Source<T>, slots: &'a [Slot], rules: &[(Regex, String)]) -> (Vec<&'a Slot>, &'static str) {
     let trainable: Vec<&Slot> = slots.iter().filter(|s| s.trainable).collect();
     let by_name: BTreeMap<&str, &Slot> = trainable.iter().map(|s| (s.name.as_str(), *s)).collect();
     let mut seen = std::collections::BTreeSet::new();
@@ -189,7 +196,13 @@ fn optimizer_order<'a>(source: &Source, slots: &'a [Slot], rules: &[(Regex, Stri
 /// the file's own order ([`optimizer_order`]). Each buffer must have its parameter's shape, and
 /// the buffers must be those `kept` (the configured optimizer's). `step` (Adam) becomes the
 /// parameter's update count.
-pub fn fit_optimizer(source: &Source, slots: &[Slot], rules: &[(Regex, String)], kept: &[&str], fitted: &mut Fitted) -> Result<()> {
+pub fn fit_optimizer<T: Tensor>(
+    source: &Source<T>,
+    slots: &[Slot],
+    rules: &[(Regex, String)],
+    kept: &[&str],
+    fitted: &mut Fitted,
+) -> Result<()> {
     if source.optimizer.is_empty() {
         return Ok(());
     }
@@ -219,19 +232,26 @@ pub fn fit_optimizer(source: &Source, slots: &[Slot], rules: &[(Regex, String)],
         let mut state = HostParamState::default();
         for (buffer, host) in buffers {
             if buffer == "step" {
-                state.step = step_count(host).ok_or_else(|| Error::file(path, format!("optimizer state {index}: step is not a count")))?;
+                let count = (host.shape().iter().product::<usize>() == 1).then(|| host.load()).transpose()?;
+                state.step = count
+                    .as_ref()
+                    .and_then(step_count)
+                    .ok_or_else(|| Error::file(path, format!("optimizer state {index}: step is not a count")))?;
                 continue;
             }
-            if host.shape != slot.shape {
+            if host.shape() != slot.shape {
                 return Err(Error::file(
                     path,
                     format!(
                         "optimizer state {index}.{buffer} is {:?}, but parameter {index} ({}) is {:?}: the optimizer was saved for another model",
-                        host.shape, slot.name, slot.shape
+                        host.shape(),
+                        slot.name,
+                        slot.shape
                     ),
                 ));
             }
-            state.buffers.insert(buffer.clone(), HostTensor { shape: host.shape.clone(), values: host.values.clone() });
+            let host = host.load()?;
+            state.buffers.insert(buffer.clone(), HostTensor { shape: host.shape, values: host.values });
         }
         fitted.optim.insert(slot.name.clone(), state);
     }

@@ -99,7 +99,10 @@ pub fn import(req: &ImportRequest, compute: &Compute) -> Result<Imported> {
     let cfg = RunConfig::load(&req.config, &req.overrides)?;
     let rules = compile(&cfg.import.rename)?;
     check_out(&req.out)?;
-    let source = source::read(&req.weights)?;
+    // Headers only: a tensor's values are read once fitting has matched it to the model, and
+    // only as far as the memory budget admits.
+    let budget = resilab_limits::memory_budget().map_err(Error::Config)?;
+    let source = source::open(&req.weights, &budget)?;
     let split = Arc::new(resilab_data::load(&cfg.data).map_err(resilab_runner::Error::from)?);
     let mut trainer = build_trainer(&cfg, split, compute)?;
     let slots = slots(&trainer.model());

@@ -21,6 +21,7 @@ pub mod pickle;
 pub mod probe;
 mod reverse;
 pub mod source;
+mod zipcheck;
 
 pub use error::{Error, Result};
 pub use export::{ExportRequest, Exported, export};

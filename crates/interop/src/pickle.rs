@@ -163,8 +163,10 @@ const LEGACY_PICKLES: [&str; 5] = ["magic number", "protocol version", "system i
 /// Checks every pickle in the PyTorch file `path` against the lists, running nothing. The
 /// container is told as Burn's reader tells it: a ZIP (PyTorch 1.6 and later: its `data.pkl`),
 /// a legacy stream (its first five pickles), a plain pickle; a TAR file (before PyTorch 0.1.10)
-/// is refused. Returns the names tensors are stored under, in the order the pickle sets them.
-pub fn check(path: &Path) -> Result<Vec<String>> {
+/// is refused. Every tensor's view must lie within its storage, and (in a ZIP) every storage
+/// within its entry. Returns the names tensors are stored under, in the order the pickle sets
+/// them, and the tensors' views.
+pub fn check(path: &Path) -> Result<Checked> {
     let mut file = File::open(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
     let mut header = Vec::new();
     (&mut file).take(HEADER_LEN as u64).read_to_end(&mut header).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
@@ -178,6 +180,15 @@ pub fn check(path: &Path) -> Result<Vec<String>> {
         Format::Pickle => check_stream(path, &mut file, &["pickle"]),
         Format::Unknown => Err(unreadable(path, "no ZIP, legacy or pickle header found")),
     }
+}
+
+/// What [`check`] found in a file it accepts.
+#[derive(Clone, Debug, Default)]
+pub struct Checked {
+    /// The names tensors are set under, in the order the pickle sets them.
+    pub keys: Vec<String>,
+    /// The tensors' views on their storages, in the order the pickle builds them.
+    pub views: Vec<View>,
 }
 
 /// The containers `pytorch_reader` tells apart.
@@ -243,11 +254,15 @@ fn refused(path: &Path, where_: &str, refusal: Refusal) -> Error {
     }
 }
 
-/// Checks the `data.pkl` of a PyTorch 1.6+ ZIP archive. Its root is found as `pytorch_reader`
-/// finds it: the directory of an entry named `data.pkl`. An archive with more than one is
-/// refused: PyTorch picks the first entry's directory, the reader the shortest, so each could
-/// load a different pickle.
-fn check_zip(path: &Path, mut file: File) -> Result<Vec<String>> {
+/// Checks the `data.pkl` of a PyTorch 1.6+ ZIP archive, once its layout has passed
+/// [`zipcheck::check`](crate::zipcheck::check) (one reading for every reader: no repeated
+/// name, no local header that disagrees with the central directory, no bytes no record
+/// claims). Its root is found as `pytorch_reader` finds it: the directory of an entry named
+/// `data.pkl`. An archive with more than one is refused: PyTorch picks the first entry's
+/// directory, the reader the shortest, so each could load a different pickle.
+fn check_zip(path: &Path, mut file: File) -> Result<Checked> {
+    let len = file.metadata().map_err(|e| Error::file(path, format!("cannot be read: {e}")))?.len();
+    let entries = crate::zipcheck::check(&mut file, len).map_err(|e| unreadable(path, format!("its ZIP archive: {e}")))?;
     // From the start, as the reader opens it: the zip crate reads offsets from where it starts.
     file.seek(SeekFrom::Start(0)).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
     let mut archive = ZipArchive::new(BufReader::new(file)).map_err(|e| unreadable(path, format!("its ZIP archive: {e}")))?;
@@ -268,7 +283,10 @@ fn check_zip(path: &Path, mut file: File) -> Result<Vec<String>> {
         }
     };
     let bytes = read_entry(&mut archive, name).map_err(|e| unreadable(path, format!("ZIP entry {name}: {e}")))?;
-    walk_keys(&bytes, 0, MAX_ENTRIES).map(|(_, keys)| keys).map_err(|r| refused(path, name, r))
+    let (_, keys, views) = walk_views(&bytes, 0, MAX_ENTRIES).map_err(|r| refused(path, name, r))?;
+    let sizes: HashMap<String, u64> = entries.into_iter().map(|e| (e.name, e.size)).collect();
+    check_views(path, &views, Some((name.trim_end_matches("data.pkl"), &sizes)))?;
+    Ok(Checked { keys, views })
 }
 
 /// The bytes of the archive entry `name`, refused beyond [`MAX_PICKLE_SIZE`] whatever size its
@@ -293,7 +311,7 @@ fn read_entry<R: Read + Seek>(archive: &mut ZipArchive<R>, name: &str) -> std::r
 /// Checks the first `parts.len()` pickles of a stream that starts at byte 0 of `file`: a legacy
 /// file's five, a plain pickle file's one. What follows them (a legacy file's storages) is not
 /// read; the prefix read grows while a pickle runs past it.
-fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<Vec<String>> {
+fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<Checked> {
     let io = |e: std::io::Error| Error::file(path, format!("cannot be read: {e}"));
     let mut limit = FIRST_READ;
     loop {
@@ -303,12 +321,13 @@ fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<Vec<Stri
         let whole = (data.len() as u64) < limit;
         let mut at = 0;
         let mut failed = None;
-        let mut keys = Vec::new();
+        let mut checked = Checked::default();
         for (i, part) in parts.iter().enumerate() {
-            match walk_keys(&data, at, MAX_ENTRIES) {
-                Ok((end, k)) => {
+            match walk_views(&data, at, MAX_ENTRIES) {
+                Ok((end, keys, views)) => {
                     at = end;
-                    keys.extend(k);
+                    checked.keys.extend(keys);
+                    checked.views.extend(views);
                 }
                 Err(r) => {
                     failed = Some((i, part, r));
@@ -316,7 +335,10 @@ fn check_stream(path: &Path, file: &mut File, parts: &[&str]) -> Result<Vec<Stri
                 }
             }
         }
-        let Some((i, part, refusal)) = failed else { return Ok(keys) };
+        let Some((i, part, refusal)) = failed else {
+            check_views(path, &checked.views, None)?;
+            return Ok(checked);
+        };
         if matches!(refusal, Refusal::Truncated { .. }) && !whole {
             if limit >= MAX_PICKLE_SIZE {
                 return Err(unreadable(path, format!("its pickles run past the first {MAX_PICKLE_SIZE} bytes, the most resilab reads")));
@@ -352,7 +374,16 @@ enum Value {
     Global(u16),
     /// What the listed callable of this index returned.
     Made(u16),
-    /// Anything else: numbers, bytes, containers, longer strings, storages.
+    /// An integer that fits an `i64`.
+    Int(i64),
+    /// A tuple of at most [`MAX_TUPLE`] values: its index in the walk's tuples.
+    Tuple(u32),
+    /// A storage's persistent id: its index in the walk's storages.
+    Storage(u32),
+    /// A tensor the listed `_rebuild_*` callable `made` built on a storage: the index of its
+    /// view in the walk's views.
+    Tensor { made: u16, view: u32 },
+    /// Anything else: bytes, containers, longer strings, longer tuples.
     Other,
 }
 
@@ -575,17 +606,36 @@ impl Op {
 /// just past it. `limit` bounds the stack, the marks and the memo.
 #[cfg(test)]
 fn walk(data: &[u8], start: usize, limit: usize) -> std::result::Result<usize, Refusal> {
-    walk_keys(data, start, limit).map(|(end, _)| end)
+    walk_views(data, start, limit).map(|(end, _, _)| end)
 }
 
-/// [`walk`], also returning the names tensors are stored under, in the order the pickle sets
-/// them (a `state_dict`'s order: module registration order).
-fn walk_keys(data: &[u8], start: usize, limit: usize) -> std::result::Result<(usize, Vec<String>), Refusal> {
-    let mut walker = Walker { data, pos: start, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit, keys: Vec::new() };
+/// Walks the pickle that starts at byte `start` of `data` up to its STOP; returns the offset
+/// just past it, the names tensors are stored under in the order the pickle sets them (a
+/// `state_dict`'s order: module registration order), and the tensors' views on their storages.
+/// `limit` bounds the stack, the marks, the memo and the values kept in tuples.
+fn walk_views(data: &[u8], start: usize, limit: usize) -> std::result::Result<(usize, Vec<String>, Vec<View>), Refusal> {
+    let mut walker = Walker::new(data, start, limit);
     while !walker.step()? {}
-    let keys =
-        walker.keys.iter().map(|&(at, len)| String::from_utf8_lossy(&data[at as usize..at as usize + usize::from(len)]).into_owned());
-    Ok((walker.pos, keys.collect()))
+    let text = |(at, len): (u32, u16)| String::from_utf8_lossy(&data[at as usize..at as usize + usize::from(len)]).into_owned();
+    let keys = walker.keys.iter().map(|&k| text(k)).collect();
+    let views = walker
+        .views
+        .iter()
+        .filter_map(|v| {
+            let s = walker.storages.get(v.storage as usize)?;
+            let storage_bytes = s.numel.checked_mul(s.element);
+            Some(View {
+                name: v.name.map(text),
+                storage: text(s.key),
+                storage_bytes,
+                element: v.element,
+                offset: v.offset,
+                shape: v.shape.clone(),
+                stride: v.stride.clone(),
+            })
+        })
+        .collect();
+    Ok((walker.pos, keys, views))
 }
 
 /// CPython's unpickler, run on symbols: its stack (with marks as fences, as `_pickle.c` keeps
@@ -599,9 +649,33 @@ struct Walker<'a> {
     limit: usize,
     /// Where the names that tensors are set under are, in order.
     keys: Vec<(u32, u16)>,
+    /// The tuples of at most [`MAX_TUPLE`] values, and how many values they hold in all.
+    tuples: Vec<Vec<Value>>,
+    tuple_values: usize,
+    /// The storages persistent ids name, and the tensors built on them.
+    storages: Vec<StorageId>,
+    views: Vec<ViewAt>,
 }
 
 type Step<T = ()> = std::result::Result<T, Refusal>;
+
+impl<'a> Walker<'a> {
+    fn new(data: &'a [u8], pos: usize, limit: usize) -> Self {
+        Walker {
+            data,
+            pos,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: HashMap::new(),
+            limit,
+            keys: Vec::new(),
+            tuples: Vec::new(),
+            tuple_values: 0,
+            storages: Vec::new(),
+            views: Vec::new(),
+        }
+    }
+}
 
 impl Walker<'_> {
     /// Applies the next opcode; true after STOP.
@@ -698,7 +772,7 @@ impl Walker<'_> {
 
     /// The value an opcode that only pushes makes of its argument: strings are kept (unless
     /// escaped: protocol 0's quoted STRING and raw-unicode-escaped UNICODE), all else is Other.
-    fn datum(&self, o: &Op) -> Step<Value> {
+    fn datum(&mut self, o: &Op) -> Step<Value> {
         Ok(match o.code {
             op::STRING => {
                 let text = self.bytes(o);
@@ -713,6 +787,14 @@ impl Walker<'_> {
             op::UNICODE | op::BINSTRING | op::SHORT_BINSTRING | op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => {
                 self.string(o.arg.clone())
             }
+            op::BININT1 | op::BININT2 => Value::Int(self.number(o) as i64),
+            op::BININT => Value::Int(i64::from(self.number(o) as u32 as i32)),
+            op::LONG1 => signed_le(self.bytes(o)).map_or(Value::Other, Value::Int),
+            op::INT | op::LONG => std::str::from_utf8(self.bytes(o))
+                .ok()
+                .and_then(|t| t.trim().trim_end_matches('L').parse::<i64>().ok())
+                .map_or(Value::Other, Value::Int),
+            op::EMPTY_TUPLE => self.tuple(Vec::new(), o)?,
             _ => Value::Other,
         })
     }
@@ -856,12 +938,22 @@ impl Walker<'_> {
             op::BUILD => {
                 self.pop(o)?;
                 return match self.top(o)? {
-                    Value::Made(_) => Ok(()),
+                    Value::Made(_) | Value::Tensor { .. } => Ok(()),
                     other => Err(o.code(format!("on {}, which no listed callable made", what(other)))),
                 };
             }
             op::OBJ => self.pop_mark(o)?.1.ok_or_else(|| o.invalid("without a class"))?,
-            op::REDUCE | op::NEWOBJ => {
+            op::REDUCE => {
+                let args = self.pop(o)?;
+                let callee = self.pop(o)?;
+                if let Value::Global(i) = callee
+                    && let Some(tensor) = self.tensor(i, args)
+                {
+                    return self.push(tensor, o);
+                }
+                callee
+            }
+            op::NEWOBJ => {
                 self.pop(o)?;
                 self.pop(o)?
             }
@@ -912,10 +1004,16 @@ impl Walker<'_> {
 
     /// Records `key` when `value` is a tensor that a listed `_rebuild_*` function made.
     fn note_key(&mut self, key: Value, value: Value) {
-        if let (Value::Str { at, len }, Value::Made(i)) = (key, value)
-            && listed(i).0.1.starts_with("_rebuild_")
-        {
-            self.keys.push((at, len));
+        let Value::Str { at, len } = key else { return };
+        match value {
+            Value::Made(i) if listed(i).0.1.starts_with("_rebuild_") => self.keys.push((at, len)),
+            Value::Tensor { view, .. } => {
+                self.keys.push((at, len));
+                if let Some(v) = self.views.get_mut(view as usize) {
+                    v.name.get_or_insert((at, len));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -927,6 +1025,13 @@ impl Walker<'_> {
             op::TUPLE2 => 2,
             op::TUPLE3 => 3,
             _ => 0,
+        };
+        let items: Vec<Value> = match o.code {
+            op::TUPLE => self.stack.get(self.fence()..).unwrap_or_default().to_vec(),
+            op::TUPLE1 | op::TUPLE2 | op::TUPLE3 | op::BINPERSID => {
+                self.stack.get(self.stack.len().saturating_sub(popped)..).unwrap_or_default().to_vec()
+            }
+            _ => Vec::new(),
         };
         if popped == 0 {
             if o.code == op::DICT {
@@ -943,17 +1048,235 @@ impl Walker<'_> {
         for _ in 0..popped {
             self.pop(o)?;
         }
-        self.push(Value::Other, o)
+        let value = match o.code {
+            op::TUPLE | op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => self.tuple(items, o)?,
+            op::BINPERSID => match items.as_slice() {
+                [Value::Tuple(t)] => self.storage(*t),
+                _ => Value::Other,
+            },
+            _ => Value::Other,
+        };
+        self.push(value, o)
     }
+}
+
+/// The longest tuple whose values the walk keeps (a tensor's arguments, shape and stride).
+const MAX_TUPLE: usize = 16;
+
+/// A storage's persistent id, `('storage', type, key, location, numel)`.
+#[derive(Clone, Copy, Debug)]
+struct StorageId {
+    /// Where its key is in the pickle.
+    key: (u32, u16),
+    /// Its element count and the bytes of one element (1 for an untyped storage).
+    numel: u64,
+    element: u64,
+}
+
+/// A tensor the walk saw built: its storage (an index into the walk's storages) and view.
+#[derive(Clone, Debug)]
+struct ViewAt {
+    storage: u32,
+    element: u64,
+    offset: u64,
+    shape: Vec<u64>,
+    stride: Vec<u64>,
+    /// Where the first name it was set under is in the pickle.
+    name: Option<(u32, u16)>,
+}
+
+/// A tensor as the pickle builds it: a view (offset, shape, stride, in elements) on a storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The first name it is set under in its dict (`None`: set under none).
+    pub name: Option<String>,
+    /// Its storage's key, and the bytes the storage declares (`None`: beyond 2^64).
+    pub storage: String,
+    /// Bytes the storage declares: element count times element size.
+    pub storage_bytes: Option<u64>,
+    /// Bytes of one of the tensor's elements.
+    pub element: u64,
+    /// Offset, shape and stride, in elements.
+    pub offset: u64,
+    /// Extents, outermost first.
+    pub shape: Vec<u64>,
+    /// Steps, in elements.
+    pub stride: Vec<u64>,
+}
+
+impl View {
+    /// One past the last storage element the view reaches (0 for an empty tensor); `None`
+    /// beyond 2^64.
+    pub fn extent(&self) -> Option<u64> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        self.shape.iter().zip(&self.stride).try_fold(self.offset.checked_add(1)?, |end, (&d, &s)| end.checked_add((d - 1).checked_mul(s)?))
+    }
+
+    /// The bytes of the storage a read of this tensor holds: from its offset to its extent.
+    pub fn window_bytes(&self) -> Option<u64> {
+        self.extent()?.saturating_sub(self.offset).checked_mul(self.element)
+    }
+
+    /// The name for a message.
+    pub fn shown(&self) -> String {
+        match &self.name {
+            Some(n) => n.chars().flat_map(char::escape_debug).collect(),
+            None => format!("(set under no name, on storage '{}')", self.storage),
+        }
+    }
+}
+
+/// The bytes of one element of a storage type or dtype `torch.<name>`; `None` for others.
+fn element_size(index: u16) -> Option<u64> {
+    let ((module, name), _) = listed(index);
+    if !module.starts_with("torch") {
+        return None;
+    }
+    let name = name.strip_suffix("Storage").unwrap_or(name);
+    Some(match name {
+        "Double" | "Long" | "ComplexFloat" | "float64" | "int64" | "uint64" | "complex64" => 8,
+        "Float" | "Int" | "QInt32" | "float32" | "int32" | "uint32" | "qint32" | "complex32" => 4,
+        "Half" | "BFloat16" | "Short" | "float16" | "bfloat16" | "int16" | "uint16" => 2,
+        "ComplexDouble" | "complex128" => 16,
+        "Char" | "Byte" | "Bool" | "QUInt8" | "QInt8" | "QUInt4x2" | "QUInt2x4" | "Untyped" | "int8" | "uint8" | "bool" | "qint8"
+        | "quint8" | "quint4x2" | "quint2x4" => 1,
+        n if n.starts_with("float8") => 1,
+        _ => return None,
+    })
+}
+
+/// A little-endian two's-complement integer of at most 8 bytes (LONG1's argument).
+fn signed_le(bytes: &[u8]) -> Option<i64> {
+    if bytes.len() > 8 {
+        return None;
+    }
+    let negative = bytes.last().is_some_and(|&b| b & 0x80 != 0);
+    let mut buf = [if negative { 0xff } else { 0 }; 8];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Some(i64::from_le_bytes(buf))
+}
+
+impl Walker<'_> {
+    /// A tuple of `items`, kept when short enough to be a tensor's arguments.
+    fn tuple(&mut self, items: Vec<Value>, o: &Op) -> Step<Value> {
+        if items.len() > MAX_TUPLE {
+            return Ok(Value::Other);
+        }
+        if self.tuple_values + items.len() + 1 > self.limit || self.tuples.len() >= u32::MAX as usize {
+            return Err(Refusal::Limit { at: o.at, what: format!("more than {} values in its tuples", self.limit) });
+        }
+        self.tuple_values += items.len() + 1;
+        self.tuples.push(items);
+        Ok(Value::Tuple((self.tuples.len() - 1) as u32))
+    }
+
+    fn items(&self, value: Value) -> Option<&[Value]> {
+        match value {
+            Value::Tuple(t) => self.tuples.get(t as usize).map(Vec::as_slice),
+            _ => None,
+        }
+    }
+
+    /// The storage a persistent id tuple names, `('storage', type, key, location, numel, ...)`.
+    fn storage(&mut self, id: u32) -> Value {
+        let Some(&[Value::Str { .. }, Value::Global(kind), Value::Str { at, len }, _, Value::Int(numel), ..]) =
+            self.tuples.get(id as usize).map(Vec::as_slice)
+        else {
+            return Value::Other;
+        };
+        match (element_size(kind), u64::try_from(numel)) {
+            (Some(element), Ok(numel)) if self.storages.len() < u32::MAX as usize => {
+                self.storages.push(StorageId { key: (at, len), numel, element });
+                Value::Storage((self.storages.len() - 1) as u32)
+            }
+            _ => Value::Other,
+        }
+    }
+
+    /// Non-negative integers of a tuple.
+    fn dims(&self, value: Value) -> Option<Vec<u64>> {
+        self.items(value)?.iter().map(|v| if let Value::Int(n) = v { u64::try_from(*n).ok() } else { None }).collect()
+    }
+
+    /// What calling the listed callable `callee` on `args` makes, when it is a tensor: a view
+    /// for `_rebuild_tensor`, `_v2` and `_v3` (storage, offset, size, stride, ..., [dtype]); the
+    /// same tensor for `_rebuild_parameter` (data, ...).
+    fn tensor(&mut self, callee: u16, args: Value) -> Option<Value> {
+        let ((module, name), _) = listed(callee);
+        let args = self.items(args)?.to_vec();
+        if module != "torch._utils" {
+            return None;
+        }
+        if name.starts_with("_rebuild_parameter") {
+            return match args.first() {
+                Some(&Value::Tensor { view, .. }) => Some(Value::Tensor { made: callee, view }),
+                _ => None,
+            };
+        }
+        let [Value::Storage(storage), Value::Int(offset), shape, stride, rest @ ..] = args.as_slice() else { return None };
+        let element = match (name, rest) {
+            ("_rebuild_tensor" | "_rebuild_tensor_v2", _) => self.storages.get(*storage as usize)?.element,
+            ("_rebuild_tensor_v3", [_, _, Value::Global(dtype), ..]) => element_size(*dtype)?,
+            _ => return None,
+        };
+        let (shape, stride) = (self.dims(*shape)?, self.dims(*stride)?);
+        if shape.len() != stride.len() || self.views.len() >= u32::MAX as usize {
+            return None;
+        }
+        let offset = u64::try_from(*offset).ok()?;
+        self.views.push(ViewAt { storage: *storage, element, offset, shape, stride, name: None });
+        Some(Value::Tensor { made: callee, view: (self.views.len() - 1) as u32 })
+    }
+}
+
+/// Refuses a view that reaches past its storage, and a storage that declares more bytes than
+/// its entry holds (`entries`: the archive's entry sizes under `root`; `None` outside a ZIP).
+/// Each error names the tensor.
+fn check_views(path: &Path, views: &[View], entries: Option<(&str, &HashMap<String, u64>)>) -> Result<()> {
+    for v in views {
+        let tensor = format!("tensor {}", v.shown());
+        let extent = v.extent().ok_or_else(|| Error::file(path, format!("{tensor}: its view reaches beyond 2^64 elements")))?;
+        let held = v.storage_bytes.map(|b| b / v.element.max(1));
+        if held.is_none_or(|h| extent > h) {
+            return Err(Error::file(
+                path,
+                format!(
+                    "{tensor}: its view (shape {:?}, stride {:?}, offset {}) reaches storage element {extent}, past the {} elements its storage '{}' holds: refused, nothing was read",
+                    v.shape,
+                    v.stride,
+                    v.offset,
+                    held.map_or("2^64".to_string(), |h| h.to_string()),
+                    v.storage
+                ),
+            ));
+        }
+        if let Some((root, sizes)) = entries
+            && let Some(&size) = sizes.get(&format!("{root}data/{}", v.storage))
+            && v.storage_bytes.is_none_or(|b| b > size)
+        {
+            return Err(Error::file(
+                path,
+                format!(
+                    "{tensor}: its storage '{}' declares {} bytes, but its ZIP entry {root}data/{} holds {size}: refused, nothing was read",
+                    v.storage,
+                    v.storage_bytes.map_or("more than 2^64".to_string(), |b| b.to_string()),
+                    v.storage
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A value, for a message.
 fn what(value: Value) -> String {
     match value {
         Value::Global(i) => dotted(i),
-        Value::Made(i) => format!("what {} returned", dotted(i)),
+        Value::Made(i) | Value::Tensor { made: i, .. } => format!("what {} returned", dotted(i)),
         Value::Str { .. } => "a string".into(),
-        Value::Other => "a value no listed name gave".into(),
+        Value::Int(_) | Value::Tuple(_) | Value::Storage(_) | Value::Other => "a value no listed name gave".into(),
     }
 }
 
@@ -1122,15 +1445,13 @@ mod tests {
             assert_eq!(layout == Arg::Nothing, arg.is_empty(), "{name}");
             // The argument, then a byte it must not read.
             let bytes = [vec![c], arg.clone(), vec![STOP]].concat();
-            let mut w =
-                Walker { data: &bytes, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8, keys: Vec::new() };
+            let mut w = Walker::new(&bytes, 1, 8);
             w.argument(name, layout, 0).unwrap();
             assert_eq!(w.pos, bytes.len() - 1, "{name} read {} bytes of its {}-byte argument", w.pos - 1, arg.len());
             // One byte short, it is truncated, whatever its length claims.
             if !arg.is_empty() {
                 let short = [vec![c], arg[..arg.len() - 1].to_vec()].concat();
-                let mut w =
-                    Walker { data: &short, pos: 1, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), limit: 8, keys: Vec::new() };
+                let mut w = Walker::new(&short, 1, 8);
                 assert!(matches!(w.argument(name, layout, 0), Err(Refusal::Truncated { at: 0, .. })), "{name}");
             }
         }
@@ -1192,6 +1513,48 @@ mod tests {
         let e = check(&fixture("code.pt")).unwrap_err().to_string();
         assert!(e.contains("(GLOBAL posix.system at byte ") && e.contains(" of code/data.pkl)"), "{e}");
         assert!(e.ends_with("(nothing was run)") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn views_are_read_from_the_pickle_and_held_to_their_storage_and_its_entry() {
+        let (_, keys, views) = walk_views(&closing(opening()), 0, MAX_ENTRIES).unwrap();
+        assert_eq!(keys, ["fc.weight"]);
+        let fc = View {
+            name: Some("fc.weight".into()),
+            storage: "0".into(),
+            storage_bytes: Some(8),
+            element: 4,
+            offset: 0,
+            shape: vec![2],
+            stride: vec![1],
+        };
+        assert_eq!(views, std::slice::from_ref(&fc));
+        assert_eq!((fc.extent(), fc.window_bytes()), (Some(2), Some(8)));
+        let path = Path::new("w.pt");
+        let entry = |size: u64| HashMap::from([("archive/data/0".to_string(), size)]);
+        check_views(path, &views, Some(("archive/", &entry(8)))).unwrap();
+        // A view past its storage, a storage past its entry: refused, naming the tensor.
+        let e = check_views(path, &[View { offset: 1, ..fc.clone() }], None).unwrap_err().to_string();
+        let want = "w.pt: tensor fc.weight: its view (shape [2], stride [1], offset 1) reaches storage element 3, past the 2 elements its storage '0' holds";
+        assert!(e.starts_with(want), "{e}");
+        let e = check_views(path, &views, Some(("archive/", &entry(4)))).unwrap_err().to_string();
+        assert!(e.contains("tensor fc.weight: its storage '0' declares 8 bytes, but its ZIP entry archive/data/0 holds 4"), "{e}");
+        // torch.zeros(1).expand(n) reaches one element, whatever n; an empty tensor none; a
+        // scalar its offset's.
+        let expanded = View { shape: vec![2_400_000_000], stride: vec![0], ..fc.clone() };
+        assert_eq!((expanded.extent(), expanded.window_bytes()), (Some(1), Some(4)));
+        assert_eq!(View { shape: vec![3, 0], stride: vec![0, 1], ..fc.clone() }.extent(), Some(0));
+        assert_eq!(View { shape: vec![], stride: vec![], offset: 1, ..fc.clone() }.extent(), Some(2));
+        assert_eq!(View { shape: vec![3, 1 << 40], stride: vec![1 << 40, 1 << 40], ..fc.clone() }.extent(), None);
+        // A parameter wraps its tensor; protocol 2's LONG1 and BININT carry large and negative
+        // numbers.
+        let p = P::default().proto(2).op(EMPTY_DICT).text("w").global("torch._utils", "_rebuild_parameter").op(MARK);
+        let p = tensor(p, "7").op(NEWFALSE).op(TUPLE).op(REDUCE).op(SETITEM);
+        let (_, _, views) = walk_views(&p.stop(), 0, MAX_ENTRIES).unwrap();
+        assert_eq!((views[0].name.as_deref(), views[0].storage.as_str()), (Some("w"), "7"));
+        assert_eq!(signed_le(&[0x00, 0x18, 0x0d, 0x8f, 0x00]), Some(2_400_000_000));
+        assert_eq!(signed_le(&[0xff]), Some(-1));
+        assert_eq!(signed_le(&[0; 9]), None);
     }
 
     #[test]
