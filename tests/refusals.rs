@@ -91,7 +91,7 @@ fn a_refused_directory_is_left_as_it_was_and_a_finished_command_leaves_no_lock()
         assert!(o.status.success(), "{command}: {}", String::from_utf8_lossy(&o.stderr));
     }
     for dir in [&run_dir, &rep, &merged] {
-        assert_eq!(locks(&dir), Vec::<PathBuf>::new(), "{} keeps a lock file", dir.display());
+        assert_eq!(locks(dir), Vec::<PathBuf>::new(), "{} keeps a lock file", dir.display());
     }
 }
 

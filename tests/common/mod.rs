@@ -174,7 +174,7 @@ pub fn assert_clean_error(out: &Output, needles: &[&str]) {
 
 /// Runs `cmd` to its end and returns its output and its peak resident memory in bytes (the
 /// child's `ru_maxrss`, from `wait4`, as `/usr/bin/time -v` reports it).
-#[allow(unsafe_code)]
+#[allow(unsafe_code, clippy::zombie_processes)] // reaped by wait4, which Child cannot do
 pub fn output_and_peak_rss(cmd: &mut Command) -> (Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;

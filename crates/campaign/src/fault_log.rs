@@ -114,7 +114,7 @@ pub fn faults_csv(dir: &Path, rows: &[Row]) -> Result<Vec<u8>> {
             }
         }
     }
-    w.into_inner().map_err(|e| Error::Csv { path: dir.join(FAULTS_CSV), source: e.into_error().into() })
+    w.into_inner().map_err(|e| Error::Csv { path: dir.join(FAULTS_CSV), source: e.into() })
 }
 
 /// `faults.csv`'s columns, in order.
@@ -171,6 +171,6 @@ pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -
         }
         taken.extend(here);
     }
-    let bytes = out.into_inner().map_err(|e| Error::Csv { path: FAULTS_CSV.into(), source: e.into_error().into() })?;
+    let bytes = out.into_inner().map_err(|e| Error::Csv { path: FAULTS_CSV.into(), source: e.into() })?;
     Ok(any.then_some(bytes))
 }

@@ -191,7 +191,7 @@ pub(crate) fn csv_bytes(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) 
     for r in rows {
         w.write_record(r.fields(axes, kind)).map_err(csv_err)?;
     }
-    w.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e.into_error() })
+    w.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e })
 }
 
 /// `rows` as `runs.jsonl`: one JSON object per line.

@@ -29,6 +29,9 @@ pub enum Error {
     /// A configuration value is wrong; the message names the key.
     #[error("{0}")]
     Config(String),
+    /// A named file is not a regular file, or cannot be opened or read within its bounds.
+    #[error(transparent)]
+    Limits(#[from] resilab_limits::FileError),
     /// Loading the run's configuration, data or model failed.
     #[error(transparent)]
     Runner(#[from] resilab_runner::Error),

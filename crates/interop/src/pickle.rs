@@ -167,7 +167,8 @@ const LEGACY_PICKLES: [&str; 5] = ["magic number", "protocol version", "system i
 /// within its entry. Returns the names tensors are stored under, in the order the pickle sets
 /// them, and the tensors' views.
 pub fn check(path: &Path) -> Result<Checked> {
-    let mut file = File::open(path).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
+    // Never a FIFO (which would block) or a device: only a regular file is opened.
+    let mut file = resilab_limits::RegularFile::open("import", path)?.into_file();
     let mut header = Vec::new();
     (&mut file).take(HEADER_LEN as u64).read_to_end(&mut header).map_err(|e| Error::file(path, format!("cannot be read: {e}")))?;
     match detect(&header) {

@@ -292,7 +292,7 @@ const SAFETENSORS_MAX_HEADER: u64 = 100_000_000;
 fn open_safetensors(path: &Path, budget: &Budget) -> Result<BTreeMap<String, Stored>> {
     let bad = |m: String| Error::file(path, format!("is not a safetensors file: {m}"));
     let io = |e: std::io::Error| Error::file(path, format!("cannot be read: {e}"));
-    let mut f = File::open(path).map_err(io)?;
+    let mut f = resilab_limits::RegularFile::open("import", path)?.into_file();
     let len = f.metadata().map_err(io)?.len();
     let mut n = [0u8; 8];
     f.read_exact(&mut n).map_err(|_| bad("shorter than its 8-byte header length".into()))?;

@@ -111,9 +111,9 @@ impl<W: Write> CsvWriter<W> {
         self.inner.flush()
     }
 
-    /// The underlying writer, flushed.
-    pub fn into_inner(self) -> Result<W, csv::IntoInnerError<csv::Writer<W>>> {
-        self.inner.into_inner()
+    /// The underlying writer, flushed (the error is the flush's).
+    pub fn into_inner(self) -> std::io::Result<W> {
+        self.inner.into_inner().map_err(|e| e.into_error())
     }
 }
 
