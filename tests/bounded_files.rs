@@ -149,16 +149,16 @@ fn an_injection_sequence_that_is_a_device_or_a_fifo_is_refused_unread() {
     refused("train --config /dev/zero", bounded(&args), &["--config", "/dev/zero is a character device"]);
     // The weights file `import` reads, a FIFO or /dev/zero as a .pt or .safetensors.
     let cfg = write(dir.path(), "import.toml", common::TINY);
-    for (name, kind) in [("weights.pt", "is a FIFO"), ("weights.safetensors", "is a FIFO")] {
+    for name in ["weights.pt", "weights.safetensors"] {
         let file = dir.path().join(name);
         mkfifo(&file);
         let args = ["import", file.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()];
-        refused(&format!("import {name} a FIFO"), bounded(&args), &["import", name, kind]);
+        refused(&format!("import {name} a FIFO"), bounded(&args), &[name, "is not a file"]);
     }
     let zero = dir.path().join("zero.pt");
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
     let args = ["import", zero.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()];
-    refused("import a symlink to /dev/zero", bounded(&args), &["import", "zero.pt", "is a character device"]);
+    refused("import a symlink to /dev/zero", bounded(&args), &["zero.pt", "is not a file"]);
     assert!(!out.exists());
 }
 

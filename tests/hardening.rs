@@ -280,6 +280,40 @@ fn non_regular_files_are_refused_at_once() {
     assert!(start.elapsed().as_secs() < 10, "took {:?}", start.elapsed());
 }
 
+/// What every command that opens a checkpoint file is run on, and writes to.
+struct Targets<'a> {
+    /// The file read by `inspect`, `eval`, `diff` (against `victim.h5`), `export` and `inject`.
+    file: &'a Path,
+    /// A copy of it, injected in place.
+    in_place: &'a Path,
+    /// A checkpoint step directory holding it as `worker-0.h5`, resumed by `train`.
+    resume: &'a Path,
+    /// The configuration `train --resume` runs.
+    cfg: &'a Path,
+    /// The injection configuration.
+    inj: &'a Path,
+    /// `inject`'s output, `export`'s output and `train`'s run directory.
+    out: &'a Path,
+    st: &'a Path,
+    run_dir: &'a Path,
+}
+
+impl Targets<'_> {
+    /// Each command's arguments: `inspect`, `eval`, `diff`, `export`, `inject` to a copy and in
+    /// place, `train --resume`.
+    fn commands(&self) -> Vec<Vec<&str>> {
+        vec![
+            vec!["inspect", s(self.file)],
+            vec!["eval", s(self.file)],
+            vec!["diff", "victim.h5", s(self.file)],
+            vec!["export", s(self.file), "--out", s(self.st)],
+            vec!["inject", "--config", s(self.inj), "--file", s(self.file), "--output", s(self.out), "--seed", "1"],
+            vec!["inject", "--config", s(self.inj), "--file", s(self.in_place), "--in-place", "--seed", "1"],
+            vec!["train", "--config", s(self.cfg), "--resume", s(self.resume), "--out", s(self.run_dir), "--quiet"],
+        ]
+    }
+}
+
 /// Runs `resilab` with `args` in `cwd` and `env`, killed if it runs past `secs` (a command that
 /// opened a FIFO would wait for a writer forever).
 fn run_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], secs: u64) -> std::process::Output {
@@ -362,15 +396,9 @@ fn hdf5_files_that_point_elsewhere_are_refused_by_every_command_and_what_they_na
         let out = h.join("out.h5");
         let st = h.join("out.safetensors");
         let run_dir = d.join(format!("run-{case}"));
-        let commands: Vec<Vec<&str>> = vec![
-            vec!["inspect", s(&file)],
-            vec!["eval", s(&file)],
-            vec!["diff", "victim.h5", s(&file)],
-            vec!["export", s(&file), "--out", s(&st)],
-            vec!["inject", "--config", s(&inj), "--file", s(&file), "--output", s(&out), "--seed", "1"],
-            vec!["inject", "--config", s(&inj), "--file", s(&in_place), "--in-place", "--seed", "1"],
-            vec!["train", "--config", s(&cfg), "--resume", s(&resume), "--out", s(&run_dir), "--quiet"],
-        ];
+        let targets =
+            Targets { file: &file, in_place: &in_place, resume: &resume, cfg: &cfg, inj: &inj, out: &out, st: &st, run_dir: &run_dir };
+        let commands = targets.commands();
         for args in &commands {
             let o = run_within(args, &h, &[], 60);
             let mut needles = named(case);
@@ -588,6 +616,14 @@ fn export_verifies_digests_and_outputs_get_the_usual_mode() {
     }
 }
 
+/// Trains the tiny run in `d` and builds the hostile copy `case` of its checkpoint into
+/// `d/hostile` (with its victims); `None` when h5py is missing outside CI.
+fn hostile_case(d: &Path, case: &str) -> Option<PathBuf> {
+    let ckpts = trained(d);
+    let h = d.join("hostile");
+    hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &[case]).then(|| h.join(format!("{case}.h5")))
+}
+
 /// Builds a shared library whose constructor writes `marker` when the library is loaded, in a
 /// directory of its own: what an attacker would plant in a plugin directory.
 fn planted_plugin(dir: &Path, marker: &Path) -> PathBuf {
@@ -609,11 +645,8 @@ fn planted_plugin(dir: &Path, marker: &Path) -> PathBuf {
 fn a_dataset_needing_a_filter_plugin_is_refused_by_every_command_and_no_plugin_is_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ckpts = trained(d);
+    let Some(file) = hostile_case(d, "plugin-filter") else { return };
     let h = d.join("hostile");
-    if !hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &["plugin-filter"]) {
-        return;
-    }
     let marker = d.join("marker");
     let plugins = planted_plugin(d, &marker);
     // The check can tell: loading the planted library writes the marker.
@@ -624,7 +657,6 @@ fn a_dataset_needing_a_filter_plugin_is_refused_by_every_command_and_no_plugin_i
     assert!(o.status.success() && marker.exists(), "the planted library does not leave its marker");
     std::fs::remove_file(&marker).unwrap();
 
-    let file = h.join("plugin-filter.h5");
     let in_place = h.join("in-place.h5");
     std::fs::copy(&file, &in_place).unwrap();
     let resume = d.join("resume/step-00000004");
@@ -634,15 +666,9 @@ fn a_dataset_needing_a_filter_plugin_is_refused_by_every_command_and_no_plugin_i
     let inj = injector(d);
     let (out, st, run_dir) = (h.join("out.h5"), h.join("out.safetensors"), d.join("run-resumed"));
     let before = snapshot(&h);
-    let commands: Vec<Vec<&str>> = vec![
-        vec!["inspect", s(&file)],
-        vec!["eval", s(&file)],
-        vec!["diff", "victim.h5", s(&file)],
-        vec!["export", s(&file), "--out", s(&st)],
-        vec!["inject", "--config", s(&inj), "--file", s(&file), "--output", s(&out), "--seed", "1"],
-        vec!["inject", "--config", s(&inj), "--file", s(&in_place), "--in-place", "--seed", "1"],
-        vec!["train", "--config", s(&cfg), "--resume", s(&resume), "--out", s(&run_dir), "--quiet"],
-    ];
+    let targets =
+        Targets { file: &file, in_place: &in_place, resume: &resume, cfg: &cfg, inj: &inj, out: &out, st: &st, run_dir: &run_dir };
+    let commands = targets.commands();
     for args in &commands {
         let o = run_within(args, &h, &[("HDF5_PLUGIN_PATH", s(&plugins))], 60);
         assert_clean_error(&o, &["/model/", "31337", "not built into the HDF5 library"]);
@@ -657,13 +683,8 @@ fn a_dataset_needing_a_filter_plugin_is_refused_by_every_command_and_no_plugin_i
 fn the_memory_budget_is_one_for_the_whole_process() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ckpts = trained(d);
-    let h = d.join("hostile");
-    if !hostile_files(&ckpts.join("step-00000004/worker-0.h5"), &h, &["three-bombs"]) {
-        return;
-    }
     // Three never-written datasets of 880 MB each: each fits 1 GiB, two do not.
-    let file = h.join("three-bombs.h5");
+    let Some(file) = hostile_case(d, "three-bombs") else { return };
     let st = d.join("out.safetensors");
     for args in [vec!["export", s(&file), "--out", s(&st), "--allow-altered"], vec!["diff", s(&file), s(&file)]] {
         let mut c = common::resilab();

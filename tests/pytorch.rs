@@ -331,11 +331,19 @@ fn every_wrong_file_is_one_error_line_naming_what_is_wrong() {
 /// hostile `.pt` files into `dir` and prints their paths; `None` where python3 is missing,
 /// except under `CI=true`.
 fn hostile_pickles(dir: &Path) -> Option<Vec<PathBuf>> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hostile_pickles.py");
+    let stdout = python_script("scripts/hostile_pickles.py", dir)?;
+    Some(stdout.lines().map(PathBuf::from).collect())
+}
+
+/// Runs the Python script `script` (a path from the repository root, standard library only)
+/// with `dir` as its argument and returns what it printed; `None` where python3 is missing,
+/// except under `CI=true`.
+fn python_script(script: &str, dir: &Path) -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     match Command::new("python3").arg(&script).arg(dir).output() {
         Ok(o) => {
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            Some(String::from_utf8(o.stdout).unwrap().lines().map(PathBuf::from).collect())
+            Some(String::from_utf8(o.stdout).unwrap())
         }
         Err(e) => {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -435,20 +443,7 @@ fn neither_command_replaces_what_exists() {
 /// Runs `scripts/hostile_archives.py`, which writes hostile ZIP archives and tensor views into
 /// `dir`; `None` where python3 is missing, except under `CI=true`.
 fn hostile_archives(dir: &Path) -> Option<()> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hostile_archives.py");
-    match Command::new("python3").arg(&script).arg(dir).output() {
-        Ok(o) => {
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            Some(())
-        }
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("python3 is required in CI (see .ci/run): {e}");
-            }
-            eprintln!("skipping: python3 is not installed ({e})");
-            None
-        }
-    }
+    python_script("scripts/hostile_archives.py", dir).map(drop)
 }
 
 /// Archives that two readers could read differently (Python's zipfile writes and reads each of
