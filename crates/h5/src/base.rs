@@ -251,7 +251,7 @@ pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
 pub(crate) fn admit(ds: &hdf5::Dataset, file: &Path, path: &str, budget: &resilab_limits::Budget) -> Result<()> {
     let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
     let bytes = element_count(&ds.shape()).and_then(|n| (n as u64).checked_mul(elem));
-    let needs = crate::tree::read_needs(ds, bytes, ds.filters().is_empty());
+    let needs = read_needs(ds, bytes, ds.filters().is_empty());
     if budget.admits(needs) {
         return Ok(());
     }
@@ -264,4 +264,16 @@ pub(crate) fn admit(ds: &hdf5::Dataset, file: &Path, path: &str, budget: &resila
             budget.describe()
         ),
     })
+}
+
+/// The bytes reading all of a dataset asks for: its `bytes` of elements, and for a filtered one
+/// the HDF5 library's own buffer for one decompressed chunk (allocated by the C library, so not
+/// counted by the process's allocator).
+pub(crate) fn read_needs(ds: &hdf5::Dataset, bytes: Option<u64>, unfiltered: bool) -> Option<u64> {
+    if unfiltered {
+        return bytes;
+    }
+    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
+    let chunk = ds.chunk().map_or(Some(0), |c| element_count(&c).and_then(|n| (n as u64).checked_mul(elem)));
+    bytes.zip(chunk).and_then(|(b, c)| b.checked_add(c))
 }

@@ -12,7 +12,7 @@
 //!    refuses, no file is opened.
 //! 2. The tree walk refuses a dataset whose filter pipeline holds any filter but HDF5's
 //!    built-in ones ([`BUILT_IN`]), naming the dataset and the filter id, before anything reads
-//!    it ([`check_pipeline`]); no message names a plugin directory.
+//!    it (`tree::check_pipeline`); no message names a plugin directory.
 //!
 //! This is one of the crate's `unsafe` modules (with `linkval` and `writeback`): one call into
 //! the C library. `hdf5-metno-sys` declares `H5PLset_loading_state` with a pointer argument, but
@@ -68,54 +68,4 @@ pub(crate) fn loading_state() -> c_uint {
     // SAFETY: as in `off`.
     hdf5::sync::sync(|| unsafe { H5PLget_loading_state(&mut state) });
     state
-}
-
-/// The filters of a dataset's pipeline, after refusing one that names a filter HDF5 does not
-/// build in (its plugin would be code from outside resilab) or whose pipeline cannot be read.
-pub(crate) fn check_pipeline(ds: &hdf5::Dataset, invalid: &dyn Fn(String) -> Error) -> Result<Vec<hdf5::filters::Filter>> {
-    let unreadable = |e: String| invalid(format!("its filter pipeline cannot be read ({e})"));
-    let dcpl = ds.create_plist().map_err(|e| unreadable(e.to_string()))?;
-    let filters = crate::base::caught(|| dcpl.get_filters()).map_err(unreadable)?.map_err(|e| unreadable(e.to_string()))?;
-    for f in &filters {
-        let id = f.id();
-        if !BUILT_IN.iter().any(|&(b, _)| b == id) {
-            let known: Vec<String> = BUILT_IN.iter().map(|(b, n)| format!("{n} ({b})")).collect();
-            return Err(invalid(format!(
-                "needs the HDF5 filter with id {id}, which is not built into the HDF5 library: resilab reads only \
-                 datasets stored with the built-in filters ({}) and never loads a filter plugin",
-                known.join(", ")
-            )));
-        }
-    }
-    Ok(filters)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Reader, Writer};
-
-    #[test]
-    fn opening_any_file_turns_plugin_loading_off_and_built_in_filters_are_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.h5");
-        let w = Writer::create(&p).unwrap();
-        w.write_f32("/model/w", &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-        w.close().unwrap();
-        assert_eq!(loading_state(), 0, "plugins are still loadable after a file was created");
-        let f = crate::base::open_rw_unlocked(&p).unwrap();
-        f.new_dataset::<f32>().shape([64]).chunk([16]).shuffle().deflate(4).fletcher32().create("packed").unwrap();
-        f.close().unwrap();
-        let r = Reader::open(&p).unwrap();
-        assert_eq!(r.read_f32("/packed", &[64]).unwrap(), vec![0.0; 64], "built-in filters are read");
-        assert_eq!(loading_state(), 0);
-    }
-
-    #[test]
-    fn the_built_in_list_is_hdf5s() {
-        // H5Zpublic.h: H5Z_FILTER_DEFLATE 1 ... H5Z_FILTER_SCALEOFFSET 6, H5Z_FILTER_RESERVED 256.
-        let ids: Vec<i32> = BUILT_IN.iter().map(|(id, _)| *id).collect();
-        assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
-        assert_eq!(hdf5_sys::h5z::H5Z_FILTER_SCALEOFFSET, 6);
-    }
 }

@@ -27,7 +27,7 @@ use std::path::Path;
 use hdf5::LinkType;
 use resilab_limits::Budget;
 
-use crate::base::{DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, caught, dtype_of, element_count};
+use crate::base::{DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, caught, dtype_of, element_count, read_needs};
 use crate::error::{Error, Result};
 
 /// Every dataset (depth first in name order, each object once) and every group of a file.
@@ -199,7 +199,7 @@ fn soft_links(w: &mut Walk<'_>, root: &hdf5::Group) -> Result<()> {
 fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: &Budget) -> Result<DatasetInfo> {
     let invalid = |message: String| Error::Invalid { file: file.to_path_buf(), object: path.to_string(), message };
     storage_is_inside(ds, &invalid)?;
-    let filters = crate::plugins::check_pipeline(ds, &invalid)?;
+    let filters = check_pipeline(ds, &invalid)?;
     let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
     let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
     let shape = ds.space().map_err(|e| Error::Hdf5 { file: file.to_path_buf(), object: path.to_string(), message: e.to_string() })?.shape();
@@ -223,16 +223,24 @@ fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: 
     Ok(DatasetInfo { path: path.to_string(), shape, dtype, stored_hash })
 }
 
-/// The bytes reading all of a dataset asks for: its `bytes` of elements, and for a filtered one
-/// the HDF5 library's own buffer for one decompressed chunk (allocated by the C library, so not
-/// counted by the process's allocator).
-pub(crate) fn read_needs(ds: &hdf5::Dataset, bytes: Option<u64>, unfiltered: bool) -> Option<u64> {
-    if unfiltered {
-        return bytes;
+/// The filters of a dataset's pipeline, after refusing one that names a filter HDF5 does not
+/// build in (its plugin would be code from outside resilab) or whose pipeline cannot be read.
+pub(crate) fn check_pipeline(ds: &hdf5::Dataset, invalid: &dyn Fn(String) -> Error) -> Result<Vec<hdf5::filters::Filter>> {
+    let unreadable = |e: String| invalid(format!("its filter pipeline cannot be read ({e})"));
+    let dcpl = ds.create_plist().map_err(|e| unreadable(e.to_string()))?;
+    let filters = caught(|| dcpl.get_filters()).map_err(unreadable)?.map_err(|e| unreadable(e.to_string()))?;
+    for f in &filters {
+        let id = f.id();
+        if !crate::plugins::BUILT_IN.iter().any(|&(b, _)| b == id) {
+            let known: Vec<String> = crate::plugins::BUILT_IN.iter().map(|(b, n)| format!("{n} ({b})")).collect();
+            return Err(invalid(format!(
+                "needs the HDF5 filter with id {id}, which is not built into the HDF5 library: resilab reads only \
+                 datasets stored with the built-in filters ({}) and never loads a filter plugin",
+                known.join(", ")
+            )));
+        }
     }
-    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
-    let chunk = ds.chunk().map_or(Some(0), |c| element_count(&c).and_then(|n| (n as u64).checked_mul(elem)));
-    bytes.zip(chunk).and_then(|(b, c)| b.checked_add(c))
+    Ok(filters)
 }
 
 /// Refuses a dataset whose elements live outside the file: a virtual dataset (its elements are
@@ -406,5 +414,29 @@ mod tests {
         assert_eq!(r.groups().unwrap().len(), n + 3);
         // 200,000 groups: 3.5 s on a 2-core AMD EPYC; the quadratic walk took 11.3 s for 50,000.
         assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn opening_any_file_turns_plugin_loading_off_and_built_in_filters_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.h5");
+        let w = Writer::create(&p).unwrap();
+        w.write_f32("/model/w", &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        w.close().unwrap();
+        assert_eq!(crate::plugins::loading_state(), 0, "plugins are still loadable after a file was created");
+        let f = crate::base::open_rw_unlocked(&p).unwrap();
+        f.new_dataset::<f32>().shape([64]).chunk([16]).shuffle().deflate(4).fletcher32().create("packed").unwrap();
+        f.close().unwrap();
+        let r = Reader::open(&p).unwrap();
+        assert_eq!(r.read_f32("/packed", &[64]).unwrap(), vec![0.0; 64], "built-in filters are read");
+        assert_eq!(crate::plugins::loading_state(), 0);
+    }
+
+    #[test]
+    fn the_built_in_list_is_hdf5s() {
+        // H5Zpublic.h: H5Z_FILTER_DEFLATE 1 ... H5Z_FILTER_SCALEOFFSET 6, H5Z_FILTER_RESERVED 256.
+        let ids: Vec<i32> = crate::plugins::BUILT_IN.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(hdf5_sys::h5z::H5Z_FILTER_SCALEOFFSET, 6);
     }
 }
