@@ -249,8 +249,7 @@ pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
 /// fit beside what the process already holds: the budget is one for the whole process, so
 /// three datasets that each fit can still not be held at once.
 pub(crate) fn admit(ds: &hdf5::Dataset, file: &Path, path: &str, budget: &resilab_limits::Budget) -> Result<()> {
-    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
-    let bytes = element_count(&ds.shape()).and_then(|n| (n as u64).checked_mul(elem));
+    let bytes = element_count(&ds.shape()).and_then(|n| (n as u64).checked_mul(element_size(ds)));
     let needs = read_needs(ds, bytes, ds.filters().is_empty());
     if budget.admits(needs) {
         return Ok(());
@@ -273,7 +272,11 @@ pub(crate) fn read_needs(ds: &hdf5::Dataset, bytes: Option<u64>, unfiltered: boo
     if unfiltered {
         return bytes;
     }
-    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
-    let chunk = ds.chunk().map_or(Some(0), |c| element_count(&c).and_then(|n| (n as u64).checked_mul(elem)));
+    let chunk = ds.chunk().map_or(Some(0), |c| element_count(&c).and_then(|n| (n as u64).checked_mul(element_size(ds))));
     bytes.zip(chunk).and_then(|(b, c)| b.checked_add(c))
+}
+
+/// Bytes of one element of `ds` (1 where its type cannot be read), as the size checks count it.
+pub(crate) fn element_size(ds: &hdf5::Dataset) -> u64 {
+    ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1)
 }

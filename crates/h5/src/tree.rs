@@ -27,7 +27,7 @@ use std::path::Path;
 use hdf5::LinkType;
 use resilab_limits::Budget;
 
-use crate::base::{DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, caught, dtype_of, element_count, read_needs};
+use crate::base::{DatasetInfo, Dtype, HASH_ATTR, MAX_DEPTH, caught, dtype_of, element_count, element_size, read_needs};
 use crate::error::{Error, Result};
 
 /// Every dataset (depth first in name order, each object once) and every group of a file.
@@ -201,7 +201,7 @@ fn describe(ds: &hdf5::Dataset, path: &str, file: &Path, file_len: u64, budget: 
     storage_is_inside(ds, &invalid)?;
     let filters = check_pipeline(ds, &invalid)?;
     let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map(|d| dtype_of(&d)).unwrap_or(Dtype::Other);
-    let elem = ds.dtype().map(|t| t.size() as u64).unwrap_or(1).max(1);
+    let elem = element_size(ds);
     let shape = ds.space().map_err(|e| Error::Hdf5 { file: file.to_path_buf(), object: path.to_string(), message: e.to_string() })?.shape();
     let bytes = element_count(&shape).and_then(|n| (n as u64).checked_mul(elem));
     let unfiltered = filters.is_empty();
