@@ -16,6 +16,8 @@
 //! campaign process with its workers, before it can record anything; a `kill -9` of one worker
 //! alone is recorded as that run's crash.
 
+use resilab_runner::interrupt::SIGNALS;
+
 /// What a campaign makes of a worker process's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -24,8 +26,6 @@ pub(crate) enum Verdict {
     /// Someone stopped the campaign with this signal: nothing is recorded.
     Interrupted(i32),
 }
-
-use resilab_runner::interrupt::SIGNALS;
 
 /// The verdict on a worker process that exited with `code`, or was ended by `signal`.
 pub(crate) fn verdict(code: Option<i32>, signal: Option<i32>) -> Verdict {
