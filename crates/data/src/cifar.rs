@@ -57,11 +57,18 @@ fn empty() -> Dataset {
     Dataset { images: Vec::new(), labels: Vec::new(), channels: 3, size: 32, classes: 10 }
 }
 
-/// Reads the training and test sets from `dir`.
-pub fn load(dir: &Path) -> Result<(Dataset, Dataset)> {
+/// Reads the training and test sets from `dir`. With `train_size`, only the training batches
+/// that hold its first `train_size` images are read, in order: `data_batch_1.bin` alone for up
+/// to its 10,000 images, and the files after the last one needed need not exist. Without it,
+/// all five.
+pub fn load(dir: &Path, train_size: Option<usize>) -> Result<(Dataset, Dataset)> {
     let dir = batches_dir(dir);
     let mut train = empty();
+    let wanted = train_size.unwrap_or(usize::MAX);
     for f in TRAIN_FILES {
+        if train.len() >= wanted {
+            break;
+        }
         read_batch(&dir.join(f), &mut train)?;
     }
     let mut test = empty();
@@ -115,7 +122,36 @@ mod tests {
     #[test]
     fn missing_file_names_the_path() {
         let dir = tempfile::tempdir().unwrap();
-        let err = load(dir.path()).unwrap_err().to_string();
+        let err = load(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("data_batch_1.bin"), "{err}");
+    }
+
+    /// Writes `records` records labelled `label` to `dir/name`.
+    fn batch(dir: &Path, name: &str, records: usize, label: u8) {
+        let mut bytes = Vec::new();
+        for _ in 0..records {
+            bytes.push(label);
+            bytes.extend(std::iter::repeat_n(label, RECORD - 1));
+        }
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+
+    #[test]
+    fn a_train_size_reads_only_the_batches_that_hold_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        batch(d, TRAIN_FILES[0], 3, 1);
+        batch(d, TRAIN_FILES[1], 3, 2);
+        batch(d, TEST_FILE, 2, 9);
+        // Batches 3 to 5 are missing: a size the first two hold reads those two, in order.
+        let (train, test) = load(d, Some(3)).unwrap();
+        assert_eq!((train.labels, test.labels), (vec![1, 1, 1], vec![9, 9]));
+        let (train, _) = load(d, Some(5)).unwrap();
+        assert_eq!(train.labels, [1, 1, 1, 2, 2, 2], "whole batches are read; the caller keeps the first 5");
+        // More than they hold needs the third, and says so; so does no size at all.
+        for size in [Some(7), None] {
+            let err = load(d, size).unwrap_err().to_string();
+            assert!(err.contains("data_batch_3.bin"), "{size:?}: {err}");
+        }
     }
 }

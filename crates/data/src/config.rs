@@ -220,7 +220,7 @@ pub fn load(cfg: &DataConfig) -> Result<Split> {
                 )));
             }
             match source {
-                DataSource::Cifar10 => cifar::load(path)?,
+                DataSource::Cifar10 => cifar::load(path, cfg.train_size)?,
                 _ => mnist::load(path)?,
             }
         }
