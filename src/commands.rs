@@ -81,6 +81,9 @@ pub(crate) fn eval(args: EvalArgs) -> Result<()> {
     let (compute, _) = device_for(backend, &args.compute)?;
     let probe = |file: &Path| probe_in_child(file);
     let r = resilab_runner::eval(&args.checkpoint, args.config.as_deref(), &args.set, &compute, &probe, args.predictions.as_deref())?;
+    if let Some(line) = r.forward_pass.as_ref().and_then(|f| f.warning(&r.checkpoint)) {
+        eprintln!("resilab: {}", resilab_text::terminal(&line));
+    }
     emit(args.json, &r, || r.text())
 }
 
@@ -93,7 +96,7 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
         allow_partial: args.allow_partial,
         probe: args.probe,
     };
-    let r = resilab_interop::import(&request, &Compute::native())?;
+    let r = resilab_interop::import(&request, &Compute::native(), &|file: &Path| probe_in_child(file))?;
     emit(args.json, &r, || r.text())
 }
 
@@ -230,6 +233,9 @@ pub(crate) fn inspect(args: InspectArgs) -> Result<()> {
     let file = if args.checkpoint.is_dir() { args.checkpoint.join(resilab_checkpoint::file_name(0)) } else { args.checkpoint.clone() };
     probe_in_child(&file)?;
     let report = resilab_checkpoint::inspect(&args.checkpoint)?;
+    if let Some(line) = report.forward_pass.as_ref().and_then(|f| f.warning(&report.file)) {
+        eprintln!("resilab: {}", resilab_text::terminal(&line));
+    }
     if args.json { print_all(&format!("{}\n", serde_json::to_string_pretty(&report)?)) } else { print_all(&report.text()) }
 }
 

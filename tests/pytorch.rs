@@ -409,10 +409,10 @@ fn an_export_with_the_import_renames_undone_carries_the_files_own_names() {
     assert_eq!(exported.keys().collect::<Vec<_>>(), module.keys().collect::<Vec<_>>());
     assert_eq!(exported["module.layer1.0.conv1.weight"].values, module["module.layer1.0.conv1.weight"].values);
     // Rules that cannot be undone: one line naming the rule, and no file.
-    let grouped = write(d, "grouped.toml", &format!("{RESNET8}[[import.rename]]\nfrom = \"^m(\\\\w)\"\nto = \"$1\"\n"));
+    let grouped = write(d, "grouped.toml", &format!("{RESNET8}[[import.rename]]\nfrom = \"^m(\\\\w)(\\\\w)\"\nto = \"$1\"\n"));
     let no = d.join("no.safetensors");
     let o = run(&["export", d.join("a").to_str().unwrap(), "--out", no.to_str().unwrap(), "--renames-from", grouped.to_str().unwrap()]);
-    assert_clean_error(&o, &["import.rename[0].to = \"$1\" refers to a group"]);
+    assert_clean_error(&o, &["import.rename[0]: group 2 of from = \"^m(\\\\w)(\\\\w)\" is used 0 times in to = \"$1\""]);
     assert!(!no.exists());
     // An import whose rules map two of the file's names to one says so.
     let twice = format!("{RESNET8}[[import.rename]]\nfrom = \"^module\\\\.(layer1\\\\.0\\\\.conv)[12]\"\nto = \"$1\"\n{UNPREFIX}");

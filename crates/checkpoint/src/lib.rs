@@ -26,6 +26,7 @@
 
 pub mod advise;
 mod error;
+mod imported;
 mod policy;
 pub mod probe;
 mod store;
@@ -36,6 +37,7 @@ pub use policy::{CheckpointConfig, OnMismatch};
 pub use store::{FORMAT_VERSION, ROOT_MARKER, STEP_MARKER, claim, dir_name, is_checkpoint_dir, list, prune};
 
 use error::{invalid, io};
+pub use imported::{BATCH_COUNT_ATTR, FORWARD_PASS_ATTR, ForwardPass, ImportNotes};
 use store::{require_regular_file, sync_dir};
 pub use values::{Values, read_values};
 
@@ -66,7 +68,7 @@ pub fn file_name(rank: usize) -> String {
     format!("worker-{rank}.h5")
 }
 
-fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Meta) -> Result<()> {
+fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Meta, notes: &ImportNotes) -> Result<()> {
     let f = Writer::create(path)?;
     // Every tensor in the order written below: their digests are computed meanwhile.
     let slices: Vec<&[f32]> =
@@ -98,6 +100,7 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
     f.attr_str("/", "arch", &meta.arch)?;
     f.attr_str("/", "resilab_version", env!("CARGO_PKG_VERSION"))?;
     f.attr_str("/", "config", &meta.config)?;
+    imported::write_notes(&f, w, notes)?;
     f.close()?;
     std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io(path))
 }
@@ -123,7 +126,15 @@ fn write_tensors(f: &Writer, w: &WorkerState, digests: &resilab_h5::Digests<'_>)
 /// it is a resilab checkpoint; anything else under that name is an error.
 pub fn save(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
     claim(root, false)?;
-    write_checkpoint(root, state, meta)
+    write_checkpoint(root, state, meta, &ImportNotes::default())
+}
+
+/// [`save`] for `resilab import`: the checkpoint also records `notes` (whether the forward
+/// pass was verified, the file's BatchNorm counts), which [`forward_pass`] and
+/// [`read_values`] read back.
+pub fn save_import(root: &Path, state: &TrainState, meta: &Meta, notes: &ImportNotes) -> Result<PathBuf> {
+    claim(root, false)?;
+    write_checkpoint(root, state, meta, notes)
 }
 
 /// [`save`] into a root this run claimed earlier ([`claim`]), which must still hold its marker:
@@ -137,10 +148,10 @@ pub fn save_claimed(root: &Path, state: &TrainState, meta: &Meta) -> Result<Path
             format!("is no longer the checkpoint directory this run claimed (no {ROOT_MARKER}): nothing was written"),
         ));
     }
-    write_checkpoint(root, state, meta)
+    write_checkpoint(root, state, meta, &ImportNotes::default())
 }
 
-fn write_checkpoint(root: &Path, state: &TrainState, meta: &Meta) -> Result<PathBuf> {
+fn write_checkpoint(root: &Path, state: &TrainState, meta: &Meta, notes: &ImportNotes) -> Result<PathBuf> {
     let name = dir_name(state.step);
     let dest = root.join(&name);
     if dest.symlink_metadata().is_ok() && !is_checkpoint_dir(&dest) {
@@ -155,7 +166,7 @@ fn write_checkpoint(root: &Path, state: &TrainState, meta: &Meta) -> Result<Path
         .map_err(io(root))?;
     store::write_step_marker(tmp.path(), state.step)?;
     for w in &state.workers {
-        write_worker(&tmp.path().join(file_name(w.rank)), w, state.step, state.workers.len(), meta)?;
+        write_worker(&tmp.path().join(file_name(w.rank)), w, state.step, state.workers.len(), meta, notes)?;
     }
     sync_dir(tmp.path())?;
     if dest.exists() {
@@ -179,6 +190,9 @@ pub struct LoadReport {
     /// A worker file named on its own that is not its directory's `worker-<rank>.h5` (an
     /// injected copy, say): read in place of that file, for its rank.
     pub file: Option<PathBuf>,
+    /// For an imported checkpoint, whether its forward pass was verified (see [`forward_pass`]);
+    /// set by a caller that asks (`train --resume`), `None` otherwise.
+    pub forward_pass: Option<ForwardPass>,
 }
 
 /// Reads one worker file, validating every name and shape against `template` (a state of the
@@ -533,6 +547,13 @@ pub fn read_meta(file: &Path) -> Result<Meta> {
     Ok(Meta { seed: r.attr_u64("/", "seed")?, arch: r.attr_str("/", "arch")?, config: r.attr_str("/", "config")? })
 }
 
+/// What the worker file `file` records of its forward pass: `None` for a checkpoint that is no
+/// import (see [`ForwardPass`]). A `verified` record whose root attributes fail their digest
+/// counts as unverified.
+pub fn forward_pass(file: &Path) -> Result<Option<ForwardPass>> {
+    imported::read_forward_pass(&open_checkpoint(file)?)
+}
+
 /// One dataset as `resilab inspect` shows it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct InspectedDataset {
@@ -554,6 +575,8 @@ pub struct Inspection {
     pub attributes_status: String,
     /// Every dataset.
     pub datasets: Vec<InspectedDataset>,
+    /// For an imported checkpoint, whether its forward pass was verified (`None`: no import).
+    pub forward_pass: Option<ForwardPass>,
 }
 
 impl Inspection {
@@ -618,5 +641,7 @@ pub fn inspect(target: &Path) -> Result<Inspection> {
             InspectedDataset { info, hash_status }
         })
         .collect();
-    Ok(Inspection { file, attributes, attributes_status, datasets })
+    let sealed = attributes_status == "ok";
+    let forward_pass = attributes.get(FORWARD_PASS_ATTR).map(|text| imported::recorded(text, sealed));
+    Ok(Inspection { file, attributes, attributes_status, datasets, forward_pass })
 }

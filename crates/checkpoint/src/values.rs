@@ -21,6 +21,9 @@ pub struct Values {
     pub params: BTreeMap<String, HostTensor>,
     /// Optimizer state by parameter name.
     pub optim: BTreeMap<String, HostParamState>,
+    /// BatchNorm `num_batches_tracked` counts an import kept, by the BatchNorm's name
+    /// (`layer1.0.bn1`); empty for a checkpoint resilab trained.
+    pub batch_counts: BTreeMap<String, u64>,
     /// What fails its stored digest (`file: dataset`, or `file: group@attributes`): values
     /// altered after the checkpoint was written, read as they are.
     pub altered: Vec<String>,
@@ -79,6 +82,9 @@ fn read_file(r: &Reader, file: &Path, out: &mut Values) -> Result<()> {
             if !out.params.contains_key(&name) {
                 let t = tensor(r, d, file, &mut out.altered)?;
                 out.params.insert(name, t);
+                if let Some(bn) = rest.strip_suffix("/running_var") {
+                    read_count(r, file, bn, out)?;
+                }
             }
         } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
             let name = param.replace('/', ".");
@@ -95,6 +101,19 @@ fn read_file(r: &Reader, file: &Path, out: &mut Values) -> Result<()> {
             entry.step = step;
             entry.buffers.insert(buffer.to_string(), t);
         }
+    }
+    Ok(())
+}
+
+/// The count an import kept on the BatchNorm at `/model/<bn>`, if any, noting in
+/// [`Values::altered`] a group whose attributes fail their digest.
+fn read_count(r: &Reader, file: &Path, bn: &str, out: &mut Values) -> Result<()> {
+    let group = format!("/model/{bn}");
+    if let Some((count, sealed)) = crate::imported::batch_count(r, &group)? {
+        if !sealed {
+            out.altered.push(format!("{}: {group}@attributes", file.display()));
+        }
+        out.batch_counts.insert(bn.replace('/', "."), count);
     }
     Ok(())
 }

@@ -77,8 +77,9 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 
 /// Writes the checkpoint `req.checkpoint` names as safetensors. The model is rebuilt from the
 /// checkpoint's stored configuration to name and check every tensor: a file holding part of
-/// the model (a pipeline stage's) is refused. Each BatchNorm gets a `num_batches_tracked` count
-/// (the checkpoint's step), so a PyTorch model loads the file with `strict=True`.
+/// the model (a pipeline stage's) is refused. Each BatchNorm gets a `num_batches_tracked` count,
+/// so a PyTorch model loads the file with `strict=True`: the count an import kept, else the
+/// checkpoint's step (resilab runs one training forward pass per step, which PyTorch counts).
 pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
     let primary = resilab_checkpoint::primary_file(&req.checkpoint)?;
     probe(&primary)?;
@@ -116,7 +117,8 @@ pub fn export(req: &ExportRequest, probe: Probe<'_>) -> Result<Exported> {
             None => missing.push(slot.name.clone()),
         }
         if let Some(bn) = slot.name.strip_suffix(".running_var") {
-            let count = i64::try_from(values.step).unwrap_or(i64::MAX);
+            let kept = values.batch_counts.get(bn).copied();
+            let count = i64::try_from(kept.unwrap_or(values.step)).unwrap_or(i64::MAX);
             entries.push((format!("{bn}.num_batches_tracked"), Dtype::I64, Vec::new(), count.to_le_bytes().to_vec()));
         }
     }

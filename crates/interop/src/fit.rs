@@ -30,8 +30,9 @@ pub struct Fitted {
     pub optim: BTreeMap<String, HostParamState>,
     /// Problems passed over under `--allow-partial` (empty otherwise).
     pub skipped: Vec<String>,
-    /// BatchNorm `num_batches_tracked` entries read and dropped (resilab does not keep the count).
-    pub batch_counts: usize,
+    /// BatchNorm `num_batches_tracked` counts by the BatchNorm's model name (`layer1.0.bn1`),
+    /// for the BatchNorms the model has: the checkpoint keeps them and `export` writes them back.
+    pub batch_counts: BTreeMap<String, u64>,
     /// Which order numbered the optimizer's state (`None`: the file holds none).
     pub optimizer_order: Option<String>,
 }
@@ -109,13 +110,17 @@ pub fn fit<T: Tensor>(source: &Source<T>, slots: &[Slot], rules: &[(Regex, Strin
     // Each model name, and the file's name that took it first.
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
     let mut accepted = Vec::new();
+    let mut counts = Vec::new();
     for (file_name, host) in &source.model {
         let name = rename(file_name, rules);
         let shown = if name == *file_name { name.clone() } else { format!("{file_name} (renamed {name})") };
-        // BatchNorm's batch count is dropped wherever it is (resilab keeps none): under a name
-        // the model lacks, the BatchNorm's other tensors already say what does not fit.
-        if name.ends_with(".num_batches_tracked") && host.shape().iter().product::<usize>() == 1 {
-            fitted.batch_counts += 1;
+        // BatchNorm's batch count is kept for a BatchNorm the model has, and passed over
+        // otherwise: under a name the model lacks, the BatchNorm's other tensors already say
+        // what does not fit.
+        if let Some(bn) = name.strip_suffix(".num_batches_tracked").filter(|_| host.shape().iter().product::<usize>() == 1) {
+            if by_name.contains_key(format!("{bn}.running_var").as_str()) {
+                counts.push((bn.to_string(), shown, host));
+            }
             continue;
         }
         let first = !sources.contains_key(&name);
@@ -142,6 +147,11 @@ pub fn fit<T: Tensor>(source: &Source<T>, slots: &[Slot], rules: &[(Regex, Strin
     for (name, tensor) in accepted {
         let host = tensor.load()?;
         fitted.params.insert(name, HostTensor { shape: host.shape, values: host.values });
+    }
+    for (bn, shown, tensor) in counts {
+        let count = step_count(&tensor.load()?)
+            .ok_or_else(|| Error::file(&source.path, format!("{shown} is not a count (a whole number, at least 0)")))?;
+        fitted.batch_counts.insert(bn, count);
     }
     Ok(fitted)
 }
@@ -299,7 +309,7 @@ mod tests {
         let mut source = Source { path: "w.pt".into(), ..Source::default() };
         source.model.insert("fc.weight".into(), host(&[4, 10]));
         source.model.insert("bn.running_mean".into(), host(&[4]));
-        source.model.insert("bn.num_batches_tracked".into(), Host { integer: true, ..host(&[]) });
+        source.model.insert("bn.num_batches_tracked".into(), Host { integer: true, values: vec![168.0], ..host(&[]) });
         source.model.insert("head.bias".into(), host(&[2]));
         let e = fit(&source, &slots, &[], "m", false).unwrap_err().to_string();
         assert!(e.contains("missing (2): fc.bias, bn.running_var"), "{e}");
@@ -307,7 +317,7 @@ mod tests {
         assert!(e.contains("wrong shape (1): fc.weight is [4, 10] in the file, [10, 4] in the model (transposed"), "{e}");
         let partial = fit(&source, &slots, &[], "m", true).unwrap();
         assert_eq!(partial.params.keys().collect::<Vec<_>>(), ["bn.running_mean"]);
-        assert_eq!((partial.batch_counts, partial.skipped.len()), (1, 3));
+        assert_eq!((partial.batch_counts.into_iter().collect::<Vec<_>>(), partial.skipped.len()), (vec![("bn".to_string(), 168)], 3));
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct EvalReport {
     pub digest_mismatches: Vec<String>,
     /// For an altered worker file, the clean file it was made from, evaluated the same way.
     pub clean: Option<Clean>,
+    /// For an imported checkpoint, whether a probe verified its forward pass (`None`: no import).
+    /// An unverified one's accuracy may not be the source model's.
+    pub forward_pass: Option<resilab_checkpoint::ForwardPass>,
 }
 
 /// The clean checkpoint beside an altered one: the baseline its accuracy is read against.
@@ -80,6 +83,7 @@ pub fn eval(
     }
     let file = resilab_checkpoint::primary_file(target)?;
     probe(&file)?;
+    let forward_pass = resilab_checkpoint::forward_pass(&file)?;
     let cfg = match config {
         Some(path) => RunConfig::load(path, overrides)?,
         None => {
@@ -128,6 +132,7 @@ pub fn eval(
         extreme_threshold: threshold,
         digest_mismatches: report.mismatched,
         clean,
+        forward_pass,
     })
 }
 

@@ -126,6 +126,10 @@ pub struct Summary {
     pub resume_changes: Vec<String>,
     /// Datasets loaded despite a digest mismatch (policy `load`).
     pub checkpoint_mismatches: Vec<String>,
+    /// Where the run resumed from an import: whether a probe verified its forward pass
+    /// (`{"status": "unverified", "detail": ...}`: this run's accuracy may not be the source
+    /// model's). `null` otherwise.
+    pub resumed_forward_pass: Option<resilab_checkpoint::ForwardPass>,
     /// Checkpoints written.
     pub checkpoints: usize,
     /// Seconds spent writing checkpoints.

@@ -157,8 +157,10 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
 fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<Option<Resumed>> {
     let Some(target) = &opts.resume else { return Ok(None) };
     let template = trainer.snapshot();
-    let (state, report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
+    let (state, mut report) = resilab_checkpoint::load(target, &template, cfg.checkpoint.on_mismatch, opts.probe.as_ref())?;
     check_optimizer_state(&state, &cfg.optimizer, cfg.checkpoint.on_mismatch)?;
+    let file = report.file.clone().unwrap_or_else(|| report.dir.join(resilab_checkpoint::file_name(0)));
+    report.forward_pass = resilab_checkpoint::forward_pass(&file)?;
     let changes = changed_settings(&report, cfg);
     if state.step == trainer.total_steps() {
         return Err(Error::Config(format!(
@@ -183,6 +185,9 @@ fn resume(trainer: &mut Trainer, cfg: &RunConfig, opts: &RunOptions) -> Result<O
             eprintln!("resilab: resumed from {} (with {} read for its rank) at step {}", report.dir.display(), f.display(), trainer.step)
         }
         None => eprintln!("resilab: resumed from {} at step {}", report.dir.display(), trainer.step),
+    }
+    if let Some(line) = report.forward_pass.as_ref().and_then(|f| f.warning(&file)) {
+        eprintln!("resilab: {}", resilab_text::terminal(&line));
     }
     Ok(Some((report, changes)))
 }

@@ -578,6 +578,7 @@ impl<'a> Session<'a> {
         let t = self.tally;
         // A worker file named on its own is what the run resumed from.
         let (resumed, resume_changes) = resumed.map_or((None, Vec::new()), |(r, c)| (Some(r), c));
+        let resumed_forward_pass = resumed.as_ref().and_then(|r| r.forward_pass.clone());
         let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
         let threshold = cfg.detect.extreme_threshold;
         let health = workers_health(&trainer.workers, threshold);
@@ -616,6 +617,7 @@ impl<'a> Session<'a> {
             resumed_from,
             resume_changes,
             checkpoint_mismatches,
+            resumed_forward_pass,
             checkpoints: t.checkpoints,
             checkpoint_s: t.checkpoint_s,
             final_params_digest: params_digest(&trainer.model()),
