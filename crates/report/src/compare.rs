@@ -11,7 +11,7 @@ use resilab_campaign::{Row, Status};
 use serde::Serialize;
 
 use crate::measures::failed;
-use crate::metrics::{Class, collapsed, groups, nev, replicas_class, run_class, step_altered};
+use crate::metrics::{Class, acc_loss_pts, collapsed, groups, nev, replicas_class, run_class, step_altered};
 use crate::stats::{ALPHA, Spread, Test, holm, holm_first_level, two_proportions, welch};
 
 /// Training seeds (base models) each side of a difference needs before it can be called shown.
@@ -33,7 +33,8 @@ pub struct Comparison {
     /// (data parallel: share of runs whose replicas differ from rank 0's at the end, %), the
     /// accuracy, and `sim_overhead_pct` (mean overhead in simulated time, %). The accuracy is
     /// the loss the faults caused where every run has a golden run: `acc_loss_pts` (mean
-    /// `golden - final` of the runs that did not collapse, points) and `acc_loss_all_pts`
+    /// `golden - final` of the runs that completed, collapsed ones included, points:
+    /// [`acc_loss_pts`]) and `acc_loss_all_pts`
     /// (every run, a collapsed one at chance); else the raw accuracy, `acc_pct` and
     /// `acc_all_pct` (%), which then differs by what the cells trained, not by the faults.
     pub metric: &'static str,
@@ -135,12 +136,16 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
 }
 
 /// The accuracy tests of a pair of cells: with `golden`, the loss against each run's golden
-/// run (points), else the raw accuracy (%); over the runs that completed and did not collapse,
-/// and over every run with a collapsed one at chance.
+/// run (points): [`acc_loss_pts`] (the runs that completed, collapsed ones at the accuracy they
+/// ended with, as `cells.csv` has it), and over every run with a collapsed one at chance;
+/// else the raw accuracy (%): ACC (the runs that completed and did not collapse) and ACC all.
 fn accuracy(a: &Side, b: &Side, golden: bool, chance: &dyn Fn(&Row) -> f64, out: &mut Vec<Tested>) {
     let loss = |r: &Row, acc: f64| if golden { r.metrics.golden_acc.map(|g| 100.0 * (g - acc)) } else { Some(100.0 * acc) };
     let survivors = |s: &Side| -> Vec<f64> {
-        s.rows.iter().filter(|r| !collapsed(r) && !failed(r)).filter_map(|r| r.metrics.final_acc.and_then(|acc| loss(r, acc))).collect()
+        match golden {
+            true => s.rows.iter().filter_map(|r| acc_loss_pts(r)).collect(),
+            false => s.rows.iter().filter(|r| !collapsed(r) && !failed(r)).filter_map(|r| r.metrics.final_acc.map(|a| 100.0 * a)).collect(),
+        }
     };
     let all = |s: &Side| -> Vec<f64> {
         s.rows
@@ -310,6 +315,7 @@ mod tests {
             for (model, golden) in [("r", 0.446), ("v", 0.811)] {
                 let mut r = row(model, "10", i % 3, false, golden - 0.01 - jitter);
                 r.metrics.golden_acc = Some(golden);
+                r.metrics.acc_loss = Some(0.01 + jitter);
                 rows.push(r);
             }
         }

@@ -120,10 +120,9 @@ pub struct HypothesisTest {
     pub spread: Spread,
 }
 
-/// Accuracy loss against the golden run, points; none for a failed run (it did not complete).
-pub(crate) fn acc_points(r: &Row) -> Option<f64> {
-    r.metrics.acc_loss.filter(|_| !failed(r)).map(|x| 100.0 * x)
-}
+/// Accuracy loss against the golden run, points: [`crate::metrics::acc_loss_pts`], the one
+/// definition (none for a failed run, which did not complete).
+pub(crate) use crate::metrics::acc_loss_pts as acc_points;
 
 /// Simulated overhead, %; none for a failed run (never a negative overhead).
 pub(crate) fn overhead_pct(r: &Row) -> Option<f64> {
@@ -140,11 +139,7 @@ pub(crate) fn time_to_acc_pct(r: &Row) -> Option<f64> {
     (g > 0.0).then(|| 100.0 * t / g)
 }
 
-/// The run failed: its strategy gave up (`none` at a crash, a checkpoint-restart with no
-/// checkpoint to restart from).
-pub(crate) fn failed(r: &Row) -> bool {
-    r.metrics.failed == Some(true)
-}
+pub(crate) use crate::metrics::failed;
 
 pub(crate) fn reached(r: &Row) -> bool {
     r.metrics.time_to_golden_acc_s.is_some()

@@ -143,8 +143,8 @@ pub struct Cell {
     pub nev_vs_ev: String,
     /// Worst-case normal margin of any share of this cell (p = 0.5), points: for planning.
     pub worst_margin_pct: f64,
-    /// Mean accuracy loss vs golden (points), over runs that completed (not failed: their
-    /// strategy did not give up) and did not collapse.
+    /// Mean accuracy loss vs golden (points), [`acc_loss_pts`] over the runs that have one:
+    /// those that completed (a failed run has none), collapsed ones included.
     pub acc_loss: Option<f64>,
     /// Mean time overhead vs golden (%), measured wall time, over runs that completed.
     pub time_overhead_pct: Option<f64>,
@@ -233,6 +233,24 @@ pub fn classify_replicas(nev: bool, min: f64, max: f64, golden: f64, chance: f64
         Class::RestartWithoutChange if (max - golden).abs() > tolerance_points / 100.0 + ACC_EPS => Class::Other,
         k => k,
     }
+}
+
+/// The run failed: its strategy gave up (`none` at a crash, a checkpoint-restart with no
+/// checkpoint to restart from) or a worker was lost for good. A failed run has no accuracy
+/// loss and no overhead; it is counted as a failure (`failed_pct`).
+pub fn failed(r: &Row) -> bool {
+    r.metrics.failed == Some(true)
+}
+
+/// The accuracy loss of one run against its golden run, in points (`golden - final`): the one
+/// definition behind every accuracy loss of a report (`cells.csv`, `report.md`,
+/// `cells_study.csv`, `which_strategy.csv`, `comparisons.csv`, the plots) and of `compare`
+/// (docs/metrics.md, "Accuracy loss"). Only `ok` runs that completed have one: a failed run has
+/// none (it is counted as a failure instead). A run that collapsed but completed keeps its
+/// loss, measured at the accuracy it ended with: a collapse is a loss of accuracy, never a
+/// reason to leave a run out.
+pub fn acc_loss_pts(r: &Row) -> Option<f64> {
+    r.metrics.acc_loss.filter(|l| r.status == Status::Ok && !failed(r) && l.is_finite()).map(|l| 100.0 * l)
 }
 
 /// Final accuracies (%) of the `ok` runs that did not collapse.
@@ -382,9 +400,7 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
     let vals = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
         ok.iter().filter(|r| all || !collapsed(r)).filter_map(|r| f(r)).collect()
     };
-    let completed = |f: &dyn Fn(&Row) -> Option<f64>, all: bool| -> Vec<f64> {
-        ok.iter().filter(|r| r.metrics.failed != Some(true) && (all || !collapsed(r))).filter_map(|r| f(r)).collect()
-    };
+    let completed = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> { ok.iter().filter(|r| !failed(r)).filter_map(|r| f(r)).collect() };
     let (acc, sd) = (mean(&survivors), std(&survivors));
     let count = |f: &dyn Fn(&Row) -> bool| ok.iter().filter(|r| f(r)).count() as u64;
     let corrupt = rows.iter().filter(|r| r.status == Status::CorruptFile).count() as u64;
@@ -428,9 +444,9 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
         nev_vs_ev_p_holm: None,
         nev_vs_ev: String::new(),
         worst_margin_pct: 100.0 * margin(0.5, n),
-        acc_loss: mean(&completed(&|r| r.metrics.acc_loss.map(|l| 100.0 * l), false)),
-        time_overhead_pct: mean(&completed(&|r| r.metrics.time_overhead.map(|t| 100.0 * t), true)),
-        sim_overhead_pct: mean(&completed(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t), true)),
+        acc_loss: mean(&ok.iter().filter_map(|r| acc_loss_pts(r)).collect::<Vec<_>>()),
+        time_overhead_pct: mean(&completed(&|r| r.metrics.time_overhead.map(|t| 100.0 * t))),
+        sim_overhead_pct: mean(&completed(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t))),
         steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
         steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
         detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
@@ -523,8 +539,26 @@ mod tests {
         assert!(r.nev.lo_pct < r.nev.pct && r.nev.hi_pct > r.nev.pct);
         // Over all runs, the collapsed one at chance (10%): (80 + 70 + 10) / 3.
         assert!((r.acc_all.unwrap() - 160.0 / 3.0).abs() < 1e-9);
-        assert!((r.acc_loss.unwrap() - 5.0).abs() < 1e-9);
+        // The accuracy loss counts the collapsed run at the accuracy it ended with:
+        // (0 + 10 + 70) / 3; the timed-out run has none.
+        assert!((r.acc_loss.unwrap() - 80.0 / 3.0).abs() < 1e-9, "{:?}", r.acc_loss);
         assert_eq!(cs[1].accr.count, 1);
+    }
+
+    #[test]
+    fn a_failed_run_has_no_accuracy_loss_and_a_collapsed_one_that_completed_keeps_its_own() {
+        let mut failed_run = row("f", "r", Status::Ok, 0.4, false, true);
+        failed_run.metrics.failed = Some(true);
+        let collapsed_run = row("c", "r", Status::Ok, 0.25, true, true);
+        let mut done = row("d", "r", Status::Ok, 0.8, false, false);
+        done.metrics.failed = Some(false);
+        assert_eq!(acc_loss_pts(&failed_run), None, "a failed run is a failure, not a loss");
+        assert!((acc_loss_pts(&collapsed_run).unwrap() - 55.0).abs() < 1e-9);
+        assert_eq!(acc_loss_pts(&done), Some(0.0));
+        assert_eq!(acc_loss_pts(&row("t", "r", Status::Timeout, 0.1, false, false)), None);
+        let cs = cells(&[failed_run, collapsed_run, done], |_| 0.25, 0.5);
+        // (55 + 0) / 2: the cell's loss is the mean of its runs' losses, the failed run left out.
+        assert!((cs[0].acc_loss.unwrap() - 27.5).abs() < 1e-9, "{:?}", cs[0].acc_loss);
     }
 
     #[test]

@@ -333,17 +333,31 @@ impl Plot for LineChart {
         // spread evenly about each x, so that the intervals stay apart.
         let cap = (x1 - x0) * 0.006;
         for (s, c) in colored.iter().filter(|(s, _)| s.reference) {
-            self.draw_series(&mut chart, s, *c, 0.0, cap)?;
+            self.draw_series(&mut chart, s, (*c, 0), 0.0, cap)?;
         }
         let lines: Vec<&(&Series, RGBColor)> = colored.iter().filter(|(s, _)| !s.reference).collect();
         let intervals = lines.iter().any(|(s, _)| s.points.iter().any(|p| p.2.is_some()));
         let spread = if lines.len() > 1 && intervals { (x1 - x0) * 0.008 } else { 0.0 };
         for (k, (s, c)) in lines.iter().enumerate() {
-            self.draw_series(&mut chart, s, *c, (k as f64 - (lines.len() - 1) as f64 / 2.0) * spread, cap)?;
+            let dx = (k as f64 - (lines.len() - 1) as f64 / 2.0) * spread;
+            self.draw_series(&mut chart, s, (*c, k), dx, cap)?;
         }
         if let Some(side) = side {
-            let entries: Vec<(&str, RGBColor, Mark)> =
-                colored.iter().map(|(s, c)| (s.label.as_str(), *c, if s.reference { Mark::Dashed } else { Mark::Line })).collect();
+            // A line identical to an earlier one says so: drawn over it, it could not be seen.
+            let same = self.identical_lines();
+            let labels: Vec<String> = colored
+                .iter()
+                .map(|(s, _)| match same.iter().find(|(later, _)| *later == s.label) {
+                    Some((_, first)) => format!("{} (= {first})", s.label),
+                    None => s.label.clone(),
+                })
+                .collect();
+            let mut k = 0;
+            let mut entries: Vec<(&str, RGBColor, Mark)> = Vec::new();
+            for ((s, c), label) in colored.iter().zip(&labels) {
+                entries.push((label.as_str(), *c, if s.reference { Mark::Dashed } else { Mark::Line(k) }));
+                k += usize::from(!s.reference);
+            }
             side_legend(&side, &entries)?;
         }
         area.present()
@@ -351,19 +365,44 @@ impl Plot for LineChart {
 }
 
 impl LineChart {
-    /// One series in colour `c`, shifted right by `dx`, its intervals as whiskers with caps `cap`
-    /// wide on either side.
-    fn draw_series<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>, s: &Series, c: RGBColor, dx: f64, cap: f64) -> DrawResult<DB> {
+    /// The lines (not references) whose points equal an earlier line's exactly, each with the
+    /// earlier line's label: `(later, earlier)`. Drawn over each other they would look like one.
+    pub fn identical_lines(&self) -> Vec<(String, String)> {
+        let lines: Vec<&Series> = self.series.iter().filter(|s| !s.reference && !s.points.is_empty()).collect();
+        let mut out = Vec::new();
+        for (i, s) in lines.iter().enumerate() {
+            if let Some(first) = lines[..i].iter().find(|o| o.points == s.points) {
+                out.push((s.label.clone(), first.label.clone()));
+            }
+        }
+        out
+    }
+
+    /// One series in colour `c` with the `k`-th line's marks ([`LineMark`]), shifted right by
+    /// `dx`, its intervals as whiskers with caps `cap` wide on either side.
+    fn draw_series<DB: DrawingBackend>(
+        &self,
+        chart: &mut Chart<'_, DB>,
+        s: &Series,
+        (c, k): (RGBColor, usize),
+        dx: f64,
+        cap: f64,
+    ) -> DrawResult<DB> {
         let tx = |x: f64| if self.log_x { x.log10() } else { x };
         let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (tx(p.0) + dx, p.1)).filter(|p| p.1.is_finite()).collect();
         if s.reference {
             chart.draw_series(DashedLineSeries::new(pts.clone(), 10, 6, ShapeStyle::from(&c).stroke_width(4)))?;
             return Ok(());
         }
+        let mark = LineMark::of(k);
         if self.categories.is_empty() {
-            chart.draw_series(LineSeries::new(pts.clone(), ShapeStyle::from(&c).stroke_width(2)))?;
+            let style = ShapeStyle::from(&c).stroke_width(2);
+            match mark.dash {
+                Some((on, off)) => chart.draw_series(DashedLineSeries::new(pts.clone(), on, off, style))?,
+                None => chart.draw_series(LineSeries::new(pts.clone(), style))?,
+            };
         }
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+        mark.draw_markers(chart, &pts, c)?;
         for p in &s.points {
             if let Some((lo, hi)) = p.2.filter(|(lo, hi)| hi > lo && lo.is_finite() && hi.is_finite()) {
                 let x = tx(p.0) + dx;
@@ -377,12 +416,74 @@ impl LineChart {
     }
 }
 
-/// How a legend entry is drawn.
+/// How a legend entry is drawn: the `k`-th line of a chart ([`LineMark`]), a reference line
+/// (dashed, grey) or a dot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mark {
-    Line,
+    Line(usize),
     Dashed,
     Dot,
+}
+
+/// A marker's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Circle,
+    Triangle,
+    Square,
+    Cross,
+}
+
+/// How the `k`-th line of a chart is told apart from the others beyond its colour, so that lines
+/// drawn over each other stay distinguishable: its marker shape and its dashes (none, long,
+/// short), twelve combinations before one repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LineMark {
+    shape: Shape,
+    /// `(on, off)` pixels; `None`: a solid line.
+    dash: Option<(u32, u32)>,
+}
+
+impl LineMark {
+    fn of(k: usize) -> Self {
+        let shape = [Shape::Circle, Shape::Triangle, Shape::Square, Shape::Cross][k % 4];
+        let dash = [None, Some((14, 7)), Some((4, 4))][k % 3];
+        Self { shape, dash }
+    }
+
+    /// The markers at `pts` (data coordinates), in colour `c`.
+    fn draw_markers<DB: DrawingBackend>(self, chart: &mut Chart<'_, DB>, pts: &[(f64, f64)], c: RGBColor) -> DrawResult<DB> {
+        match self.shape {
+            Shape::Circle => chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?,
+            Shape::Triangle => chart.draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 6, c.filled())))?,
+            Shape::Square => {
+                chart.draw_series(pts.iter().map(|&p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], c.filled())))?
+            }
+            Shape::Cross => chart.draw_series(pts.iter().map(|&p| Cross::new(p, 5, ShapeStyle::from(&c).stroke_width(2))))?,
+        };
+        Ok(())
+    }
+
+    /// The legend's sample of this line at pixel row `y`: the line (dashed as drawn) with its
+    /// marker in the middle.
+    fn draw_sample<DB: DrawingBackend>(self, area: &DrawingArea<DB, Shift>, y: i32, c: RGBColor) -> DrawResult<DB> {
+        let style = ShapeStyle::from(&c).stroke_width(3);
+        let segments: Vec<(i32, i32)> = match self.dash {
+            None => vec![(4, 32)],
+            Some((on, _)) if on > 8 => vec![(4, 14), (22, 32)],
+            Some(_) => vec![(4, 8), (12, 16), (20, 24), (28, 32)],
+        };
+        for (a, b) in segments {
+            area.draw(&PathElement::new(vec![(a, y), (b, y)], style))?;
+        }
+        match self.shape {
+            Shape::Circle => area.draw(&Circle::new((18, y), 5, c.filled()))?,
+            Shape::Triangle => area.draw(&TriangleMarker::new((18, y), 7, c.filled()))?,
+            Shape::Square => area.draw(&Rectangle::new([(14, y - 4), (22, y + 4)], c.filled()))?,
+            Shape::Cross => area.draw(&Cross::new((18, y), 6, ShapeStyle::from(&c).stroke_width(2)))?,
+        }
+        Ok(())
+    }
 }
 
 /// A legend in its own column, beside the data it names.
@@ -396,7 +497,7 @@ fn side_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(&s
                 area.draw(&PathElement::new(vec![(4, y), (14, y)], style))?;
                 area.draw(&PathElement::new(vec![(22, y), (32, y)], style))?;
             }
-            Mark::Line => area.draw(&PathElement::new(vec![(4, y), (32, y)], style))?,
+            Mark::Line(k) => LineMark::of(*k).draw_sample(area, y, *c)?,
             Mark::Dot => area.draw(&Circle::new((18, y), 6, c.filled()))?,
         }
         area.draw(&Text::new(label.to_string(), (40, y - 9), text.clone()))?;
@@ -638,5 +739,27 @@ mod tests {
         for (v, want) in [(-0.0, "0"), (-1e-17, "0"), (0.30000000000000004, "0.3"), (-2.5, "-2.5"), (100.0, "100"), (1e-7, "0")] {
             assert_eq!(super::tick(v), want, "{v}");
         }
+    }
+
+    #[test]
+    fn the_first_eight_lines_each_have_their_own_marks_and_identical_lines_are_named() {
+        use super::{LineChart, LineMark, Series};
+        let marks: Vec<LineMark> = (0..8).map(LineMark::of).collect();
+        for (i, a) in marks.iter().enumerate() {
+            assert!(marks[..i].iter().all(|b| b != a), "line {i} is drawn as an earlier one: {marks:?}");
+        }
+        let line = |label: &str, ys: &[f64]| Series {
+            label: label.into(),
+            points: ys.iter().enumerate().map(|(x, &y)| (x as f64, y, None)).collect(),
+            ..Series::default()
+        };
+        let chart = LineChart {
+            series: vec![line("rollback", &[1.0, 2.0]), line("lossy_forward", &[1.0, 2.0]), line("none", &[1.0, 1.5])],
+            ..LineChart::default()
+        };
+        assert_eq!(chart.identical_lines(), vec![("lossy_forward".to_string(), "rollback".to_string())]);
+        let dir = tempfile::tempdir().unwrap();
+        let files = super::save(&chart, &dir.path().join("lines")).unwrap();
+        assert!(files.iter().all(|f| f.metadata().unwrap().len() > 0));
     }
 }

@@ -39,7 +39,7 @@ pub(crate) struct CellRow {
     #[serde(serialize_with = "fixed::<3, _>")]
     acc_pct: Option<f64>,
     /// STD: its sample standard deviation, points.
-    #[serde(serialize_with = "fixed::<3, _>")]
+    #[serde(serialize_with = "fixed::<3, _>", rename = "std_pts")]
     std: Option<f64>,
     /// CV: STD / ACC.
     #[serde(serialize_with = "fixed::<4, _>")]
@@ -167,9 +167,10 @@ pub(crate) struct CellRow {
     /// `agree`, `training added` or `training removed`.
     nev_vs_ev: String,
     /// Worst-case normal margin of any share of the cell (p = 0.5), points.
-    #[serde(serialize_with = "fixed::<2, _>")]
+    #[serde(serialize_with = "fixed::<2, _>", rename = "worst_margin_pts")]
     worst_margin: Option<f64>,
-    /// Mean accuracy loss against the golden run, points (runs that did not collapse).
+    /// Mean accuracy loss against the golden run, points (`metrics::acc_loss_pts`: the runs
+    /// that completed, collapsed ones included).
     #[serde(serialize_with = "fixed::<3, _>")]
     acc_loss_pts: Option<f64>,
     /// Mean wall-time overhead against the golden run, %.
@@ -185,10 +186,10 @@ pub(crate) struct CellRow {
     #[serde(serialize_with = "fixed::<2, _>")]
     steps_recomputed: Option<f64>,
     /// Mean detection latency, steps.
-    #[serde(serialize_with = "fixed::<2, _>")]
+    #[serde(serialize_with = "fixed::<2, _>", rename = "detection_latency_steps")]
     detection_latency: Option<f64>,
-    /// Mean step after the restart at which the state first held a NaN/Inf.
-    #[serde(serialize_with = "fixed::<2, _>")]
+    /// Mean steps after the restart at which the state first held a NaN/Inf.
+    #[serde(serialize_with = "fixed::<2, _>", rename = "collapse_after_steps")]
     collapse_step: Option<f64>,
 }
 
@@ -282,7 +283,7 @@ pub(crate) const CELL_TABLE: &[MdColumn<CellRow>] = &[
     ("runs (ok)", |r| format!("{} ({})", r.runs, r.ok)),
     ("seeds", |r| r.seeds.to_string()),
     ("ACC %", |r| f(r.acc_pct, 2)),
-    ("STD", |r| f(r.std, 3)),
+    ("STD (pts)", |r| f(r.std, 3)),
     ("CV", |r| f(r.cv, 4)),
     ("ACC all %", |r| f(r.acc_all_pct, 2)),
     ("golden %", |r| f(r.golden_acc_pct, 2)),
@@ -310,14 +311,14 @@ pub(crate) const CELL_TABLE: &[MdColumn<CellRow>] = &[
         0 => String::new(),
         n => share_md(Some(n), [r.load_failed_pct, r.load_failed_lo, r.load_failed_hi]),
     }),
-    ("± at p=0.5", |r| f(r.worst_margin, 1)),
+    ("± at p=0.5 (pts)", |r| f(r.worst_margin, 1)),
     ("acc loss (pts)", |r| f(r.acc_loss_pts, 2)),
     ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
     ("wall overhead %", |r| f(r.time_overhead_pct, 1)),
     ("steps lost", |r| f(r.steps_lost, 2)),
-    ("recomputed", |r| f(r.steps_recomputed, 2)),
-    ("detection latency", |r| f(r.detection_latency, 2)),
-    ("collapse step", |r| f(r.collapse_step, 1)),
+    ("steps recomputed", |r| f(r.steps_recomputed, 2)),
+    ("detection latency (steps)", |r| f(r.detection_latency, 2)),
+    ("collapse after (steps)", |r| f(r.collapse_step, 1)),
     ("not ok", |r| r.not_ok.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ")),
 ];
 
@@ -355,7 +356,7 @@ pub(crate) struct BitRow {
     #[serde(serialize_with = "fixed::<2, _>")]
     pub(crate) others_nev_pct: Option<f64>,
     /// This bit's share minus the others', points.
-    #[serde(serialize_with = "fixed::<2, _>")]
+    #[serde(serialize_with = "fixed::<2, _>", rename = "diff_vs_others_pts")]
     pub(crate) diff_vs_others: Option<f64>,
     /// Two-proportion test: two-sided p.
     #[serde(serialize_with = "sci::<3, _>")]
@@ -525,15 +526,15 @@ mod tests {
         let row: Vec<&str> = lines.next().unwrap().split(',').collect();
         assert_eq!(header.len(), 1 + 72);
         assert_eq!(header[..5], ["model", "runs", "ok", "not_ok", "seeds"]);
-        assert_eq!(header.last(), Some(&"collapse_step"));
+        assert_eq!(header.last(), Some(&"collapse_after_steps"));
         assert_eq!(row.len(), header.len());
         let at = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
         assert_eq!((at("model"), at("runs"), at("ok"), at("not_ok")), ("resnet", "5", "4", "timeout:1"));
         // Three decimals for an accuracy, two for a share; a value the cell lacks is empty.
-        assert_eq!((at("acc_pct"), at("std"), at("nev"), at("nev_pct"), at("nev_lo")), ("81.235", "", "1", "25.00", "4.56"));
+        assert_eq!((at("acc_pct"), at("std_pts"), at("nev"), at("nev_pct"), at("nev_lo")), ("81.235", "", "1", "25.00", "4.56"));
         // A share of replicas the cell does not have is four empty fields, not a zero count.
         assert_eq!((at("diverged"), at("diverged_pct"), at("rwc_all"), at("tf_all_hi")), ("", "", "", ""));
-        assert_eq!((at("nev_vs_ev_p"), at("nev_vs_ev_p_holm"), at("worst_margin")), ("", "1.0000e0", "49.00"));
+        assert_eq!((at("nev_vs_ev_p"), at("nev_vs_ev_p_holm"), at("worst_margin_pts")), ("", "1.0000e0", "49.00"));
         assert!(lines.next().is_none());
     }
 
@@ -542,7 +543,7 @@ mod tests {
         let empty: [(Vec<String>, &BitRow); 0] = [];
         assert_eq!(
             table::<BitRow, _>(&[], empty).unwrap(),
-            "precision,bit,runs,nev,nev_pct,nev_lo,nev_hi,nan,others_nev_pct,diff_vs_others,p,p_holm,verdict\n"
+            "precision,bit,runs,nev,nev_pct,nev_lo,nev_hi,nan,others_nev_pct,diff_vs_others_pts,p,p_holm,verdict\n"
         );
         assert!(table::<CellRow, _>(&["model".to_string()], [(Vec::new(), CellRow::default())]).is_err());
     }
@@ -555,7 +556,10 @@ mod tests {
         assert_eq!(show("ACC %"), "81.23");
         assert_eq!(show("N-EV"), "1 (25.0 [4.6, 69.9])");
         assert_eq!(show("N-EV vs EV injected"), "agree (p 1.00)");
-        assert_eq!((show("replicas diverged"), show("step counter altered"), show("STD")), (String::new(), String::new(), String::new()));
+        assert_eq!(
+            (show("replicas diverged"), show("step counter altered"), show("STD (pts)")),
+            (String::new(), String::new(), String::new())
+        );
         assert_eq!(show("not ok"), "1 timeout");
         let mut md = String::new();
         md_table(&mut md, &["model".to_string()], &CELL_TABLE[..2].iter().collect::<Vec<_>>(), [(vec!["resnet".to_string()], &row)]);
