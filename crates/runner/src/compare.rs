@@ -48,10 +48,11 @@ pub struct StrategyRow {
     pub strategy: String,
     /// `completed` or `failed`.
     pub status: String,
-    /// Final test accuracy.
-    pub final_test_acc: f64,
-    /// Golden final accuracy minus this run's.
-    pub acc_loss_vs_golden: Option<f64>,
+    /// Final test accuracy, a fraction.
+    pub final_test_acc_frac: f64,
+    /// Golden final accuracy minus this run's, a fraction: [`acc_loss_frac`], none for a
+    /// failed run.
+    pub acc_loss_frac: Option<f64>,
     /// Faults that struck.
     pub faults: usize,
     /// Detections.
@@ -66,13 +67,13 @@ pub struct StrategyRow {
     pub collapsed: bool,
     /// Measured wall time.
     pub wall_s: f64,
-    /// Measured wall-time overhead against the golden run.
-    pub time_overhead_vs_golden: Option<f64>,
-    /// Overhead in simulated time against the golden run (deterministic with
-    /// `parallel.compute.gflops`).
-    pub simulated_overhead_vs_golden: Option<f64>,
-    /// Steps recomputed per step run.
-    pub step_overhead: f64,
+    /// Measured wall-time overhead against the golden run, a fraction of its time.
+    pub time_overhead_frac: Option<f64>,
+    /// Overhead in simulated time against the golden run, a fraction of its time
+    /// (deterministic with `parallel.compute.gflops`).
+    pub sim_overhead_frac: Option<f64>,
+    /// Steps recomputed per step run, a fraction.
+    pub step_overhead_frac: f64,
     /// What the strategy did, in order: restarts, rolled-back steps, dropped contributions,
     /// buckets kept after a crash, respawned and re-synchronised ranks.
     pub actions: String,
@@ -84,8 +85,8 @@ impl StrategyRow {
         Self {
             strategy: strategy.to_string(),
             status: s.status.clone(),
-            final_test_acc: s.final_test_acc,
-            acc_loss_vs_golden: s.acc_loss_vs_golden,
+            final_test_acc_frac: s.final_test_acc,
+            acc_loss_frac: acc_loss_frac(s),
             faults: s.faults_injected,
             detections: s.detections.len(),
             restarts: s.restarts.len(),
@@ -93,12 +94,19 @@ impl StrategyRow {
             steps_recomputed: s.steps_recomputed,
             collapsed: s.collapsed,
             wall_s: s.wall_s,
-            time_overhead_vs_golden: s.time_overhead_vs_golden,
-            simulated_overhead_vs_golden: s.simulated_overhead_vs_golden,
-            step_overhead: s.steps_recomputed as f64 / s.steps.max(1) as f64,
+            time_overhead_frac: s.time_overhead_vs_golden,
+            sim_overhead_frac: s.simulated_overhead_vs_golden,
+            step_overhead_frac: s.steps_recomputed as f64 / s.steps.max(1) as f64,
             actions: actions(s),
         }
     }
+}
+
+/// A run's accuracy loss against its golden run, a fraction (`golden - final`), by the rule of
+/// every report (docs/metrics.md, "Accuracy loss"): a run that failed (its strategy gave up)
+/// has none and counts as a failure; a run that collapsed but completed keeps its loss.
+pub fn acc_loss_frac(s: &Summary) -> Option<f64> {
+    s.acc_loss_vs_golden.filter(|_| s.status != "failed")
 }
 
 /// Actions listed in full; the rest are counted.
@@ -182,18 +190,18 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
             "{:<20} {:<9} {:>10.2} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>8.1}% {:>7.1} {:>9}  {}",
             r.strategy,
             r.status,
-            100.0 * r.final_test_acc,
-            pts(r.acc_loss_vs_golden),
+            100.0 * r.final_test_acc_frac,
+            pts(r.acc_loss_frac),
             r.faults,
             r.detections,
             r.restarts,
             r.steps_lost,
             r.steps_recomputed,
             r.collapsed,
-            pct(r.simulated_overhead_vs_golden, 2),
-            100.0 * r.step_overhead,
+            pct(r.sim_overhead_frac, 2),
+            100.0 * r.step_overhead_frac,
             r.wall_s,
-            pct(r.time_overhead_vs_golden, 1),
+            pct(r.time_overhead_frac, 1),
             r.actions,
         );
     }
@@ -207,10 +215,9 @@ pub const BUDGET_POINTS: f64 = 0.5;
 /// The cheapest strategy (simulated overhead, else wall overhead) whose run completed with an
 /// accuracy loss within [`BUDGET_POINTS`], said as what it is: one run, which decides nothing.
 fn verdict(rows: &[StrategyRow], test_images: usize) -> String {
-    let cost = |r: &StrategyRow| r.simulated_overhead_vs_golden.or(r.time_overhead_vs_golden);
-    let within = rows
-        .iter()
-        .filter(|r| r.status == "completed" && r.acc_loss_vs_golden.is_some_and(|l| 100.0 * l <= BUDGET_POINTS) && cost(r).is_some());
+    let cost = |r: &StrategyRow| r.sim_overhead_frac.or(r.time_overhead_frac);
+    let within =
+        rows.iter().filter(|r| r.status == "completed" && r.acc_loss_frac.is_some_and(|l| 100.0 * l <= BUDGET_POINTS) && cost(r).is_some());
     let image = 100.0 / test_images.max(1) as f64;
     let caveat = format!(
         "One run decides nothing: one test image is {image:.2} points here, and another fault seed strikes elsewhere. To choose, compare them over seeds and faults in a campaign, as configs/paper/recovery.toml does (docs/recovery.md)."
@@ -220,7 +227,7 @@ fn verdict(rows: &[StrategyRow], test_images: usize) -> String {
             "On this run, the cheapest strategy within {BUDGET_POINTS} points of the golden accuracy is {} ({} overhead, {} points lost). {caveat}\n",
             r.strategy,
             cost(r).map_or("n/a".into(), |c| format!("{:+.2}%", 100.0 * c)),
-            r.acc_loss_vs_golden.map_or("-".into(), |l| format!("{:+.2}", 100.0 * l))
+            r.acc_loss_frac.map_or("-".into(), |l| format!("{:+.2}", 100.0 * l))
         ),
         None => format!("On this run, no strategy completed within {BUDGET_POINTS} points of the golden accuracy. {caveat}\n"),
     }

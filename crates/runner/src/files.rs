@@ -160,6 +160,21 @@ pub fn create_output(path: &Path) -> Result<File> {
     single(path, open_no_follow(path, OpenOptions::new().write(true).create(true).truncate(true))?)
 }
 
+/// Removes the output file `path` left by an earlier run, if there is one; a symbolic link
+/// there is refused as [`create_output`] refuses it, so that a directory holding one is
+/// refused whether or not the run writes that file.
+pub fn remove_output(path: &Path) -> Result<()> {
+    match path.symlink_metadata() {
+        Ok(m) if m.file_type().is_symlink() => Err(Error::Config(format!(
+            "{} is a symbolic link: resilab writes its outputs only into files of their own, never through a link (remove it, or give another directory)",
+            path.display()
+        ))),
+        Ok(_) => std::fs::remove_file(path).map_err(io(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
+    }
+}
+
 /// Opens the output file `path` for appending (created if missing), never through a link. A
 /// file with other hard links is first replaced by a copy of its own, so what is appended does
 /// not change the other names.

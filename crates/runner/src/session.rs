@@ -112,7 +112,8 @@ pub(crate) struct Session<'a> {
     compare: Option<resilab_text::CsvWriter<File>>,
     /// `samples.csv`, with `--record-samples`.
     samples: Option<samples::SampleLog>,
-    faults_file: BufWriter<File>,
+    /// `faults.jsonl`, opened at the first fault: a run without faults writes none.
+    faults_file: Option<BufWriter<File>>,
     logged_faults: usize,
     /// The guard's detections already charged on the simulated clock.
     charged_detections: usize,
@@ -166,8 +167,10 @@ impl<'a> Session<'a> {
             true => Some(samples::SampleLog::open(&out.join("samples.csv"), trainer.step, resumed)?),
             false => None,
         };
-        let faults_path = out.join("faults.jsonl");
-        let faults_file = if resumed { crate::files::append_output(&faults_path)? } else { crate::files::create_output(&faults_path)? };
+        // A fresh run removes an earlier run's fault log; a resumed one appends to its own.
+        if !resumed {
+            crate::files::remove_output(&out.join("faults.jsonl"))?;
+        }
         let (metrics, last_row) = open_metrics(&out.join("metrics.csv"), resumed.then_some(trainer.step))?;
         // A run killed between its checkpoint and that step's row resumes without the row.
         let missing_row =
@@ -194,7 +197,7 @@ impl<'a> Session<'a> {
             metrics,
             compare,
             samples,
-            faults_file: BufWriter::new(faults_file),
+            faults_file: None,
             logged_faults: 0,
             charged_detections: 0,
             tally: Tally::default(),
@@ -275,10 +278,17 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Appends the fault log's new entries to `faults.jsonl`.
+    /// Appends the fault log's new entries to `faults.jsonl`, creating it at the first.
     fn log_faults(&mut self, rec: &Recovery) -> Result<()> {
+        if rec.faults.logged().len() <= self.logged_faults {
+            return Ok(());
+        }
         let path = self.opts.out.join("faults.jsonl");
-        self.logged_faults = append_fault_log(&mut self.faults_file, &path, rec.faults.logged(), self.logged_faults)?;
+        if self.faults_file.is_none() {
+            self.faults_file = Some(BufWriter::new(crate::files::append_output(&path)?));
+        }
+        let Some(file) = self.faults_file.as_mut() else { return Ok(()) };
+        self.logged_faults = append_fault_log(file, &path, rec.faults.logged(), self.logged_faults)?;
         Ok(())
     }
 
