@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::meta::{read_meta, shard_text};
 use crate::spec::Campaign;
-use crate::{CAMPAIGN_FILE, Error, RUNS_CSV, RUNS_JSONL, Result, Row, Status, read_rows};
+use crate::{CAMPAIGN_FILE, Error, RUNS_CSV, RUNS_JSONL, Result, Row, Status, read_record};
 
 /// One campaign directory.
 #[derive(Clone, Debug)]
@@ -104,15 +104,15 @@ pub fn census(dirs: &[PathBuf]) -> Result<(Census, Campaign, String)> {
     Ok((census, campaign, text))
 }
 
-/// The rows of the campaign directory `dir`, which must hold its record: a directory with the
-/// campaign file and neither `runs.jsonl` nor `runs.csv` is a merge or a start that did not
-/// finish, not a campaign with no runs recorded.
+/// The rows of the campaign directory `dir`, which must hold its record: `runs.jsonl`, or
+/// `runs.csv` alone (the committed form of a study, [`read_record`]). A directory with the
+/// campaign file and neither is a merge or a start that did not finish, not a campaign with
+/// no runs recorded.
 fn record(dir: &Path, campaign: &Campaign) -> Result<Vec<Row>> {
-    let jsonl = dir.join(RUNS_JSONL);
-    if !jsonl.exists() && !dir.join(RUNS_CSV).exists() {
+    if !dir.join(RUNS_JSONL).exists() && !dir.join(RUNS_CSV).exists() {
         return Err(Error::NoRecord(dir.to_path_buf()));
     }
-    read_rows(&jsonl, campaign, false)
+    read_record(dir, campaign)
 }
 
 impl Census {

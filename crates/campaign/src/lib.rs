@@ -12,6 +12,7 @@
 mod census;
 mod columns;
 mod command;
+mod csv_record;
 mod ending;
 mod estimate;
 mod exec;
@@ -28,6 +29,7 @@ mod work;
 pub use census::{Census, Part, census};
 pub use columns::{WALL_CLOCK_COLUMNS, metric_columns};
 pub use command::{human_duration, jobs_for, serve, worker_command};
+pub use csv_record::{read_csv_rows, read_record, record_path};
 pub use estimate::{Estimate, SetupCost, estimate};
 pub use exec::{Options, Outcome, execute};
 pub use fault_log::{FAULTS_CSV, faults_csv};

@@ -1,6 +1,7 @@
 //! The record of finished runs: `runs.jsonl` is the record (one JSON object per line, appended
 //! and flushed as each run ends); `runs.csv` holds the same rows and is rebuilt from it when a
-//! campaign resumes or campaigns are merged.
+//! campaign resumes or campaigns are merged (and read back, where `runs.jsonl` is absent, by
+//! `csv_record`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -112,6 +113,14 @@ pub fn read_rows(path: &Path, campaign: &Campaign, repair: bool) -> Result<Vec<R
     if let Some(row) = last_line(path, &bytes, complete, text.lines().count() + 1, repair)? {
         lines.push(row);
     }
+    checked_once(path, campaign, lines)
+}
+
+/// The rows of `lines` (each with its line in `path`), each checked against `campaign`'s grid
+/// ([`check_row`]) and kept once: the same record twice is kept once, in the order first
+/// recorded, and a second row of one grid index with another result is an error naming the
+/// file and the line.
+pub(crate) fn checked_once(path: &Path, campaign: &Campaign, lines: Vec<(usize, Row)>) -> Result<Vec<Row>> {
     let mut first: HashMap<u64, (usize, usize)> = HashMap::new();
     let mut rows: Vec<Row> = Vec::new();
     for (line, row) in lines {

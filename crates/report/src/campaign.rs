@@ -330,13 +330,14 @@ pub(crate) fn pairwise(campaign: &Campaign, rows: &[Row]) -> Vec<Comparison> {
     comparisons(rows, &campaign.axis_keys(), &order, &|r: &Row| facts.chance(r), campaign.settings.rwc_tolerance_points)
 }
 
-/// A campaign directory's campaign and recorded runs, each checked against the grid and one
-/// per grid index (an error if none are recorded yet).
+/// A campaign directory's campaign and recorded runs (`runs.jsonl`, or `runs.csv` alone: the
+/// committed form of a study), each checked against the grid and one per grid index (an error
+/// if none are recorded yet).
 pub(crate) fn load(dir: &Path) -> Result<(Campaign, Vec<Row>)> {
     let campaign = Campaign::stored(dir)?;
-    let rows = resilab_campaign::read_rows(&dir.join(resilab_campaign::RUNS_JSONL), &campaign, false)?;
+    let rows = resilab_campaign::read_record(dir, &campaign)?;
     if rows.is_empty() {
-        return Err(Error::Empty(format!("{}: no runs recorded yet", dir.join(resilab_campaign::RUNS_JSONL).display())));
+        return Err(Error::Empty(format!("{}: no runs recorded yet", resilab_campaign::record_path(dir).display())));
     }
     Ok((campaign, rows))
 }
