@@ -67,11 +67,12 @@ fn detectable_md(md: &mut String, cs: &[Comparison]) {
     if by.is_empty() {
         return;
     }
-    let _ = writeln!(md, "| metric | comparisons | detectable at 80% power: median | smallest | largest |");
-    let _ = writeln!(md, "|---|---|---|---|---|");
+    let _ = writeln!(md, "| metric | comparisons | detectable at 80% power: median | smallest | largest | unit |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
     for (metric, mut v) in by {
         v.sort_by(f64::total_cmp);
-        let _ = writeln!(md, "| {metric} | {} | {:.2} | {:.2} | {:.2} |", v.len(), v[v.len() / 2], v[0], v[v.len() - 1]);
+        let unit = stats::difference_unit(metric);
+        let _ = writeln!(md, "| {metric} | {} | {:.2} | {:.2} | {:.2} | {unit} |", v.len(), v[v.len() / 2], v[0], v[v.len() - 1]);
     }
     let _ = writeln!(md);
 }
@@ -307,7 +308,14 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     let train = campaign.settings.kind == Kind::Train && !study;
     let mut figures: Vec<figures::Figure> = Vec::new();
     if study {
-        figures.extend(crate::curves::accuracy_time(campaign, dir, rows, &plots)?);
+        let curves = crate::curves::accuracy_time(campaign, dir, rows, &plots)?;
+        if curves.is_empty() && !dir.join("runs").is_dir() {
+            let _ = writeln!(
+                md,
+                "\nNo plot of test accuracy against simulated time: it is drawn from each run's `runs/<id>/metrics.csv`, and the campaign directory has no `runs/` (a study's committed form keeps `runs.csv` only)."
+            );
+        }
+        figures.extend(curves);
     }
     figures.extend(figures::nev_vs_flips(campaign, &cells, &fixed, &palette, &plots)?);
     if train {

@@ -1,13 +1,21 @@
 //! `resilab report --power D`: for every comparison (or hypothesis test) of a campaign's
 //! report, what its runs can detect now and the runs per cell it would need to detect a
-//! difference of `D` (the metric's unit: points for rates and accuracy losses, % for
-//! overheads), at 80% power and Holm's strictest level for the report's family; for a paired
-//! hypothesis test, the groups (seed, rep) it needs, t-based from its per-group differences.
+//! difference of `D` in the metric's unit ([`difference_unit`]: accuracy points, % of the
+//! golden run's time, % of runs), at 80% power and Holm's strictest level for the report's
+//! family; for a paired hypothesis test, the groups (seed, rep) it needs, t-based from its
+//! per-group differences. For a study, then the admissibility rule's power: for each option a
+//! condition rules out or leaves undecided, the groups at which its one-sided 95% upper bound
+//! of the accuracy loss would fall under the budget, at its observed mean and spread. Every
+//! search is bounded ([`crate::stats::MAX_GROUPS`]), so any `D > 0` answers at once.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::stats::{Spread, holm_first_level};
+use resilab_campaign::{Campaign, Row};
+
+use crate::measures::{acc_points, failed, mean};
+use crate::stats::{Spread, difference_unit, groups_under_size, holm_first_level, sd, upper_bound};
+use crate::study::{Choice, Study};
 use crate::{Error, Result};
 
 /// One line of the power table.
@@ -20,29 +28,44 @@ struct Line {
 
 /// The power table of the campaign in `dir` for a difference of `d`. What each comparison
 /// detects now is its report's `detectable`: the same spread at the same level, one family of
-/// all the lines.
+/// all the lines. A study adds its admissibility table ([`admissibility`]).
 pub fn power(dir: &Path, d: f64) -> Result<String> {
     if !(d.is_finite() && d > 0.0) {
         return Err(Error::Power(d));
     }
     let (campaign, rows) = crate::campaign::load(dir)?;
-    let lines: Vec<Line> = match crate::study::study(&campaign, &rows) {
-        Some(s) => s
-            .tests
-            .iter()
-            .map(|t| Line { what: format!("{} [{}]", t.hypothesis, t.condition), metric: t.metric, n: (t.n_a, t.n_b), spread: t.spread })
-            .collect(),
-        None => crate::campaign::pairwise(&campaign, &rows)
-            .iter()
-            .map(|c| Line {
-                what: format!("{}: {} vs {} ({})", c.axis, c.a, c.b, c.fixed),
-                metric: c.metric,
-                n: (c.n_a, c.n_b),
-                spread: c.spread,
-            })
-            .collect(),
-    };
-    Ok(table(&lines, d))
+    Ok(match crate::study::study(&campaign, &rows) {
+        Some(s) => {
+            let lines: Vec<Line> = s
+                .tests
+                .iter()
+                .map(|t| Line {
+                    what: format!("{} [{}]", t.hypothesis, t.condition),
+                    metric: t.metric,
+                    n: (t.n_a, t.n_b),
+                    spread: t.spread,
+                })
+                .collect();
+            table(&lines, d) + "\n" + &admissibility(&campaign, &rows, &s)
+        }
+        None => {
+            let lines: Vec<Line> = crate::campaign::pairwise(&campaign, &rows)
+                .iter()
+                .map(|c| Line {
+                    what: format!("{}: {} vs {} ({})", c.axis, c.a, c.b, c.fixed),
+                    metric: c.metric,
+                    n: (c.n_a, c.n_b),
+                    spread: c.spread,
+                })
+                .collect();
+            table(&lines, d)
+        }
+    })
+}
+
+/// What a count of a spread counts: groups for a paired difference, else runs per cell.
+fn count_unit(spread: &Spread) -> &'static str {
+    if spread.pairs > 0 { "groups" } else { "runs per cell" }
 }
 
 fn table(lines: &[Line], d: f64) -> String {
@@ -50,21 +73,109 @@ fn table(lines: &[Line], d: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Runs per cell (groups, for a paired test) to detect a difference of {d} (the metric's unit) with 80% power at Holm's strictest level for these {} comparisons (0.05/{} = {level:.2e}; from each comparison's own spread: the normal approximation for an unpaired test, the t-based iteration from the per-group differences' standard deviation for a paired one):\n",
+        "Runs per cell (groups, for a paired test) to detect a difference of {d} in each metric's unit (accuracy points; % of golden time: overhead or time as a share of the golden run's; % of runs: a share of the runs) with 80% power at Holm's strictest level for these {} comparisons (0.05/{} = {level:.2e}; from each comparison's own spread: the normal approximation for an unpaired test, the t-based size from the per-group differences' standard deviation for a paired one, searched up to {} and bounded there):\n",
         lines.len(),
-        lines.len()
+        lines.len(),
+        crate::stats::MAX_GROUPS
     );
-    let _ = writeln!(out, "| comparison | metric | runs (a, b) | detectable now | runs per cell for {d} |");
+    let _ = writeln!(out, "| comparison | metric | runs (a, b) | detectable now | needed for {d} |");
     let _ = writeln!(out, "|---|---|---|---|---|");
     for l in lines {
-        let needed = l.spread.runs_needed(d, level).map_or_else(|| "n/a".to_string(), |n| n.to_string());
+        let unit = difference_unit(l.metric);
+        let needed = l.spread.size_needed(d, level).map_or_else(|| "n/a".to_string(), |n| format!("{n} {}", count_unit(&l.spread)));
         let now = l.spread.detectable(level);
-        let _ = writeln!(out, "| {} | {} | {}, {} | {now:.2} | {needed} |", l.what, l.metric, l.n.0, l.n.1);
+        let now = if now.is_finite() { format!("{now:.2} {unit}") } else { "n/a".to_string() };
+        let _ = writeln!(out, "| {} | {} | {}, {} | {now} | {needed} ({d} {unit}) |", l.what, l.metric, l.n.0, l.n.1);
     }
     if lines.is_empty() {
         let _ = writeln!(out, "| (no comparison: the grid has no axis with two options that both have runs) | | | | |");
     }
     out
+}
+
+/// One option of one condition that the study does not settle as its choice, with what its
+/// admissibility rests on (accuracy losses of its runs that completed, points).
+struct Unsettled<'a> {
+    condition: &'a str,
+    option: &'a str,
+    why: String,
+    runs: usize,
+    failed: usize,
+    loss: Vec<f64>,
+}
+
+/// The admissibility rule's power: for each option a condition rules out or leaves undecided,
+/// its mean accuracy loss, standard deviation and one-sided 95% upper bound, and the groups
+/// (runs per option, where the axis is not paired) at which that bound falls under the budget
+/// with 80% power, at the observed mean and spread ([`groups_under_size`]).
+fn admissibility(campaign: &Campaign, rows: &[Row], s: &Study) -> String {
+    let budget = campaign.settings.accuracy_budget_points;
+    let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
+    let count = if campaign.settings.paired_axes().iter().any(|a| a == axis) { "groups" } else { "runs per option" };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Admissibility (an option is admissible when it has no failed run and the one-sided 95% upper bound of its mean accuracy loss is under the budget of {budget} accuracy points): for each option a condition rules out or leaves undecided, the {count} at which that upper bound falls under the budget with 80% power (one-sided 0.05, t-based), at the option's observed mean and standard deviation, searched up to {}:\n",
+        crate::stats::MAX_GROUPS
+    );
+    let _ = writeln!(
+        out,
+        "| condition | option | why not chosen | runs | mean loss (accuracy points) | sd (accuracy points) | upper bound (accuracy points) | {count} for upper bound < {budget} accuracy points |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let groups = crate::study::group(campaign, rows, axis);
+    let mut any = false;
+    for (condition, options) in &groups {
+        let Some(choice) = s.choices.iter().find(|c| &c.condition == condition) else { continue };
+        for (option, runs) in options {
+            let Some(why) = why_not_chosen(choice, option) else { continue };
+            let loss: Vec<f64> = runs.iter().filter_map(|r| acc_points(r)).collect();
+            let u = Unsettled { condition, option, why, runs: runs.len(), failed: runs.iter().filter(|r| failed(r)).count(), loss };
+            let _ = writeln!(out, "{}", admission_line(&u, budget, count));
+            any = true;
+        }
+    }
+    if !any {
+        let _ = writeln!(out, "| (every condition decided: no option is ruled out or undecided) | | | | | | | |");
+    }
+    out
+}
+
+/// Why `option` is not the decided choice of its condition: its `ruled_out` reason, or
+/// `undecided` when it is in an undecided chosen set; `None` when the condition's choice is
+/// decided and holds it.
+fn why_not_chosen(choice: &Choice, option: &str) -> Option<String> {
+    if choice.chosen.iter().any(|c| c == option) {
+        return (!choice.decided).then(|| "undecided: costs not separated".to_string());
+    }
+    let prefix = format!("{option} (");
+    let reason = choice.ruled_out.iter().find_map(|r| r.strip_prefix(&prefix)).map(|r| r.trim_end_matches(')').to_string());
+    Some(reason.unwrap_or_else(|| "ruled out".to_string()))
+}
+
+/// One line of the admissibility table.
+fn admission_line(u: &Unsettled, budget: f64, count: &str) -> String {
+    let fmt = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |x| format!("{x:.2}"));
+    let (m, s, upper) = ((!u.loss.is_empty()).then(|| mean(&u.loss)), sd(&u.loss), upper_bound(&u.loss));
+    let needed = match (m, s, upper) {
+        _ if u.failed > 0 => format!("none: {} of {} runs failed, and a failed run is never admissible", u.failed, u.runs),
+        (_, _, Some(b)) if b < budget => "admissible now".to_string(),
+        (Some(m), Some(s), _) => match groups_under_size(m, s, budget) {
+            Some(n) => format!("{n} {count}"),
+            None => format!("not reachable: mean {m:.2} accuracy points is not under the budget"),
+        },
+        _ => "n/a: fewer than 2 accuracy losses".to_string(),
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {needed} |",
+        resilab_text::markdown(u.condition),
+        resilab_text::markdown(u.option),
+        u.why.replace('|', "\\|"),
+        u.runs,
+        fmt(m),
+        fmt(s),
+        fmt(upper)
+    )
 }
 
 #[cfg(test)]
@@ -78,9 +189,52 @@ mod tests {
         let line = Line { what: "x".into(), metric: "acc_loss_pts", n: (20, 20), spread };
         let t = table(std::slice::from_ref(&line), 1.0);
         let half = table(&[line], 0.5);
-        let runs = |t: &str| t.lines().last().unwrap().rsplit('|').nth(1).unwrap().trim().parse::<u64>().unwrap();
+        let runs = |t: &str| {
+            let cell = t.lines().last().unwrap().rsplit('|').nth(1).unwrap().trim().to_string();
+            assert!(cell.contains(" runs per cell (") && cell.ends_with(" accuracy points)"), "{cell}");
+            cell.split(' ').next().unwrap().parse::<u64>().unwrap()
+        };
         let (n1, n2) = (runs(&t), runs(&half));
         assert!(n2 >= 4 * n1 - 4 && n2 <= 4 * n1 + 1, "{n1} {n2}\n{t}\n{half}");
-        assert!(t.contains("0.05/1"), "{t}");
+        assert!(t.contains("0.05/1") && t.contains(" accuracy points | "), "{t}");
+    }
+
+    #[test]
+    fn a_tiny_difference_reads_more_than_the_cap_with_its_unit() {
+        let d: Vec<f64> = (0..30).map(|i| f64::from(i % 7) * 10.0).collect();
+        let line = Line { what: "x".into(), metric: "sim_overhead_pct", n: (30, 30), spread: Spread::of_pairs(&d).unwrap() };
+        let t = table(&[line], 1e-9);
+        assert!(t.contains("| more than 1000000000 groups (0.000000001 % of golden time) |"), "{t}");
+        assert!(t.contains(" % of golden time | more than"), "{t}");
+    }
+
+    #[test]
+    fn why_an_option_is_not_chosen_comes_from_the_choice() {
+        let c = Choice {
+            chosen: vec!["rollback".into(), "lossy_forward".into()],
+            decided: false,
+            ruled_out: vec!["none (failed runs)".into(), "reinit (upper bound 2.20 > 0.5 pt)".into()],
+            ..Choice::default()
+        };
+        assert_eq!(why_not_chosen(&c, "none").unwrap(), "failed runs");
+        assert_eq!(why_not_chosen(&c, "reinit").unwrap(), "upper bound 2.20 > 0.5 pt");
+        assert_eq!(why_not_chosen(&c, "rollback").unwrap(), "undecided: costs not separated");
+        let decided = Choice { decided: true, ..c };
+        assert_eq!(why_not_chosen(&decided, "rollback"), None);
+    }
+
+    #[test]
+    fn an_admission_line_gives_the_groups_under_the_budget_or_why_none() {
+        let u = |loss: Vec<f64>, failed| Unsettled { condition: "c", option: "o", why: "w".into(), runs: 9, failed, loss };
+        // Mean 0.3, sd 1, 9 runs: its bound above 0.5 now; (1.645 + 0.842)^2 / 0.2^2 = 155 by the
+        // normal approximation, a little more t-based.
+        let spread: Vec<f64> = (0..9).map(|i| 0.3 + if i % 2 == 0 { 1.0 } else { -1.0 } * if i == 8 { 0.0 } else { 1.0 }).collect();
+        let line = admission_line(&u(spread.clone(), 0), 0.5, "groups");
+        let n: u64 = line.rsplit('|').nth(1).unwrap().trim().split(' ').next().unwrap().parse().unwrap();
+        assert!((155..165).contains(&n) && line.ends_with(" groups |"), "{line}");
+        assert!(admission_line(&u(spread, 2), 0.5, "groups").contains("none: 2 of 9 runs failed"));
+        assert!(admission_line(&u(vec![0.7, 0.8, 0.6], 0), 0.5, "groups").contains("not reachable: mean 0.70 accuracy points"));
+        assert!(admission_line(&u(vec![0.1, 0.1, 0.1], 0), 0.5, "groups").contains("admissible now"));
+        assert!(admission_line(&u(vec![0.1], 0), 0.5, "groups").contains("n/a: fewer than 2"));
     }
 }

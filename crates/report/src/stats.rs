@@ -91,7 +91,7 @@ pub fn mean_interval(v: &[f64]) -> Option<(f64, (f64, f64))> {
         return None;
     }
     let (m, var) = mean_var(v);
-    let half = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).ok()?.inverse_cdf(0.975) * (var / v.len() as f64).sqrt();
+    let half = t_quantile(0.975, v.len() as f64 - 1.0) * (var / v.len() as f64).sqrt();
     Some((m, (m - half, m + half)))
 }
 
@@ -102,7 +102,7 @@ pub fn shown_above(v: &[f64], bound: f64) -> bool {
         return false;
     }
     let (m, var) = mean_var(v);
-    let q = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).map_or(f64::INFINITY, |t| t.inverse_cdf(0.95));
+    let q = t_quantile(0.95, v.len() as f64 - 1.0);
     m - q * (var / v.len() as f64).sqrt() > bound
 }
 
@@ -130,7 +130,7 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Test> {
     let df = (sa + sb).powi(2) / (sa * sa / (na - 1.0) + sb * sb / (nb - 1.0));
     let t = StudentsT::new(0.0, 1.0, df).ok()?;
     let p = 2.0 * (1.0 - t.cdf((diff / se).abs()));
-    let q = t.inverse_cdf(0.975);
+    let q = t_quantile(0.975, df);
     Some(Test { diff, ci: (diff - q * se, diff + q * se), p })
 }
 
@@ -149,7 +149,7 @@ pub fn paired_t(d: &[f64]) -> Option<Test> {
         return Some(Test { diff: m, ci: (m, m), p: if m == 0.0 { 1.0 } else { 0.0 } });
     }
     let t = StudentsT::new(0.0, 1.0, d.len() as f64 - 1.0).ok()?;
-    let q = t.inverse_cdf(0.975);
+    let q = t_quantile(0.975, d.len() as f64 - 1.0);
     Some(Test { diff: m, ci: (m - q * se, m + q * se), p: (2.0 * t.sf((m / se).abs())).min(1.0) })
 }
 
@@ -252,7 +252,7 @@ pub fn upper_bound(v: &[f64]) -> Option<f64> {
         return None;
     }
     let (m, var) = mean_var(v);
-    let q = StudentsT::new(0.0, 1.0, v.len() as f64 - 1.0).ok()?.inverse_cdf(0.95);
+    let q = t_quantile(0.95, v.len() as f64 - 1.0);
     Some(m + q * (var / v.len() as f64).sqrt())
 }
 
@@ -265,37 +265,115 @@ pub fn sd(v: &[f64]) -> Option<f64> {
     Some(mean_var(v).1.sqrt())
 }
 
+/// Degrees of freedom up to which [`t_quantile`] inverts Student's t with `statrs`; above, the
+/// Cornish–Fisher expansion. statrs' inversion (AS 109's Newton iteration, without a bound on
+/// its steps) drifts from about 10^6 degrees of freedom (t(0.95, 2.6e6) = 1.6427, for 1.6449)
+/// and never returns at some (t(0.95, 3.5e7)); the two agree within 1e-8 at 1,000.
+const T_INVERT_DF: f64 = 1000.0;
+
+/// The `q` quantile of Student's t with `df` degrees of freedom (NaN unless `q` lies in (0, 1)
+/// and `df > 0`): statrs' inversion up to [`T_INVERT_DF`], else Abramowitz and Stegun's
+/// 26.7.5, the Cornish–Fisher expansion around the normal quantile `x` to `df^-4`, within
+/// 1e-10 of the exact quantile from 1,000 degrees of freedom up at the levels a report tests.
+/// Closed form above the threshold: it always returns.
+pub fn t_quantile(q: f64, df: f64) -> f64 {
+    if !(q > 0.0 && q < 1.0 && df > 0.0) {
+        return f64::NAN;
+    }
+    if df <= T_INVERT_DF {
+        return StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |t| t.inverse_cdf(q));
+    }
+    let x = Normal::standard().inverse_cdf(q);
+    let x2 = x * x;
+    let g1 = (x2 + 1.0) * x / 4.0;
+    let g2 = ((5.0 * x2 + 16.0) * x2 + 3.0) * x / 96.0;
+    let g3 = (((3.0 * x2 + 19.0) * x2 + 17.0) * x2 - 15.0) * x / 384.0;
+    let g4 = ((((79.0 * x2 + 776.0) * x2 + 1482.0) * x2 - 1920.0) * x2 - 945.0) * x / 92160.0;
+    x + (g1 + (g2 + (g3 + g4 / df) / df) / df) / df
+}
+
 /// `t(q, n - 1) + t(POWER, n - 1)`: the quantiles whose sum, times `s / sqrt(n)`, a difference
 /// must reach to be found with [`POWER`] by a t test whose significance quantile is `q`.
 fn t_sum(q: f64, n: u64) -> Option<f64> {
-    let t = StudentsT::new(0.0, 1.0, n.checked_sub(1)? as f64).ok()?;
-    Some(t.inverse_cdf(q) + t.inverse_cdf(POWER))
+    let df = n.checked_sub(1).filter(|&d| d > 0)? as f64;
+    Some(t_quantile(q, df) + t_quantile(POWER, df))
+}
+
+/// The most groups (or runs per cell) a power calculation searches: a need beyond it reads
+/// "more than" it ([`Size::MoreThan`]).
+pub const MAX_GROUPS: u64 = 1_000_000_000;
+
+/// Groups (or runs per cell) a power calculation finds: exactly, or more than it searched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// This many.
+    Exactly(u64),
+    /// More than this many ([`MAX_GROUPS`]).
+    MoreThan(u64),
+}
+
+impl Size {
+    /// The count when found, `None` beyond the search.
+    pub fn exactly(self) -> Option<u64> {
+        match self {
+            Size::Exactly(n) => Some(n),
+            Size::MoreThan(_) => None,
+        }
+    }
+
+    /// A count from a real number of runs: its ceiling, at least 2, or more than
+    /// [`MAX_GROUPS`] above it (and when it is not a number).
+    fn of(n: f64) -> Self {
+        if n <= MAX_GROUPS as f64 { Size::Exactly((n.ceil() as u64).max(2)) } else { Size::MoreThan(MAX_GROUPS) }
+    }
+}
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Size::Exactly(n) => write!(f, "{n}"),
+            Size::MoreThan(n) => write!(f, "more than {n}"),
+        }
+    }
 }
 
 /// The fewest groups `n >= 2` with `n >= ((t(q, n-1) + t(POWER, n-1)) s / margin)^2`, the
-/// t-based iteration of the sample size of a paired t test: started at the normal
-/// approximation's size (which it never undercuts) and counted up. `None` unless `margin > 0`
-/// and `s >= 0` are finite.
-fn t_groups(q: f64, s: f64, margin: f64) -> Option<u64> {
+/// t-based iteration of the sample size of a paired t test. Its right side falls as `n` grows,
+/// so the sizes that satisfy it are all those from the answer up: the search starts at the
+/// normal approximation's size (which the answer never undercuts), doubles until a size
+/// satisfies it, then bisects, at most about 60 quantile pairs in all; beyond [`MAX_GROUPS`]
+/// it answers [`Size::MoreThan`]. `None` unless `margin > 0` and `s >= 0` are finite.
+fn t_groups(q: f64, s: f64, margin: f64) -> Option<Size> {
     if !(margin > 0.0 && margin.is_finite() && s >= 0.0 && s.is_finite()) {
         return None;
     }
     let z = Normal::standard();
     let normal = ((z.inverse_cdf(q) + z.inverse_cdf(POWER)) * s / margin).powi(2);
-    if normal > 1e12 {
-        return None;
+    let Size::Exactly(mut lo) = Size::of(normal) else { return Some(Size::MoreThan(MAX_GROUPS)) };
+    let enough = |n: u64| t_sum(q, n).is_some_and(|t| n as f64 >= (t * s / margin).powi(2));
+    if enough(lo) {
+        return Some(Size::Exactly(lo));
     }
-    let mut n = (normal.ceil() as u64).max(2);
-    while (n as f64) < (t_sum(q, n)? * s / margin).powi(2) {
-        n += 1;
+    let mut hi = lo;
+    while !enough(hi) {
+        if hi >= MAX_GROUPS {
+            return Some(Size::MoreThan(MAX_GROUPS));
+        }
+        lo = hi;
+        hi = hi.saturating_mul(2).min(MAX_GROUPS);
     }
-    Some(n)
+    // Not enough at lo, enough at hi.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if enough(mid) { hi = mid } else { lo = mid }
+    }
+    Some(Size::Exactly(hi))
 }
 
 /// Groups a paired t test at two-sided level `alpha` needs to find a mean difference `d` with
 /// [`POWER`], given the standard deviation `s` of the per-group differences (the t-based
-/// iteration of `t_groups`). `None` unless `|d| > 0`.
-pub fn groups_to_detect(d: f64, s: f64, alpha: f64) -> Option<u64> {
+/// iteration of `t_groups`, bounded). `None` unless `|d| > 0`.
+pub fn groups_to_detect(d: f64, s: f64, alpha: f64) -> Option<Size> {
     t_groups(1.0 - alpha / 2.0, s, d.abs())
 }
 
@@ -309,8 +387,15 @@ pub fn detectable_in(n: u64, s: f64, alpha: f64) -> Option<f64> {
 /// Groups needed for the one-sided 95% upper bound of a mean ([`upper_bound`]) to fall below
 /// `budget` with [`POWER`], when the mean is `m` and the standard deviation `s`: the t-based
 /// iteration with `t(0.95, n-1) + t(POWER, n-1)` and the margin `budget - m`. `None` when `m`
-/// is at or above the budget: no number of groups reaches it.
+/// is at or above the budget (no number of groups reaches it) or beyond [`MAX_GROUPS`];
+/// [`groups_under_size`] tells the two apart.
 pub fn groups_under(m: f64, s: f64, budget: f64) -> Option<u64> {
+    groups_under_size(m, s, budget)?.exactly()
+}
+
+/// [`groups_under`], with a need beyond [`MAX_GROUPS`] as [`Size::MoreThan`]; `None` only when
+/// `m` is at or above the budget.
+pub fn groups_under_size(m: f64, s: f64, budget: f64) -> Option<Size> {
     t_groups(0.95, s, budget - m)
 }
 
@@ -412,16 +497,42 @@ impl Spread {
     /// Runs per cell (groups, for a paired difference) needed to detect a difference of `d`
     /// (same unit) at level `alpha` with [`POWER`]: unpaired, `ceil((z(1 - alpha / 2) +
     /// z(POWER))^2 * unit_var / d^2)`, at least 2; paired, [`groups_to_detect`]. `None` for
-    /// `d <= 0`.
+    /// `d <= 0` or a need beyond [`MAX_GROUPS`] ([`Spread::size_needed`] tells them apart).
     pub fn runs_needed(&self, d: f64, alpha: f64) -> Option<u64> {
+        self.size_needed(d, alpha)?.exactly()
+    }
+
+    /// [`Spread::runs_needed`], with a need beyond [`MAX_GROUPS`] as [`Size::MoreThan`];
+    /// `None` only for `d <= 0` (or not a number).
+    pub fn size_needed(&self, d: f64, alpha: f64) -> Option<Size> {
         if d.is_nan() || d <= 0.0 {
             return None;
         }
         if self.pairs > 0 {
             return groups_to_detect(d, self.unit_var.sqrt(), alpha);
         }
-        let n = (z_sum(alpha) / d).powi(2) * self.unit_var;
-        Some((n.ceil() as u64).max(2))
+        Some(Size::of((z_sum(alpha) / d).powi(2) * self.unit_var))
+    }
+}
+
+/// The unit of a difference of `metric` (a report's column name) in which every "detectable"
+/// and "needed" figure is stated: accuracy in points (`acc_loss_pts`, `acc_pct`), overheads
+/// and times to accuracy in % of the golden run's time (`sim_overhead_pct`,
+/// `time_to_acc_pct`), the other `_pct` shares in % of runs (`nev_pct`, `failed_pct`); seconds
+/// and steps for `_s` and `_steps`.
+pub fn difference_unit(metric: &str) -> &'static str {
+    if metric.starts_with("acc") {
+        "accuracy points"
+    } else if metric.contains("overhead") || metric.starts_with("time_to") {
+        "% of golden time"
+    } else if metric.ends_with("_pct") {
+        "% of runs"
+    } else if metric.ends_with("_steps") {
+        "steps"
+    } else if metric.ends_with("_s") {
+        "s"
+    } else {
+        "(the metric's unit)"
     }
 }
 
@@ -592,13 +703,13 @@ mod tests {
         // The smallest n >= 2 with n >= ((t.ppf(q, n-1) + t.ppf(0.8, n-1)) s / d)^2, scipy 1.17:
         // d = 0.5, s = 1, alpha 0.05: 34 groups (statsmodels' exact noncentral-t power,
         // TTestPower().solve_power(0.5, alpha=0.05, power=0.8), gives 33.37).
-        assert_eq!(groups_to_detect(0.5, 1.0, 0.05), Some(34));
-        assert_eq!(groups_to_detect(-0.5, 1.0, 0.05), Some(34), "either sign");
+        assert_eq!(groups_to_detect(0.5, 1.0, 0.05), Some(Size::Exactly(34)));
+        assert_eq!(groups_to_detect(-0.5, 1.0, 0.05), Some(Size::Exactly(34)), "either sign");
         // d = 1, s = 2.5, alpha 0.01: 77 groups.
-        assert_eq!(groups_to_detect(1.0, 2.5, 0.01), Some(77));
+        assert_eq!(groups_to_detect(1.0, 2.5, 0.01), Some(Size::Exactly(77)));
         assert_eq!(groups_to_detect(0.0, 1.0, 0.05), None);
         // Without spread, the fewest groups a t bound needs.
-        assert_eq!(groups_to_detect(0.1, 0.0, 0.05), Some(2));
+        assert_eq!(groups_to_detect(0.1, 0.0, 0.05), Some(Size::Exactly(2)));
         // Non-inferiority, mean 0.2, s 0.6, budget 0.5: 27 groups (one-sided 0.05; statsmodels'
         // exact one-sided power gives 26.14); none reach it from a mean at the budget.
         assert_eq!(groups_under(0.2, 0.6, 0.5), Some(27));
@@ -618,6 +729,70 @@ mod tests {
         // Paired rates never seen to differ still need pairs.
         assert!(Spread::of_paired_rates(0, 0, 20).unwrap().detectable(0.05) > 0.0);
         assert!(Spread::of_paired_rates(0, 0, 1).is_none());
+    }
+
+    #[test]
+    fn t_quantiles_are_statrs_up_to_1000_degrees_and_the_expansion_above() {
+        // mpmath 1.3 (40 digits), the root of the regularized incomplete beta's t cdf.
+        let mp = [
+            (0.95, 1000.0, 1.646_378_817_285_46),
+            (0.975, 1000.0, 1.962_339_080_826_41),
+            (0.8, 1000.0, 0.841_980_822_162_429),
+            (0.95, 1001.0, 1.646_377_292_199_47),
+            (0.95, 3.5e7, 1.644_853_670_487_73),
+            (0.975, 2.5e6, 1.959_964_933_449),
+            (1.0 - 0.025 / 108.0, 5000.0, 3.503_640_684_822_71),
+            (0.8, 1e6, 0.841_621_593_013_984),
+        ];
+        for (q, df, want) in mp {
+            // statrs' own inversion is within 1e-8 at 1,000; the expansion within 1e-10 above.
+            let tol = if df <= T_INVERT_DF { 1e-8 } else { 1e-10 };
+            assert!(close(t_quantile(q, df), want, tol), "t({q}, {df}) = {} for {want}", t_quantile(q, df));
+        }
+        // At the switch the two agree, for the levels a report tests (Holm's strictest of 216).
+        for q in [0.8, 0.95, 0.975, 1.0 - 0.025 / 216.0] {
+            let statrs = StudentsT::new(0.0, 1.0, T_INVERT_DF).unwrap().inverse_cdf(q);
+            let expansion = t_quantile(q, T_INVERT_DF + 1e-9);
+            assert!(close(statrs, expansion, 1e-8), "{q}: {statrs} {expansion}");
+        }
+        assert!(t_quantile(1.0, 5.0).is_nan() && t_quantile(0.5, 0.0).is_nan());
+    }
+
+    #[test]
+    fn a_huge_need_is_found_or_capped_at_once() {
+        // Normal approximation 4e7 groups, where statrs' t inversion never returned: the t-based
+        // size lies a few groups above it.
+        let d = z_sum(0.05) / 4e7f64.sqrt();
+        let started = std::time::Instant::now();
+        let Some(Size::Exactly(n)) = groups_to_detect(d, 1.0, 0.05) else { panic!("{:?}", groups_to_detect(d, 1.0, 0.05)) };
+        assert!((40_000_000..40_000_010).contains(&n), "{n}");
+        // Beyond the cap: "more than", for a paired and an unpaired spread alike.
+        assert_eq!(groups_to_detect(1e-9, 1.0, 0.05), Some(Size::MoreThan(MAX_GROUPS)));
+        assert_eq!(groups_under_size(0.5 - 1e-9, 1.0, 0.5), Some(Size::MoreThan(MAX_GROUPS)));
+        assert_eq!(groups_under(0.5 - 1e-9, 1.0, 0.5), None);
+        let unpaired = Spread { se: 1.0, unit_var: 2.0, pairs: 0 };
+        assert_eq!(unpaired.size_needed(1e-9, 0.05), Some(Size::MoreThan(MAX_GROUPS)));
+        assert_eq!(Size::MoreThan(MAX_GROUPS).to_string(), "more than 1000000000");
+        assert!(started.elapsed().as_secs_f64() < 1.0, "{:?}", started.elapsed());
+    }
+
+    proptest! {
+        #[test]
+        fn groups_needed_fall_as_the_difference_grows_and_detect_it(s in 0.01f64..50.0, e in -4.0f64..1.0, k in 1.0f64..3.0, m in 1usize..300) {
+            let alpha = holm_first_level(m);
+            let (small, large) = (10f64.powf(e), 10f64.powf(e) * k);
+            let (a, b) = (groups_to_detect(small, s, alpha).unwrap(), groups_to_detect(large, s, alpha).unwrap());
+            match (a, b) {
+                (Size::Exactly(a), Size::Exactly(b)) => {
+                    prop_assert!(b <= a, "{small} needs {a}, {large} needs {b}");
+                    // The size found detects the difference, one group fewer does not.
+                    prop_assert!(detectable_in(a, s, alpha).unwrap() <= small * (1.0 + 1e-12));
+                    prop_assert!(a == 2 || detectable_in(a - 1, s, alpha).unwrap() > small);
+                }
+                (Size::MoreThan(_), _) => {}
+                (Size::Exactly(_), Size::MoreThan(_)) => prop_assert!(false, "{a:?} {b:?}"),
+            }
+        }
     }
 
     #[test]

@@ -168,15 +168,15 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
     Some(Study { cells, tests, choices })
 }
 
-/// The detectable differences of a hypothesis's tests: `X` when all agree to two decimals, else
-/// `X to Y`; `n/a` without any.
-fn detectable_range(of: &[&HypothesisTest]) -> String {
+/// The detectable differences of a hypothesis's tests, in `unit`: `X unit` when all agree to
+/// two decimals, else `X to Y unit`; `n/a` without any.
+fn detectable_range(of: &[&HypothesisTest], unit: &str) -> String {
     let v: Vec<f64> = of.iter().map(|t| t.detectable).filter(|d| d.is_finite()).collect();
     let (lo, hi) = (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     match v.len() {
         0 => "n/a".into(),
-        _ if format!("{lo:.2}") == format!("{hi:.2}") => format!("{lo:.2}"),
-        _ => format!("{lo:.2} to {hi:.2}"),
+        _ if format!("{lo:.2}") == format!("{hi:.2}") => format!("{lo:.2} {unit}"),
+        _ => format!("{lo:.2} to {hi:.2} {unit}"),
     }
 }
 
@@ -247,7 +247,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
             count("b higher"),
             count("not shown"),
             of.len(),
-            detectable_range(&of)
+            detectable_range(&of, crate::stats::difference_unit(h.metric.column()))
         );
     }
     let _ = writeln!(
@@ -535,5 +535,11 @@ system_mtbf_steps = 5
             assert!(md.contains(rule), "{rule}: {md}");
         }
         assert!(md.contains("smallest paired difference detectable at 80% power"), "{md}");
+        // Each detectable figure with its unit: overheads in % of the golden run's time, rates
+        // in % of runs.
+        let line = |name: &str| md.lines().find(|l| l.starts_with(&format!("- **{name}**"))).unwrap().to_string();
+        let cost = line("rollback costs less than checkpoint-restart");
+        assert!(cost.ends_with(" % of golden time."), "{cost}");
+        assert!(line("rollback fails less than none").ends_with(" % of runs."), "{md}");
     }
 }
