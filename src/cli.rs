@@ -432,19 +432,40 @@ pub(crate) struct ProjectArgs {
     /// [recovery] detect_timeout_s, rebuild_s and relaunch_s are projected.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
-    /// Override a configuration key (repeatable), as for `train`.
+    /// Override a configuration key (repeatable), as for `train`; wins over --profile.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
-    /// Worker counts, comma-separated.
+    /// The detection, rebuild and relaunch costs of one published system (each figure's
+    /// source is printed): megascale-optimised, megascale-unoptimised. Default: the
+    /// configuration's [recovery] constants.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) profile: Option<String>,
+    /// Worker (GPU) counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,8,16,1024,16384")]
     pub(crate) workers: Vec<usize>,
-    /// Mean time between failures of one node, in years (failures of the job: this / workers).
-    #[arg(long, value_name = "YEARS", default_value_t = 3.0, conflicts_with = "system_mtbf_steps")]
+    /// GPUs per node: a node's failure ends all of its workers (the job's MTBF is the node
+    /// MTBF divided by the nodes).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) gpus_per_node: usize,
+    /// The job's fault-free step in seconds (default: the configuration's cost model, which
+    /// then gives only the step's shape).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) step_s: Option<f64>,
+    /// Mean time between failures of one node, in years.
+    #[arg(long, value_name = "YEARS", default_value_t = 3.0, conflicts_with_all = ["system_mtbf_steps", "failures_per_1000_node_days"])]
     pub(crate) node_mtbf_years: f64,
+    /// Instead: node failures per 1,000 node-days, as Meta and Llama 3 publish them (Llama 3:
+    /// 3.8).
+    #[arg(long = "failures-per-1000-node-days", value_name = "F", conflicts_with = "system_mtbf_steps")]
+    pub(crate) failures_per_1000_node_days: Option<f64>,
     /// Instead: the whole job's mean time between failures, in steps (as a fault's
     /// system_mtbf_steps).
     #[arg(long, value_name = "STEPS")]
     pub(crate) system_mtbf_steps: Option<f64>,
+    /// The job's length in days of useful work: the intervals are those of jobs this long
+    /// (default: Llama 3's 54 days).
+    #[arg(long, value_name = "DAYS", default_value_t = 54.0)]
+    pub(crate) job_days: f64,
     /// Steps between checkpoints (default: Daly's interval for each worker count, times
     /// --daly-factor).
     #[arg(long, value_name = "K")]
@@ -452,6 +473,14 @@ pub(crate) struct ProjectArgs {
     /// Multiple of Daly's interval when --interval-steps is not given.
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub(crate) daly_factor: f64,
+    /// A committed recovery study (its campaign.toml, runs.csv, cells_study.csv and
+    /// which_strategy.csv): the job is placed against its conditions, with each strategy's
+    /// measured accuracy loss at the nearest one and the axes the job lies outside.
+    #[arg(long, value_name = "DIR", default_value = "results/paper/recovery")]
+    pub(crate) study: PathBuf,
+    /// Leave the study out.
+    #[arg(long, conflicts_with = "study")]
+    pub(crate) no_study: bool,
     /// Print one JSON line per worker count and strategy instead of a table.
     #[arg(long)]
     pub(crate) json: bool,

@@ -130,15 +130,36 @@ pub(crate) fn advise(args: AdviseArgs) -> Result<()> {
 }
 
 pub(crate) fn project(args: ProjectArgs) -> Result<()> {
-    let cfg = RunConfig::load(&args.config, &args.set)?;
+    use resilab_recovery::profile;
+    let profile = match &args.profile {
+        Some(name) => Some(
+            profile::profile(name)
+                .ok_or_else(|| anyhow::anyhow!("--profile {name}: no such cost profile (known: {})", profile::names()))?,
+        ),
+        None => None,
+    };
+    // The profile's constants first: the user's own --set overrides win.
+    let mut set = profile.map(resilab_runner::project::profile_sets).unwrap_or_default();
+    set.extend(args.set);
+    let cfg = RunConfig::load(&args.config, &set)?;
+    let node_mtbf_years = match args.failures_per_1000_node_days {
+        Some(f) if f.is_finite() && f > 0.0 => 1000.0 / f / 365.25,
+        Some(f) => anyhow::bail!("--failures-per-1000-node-days must be a number > 0, got {f}"),
+        None => args.node_mtbf_years,
+    };
     let request = resilab_runner::project::Request {
         workers: args.workers,
-        node_mtbf_years: args.node_mtbf_years,
+        node_mtbf_years,
         system_mtbf_steps: args.system_mtbf_steps,
+        gpus_per_node: args.gpus_per_node,
+        step_s: args.step_s,
+        job_days: args.job_days,
         interval_steps: args.interval_steps,
         daly_factor: args.daly_factor,
+        profile,
     };
-    println!("{}", resilab_runner::project::report(&cfg, &request, args.json)?);
+    let study = (!args.no_study).then_some(args.study.as_path());
+    println!("{}", resilab_report::job::answer(&cfg, &request, study, args.json)?);
     Ok(())
 }
 

@@ -134,11 +134,11 @@ fn projected_overheads_match_simulated_runs_with_random_crashes() {
     let dir = tempfile::tempdir().unwrap();
     let rows = projected(dir.path(), &[]);
     assert_eq!(rows.len(), 4);
-    assert!(row(&rows, "none")["overhead"].is_null());
+    assert!(row(&rows, "none")["overhead_frac"].is_null());
     // The same projection without the detection and the rebuilds: what the check must tell apart.
     let without = projected(dir.path(), &["recovery.detect_timeout_s=0", "recovery.rebuild_s=0"]);
     for (strategy, runs) in STRATEGIES.iter().zip(simulate_all(dir.path())) {
-        let (p, steady) = (row(&rows, strategy)["overhead"].as_f64().unwrap(), row(&rows, strategy)["steady"].as_f64().unwrap());
+        let (p, steady) = (row(&rows, strategy)["overhead_frac"].as_f64().unwrap(), row(&rows, strategy)["steady_frac"].as_f64().unwrap());
         let e = estimate(&runs);
         let what = format!(
             "{strategy}: projected {p:.4}; simulated mean {:.4} (se {:.4}), adjusted to the expected crashes {:.4} (se {:.5}); runs {runs:?}",
@@ -147,7 +147,7 @@ fn projected_overheads_match_simulated_runs_with_random_crashes() {
         assert!((e.mean - p).abs() <= Z * e.se, "{what}");
         let tolerance = Z * e.adjusted_se + shared_step_allowance(p, steady);
         assert!((e.adjusted - p).abs() <= tolerance, "{what}: tolerance {tolerance:.5}");
-        let w = row(&without, strategy)["overhead"].as_f64().unwrap();
+        let w = row(&without, strategy)["overhead_frac"].as_f64().unwrap();
         assert!((e.adjusted - w).abs() > tolerance, "{what}: the projection without detection and rebuilds ({w:.4}) passes too");
         eprintln!("{what}: tolerance {tolerance:.5}; without detection and rebuilds {w:.4}");
     }

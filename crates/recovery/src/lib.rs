@@ -17,6 +17,7 @@
 
 pub mod detect;
 mod guard;
+pub mod profile;
 mod supervised;
 
 pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};

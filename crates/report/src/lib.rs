@@ -12,6 +12,7 @@ mod error;
 mod figures;
 mod files;
 mod format;
+pub mod job;
 mod md;
 mod measures;
 pub mod metrics;

@@ -28,10 +28,16 @@
 //! [`turns`] reads the verdict against each constant: where, holding the others at their
 //! configured values, the cheapest of checkpoint-restart, rollback and lossy forward changes.
 
+mod job;
+mod spread;
+
+pub use job::{Request, profile_sets, report};
+
 use resilab_models::InputShape;
 use resilab_recovery::Strategy;
 use resilab_train::StepModel;
 use serde::Serialize;
+use spread::PerFailure;
 
 use crate::{Error, Result, RunConfig};
 
@@ -56,122 +62,71 @@ pub enum Interval {
 pub struct Projection {
     /// Data-parallel workers.
     pub workers: usize,
+    /// The nodes they run on (workers / GPUs per node, rounded up).
+    pub nodes: usize,
     /// The strategy.
     pub strategy: Strategy,
-    /// Simulated seconds of a fault-free step.
+    /// Seconds of a fault-free step.
     pub step_s: f64,
-    /// The system's mean time between failures, seconds (node MTBF / workers).
+    /// The system's mean time between failures, seconds (node MTBF / nodes).
     pub system_mtbf_s: f64,
     /// Seconds to write one checkpoint of every worker's state.
     pub checkpoint_s: f64,
     /// Steps between checkpoints.
     pub interval_steps: u64,
     /// Overhead paid without failures, as a share of the fault-free time.
-    pub steady: f64,
-    /// Seconds lost per failure.
+    pub steady_frac: f64,
+    /// Seconds lost per failure, on average.
     pub per_failure_s: f64,
     /// Expected overhead against the fault-free run (`None` for `none`, which fails).
-    pub overhead: Option<f64>,
+    pub overhead_frac: Option<f64>,
+    /// 2.5% quantile of the overhead of jobs of the requested length (see `spread`).
+    pub overhead_lo_frac: Option<f64>,
+    /// 97.5% quantile of the same.
+    pub overhead_hi_frac: Option<f64>,
+    /// Expected failures in a job of the requested length.
+    pub failures_per_job: f64,
     /// Expected steps before the first failure (what `none` gets done).
-    pub steps_to_failure: f64,
+    pub to_failure_steps: f64,
 }
 
-/// What `resilab project` is asked for: the worker counts, the failure rate (per node, or the
-/// system's in steps), and the checkpoint interval (fixed, or Daly's times a factor).
-#[derive(Clone, Debug)]
-pub struct Request {
-    /// Data-parallel worker counts, one table block each.
-    pub workers: Vec<usize>,
-    /// One node's mean time between failures, in years.
-    pub node_mtbf_years: f64,
-    /// The system's mean time between failures in steps (instead of the nodes').
+/// What the job is beyond its configuration: how often it fails, on how many GPUs per node,
+/// its step (when not the cost model's), its length, and whether the relaunch figure already
+/// covers the checkpoint read and the recomputation (a cost profile says).
+#[derive(Clone, Copy, Debug)]
+pub struct Job {
+    /// One node's mean time between failures, seconds.
+    pub node_mtbf_s: Option<f64>,
+    /// The whole job's mean time between failures in steps (wins over the nodes').
     pub system_mtbf_steps: Option<f64>,
-    /// Checkpoint every this many steps (instead of Daly's interval).
-    pub interval_steps: Option<u64>,
-    /// Daly's interval times this factor.
-    pub daly_factor: f64,
+    /// GPUs (workers) per node: a node's failure takes all of them.
+    pub gpus_per_node: usize,
+    /// The job's fault-free step in seconds, instead of the cost model's.
+    pub step_s: Option<f64>,
+    /// Seconds of useful work in the job, for the intervals.
+    pub length_s: f64,
+    /// Checkpoint-restart pays `D + R` alone (see `resilab_recovery::profile`).
+    pub relaunch_covers_redo: bool,
 }
 
-/// [`project`] for every worker count of `request`: one JSON line per projection with `json`,
-/// else a table with a header line.
-pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> {
-    for (name, v) in [("--node-mtbf-years", request.node_mtbf_years), ("--daly-factor", request.daly_factor)] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(Error::Config(format!("{name} must be a number > 0, got {v}")));
-        }
+impl Job {
+    /// A job failing as given, one GPU per node, the cost model's step, 54 days long.
+    pub fn failing(node_mtbf_s: Option<f64>, system_mtbf_steps: Option<f64>) -> Self {
+        Self { node_mtbf_s, system_mtbf_steps, gpus_per_node: 1, step_s: None, length_s: 54.0 * 86_400.0, relaunch_covers_redo: false }
     }
-    let interval = request.interval_steps.map_or(Interval::Daly(request.daly_factor), Interval::Steps);
-    let node_mtbf_s = request.node_mtbf_years * 365.25 * 86_400.0;
-    let mut lines = Vec::new();
-    if !json {
-        lines.push(format!(
-            "{:>7} {:<19} {:>11} {:>12} {:>10} {:>9} {:>10} {:>9}",
-            "workers", "strategy", "step s", "job MTBF s", "ckpt every", "steady", "per fail s", "overhead"
-        ));
-    }
-    for &n in &request.workers {
-        for p in project(cfg, n, Some(node_mtbf_s), request.system_mtbf_steps, interval)? {
-            lines.push(if json { json_line(&p)? } else { p.row() });
-        }
-    }
-    if !json {
-        lines.push(String::new());
-        lines.push("Where the verdict turns: each constant alone over its range, the others as configured; the cheapest of checkpoint_restart, rollback and lossy_forward.".into());
-    }
-    for &n in &request.workers {
-        if !json {
-            lines.push(format!("{n:>7} workers:"));
-        }
-        for t in turns(cfg, n, Some(node_mtbf_s), request.system_mtbf_steps, interval)? {
-            lines.push(if json { json_line(&t)? } else { format!("          {}", t.text()) });
-        }
-    }
-    Ok(lines.join("\n"))
-}
 
-/// `v` as one JSON line of [`report`].
-fn json_line<T: Serialize>(v: &T) -> Result<String> {
-    serde_json::to_string(v).map_err(|source| Error::Json { what: "a projection".into(), source })
-}
-
-impl Projection {
-    /// The projection as a row of [`report`]'s table.
-    fn row(&self) -> String {
-        let strategy = strategy_name(self.strategy);
-        let overhead = self.overhead.map_or_else(|| format!("fails ~{:.0} steps", self.steps_to_failure), |o| format!("{:.3}%", 100.0 * o));
-        format!(
-            "{:>7} {:<19} {:>11.3e} {:>12.3e} {:>10} {:>8.3}% {:>10.3e} {:>9}",
-            self.workers,
-            strategy,
-            self.step_s,
-            self.system_mtbf_s,
-            self.interval_steps,
-            100.0 * self.steady,
-            self.per_failure_s,
-            overhead
-        )
+    /// The nodes `workers` workers occupy.
+    pub fn nodes(&self, workers: usize) -> usize {
+        workers.div_ceil(self.gpus_per_node.max(1))
     }
 }
 
 /// The projections of the four strategies for `cfg`'s model on `workers` workers, each keeping
-/// `cfg`'s per-worker batch, with a per-node MTBF of `node_mtbf_s` seconds (or a system MTBF of
-/// `system_mtbf_steps` steps when given). Needs `parallel.compute.gflops`.
-pub fn project(
-    cfg: &RunConfig,
-    workers: usize,
-    node_mtbf_s: Option<f64>,
-    system_mtbf_steps: Option<f64>,
-    interval: Interval,
-) -> Result<Vec<Projection>> {
-    let facts = StepFacts::new(cfg, &Built::new(cfg)?, workers)?;
-    facts.project(cfg, &Failures { node_mtbf_s, system_mtbf_steps }, interval)
-}
-
-/// How often the system fails: per node in seconds, or the whole job in steps (which wins).
-#[derive(Clone, Copy, Debug)]
-struct Failures {
-    node_mtbf_s: Option<f64>,
-    system_mtbf_steps: Option<f64>,
+/// `cfg`'s per-worker batch, for `job` (its failures, nodes, step and length), each with the
+/// interval of a job of that length. Needs `parallel.compute.gflops`.
+pub fn project(cfg: &RunConfig, workers: usize, job: &Job, interval: Interval) -> Result<Vec<Projection>> {
+    let facts = StepFacts::new(cfg, &Built::new(cfg)?, workers, job.step_s)?;
+    facts.project(cfg, job, interval, true)
 }
 
 /// The model of a configuration, built once: what every worker count's step is modelled from.
@@ -199,75 +154,112 @@ impl Built {
 }
 
 /// What the projection takes from the cost model's step on N workers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct StepFacts {
     workers: usize,
     /// The fault-free step.
     step_s: f64,
     /// The step over one worker fewer (rollback's redo).
     survivors_step_s: f64,
-    /// Lossy forward's delay of the crash step, averaged over the crash time (each at least 0).
-    lossy_delay_s: f64,
+    /// Lossy forward's delay of the crash step at each of [`CRASH_POINTS`] crash times (each at
+    /// least 0).
+    lossy_delays_s: Vec<f64>,
     /// One worker's model and optimizer state.
     state_bytes: u64,
 }
 
 impl StepFacts {
-    fn new(cfg: &RunConfig, built: &Built, workers: usize) -> Result<Self> {
+    /// The facts of the cost model's step, its times scaled to `step_s` when given (the
+    /// model's timeline then gives only the shape: how the step divides into compute and
+    /// communication).
+    fn new(cfg: &RunConfig, built: &Built, workers: usize, step_s: Option<f64>) -> Result<Self> {
         let model = built.step_model(cfg, workers)?;
-        let step_s = model.timeline.end_s;
+        let modelled = model.timeline.end_s;
+        let scale = step_s.map_or(1.0, |s| s / modelled);
         // A crash never makes a step shorter (see the module's documentation).
-        let delay = |i: usize| (model.end_after_crash((i as f64 + 0.5) / CRASH_POINTS as f64 * step_s) - step_s).max(0.0);
-        let lossy_delay_s = (0..CRASH_POINTS).map(delay).sum::<f64>() / CRASH_POINTS as f64;
-        Ok(Self { workers, step_s, survivors_step_s: model.survivors_step_s(), lossy_delay_s, state_bytes: model.state_bytes })
+        let delay = |i: usize| (model.end_after_crash((i as f64 + 0.5) / CRASH_POINTS as f64 * modelled) - modelled).max(0.0) * scale;
+        Ok(Self {
+            workers,
+            step_s: modelled * scale,
+            survivors_step_s: model.survivors_step_s() * scale,
+            lossy_delays_s: (0..CRASH_POINTS).map(delay).collect(),
+            state_bytes: model.state_bytes,
+        })
     }
 
-    /// The four strategies' projections under `cfg`'s constants.
-    fn project(&self, cfg: &RunConfig, failures: &Failures, interval: Interval) -> Result<Vec<Projection>> {
+    /// The four strategies' projections under `cfg`'s constants for `job`; their intervals
+    /// when `spread` (the turning points' search leaves them out).
+    fn project(&self, cfg: &RunConfig, job: &Job, interval: Interval, spread: bool) -> Result<Vec<Projection>> {
         let (workers, step_s) = (self.workers, self.step_s);
-        let system_mtbf_s = match (failures.system_mtbf_steps, failures.node_mtbf_s) {
+        let system_mtbf_s = match (job.system_mtbf_steps, job.node_mtbf_s) {
             (Some(m), _) => m * step_s,
-            (None, Some(m)) => m / workers as f64,
+            (None, Some(m)) => m / job.nodes(workers) as f64,
             (None, None) => return Err(Error::Config("give a node MTBF or a system MTBF in steps".into())),
         };
-        let (compute, r) = (&cfg.parallel.compute, &cfg.recovery);
-        let checkpoint_s = compute.storage_s(workers as u64 * self.state_bytes);
+        let checkpoint_s = cfg.parallel.compute.storage_s(workers as u64 * self.state_bytes);
         let interval_steps = match interval {
             Interval::Steps(k) => k.max(1),
             Interval::Daly(f) => ((f * resilab_checkpoint::advise::daly(checkpoint_s, system_mtbf_s) / step_s).round() as u64).max(1),
         };
         let ckpt = checkpoint_s / (interval_steps as f64 * step_s);
-        let (copy, transfer) = (compute.copy_s(self.state_bytes), cfg.parallel.network.send_s(self.state_bytes));
-        // Rollback and lossy forward go on in the same job: a rebuild without the lost rank,
-        // and another when its replacement joins.
-        let (detect, rebuilds) = (r.detect_timeout_s, 2.0 * r.rebuild_s);
+        let copy = cfg.parallel.compute.copy_s(self.state_bytes);
         let rows = [
-            (Strategy::None, 0.0, 0.0),
-            (Strategy::CheckpointRestart, ckpt, detect + interval_steps as f64 * step_s / 2.0 + r.relaunch_s + checkpoint_s),
-            // The redo is the step itself (over one worker fewer): what is lost is the abandoned
-            // part-step, the restore and the redo's difference in length.
-            (
-                Strategy::Rollback,
-                ckpt + copy / step_s,
-                detect + step_s / 2.0 + copy + (self.survivors_step_s - step_s) + rebuilds + transfer,
-            ),
-            (Strategy::LossyForward, ckpt, detect + self.lossy_delay_s + rebuilds + transfer),
+            (Strategy::None, 0.0),
+            (Strategy::CheckpointRestart, ckpt),
+            (Strategy::Rollback, ckpt + copy / step_s),
+            (Strategy::LossyForward, ckpt),
         ];
         Ok(rows
             .into_iter()
-            .map(|(strategy, steady, per_failure_s)| Projection {
-                workers,
-                strategy,
-                step_s,
-                system_mtbf_s,
-                checkpoint_s,
-                interval_steps,
-                steady,
-                per_failure_s,
-                overhead: (strategy != Strategy::None).then(|| steady + per_failure_s / system_mtbf_s),
-                steps_to_failure: system_mtbf_s / step_s,
+            .map(|(strategy, steady)| {
+                let cost = self.per_failure(cfg, job, strategy, interval_steps, checkpoint_s);
+                let goes_on = strategy != Strategy::None;
+                let range = (goes_on && spread).then(|| spread::interval(steady, &cost, system_mtbf_s, job.length_s));
+                Projection {
+                    workers,
+                    nodes: job.nodes(workers),
+                    strategy,
+                    step_s,
+                    system_mtbf_s,
+                    checkpoint_s,
+                    interval_steps,
+                    steady_frac: steady,
+                    per_failure_s: cost.mean(),
+                    overhead_frac: goes_on.then(|| steady + cost.mean() / system_mtbf_s),
+                    overhead_lo_frac: range.map(|r| r.0),
+                    overhead_hi_frac: range.map(|r| r.1),
+                    failures_per_job: job.length_s / system_mtbf_s,
+                    to_failure_steps: system_mtbf_s / step_s,
+                }
             })
             .collect())
+    }
+
+    /// What one failure costs `strategy`: see the module's table.
+    fn per_failure(&self, cfg: &RunConfig, job: &Job, strategy: Strategy, interval_steps: u64, checkpoint_s: f64) -> PerFailure {
+        let (r, step_s) = (&cfg.recovery, self.step_s);
+        let transfer = cfg.parallel.network.send_s(self.state_bytes);
+        // Rollback and lossy forward go on in the same job: a rebuild without the lost rank,
+        // and another when its replacement joins.
+        let (detect, rebuilds) = (r.detect_timeout_s, 2.0 * r.rebuild_s);
+        match strategy {
+            Strategy::None => PerFailure::default(),
+            // A relaunch figure that covers the read and the recomputation is the whole cost.
+            Strategy::CheckpointRestart if job.relaunch_covers_redo => PerFailure { fixed: detect + r.relaunch_s, ..PerFailure::default() },
+            Strategy::CheckpointRestart => {
+                PerFailure { fixed: detect + r.relaunch_s + checkpoint_s, uniform: interval_steps as f64 * step_s, at_times: Vec::new() }
+            }
+            // The redo is the step itself (over one worker fewer): what is lost is the
+            // abandoned part-step, the restore and the redo's difference in length.
+            Strategy::Rollback => PerFailure {
+                fixed: detect + cfg.parallel.compute.copy_s(self.state_bytes) + (self.survivors_step_s - step_s) + rebuilds + transfer,
+                uniform: step_s,
+                at_times: Vec::new(),
+            },
+            Strategy::LossyForward => {
+                PerFailure { fixed: detect + rebuilds + transfer, uniform: 0.0, at_times: self.lossy_delays_s.clone() }
+            }
+        }
     }
 }
 
@@ -365,24 +357,21 @@ const PER_DECADE: f64 = 4.0;
 /// The cheapest strategy is read on a grid of 4 points per decade of each range (and 0), and
 /// each change between neighbouring points is bisected on the projection's own formula to a
 /// relative 1e-9; two changes between the same neighbours would be missed.
-pub fn turns(
-    cfg: &RunConfig,
-    workers: usize,
-    node_mtbf_s: Option<f64>,
-    system_mtbf_steps: Option<f64>,
-    interval: Interval,
-) -> Result<Vec<Turns>> {
+pub fn turns(cfg: &RunConfig, workers: usize, job: &Job, interval: Interval) -> Result<Vec<Turns>> {
     let built = Built::new(cfg)?;
-    let failures = Failures { node_mtbf_s, system_mtbf_steps };
-    let facts = StepFacts::new(cfg, &built, workers)?;
+    let facts = StepFacts::new(cfg, &built, workers, job.step_s)?;
     let mut out = Vec::new();
     for knob in Knob::ALL {
         let cheapest_at = |v: f64| -> Result<Strategy> {
             let mut c = cfg.clone();
             knob.set(&mut c, v);
             // Only the memory bandwidth moves the step's timeline (the modelled updates).
-            let f = if knob == Knob::MemoryGbps { StepFacts::new(&c, &built, workers)? } else { facts };
-            cheapest(&f.project(&c, &failures, interval)?)
+            let rows = if knob == Knob::MemoryGbps {
+                StepFacts::new(&c, &built, workers, job.step_s)?.project(&c, job, interval, false)?
+            } else {
+                facts.project(&c, job, interval, false)?
+            };
+            cheapest(&rows)
         };
         let configured = knob.get(cfg);
         let stretches = stretches(&cheapest_at, knob.range())?;
@@ -395,7 +384,7 @@ pub fn turns(
 fn cheapest(rows: &[Projection]) -> Result<Strategy> {
     RECOVERING
         .iter()
-        .filter_map(|s| rows.iter().find(|p| p.strategy == *s).and_then(|p| p.overhead).map(|o| (*s, o)))
+        .filter_map(|s| rows.iter().find(|p| p.strategy == *s).and_then(|p| p.overhead_frac).map(|o| (*s, o)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(s, _)| s)
         .ok_or_else(|| Error::Config("no recovering strategy was projected".into()))
@@ -565,13 +554,13 @@ mod tests {
         let transfer = c.parallel.network.send_s(model.state_bytes);
         assert!(raw + transfer < 0.0, "the check can tell: the uncounted gain {raw} outweighs the transfer {transfer}");
         for workers in [2, 4, 8, 16] {
-            let p = project(&c, workers, None, Some(10.0), Interval::Steps(5)).unwrap_or_else(|e| panic!("{e}"));
+            let p = project(&c, workers, &Job::failing(None, Some(10.0)), Interval::Steps(5)).unwrap_or_else(|e| panic!("{e}"));
             for s in RECOVERING {
                 assert!(row(&p, s).per_failure_s >= 0.0, "{workers} workers, {s:?}: {}", row(&p, s).per_failure_s);
             }
         }
         // With the published constants the detection and two rebuilds dominate.
-        let d = project(&cfg(TINY), 4, None, Some(10.0), Interval::Steps(5)).unwrap_or_else(|e| panic!("{e}"));
+        let d = project(&cfg(TINY), 4, &Job::failing(None, Some(10.0)), Interval::Steps(5)).unwrap_or_else(|e| panic!("{e}"));
         let lossy = row(&d, Strategy::LossyForward).per_failure_s;
         assert!((20.0..20.001).contains(&lossy), "{lossy}");
     }
@@ -584,13 +573,13 @@ mod tests {
         // R* = delay + 2B + X - kT/2 - C, and B* = (kT/2 + R + C - delay - X) / 2.
         let c = cfg(&format!("{TINY}[recovery]\ndetect_timeout_s = 7.0\nrebuild_s = 2.0\nrelaunch_s = 1.0\n"));
         let (mtbf, interval) = (Some(1e5), Interval::Steps(40));
-        let p = project(&c, 8, None, mtbf, interval).unwrap_or_else(|e| panic!("{e}"));
+        let p = project(&c, 8, &Job::failing(None, mtbf), interval).unwrap_or_else(|e| panic!("{e}"));
         let (cr, lf) = (row(&p, Strategy::CheckpointRestart), row(&p, Strategy::LossyForward));
-        assert_eq!(cr.steady, lf.steady);
+        assert_eq!(cr.steady_frac, lf.steady_frac);
         let relaunch = lf.per_failure_s - (cr.per_failure_s - 1.0);
         let rebuild = (cr.per_failure_s - (lf.per_failure_s - 4.0)) / 2.0;
         assert!(relaunch > 1.0 && rebuild > 0.0, "{relaunch} {rebuild}");
-        let t = turns(&c, 8, None, mtbf, interval).unwrap_or_else(|e| panic!("{e}"));
+        let t = turns(&c, 8, &Job::failing(None, mtbf), interval).unwrap_or_else(|e| panic!("{e}"));
         let by = |k: Knob| t.iter().find(|x| x.key == k.key()).unwrap_or_else(|| panic!("{k:?}"));
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b;
         let r = by(Knob::Relaunch);
@@ -613,8 +602,8 @@ mod tests {
         let c = cfg(BASE);
         let three_years = 3.0 * 365.25 * 86_400.0;
         for workers in [1024, 16_384] {
-            let p = project(&c, workers, Some(three_years), None, Interval::Daly(1.0)).unwrap_or_else(|e| panic!("{e}"));
-            let o = |s: Strategy| p.iter().find(|x| x.strategy == s).and_then(|x| x.overhead);
+            let p = project(&c, workers, &Job::failing(Some(three_years), None), Interval::Daly(1.0)).unwrap_or_else(|e| panic!("{e}"));
+            let o = |s: Strategy| p.iter().find(|x| x.strategy == s).and_then(|x| x.overhead_frac);
             assert_eq!(o(Strategy::None), None);
             let (cr, rb, lf) = (
                 o(Strategy::CheckpointRestart).unwrap_or(0.0),
@@ -624,7 +613,9 @@ mod tests {
             assert!(cr > rb && rb > lf && lf > 0.0, "{cr} {rb} {lf}");
             assert!((p[0].system_mtbf_s - three_years / workers as f64).abs() < 1e-6);
         }
-        let e = project(&cfg("[model]\narch = \"resnet\"\ndepth = 8\n"), 8, Some(1e6), None, Interval::Steps(10)).unwrap_err().to_string();
+        let e = project(&cfg("[model]\narch = \"resnet\"\ndepth = 8\n"), 8, &Job::failing(Some(1e6), None), Interval::Steps(10))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("parallel.compute.gflops"), "{e}");
     }
 }
