@@ -152,3 +152,51 @@ fn projected_overheads_match_simulated_runs_with_random_crashes() {
         eprintln!("{what}: tolerance {tolerance:.5}; without detection and rebuilds {w:.4}");
     }
 }
+
+/// `resilab project --json` for `configs/recovery.toml` with `extra` flags: its rows.
+fn job_rows(extra: &[&str]) -> Vec<Value> {
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/recovery.toml");
+    let mut args = vec!["project", "--config", cfg.to_str().unwrap(), "--workers", "1024", "--json"];
+    args.extend(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect()
+}
+
+#[test]
+fn a_job_is_described_by_its_nodes_step_failure_rate_and_profile() {
+    let base = ["--profile", "megascale-optimised", "--gpus-per-node", "8", "--step-s", "1.0"];
+    // Llama 3's 3.8 failures per 1,000 node-days is a node MTBF of 1000 / 3.8 days.
+    let years = format!("{}", 1000.0 / 3.8 / 365.25);
+    let a = job_rows(&[&base[..], &["--failures-per-1000-node-days", "3.8"]].concat());
+    let b = job_rows(&[&base[..], &["--node-mtbf-years", &years]].concat());
+    assert_eq!(a, b);
+    let preamble = &a[0];
+    assert!(preamble["assumptions"][0].as_str().unwrap().contains("cost profile megascale-optimised"), "{preamble}");
+    assert_eq!(preamble["warnings"].as_array().unwrap().len(), 0, "{preamble}");
+    let row = |s: &str| a.iter().find(|r| r["strategy"] == s).unwrap();
+    let cr = row("checkpoint_restart");
+    // 128 nodes of 8, each failing every 1000 / 3.8 days.
+    let mtbf = 1000.0 / 3.8 * 86_400.0 / 128.0;
+    assert!((cr["system_mtbf_s"].as_f64().unwrap() - mtbf).abs() < 1e-6 * mtbf, "{cr}");
+    assert_eq!((cr["step_s"].as_f64().unwrap(), cr["nodes"].as_u64().unwrap()), (1.0, 128));
+    // MegaScale's 15 minutes cover the read and the recomputation: D + R alone.
+    assert_eq!(cr["per_failure_s"].as_f64().unwrap(), 600.0 + 900.0);
+    let (lo, mean, hi) =
+        (cr["overhead_lo_frac"].as_f64().unwrap(), cr["overhead_frac"].as_f64().unwrap(), cr["overhead_hi_frac"].as_f64().unwrap());
+    assert!(lo < mean && mean < hi, "{cr}");
+    // Overriding one constant of the profile is said, and moves only that constant.
+    let c = job_rows(&[&base[..], &["--set", "recovery.relaunch_s=1200"]].concat());
+    assert!(c[0]["assumptions"].to_string().contains("recovery.relaunch_s = 1200 s overrides the profile's 900 s"), "{}", c[0]);
+    let cr2 = c.iter().find(|r| r["strategy"] == "checkpoint_restart").unwrap();
+    assert_eq!(cr2["per_failure_s"].as_f64().unwrap(), 600.0 + 1200.0);
+}
+
+#[test]
+fn an_unknown_profile_names_the_known_ones() {
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/recovery.toml");
+    let o = run(&["project", "--config", cfg.to_str().unwrap(), "--profile", "megascale"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--profile megascale: no such cost profile (known: megascale-optimised, megascale-unoptimised)"), "{e}");
+}
