@@ -33,6 +33,20 @@ pub fn read_record(dir: &Path, campaign: &Campaign) -> Result<Vec<Row>> {
     if path.ends_with(RUNS_CSV) { read_csv_rows(&path, campaign) } else { read_rows(&path, campaign, false) }
 }
 
+/// The rows of `out`'s record for a campaign that continues there (`--resume`): `runs.jsonl`,
+/// repaired as [`read_rows`] repairs it; where only `runs.csv` exists (the committed form), its
+/// rows, written to a new `runs.jsonl` first, so that the campaign keeps them and runs only what
+/// is missing, never starting again over an emptied `runs.csv`.
+pub(crate) fn resume_record(out: &Path, campaign: &Campaign) -> Result<Vec<Row>> {
+    let (jsonl, csv) = (out.join(RUNS_JSONL), out.join(RUNS_CSV));
+    if jsonl.exists() || !csv.exists() {
+        return read_rows(&jsonl, campaign, true);
+    }
+    let rows = read_csv_rows(&csv, campaign)?;
+    resilab_runner::write_atomic(&jsonl, &crate::store::jsonl_bytes(&rows)?)?;
+    Ok(rows)
+}
+
 /// The rows of the `runs.csv` at `path`, written for `campaign` ([`Row::header`]): each
 /// checked against the grid and kept once, as [`read_rows`] keeps the JSON record's. A missing
 /// column of the run's own (`id`, `index`, `seed`, `rep`, `status`), or a value that is not of

@@ -162,7 +162,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
         }
     }
     std::fs::create_dir_all(out.join("logs")).map_err(io(out))?;
-    let rows = read_rows(&out.join(RUNS_JSONL), campaign, true)?;
+    let rows = crate::csv_record::resume_record(out, campaign)?;
     write_csv(&out.join(RUNS_CSV), &campaign.axis_keys(), campaign.settings.kind, &rows)?;
     Ok(rows)
 }
