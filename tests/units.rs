@@ -172,8 +172,7 @@ fn compare_writes_units_and_gives_a_failed_run_no_accuracy_loss() {
 #[test]
 fn a_study_report_names_its_units_embeds_each_condition_and_draws_every_run() {
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"
+    let text = r#"
 [campaign]
 kind = "train"
 seeds = [3]
@@ -187,11 +186,11 @@ a = "rollback"
 b = "lossy_forward"
 
 [base]
-data = {{ source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }}
-model = {{ arch = "resnet", depth = 8, width = 0.25 }}
-train = {{ steps = 8, batch_size = 32, eval_every = 2 }}
-parallel = {{ workers = 2 }}
-checkpoint = {{ every_steps = 3 }}
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { steps = 8, batch_size = 32, eval_every = 2 }
+parallel = { workers = 2 }
+checkpoint = { every_steps = 3 }
 
 [[base.fault]]
 target = "crash"
@@ -201,9 +200,8 @@ worker = 1
 [grid]
 "recovery.strategy" = ["none", "rollback", "lossy_forward"]
 "parallel.compute.gflops" = [20.0, 40.0]
-"#
-    );
-    let out = common::finished_campaign(dir.path(), "study", &text, &[]);
+"#;
+    let out = common::finished_campaign(dir.path(), "study", text, &[]);
     let o = common::run(&["report", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report = out.join("report");

@@ -296,7 +296,8 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     let tol = campaign.settings.rwc_tolerance_points;
     let cells = cells(rows, |r| facts.chance(r), tol);
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
-    let (mut md, study) = tables(campaign, rows, &cells, out, &mut written)?;
+    let (mut md, pareto) = tables(campaign, rows, &cells, out, &mut written)?;
+    let study = pareto.is_some();
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     // Axes with one option say nothing in a label; the first varying axis picks the colour.
@@ -317,6 +318,7 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
         }
         figures.extend(curves);
     }
+    figures.extend(pareto.unwrap_or_default());
     figures.extend(figures::nev_vs_flips(campaign, &cells, &fixed, &palette, &plots)?);
     if train {
         figures.extend(figures::acc_vs_step(campaign, dir, rows, &cells, &fixed, &palette, &plots)?);
@@ -384,8 +386,14 @@ impl RunFacts {
 
 /// Writes `cells.csv` and the comparisons (the study's tests when the campaign states
 /// hypotheses, else every pair of options), and returns the report's markdown so far and
-/// whether a study was tested.
-fn tables(campaign: &Campaign, rows: &[Row], cells: &[Cell], out: &Path, written: &mut Written) -> Result<(String, bool)> {
+/// for a study, its Pareto plots (one per condition), which the plots section embeds.
+fn tables(
+    campaign: &Campaign,
+    rows: &[Row],
+    cells: &[Cell],
+    out: &Path,
+    written: &mut Written,
+) -> Result<(String, Option<Vec<figures::Figure>>)> {
     let axes = campaign.axis_keys();
     let mut by_status = BTreeMap::new();
     for r in rows {
@@ -397,11 +405,12 @@ fn tables(campaign: &Campaign, rows: &[Row], cells: &[Cell], out: &Path, written
         let diffs = pairwise(campaign, rows);
         written.files.push(write(&out.join("comparisons.csv"), &comparisons_csv(&diffs)?)?);
         comparisons_md(&mut md, &diffs);
-        return Ok((md, false));
+        return Ok((md, None));
     };
-    written.files.extend(study::write(&s, out)?);
+    let (files, pareto) = study::write(&s, out)?;
+    written.files.extend(files);
     md.push_str(&study::markdown(campaign, &s));
-    Ok((md, true))
+    Ok((md, Some(pareto)))
 }
 
 /// Accuracy loss against overhead in simulated time, one point per cell that has both.

@@ -258,8 +258,8 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
 }
 
 /// Writes `cells_study.csv`, `comparisons.csv`, `which_strategy.csv` and a Pareto plot per
-/// condition under `out`; returns the files.
-pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
+/// condition under `out`; returns the CSV files and the plots, each captioned by its condition.
+pub(crate) fn write(s: &Study, out: &Path) -> Result<(Vec<PathBuf>, Vec<crate::figures::Figure>)> {
     let mut files = Vec::new();
     for (name, rows) in
         [("cells_study.csv", csv(&s.cells)?), ("comparisons.csv", csv(&s.tests)?), ("which_strategy.csv", choices_csv(&s.choices)?)]
@@ -269,6 +269,7 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     let conditions: Vec<&String> = s.choices.iter().map(|c| &c.condition).collect();
+    let mut figures = Vec::new();
     for (i, cond) in conditions.iter().enumerate() {
         let points = s
             .cells
@@ -285,9 +286,13 @@ pub fn write(s: &Study, out: &Path) -> Result<Vec<PathBuf>> {
             })
             .collect();
         let plot = Pareto { title: (*cond).clone(), points, ..Pareto::default() };
-        files.extend(crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?);
+        let caption = format!(
+            "Accuracy loss against simulated overhead, {}: each option's mean over its runs that completed, with 95% intervals",
+            resilab_text::markdown(cond)
+        );
+        figures.push((caption, crate::save(&plot, &plots.join(format!("pareto_{i:02}")))?));
     }
-    Ok(files)
+    Ok((files, figures))
 }
 
 /// `which_strategy.csv`: a [`ChoiceRow`] per condition.
