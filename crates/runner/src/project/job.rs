@@ -180,7 +180,7 @@ fn assumptions(cfg: &RunConfig, request: &Request, shape_only: bool) -> Vec<Stri
         ),
     });
     out.push(format!(
-        "job: {} days of useful work; each interval holds 95% of 4,000 such jobs drawn with their failures (Poisson) and when each came; the constants' own uncertainty is in the turning points, not the intervals",
+        "job: {} days of useful work; each interval holds 95% of such jobs (4,000 drawn with their failures, Poisson, and when each came; beyond 1,000 failures a job, the normal approximation); the constants' own uncertainty is in the turning points, not the intervals",
         request.job_days
     ));
     out.push(match request.interval_steps {
