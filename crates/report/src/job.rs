@@ -17,11 +17,12 @@ use resilab_runner::RunConfig;
 use resilab_runner::project::{self, Request};
 use serde::Deserialize;
 
+use crate::paper::read::rows;
 use crate::{Error, Result};
 
 /// The projection, then the study section when `study` holds a recovery study.
 pub fn answer(cfg: &RunConfig, request: &Request, study: Option<&Path>, json: bool) -> Result<String> {
-    let mut out = project::report(cfg, request, json)?;
+    let (mut out, projections) = project::report(cfg, request, json)?;
     let (Some(dir), false) = (study, json) else { return Ok(out) };
     if !dir.join("which_strategy.csv").exists() {
         out.push_str(&format!(
@@ -31,17 +32,14 @@ pub fn answer(cfg: &RunConfig, request: &Request, study: Option<&Path>, json: bo
         return Ok(out);
     }
     let study = Study::read(dir)?;
-    let modelled = request.modelled(cfg);
-    let job = request.job();
     out.push_str(&format!("\n\nThe accuracy side, from the recovery study in {}:\n", dir.display()));
     out.push_str(&study.covered());
-    for &n in &request.workers {
-        let rows = project::project(&modelled, n, &job, request.interval())?;
-        let Some(p) = rows.first() else { continue };
+    // One point per worker count: its strategies' projections share the step and the MTBF.
+    for p in projections.chunk_by(|a, b| a.workers == b.workers).filter_map(|c| c.first()) {
         let point = Point {
-            workers: n as f64,
+            workers: p.workers as f64,
             crashes_per_step: p.step_s / p.system_mtbf_s,
-            rebuild_steps: modelled.recovery.rebuild_s / p.step_s,
+            rebuild_steps: cfg.recovery.rebuild_s / p.step_s,
         };
         out.push_str(&study.against(&point));
     }
@@ -97,10 +95,17 @@ impl Study {
         let bad = |file: &str, what: String| Error::Paper { path: dir.join(file), what };
         let text = std::fs::read_to_string(dir.join("campaign.toml")).map_err(|e| bad("campaign.toml", e.to_string()))?;
         let campaign: toml::Value = toml::from_str(&text).map_err(|e| bad("campaign.toml", e.to_string()))?;
-        let step_s = study_steps(dir)?;
+        let steps = campaign
+            .get("base")
+            .and_then(|b| b.get("train")?.get("steps")?.as_integer())
+            .ok_or_else(|| bad("campaign.toml", "no base.train.steps".into()))?;
+        let step_s = study_steps(&dir.join("runs.csv"), steps)?;
         let mtbf = fault_mtbf(&campaign);
-        let cells: Vec<CellRow> = csv_rows(&dir.join("cells_study.csv"))?;
-        let choices: Vec<ChoiceRow> = csv_rows(&dir.join("which_strategy.csv"))?;
+        if !dir.join("cells_study.csv").exists() {
+            return Err(bad("cells_study.csv", "no such file".into()));
+        }
+        let cells: Vec<CellRow> = rows(&dir.join("cells_study.csv"))?;
+        let choices: Vec<ChoiceRow> = rows(&dir.join("which_strategy.csv"))?;
         let mut conditions: Vec<(String, Point)> = Vec::new();
         for c in &choices {
             let point = condition_point(&c.condition, &mtbf, &step_s)
@@ -114,13 +119,14 @@ impl Study {
         Ok(Self { conditions, cells, choices, runs })
     }
 
+    /// The least and the greatest of `f` over the study's conditions.
+    fn range(&self, f: fn(&Point) -> f64) -> (f64, f64) {
+        self.conditions.iter().map(|(_, p)| f(p)).fold((f64::INFINITY, 0.0), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    }
+
     /// What the study covered, in one line.
     fn covered(&self) -> String {
-        let span = |f: fn(&Point) -> f64| {
-            let v: Vec<f64> = self.conditions.iter().map(|(_, p)| f(p)).collect();
-            (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
-        };
-        let (w, c, r) = (span(|p| p.workers), span(|p| p.crashes_per_step), span(|p| p.rebuild_steps));
+        let (w, c, r) = (self.range(|p| p.workers), self.range(|p| p.crashes_per_step), self.range(|p| p.rebuild_steps));
         format!(
             "  it covered {} runs: {}-{} workers, a crash every {:.0}-{:.0} steps (and as many weight flips), a rebuild of {:.3}-{:.0} steps;\n  its runs meet many faults each, so that accuracy effects show: the losses below are those measured at the nearest condition, not scaled to the job\n",
             self.runs,
@@ -163,18 +169,14 @@ impl Study {
 
     /// The axes on which `point` lies outside the study's range, with the factor.
     fn outside(&self, point: &Point) -> Vec<String> {
-        let range = |f: fn(&Point) -> f64| {
-            let v: Vec<f64> = self.conditions.iter().map(|(_, p)| f(p)).collect();
-            (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
-        };
         let mut out = Vec::new();
-        let (lo, hi) = range(|p| p.workers);
+        let (lo, hi) = self.range(|p| p.workers);
         if point.workers > hi {
             out.push(format!("{} workers, {:.1}x the most studied ({hi})", point.workers, point.workers / hi));
         } else if point.workers < lo {
             out.push(format!("{} workers, fewer than the fewest studied ({lo})", point.workers));
         }
-        let (lo, hi) = range(|p| p.crashes_per_step);
+        let (lo, hi) = self.range(|p| p.crashes_per_step);
         let every = 1.0 / point.crashes_per_step;
         if point.crashes_per_step < lo {
             out.push(format!(
@@ -189,7 +191,7 @@ impl Study {
                 1.0 / hi
             ));
         }
-        let (lo, hi) = range(|p| p.rebuild_steps);
+        let (lo, hi) = self.range(|p| p.rebuild_steps);
         if point.rebuild_steps > hi || point.rebuild_steps < lo {
             out.push(format!("a rebuild of {} steps, outside the studied {}-{} steps", fmt(point.rebuild_steps), fmt(lo), fmt(hi)));
         }
@@ -200,12 +202,6 @@ impl Study {
 /// Four significant digits.
 fn fmt(v: f64) -> String {
     format!("{v:.4}").trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-fn csv_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let bad = |e: csv::Error| Error::Paper { path: path.to_path_buf(), what: e.to_string() };
-    let mut r = csv::Reader::from_path(path).map_err(bad)?;
-    resilab_text::csv_rows(&mut r).map_err(|e| Error::Paper { path: path.to_path_buf(), what: e.to_string() })
 }
 
 /// Each fault label's crash MTBF in steps (`grid.fault.<label>`'s crash entry).
@@ -222,23 +218,19 @@ fn fault_mtbf(campaign: &toml::Value) -> BTreeMap<String, f64> {
 }
 
 /// The study's fault-free step at each worker count: the golden runs' simulated seconds over
-/// their steps (checkpoint writes included), from `runs.csv`.
-fn study_steps(dir: &Path) -> Result<BTreeMap<u64, f64>> {
+/// their `steps` (checkpoint writes included), from its `runs.csv`.
+fn study_steps(runs: &Path, steps: i64) -> Result<BTreeMap<u64, f64>> {
     #[derive(Deserialize)]
     struct Run {
         #[serde(rename = "parallel.workers")]
         workers: u64,
         golden_sim_s: Option<f64>,
     }
-    let path = dir.join("runs.csv");
-    let text = std::fs::read_to_string(dir.join("campaign.toml"))
-        .map_err(|e| Error::Paper { path: dir.join("campaign.toml"), what: e.to_string() })?;
-    let steps = toml::from_str::<toml::Value>(&text)
-        .ok()
-        .and_then(|c| c.get("base")?.get("train")?.get("steps")?.as_integer())
-        .ok_or_else(|| Error::Paper { path: dir.join("campaign.toml"), what: "no base.train.steps".into() })?;
+    if !runs.exists() {
+        return Err(Error::Paper { path: runs.to_path_buf(), what: "no such file: the study's steps come from its golden runs".into() });
+    }
     let mut sums: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
-    for r in csv_rows::<Run>(&path)? {
+    for r in rows::<Run>(runs)? {
         if let Some(g) = r.golden_sim_s {
             let e = sums.entry(r.workers).or_default();
             (e.0, e.1) = (e.0 + g, e.1 + 1);

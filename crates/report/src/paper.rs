@@ -17,7 +17,7 @@ mod factors;
 mod fmt;
 mod preset;
 mod presets;
-mod read;
+pub(crate) mod read;
 mod rests;
 mod section;
 mod study;

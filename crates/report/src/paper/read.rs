@@ -18,7 +18,7 @@ pub(super) fn bad(path: &Path, what: impl Into<String>) -> Error {
 
 /// The rows of the CSV file `path` as `T`, its columns matched to `T`'s fields by header name;
 /// none where the file does not exist.
-pub(super) fn rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+pub(crate) fn rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     if !path.exists() {
         return Ok(Vec::new());
     }

@@ -40,7 +40,7 @@ pub struct Request {
 
 impl Request {
     /// The job the request describes.
-    pub fn job(&self) -> Job {
+    fn job(&self) -> Job {
         Job {
             node_mtbf_s: Some(self.node_mtbf_years * 365.25 * 86_400.0),
             system_mtbf_steps: self.system_mtbf_steps,
@@ -52,13 +52,13 @@ impl Request {
     }
 
     /// Its checkpoint interval.
-    pub fn interval(&self) -> Interval {
+    fn interval(&self) -> Interval {
         self.interval_steps.map_or(Interval::Daly(self.daly_factor), Interval::Steps)
     }
 
     /// `cfg` as the projection models it: without `parallel.compute.gflops`, a given
     /// `--step-s` takes its shape from the cost model at 50 GFLOP/s.
-    pub fn modelled(&self, cfg: &RunConfig) -> RunConfig {
+    fn modelled(&self, cfg: &RunConfig) -> RunConfig {
         let mut cfg = cfg.clone();
         if self.step_s.is_some() && cfg.parallel.compute.gflops.is_none() {
             cfg.parallel.compute.gflops = Some(50.0);
@@ -78,8 +78,9 @@ pub fn profile_sets(profile: &Profile) -> Vec<String> {
 }
 
 /// The assumptions and warnings, then each worker count's projections and turns: one JSON line
-/// each with `json` (the first holds the assumptions and warnings), else a table.
-pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> {
+/// each with `json` (the first holds the assumptions and warnings), else a table; and the
+/// projections themselves.
+pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<(String, Vec<Projection>)> {
     validate(request)?;
     let shape_only = request.step_s.is_some() && cfg.parallel.compute.gflops.is_none();
     let cfg = request.modelled(cfg);
@@ -95,10 +96,12 @@ pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> 
         lines.push(String::new());
         lines.push(header());
     }
+    let mut projections = Vec::new();
     for &n in &request.workers {
-        for p in project(&cfg, n, &job, interval)? {
-            lines.push(if json { json_line(&p)? } else { p.row() });
-        }
+        projections.extend(project(&cfg, n, &job, interval)?);
+    }
+    for p in &projections {
+        lines.push(if json { json_line(p)? } else { p.row() });
     }
     if !json {
         lines.push(String::new());
@@ -112,7 +115,7 @@ pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<String> 
             lines.push(if json { json_line(&t)? } else { format!("          {}", t.text()) });
         }
     }
-    Ok(lines.join("\n"))
+    Ok((lines.join("\n"), projections))
 }
 
 /// The first JSON line.
