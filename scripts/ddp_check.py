@@ -179,7 +179,9 @@ def run_resilab(binary, check, work, data_dir, init):
     for line in (d / "run" / "samples.csv").read_text().splitlines()[1:]:
         step, worker, _, sample = map(int, line.split(","))
         samples.setdefault(step, {}).setdefault(worker, []).append(sample)
-    faults = [json.loads(l) for l in (d / "run" / "faults.jsonl").read_text().splitlines() if l.strip()]
+    # A run writes faults.jsonl only when a fault struck (docs/faults.md, "The fault log").
+    log = d / "run" / "faults.jsonl"
+    faults = [json.loads(l) for l in log.read_text().splitlines() if l.strip()] if log.exists() else []
     return d / "run", summary, samples, faults
 
 
