@@ -506,15 +506,11 @@ pub(crate) enum BenchCommand {
 
 #[derive(Args)]
 pub(crate) struct BenchDetectArgs {
-    /// Architecture: resnet, vgg or alexnet.
-    #[arg(long, default_value = "resnet")]
-    pub(crate) arch: String,
+    #[command(flatten)]
+    pub(crate) model: BenchModelArgs,
     /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
     #[arg(long, default_value_t = 20)]
     pub(crate) depth: usize,
-    /// Channel width multiplier.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) width: f64,
     /// Data-parallel workers.
     #[arg(long, default_value_t = 4)]
     pub(crate) workers: usize,
@@ -533,18 +529,11 @@ pub(crate) struct BenchDetectArgs {
 
 #[derive(Args)]
 pub(crate) struct BenchParallelArgs {
-    /// Architecture: resnet, vgg or alexnet.
-    #[arg(long, default_value = "resnet")]
-    pub(crate) arch: String,
+    #[command(flatten)]
+    pub(crate) model: BenchModelArgs,
     /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
     #[arg(long, default_value_t = 20)]
     pub(crate) depth: usize,
-    /// Channel width multiplier.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) width: f64,
-    /// Leave out BatchNorm (VGG and AlexNet).
-    #[arg(long)]
-    pub(crate) no_batch_norm: bool,
     /// Global batch size.
     #[arg(long, default_value_t = 256)]
     pub(crate) batch: usize,
@@ -569,15 +558,11 @@ pub(crate) struct BenchParallelArgs {
 
 #[derive(Args)]
 pub(crate) struct BenchCheckpointArgs {
-    /// Architecture: resnet, vgg or alexnet.
-    #[arg(long, default_value = "resnet")]
-    pub(crate) arch: String,
-    /// Depth.
+    #[command(flatten)]
+    pub(crate) model: BenchModelArgs,
+    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
     #[arg(long, default_value_t = 18)]
     pub(crate) depth: usize,
-    /// Channel width multiplier.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) width: f64,
     /// Batch size of the training steps timed for comparison.
     #[arg(long, default_value_t = 64)]
     pub(crate) batch: usize,
@@ -596,18 +581,11 @@ pub(crate) struct BenchCheckpointArgs {
 
 #[derive(Args)]
 pub(crate) struct BenchTrainArgs {
-    /// Architecture: resnet, vgg or alexnet.
-    #[arg(long, default_value = "resnet")]
-    pub(crate) arch: String,
+    #[command(flatten)]
+    pub(crate) model: BenchModelArgs,
     /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
     #[arg(long, default_value_t = 8)]
     pub(crate) depth: usize,
-    /// Channel width multiplier.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) width: f64,
-    /// Leave out BatchNorm (VGG and AlexNet).
-    #[arg(long)]
-    pub(crate) no_batch_norm: bool,
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     pub(crate) batch: usize,
@@ -619,4 +597,19 @@ pub(crate) struct BenchTrainArgs {
     pub(crate) steps: usize,
     #[command(flatten)]
     pub(crate) compute: ComputeArgs,
+}
+
+/// The model a benchmark times, but its depth (each benchmark has its own default depth, and
+/// clap's derive keeps one default per field, not per use).
+#[derive(Args)]
+pub(crate) struct BenchModelArgs {
+    /// Architecture: resnet, vgg or alexnet.
+    #[arg(long, default_value = "resnet")]
+    pub(crate) arch: String,
+    /// Channel width multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) width: f64,
+    /// Leave out BatchNorm (VGG and AlexNet; ResNet's blocks always have it).
+    #[arg(long)]
+    pub(crate) no_batch_norm: bool,
 }

@@ -7,7 +7,11 @@ use anyhow::{Result, bail};
 use resilab_models::{Arch, Compute, ModelConfig};
 use resilab_runner::{BackendKind, RunConfig, RunOptions, default_out_dir};
 
-use crate::cli::*;
+use crate::cli::{
+    AdviseArgs, BenchCheckpointArgs, BenchDetectArgs, BenchModelArgs, BenchParallelArgs, BenchTrainArgs, CampaignArgs, CompareArgs,
+    ComputeArgs, DiffArgs, EvalArgs, ExportArgs, ImportArgs, InjectArgs, InspectArgs, MergeArgs, ProjectArgs, ReportArgs, TrainArgs,
+    WorkerArgs,
+};
 use crate::edge::{device_for, print_all, probe_in_child, provenance};
 
 pub(crate) fn compare(args: CompareArgs) -> Result<()> {
@@ -168,14 +172,15 @@ pub(crate) fn parse_arch(name: &str) -> Result<Arch> {
         .map_err(|_| anyhow::anyhow!("--arch {name}: unknown architecture (allowed: resnet, vgg, alexnet)"))
 }
 
-/// The model a benchmark's `--arch`, `--depth` and `--width` flags describe.
-pub(crate) fn bench_model(arch: &str, depth: usize, width: f64, batch_norm: Option<bool>) -> Result<(Arch, ModelConfig)> {
-    let arch = parse_arch(arch)?;
-    Ok((arch, ModelConfig { arch, depth: (arch != Arch::Alexnet).then_some(depth), width, batch_norm }))
+/// The model a benchmark's `--arch`, `--depth`, `--width` and `--no-batch-norm` flags describe.
+pub(crate) fn bench_model(flags: &BenchModelArgs, depth: usize) -> Result<(Arch, ModelConfig)> {
+    let arch = parse_arch(&flags.arch)?;
+    let depth = (arch != Arch::Alexnet).then_some(depth);
+    Ok((arch, ModelConfig { arch, depth, width: flags.width, batch_norm: Some(!flags.no_batch_norm) }))
 }
 
 pub(crate) fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
-    let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
+    let (_, model) = bench_model(&args.model, args.depth)?;
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
     let r = resilab_runner::bench::checkpoint(&model, args.batch, args.steps, args.reps, &args.dir, &compute)?;
@@ -184,7 +189,7 @@ pub(crate) fn bench_checkpoint(args: BenchCheckpointArgs) -> Result<()> {
 }
 
 pub(crate) fn bench_train(args: BenchTrainArgs) -> Result<()> {
-    let (arch, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
+    let (arch, model) = bench_model(&args.model, args.depth)?;
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, device_name) = device_for(backend, &args.compute)?;
     let threads = rayon::current_num_threads();
@@ -195,9 +200,9 @@ pub(crate) fn bench_train(args: BenchTrainArgs) -> Result<()> {
     let result = resilab_runner::bench::StepBench {
         implementation: "resilab",
         arch: arch.to_string(),
-        depth: if arch == Arch::Alexnet { 0 } else { args.depth },
-        width: args.width,
-        batch_norm: !args.no_batch_norm,
+        depth: model.depth.unwrap_or(0),
+        width: model.width,
+        batch_norm: !args.model.no_batch_norm,
         params,
         batch: args.batch,
         threads,
@@ -214,7 +219,7 @@ pub(crate) fn bench_train(args: BenchTrainArgs) -> Result<()> {
 }
 
 pub(crate) fn bench_detect(args: BenchDetectArgs) -> Result<()> {
-    let (_, model) = bench_model(&args.arch, args.depth, args.width, None)?;
+    let (_, model) = bench_model(&args.model, args.depth)?;
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
     let r = resilab_runner::bench::detection(&model, args.batch, args.workers, args.warmup, args.steps, &compute)?;
@@ -223,7 +228,7 @@ pub(crate) fn bench_detect(args: BenchDetectArgs) -> Result<()> {
 }
 
 pub(crate) fn bench_parallel(args: BenchParallelArgs) -> Result<()> {
-    let (_, model) = bench_model(&args.arch, args.depth, args.width, Some(!args.no_batch_norm))?;
+    let (_, model) = bench_model(&args.model, args.depth)?;
     let mut pipelines = Vec::new();
     for p in &args.pipeline {
         let parsed = p.split_once('x').and_then(|(s, m)| Some((s.trim().parse::<usize>().ok()?, m.trim().parse::<usize>().ok()?)));

@@ -1,7 +1,9 @@
 //! No import circles: within each crate of the workspace (and the binary), no module uses
 //! another that uses it back, directly or through others (tests/common/modules.rs says what
 //! counts as a use). A circle is reported with every use inside it, `file:line`, so that the
-//! shared piece can be given a module of its own.
+//! shared piece can be given a module of its own. What the reader cannot follow (a glob import
+//! of the crate's own modules, a macro shared beyond its file) is refused in library code, so
+//! that no circle hides behind it.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
@@ -39,6 +41,12 @@ fn no_module_uses_one_that_uses_it_back() {
     }
     assert!(modules > 100, "only {modules} modules found: the reader lost its way");
     assert!(report.is_empty(), "import circles:{report}");
+}
+
+#[test]
+fn library_code_has_no_glob_of_its_own_modules_and_no_shared_macro() {
+    let found: Vec<String> = crate_roots().iter().flat_map(|root| Graph::of_crate(root).unreadable()).collect();
+    assert!(found.is_empty(), "the module reader cannot follow these; name the items instead:\n{}", found.join("\n"));
 }
 
 /// A crate laid out in a temporary folder.
@@ -111,4 +119,28 @@ fn a_module_that_uses_a_name_it_reexports_uses_the_names_module() {
     ]);
     let circles = Graph::of_crate(&dir.path().join("src/lib.rs")).circles();
     assert_eq!(circles.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), [vec!["".to_string(), "a".to_string()]]);
+}
+
+#[test]
+fn the_reader_refuses_globs_of_its_own_modules_and_shared_macros_only() {
+    let dir = fixture(&[
+        ("src/lib.rs", "mod a;\nmod b;\npub use a::*;\n#[macro_export]\nmacro_rules! m { () => {} }\n"),
+        // Another crate's glob, a glob of the module's own enum and test code are fine.
+        (
+            "src/a.rs",
+            "use std::io::*;\npub enum Kind { X, Y }\nuse Kind::*;\npub fn f() -> Kind { X }\n#[cfg(test)]\nmod tests { use super::*; }\n",
+        ),
+        ("src/b.rs", "use super::{a::{self, *}};\n#[macro_use]\nmod inner {}\n"),
+    ]);
+    let found: Vec<String> =
+        Graph::of_crate(&dir.path().join("src/lib.rs")).unreadable().iter().map(|f| f.rsplit('/').next().unwrap().to_string()).collect();
+    assert_eq!(
+        found,
+        [
+            "lib.rs:3: glob import `use a::*`",
+            "lib.rs:4: #[macro_export]",
+            "b.rs:1: glob import `use super::{a::{self, *}}`",
+            "b.rs:2: #[macro_use]"
+        ]
+    );
 }

@@ -33,6 +33,9 @@ pub struct Graph {
     pub edges: Vec<Edge>,
 }
 
+/// What a `*` in a `use` tree is read as by [`Graph::unreadable`].
+const GLOB: &str = "__glob__";
+
 /// A module's path as segments below the crate root.
 fn segments(module: &str) -> Vec<String> {
     module.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect()
@@ -161,6 +164,33 @@ impl Graph {
             return self.defining_module(&next, depth + 1);
         }
         module
+    }
+
+    /// What the reader cannot follow, each as `file:line: what`: a glob import of one of the
+    /// crate's own modules (`use super::*`, `pub use a::*`: which names it brings in depends on
+    /// the other module's contents, so its uses are invisible here) and a macro shared beyond its
+    /// file (`#[macro_export]`, `#[macro_use]`: the paths in its body are used where it expands,
+    /// not where it is written). A macro kept in its file expands where its body is read.
+    /// Globs of other crates (`burn::prelude::*`) and of a module's own enum are fine.
+    pub fn unreadable(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (module, path) in &self.files {
+            let text = clean(&fs::read_to_string(path).unwrap_or_default());
+            let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+            for (_, tree, offset) in use_statements(&text) {
+                for (glob, _) in expand(&tree.replace('*', GLOB)).into_iter().filter(|(p, _)| p.last().map(String::as_str) == Some(GLOB)) {
+                    if self.absolute(module, &glob[..glob.len() - 1]).is_some() {
+                        out.push(format!("{}:{}: glob import `use {}`", path.display(), line_of(offset), tree.trim()));
+                    }
+                }
+            }
+            for attribute in ["#[macro_export]", "#[macro_use]"] {
+                for (offset, _) in text.match_indices(attribute) {
+                    out.push(format!("{}:{}: {attribute}", path.display(), line_of(offset)));
+                }
+            }
+        }
+        out
     }
 
     /// The circles: each set of two or more modules that reach one another through uses, with
