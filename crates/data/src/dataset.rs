@@ -57,34 +57,11 @@ impl Dataset {
         rng: &mut impl Rng,
         device: &Device,
     ) -> (Tensor<4>, Tensor<1, Int>) {
-        let (c, s) = (self.channels, self.size);
-        let plane = s * s;
-        let mut pixels = Vec::with_capacity(indices.len() * c * plane);
-        let mut labels = Vec::with_capacity(indices.len());
-        for &i in indices {
-            let img = &self.images[i * c * plane..(i + 1) * c * plane];
+        self.assemble(indices, norm, device, || {
             let dx = rng.random_range(-CROP_PADDING..=CROP_PADDING);
             let dy = rng.random_range(-CROP_PADDING..=CROP_PADDING);
-            let flip = rng.random_bool(0.5);
-            for ch in 0..c {
-                let (m, inv) = (norm.mean[ch], 1.0 / norm.std[ch]);
-                for y in 0..s as i64 {
-                    for x in 0..s as i64 {
-                        let sx = if flip { s as i64 - 1 - x } else { x } + dx;
-                        let sy = y + dy;
-                        let p = if (0..s as i64).contains(&sx) && (0..s as i64).contains(&sy) {
-                            img[ch * plane + sy as usize * s + sx as usize]
-                        } else {
-                            0
-                        };
-                        pixels.push((f32::from(p) / 255.0 - m) * inv);
-                    }
-                }
-            }
-            labels.push(i64::from(self.labels[i]));
-        }
-        let b = indices.len();
-        (Tensor::from_data(TensorData::new(pixels, [b, c, s, s]), device), Tensor::from_data(TensorData::new(labels, [b]), device))
+            View { dx, dy, flip: rng.random_bool(0.5) }
+        })
     }
 
     /// Builds a normalised batch from the images at `indices`.
@@ -92,22 +69,62 @@ impl Dataset {
     /// # Shapes
     /// images `[B, C, H, W]` (f32), labels `[B]` (int)
     pub fn batch(&self, indices: &[usize], norm: &Normalization, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
+        self.assemble(indices, norm, device, || View::IDENTITY)
+    }
+
+    /// The batch of `indices`' images, each seen through the view `view` gives for it (called
+    /// once per image, in order), normalised channel by channel.
+    fn assemble(
+        &self,
+        indices: &[usize],
+        norm: &Normalization,
+        device: &Device,
+        mut view: impl FnMut() -> View,
+    ) -> (Tensor<4>, Tensor<1, Int>) {
         let (c, s) = (self.channels, self.size);
         let plane = s * s;
         let mut pixels = Vec::with_capacity(indices.len() * c * plane);
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
             let img = &self.images[i * c * plane..(i + 1) * c * plane];
+            let v = view();
             for ch in 0..c {
                 let (m, inv) = (norm.mean[ch], 1.0 / norm.std[ch]);
-                pixels.extend(img[ch * plane..(ch + 1) * plane].iter().map(|&p| (f32::from(p) / 255.0 - m) * inv));
+                let normalised = |p: u8| (f32::from(p) / 255.0 - m) * inv;
+                let channel = &img[ch * plane..(ch + 1) * plane];
+                if v == View::IDENTITY {
+                    pixels.extend(channel.iter().map(|&p| normalised(p)));
+                } else {
+                    pixels.extend((0..plane).map(|at| normalised(v.pixel(channel, s, at))));
+                }
             }
             labels.push(i64::from(self.labels[i]));
         }
         let b = indices.len();
-        let x = Tensor::from_data(TensorData::new(pixels, [b, c, s, s]), device);
-        let y = Tensor::from_data(TensorData::new(labels, [b]), device);
-        (x, y)
+        (Tensor::from_data(TensorData::new(pixels, [b, c, s, s]), device), Tensor::from_data(TensorData::new(labels, [b]), device))
+    }
+}
+
+/// How an image is seen in a batch: shifted by `(dx, dy)` pixels (black where the shift reads
+/// outside it) after a horizontal flip when `flip`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct View {
+    dx: i64,
+    dy: i64,
+    flip: bool,
+}
+
+impl View {
+    /// The image as it is.
+    const IDENTITY: View = View { dx: 0, dy: 0, flip: false };
+
+    /// The pixel this view shows at position `at` (row-major) of a `size` x `size` `channel`.
+    fn pixel(self, channel: &[u8], size: usize, at: usize) -> u8 {
+        let s = size as i64;
+        let (y, x) = ((at / size) as i64, (at % size) as i64);
+        let sx = if self.flip { s - 1 - x } else { x } + self.dx;
+        let sy = y + self.dy;
+        if (0..s).contains(&sx) && (0..s).contains(&sy) { channel[sy as usize * size + sx as usize] } else { 0 }
     }
 }
 
@@ -179,5 +196,26 @@ impl Split {
     pub fn new(train: Dataset, test: Dataset) -> Self {
         let norm = Normalization::of(&train);
         Self { train, test, norm }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 3x3 channel with pixel values 1..=9 in row order.
+    const CHANNEL: [u8; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+
+    fn seen(v: View) -> Vec<u8> {
+        (0..9).map(|at| v.pixel(&CHANNEL, 3, at)).collect()
+    }
+
+    #[test]
+    fn a_view_flips_then_shifts_with_black_outside_the_image() {
+        assert_eq!(seen(View::IDENTITY), CHANNEL);
+        assert_eq!(seen(View { dx: 0, dy: 0, flip: true }), [3, 2, 1, 6, 5, 4, 9, 8, 7]);
+        // Each output pixel reads one to the right and one below: the last column and row are black.
+        assert_eq!(seen(View { dx: 1, dy: 1, flip: false }), [5, 6, 0, 8, 9, 0, 0, 0, 0]);
+        assert_eq!(seen(View { dx: -1, dy: 0, flip: true }), [2, 1, 0, 5, 4, 0, 8, 7, 0]);
     }
 }
