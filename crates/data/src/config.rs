@@ -174,8 +174,7 @@ impl DataConfig {
         g.check_memory(0, train)?;
         g.check_memory(1, test)?;
         let both = g.bytes(train).zip(g.bytes(test)).and_then(|(a, b)| a.checked_add(b));
-        crate::limits::check_memory("data.train_size + data.test_size", &format!("{train} + {test}"), both, "their images")
-            .map_err(Error::Config)
+        Ok(crate::limits::check_memory("data.train_size + data.test_size", &format!("{train} + {test}"), both, "their images")?)
     }
 
     /// The synthetic generator this configuration describes.
@@ -275,6 +274,12 @@ mod tests {
         assert!(e.contains("data.train_size"), "{e}");
         // Real data: the sizes are limits, not allocations.
         DataConfig { source: DataSource::Cifar10, train_size: Some(usize::MAX), ..ok }.validate().unwrap();
+    }
+
+    #[test]
+    fn a_size_over_the_budget_is_a_budget_error_naming_its_key() {
+        let e = DataConfig { train_size: Some(1_000_000_000_000), ..DataConfig::default() }.validate().unwrap_err();
+        assert!(matches!(&e, Error::Budget(crate::limits::Error::Budget(r)) if r.key == "data.train_size" && r.bytes.is_some()), "{e:?}");
     }
 
     #[test]

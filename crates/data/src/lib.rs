@@ -50,6 +50,9 @@ pub enum Error {
     /// allows.
     #[error(transparent)]
     File(#[from] resilab_limits::FileError),
+    /// What a configuration value or a file's header declares does not fit the memory budget.
+    #[error(transparent)]
+    Budget(#[from] resilab_limits::Error),
 }
 
 /// Result alias for this crate.

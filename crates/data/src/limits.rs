@@ -4,11 +4,11 @@
 //! asks [`check_memory`]; the budget itself is [`resilab_limits`]'s (`RESILAB_MAX_MEMORY`, or
 //! half of the machine's memory).
 
-pub use resilab_limits::{Budget, checked_product, human_bytes, memory_budget};
+pub use resilab_limits::{Budget, Error, checked_product, human_bytes, memory_budget};
 
 /// Checks that `bytes` (`None`: more than a 64-bit count holds, an overflow while computing it)
 /// fit in the memory budget. The error is one line naming `key = value`, the bytes it would
 /// need and the budget.
-pub fn check_memory(key: &str, value: &dyn std::fmt::Display, bytes: Option<u64>, what: &str) -> Result<(), String> {
+pub fn check_memory(key: &str, value: &dyn std::fmt::Display, bytes: Option<u64>, what: &str) -> resilab_limits::Result<()> {
     resilab_limits::check(key, value, bytes, what)
 }

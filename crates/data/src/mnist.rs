@@ -34,8 +34,7 @@ fn read_idx(path: &Path, magic: u32, dims: usize) -> Result<(Vec<usize>, Vec<u8>
         (&mut gz).take(need).read_to_end(&mut head).map_err(io)?;
         let (shape, body) = header(path, &head, magic, dims)?;
         let what = "the data its IDX header declares, decompressed";
-        crate::check_memory(KEY, &path.display(), Some(body), what)
-            .map_err(|message| Error::Format { path: path.to_path_buf(), message })?;
+        crate::check_memory(KEY, &path.display(), Some(body), what)?;
         let mut data = Vec::with_capacity(usize::try_from(body).unwrap_or(0));
         // One byte more than declared tells a longer stream without reading the rest of it.
         (&mut gz).take(body + 1).read_to_end(&mut data).map_err(io)?;

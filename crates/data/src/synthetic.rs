@@ -74,7 +74,7 @@ impl Synthetic {
     /// error names `data.train_size` (split 0) or `data.test_size`.
     pub(crate) fn check_memory(&self, split: u64, len: usize) -> Result<()> {
         let key = if split == 0 { "data.train_size" } else { "data.test_size" };
-        crate::limits::check_memory(key, &len, self.bytes(len), "its images").map_err(Error::Config)
+        Ok(crate::limits::check_memory(key, &len, self.bytes(len), "its images")?)
     }
 
     fn prototypes(&self) -> Vec<Vec<Grating>> {

@@ -242,7 +242,7 @@ pub(crate) fn open_rw_unlocked(path: &Path) -> Result<hdf5::File> {
 /// opened, it also turns HDF5's plugin loading off first (see the `plugins` module).
 pub(crate) fn budget_for(path: &Path) -> Result<resilab_limits::Budget> {
     crate::plugins::off(path)?;
-    resilab_limits::memory_budget().map_err(|message| Error::Invalid { file: path.to_path_buf(), object: "/".into(), message })
+    resilab_limits::memory_budget().map_err(|source| Error::Budget { file: path.to_path_buf(), source })
 }
 
 /// Refuses to read all of dataset `ds` (at `path` of `file`) when what that asks for does not
@@ -254,15 +254,7 @@ pub(crate) fn admit(ds: &hdf5::Dataset, file: &Path, path: &str, budget: &resila
     if budget.admits(needs) {
         return Ok(());
     }
-    Err(Error::Invalid {
-        file: file.to_path_buf(),
-        object: path.to_string(),
-        message: format!(
-            "reading it needs {}, more than is left of the memory budget of {}",
-            resilab_limits::needed(needs),
-            budget.describe()
-        ),
-    })
+    Err(Error::OverBudget { file: file.to_path_buf(), object: path.to_string(), needs, budget: budget.describe().into() })
 }
 
 /// The bytes reading all of a dataset asks for: its `bytes` of elements, and for a filtered one

@@ -25,6 +25,28 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Reading all of a dataset would need more memory than is left of the budget.
+    #[error("{file}: {object}: reading it needs {}, more than is left of the memory budget of {budget}", resilab_limits::needed(*.needs))]
+    OverBudget {
+        /// The file.
+        file: PathBuf,
+        /// The dataset.
+        object: String,
+        /// The bytes reading it needs (`None`: more than 2^64).
+        needs: Option<u64>,
+        /// The budget, described when it refused (with what the process held then); boxed to
+        /// keep the error small.
+        budget: Box<str>,
+    },
+    /// The memory budget itself is unusable (`RESILAB_MAX_MEMORY` is not a size); names the file
+    /// it was needed for.
+    #[error("{file}: /: {source}")]
+    Budget {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: resilab_limits::Error,
+    },
 }
 
 /// Result alias for this crate.

@@ -381,6 +381,22 @@ mod tests {
     }
 
     #[test]
+    fn a_read_over_the_budget_is_an_over_budget_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = plain(dir.path(), "w.h5");
+        let file = hdf5::File::open(&p).unwrap();
+        let ds = file.dataset("/model/w").unwrap();
+        crate::base::admit(&ds, &p, "/model/w", &budget(16)).unwrap();
+        let e = crate::base::admit(&ds, &p, "/model/w", &budget(15)).unwrap_err();
+        assert!(matches!(&e, Error::OverBudget { needs: Some(16), object, .. } if object == "/model/w"), "{e:?}");
+        assert!(
+            e.to_string()
+                .ends_with("w.h5: /model/w: reading it needs 16 bytes (16 B), more than is left of the memory budget of 15 B (test)"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn declared_sizes_are_held_to_the_budget_and_compressed_ones_only_to_it() {
         let dir = tempfile::tempdir().unwrap();
         let p = plain(dir.path(), "bomb.h5");

@@ -183,7 +183,10 @@ impl RawConfig {
             "yaml" | "yml" => Self::from_reference_yaml(&text),
             "toml" => toml_from_str(&text).map_err(|e| e.to_string()),
             _ => {
-                return Err(Error::Io { path: path.to_path_buf(), message: "an injection config must end in .yaml, .yml or .toml".into() });
+                return Err(Error::Path {
+                    path: path.to_path_buf(),
+                    message: "an injection config must end in .yaml, .yml or .toml".into(),
+                });
             }
         };
         parsed.map_err(|message| Error::Parse { path: path.to_path_buf(), message: message.trim().to_string() })
@@ -326,8 +329,7 @@ impl RawConfig {
                 // `as` saturates: a count past u64::MAX reads as u64::MAX, which no memory holds.
                 let n = n as u64;
                 let bytes = n.checked_mul(ATTEMPT_BYTES);
-                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt")
-                    .map_err(|m| bad("injection_tries", m))?;
+                resilab_data::check_memory("injection_tries", &n, bytes, "one record per attempt")?;
                 Ok(Tries::Count(n))
             }
             (InjectionType::Percentage, Some(p)) if !(p > 0.0 && p <= 100.0) => {
@@ -484,6 +486,16 @@ mod tests {
     fn yaml(s: &str) -> Result<Spec> {
         let raw = RawConfig::from_reference_yaml(s).map_err(|message| Error::Parse { path: "t.yaml".into(), message })?;
         raw.validate()
+    }
+
+    #[test]
+    fn attempts_over_the_budget_are_a_budget_error() {
+        let e = yaml(
+            "injection_probability: 1\ninjection_type: \"count\"\ninjection_tries: 1000000000000000\nfloat_precision: 32\nfirst_bit: 0\n\
+             last_bit: 31\nburst: 1\nallow_sign_change: True\nallow_NaN_values: True\nuse_random_locations: true\n",
+        )
+        .unwrap_err();
+        assert!(matches!(&e, Error::Budget(resilab_limits::Error::Budget(r)) if r.key == "injection_tries"), "{e:?}");
     }
 
     #[test]

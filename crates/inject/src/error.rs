@@ -42,12 +42,29 @@ pub enum Error {
         message: String,
     },
     /// A file could not be read or written.
-    #[error("{path}: {message}", path = .path.display())]
+    #[error("{path}: {error}", path = .path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The system's message.
+        /// The system's error.
+        error: std::io::Error,
+    },
+    /// A path cannot be used as given: not a regular file, the same file as another role, a log
+    /// that exists, an extension that names no format.
+    #[error("{path}: {message}", path = .path.display())]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// Why.
         message: String,
+    },
+    /// A log record could not be written as JSON.
+    #[error("{path}: {error}", path = .path.display())]
+    Json {
+        /// The log.
+        path: PathBuf,
+        /// The encoder's error.
+        error: serde_json::Error,
     },
     /// HDF5 refused.
     #[error(transparent)]
@@ -70,6 +87,9 @@ pub enum Error {
     /// the memory budget allows.
     #[error(transparent)]
     File(#[from] resilab_limits::FileError),
+    /// The attempts asked for need more memory for their records than the budget leaves.
+    #[error(transparent)]
+    Budget(#[from] resilab_limits::Error),
 }
 
 /// Result alias for this crate.

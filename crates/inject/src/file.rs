@@ -134,14 +134,14 @@ pub struct Report {
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Io { path: path.to_path_buf(), message: e.to_string() }
+    move |error| Error::Io { path: path.to_path_buf(), error }
 }
 
 fn existing(input: &Path) -> Result<()> {
     match std::fs::metadata(input) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(Error::Io { path: input.to_path_buf(), message: "is not a file".into() }),
-        Err(e) => Err(Error::Io { path: input.to_path_buf(), message: e.to_string() }),
+        Ok(_) => Err(Error::Path { path: input.to_path_buf(), message: "is not a file".into() }),
+        Err(error) => Err(Error::Io { path: input.to_path_buf(), error }),
     }
 }
 
@@ -256,7 +256,7 @@ impl Staged {
         if durable {
             tmp.as_file().sync_all().map_err(io(tmp.path()))?;
         }
-        tmp.persist(&output).map_err(|e| Error::Io { path: output.clone(), message: e.error.to_string() })?;
+        tmp.persist(&output).map_err(|e| Error::Io { path: output.clone(), error: e.error })?;
         if durable && let Ok(d) = std::fs::File::open(parent_dir(&output)) {
             let _ = d.sync_all();
         }
@@ -341,8 +341,7 @@ fn describe_model(spec: &Spec) -> String {
 /// the memory their records need (a percentage of a large file can ask for more).
 fn checked_attempts(spec: &Spec, total: u64) -> Result<u64> {
     let attempts = spec.tries.attempts(total);
-    resilab_data::check_memory("injection_tries", &attempts, attempts.checked_mul(crate::config::ATTEMPT_BYTES), "one record per attempt")
-        .map_err(|message| Error::Config { key: "injection_tries".into(), message })?;
+    resilab_data::check_memory("injection_tries", &attempts, attempts.checked_mul(crate::config::ATTEMPT_BYTES), "one record per attempt")?;
     Ok(attempts)
 }
 
@@ -524,7 +523,7 @@ pub struct StagedLog {
 impl StagedLog {
     /// Renames the log into place.
     pub fn commit(self) -> Result<()> {
-        self.tmp.persist(&self.path).map_err(|e| Error::Io { path: self.path.clone(), message: e.error.to_string() })?;
+        self.tmp.persist(&self.path).map_err(|e| Error::Io { path: self.path.clone(), error: e.error })?;
         Ok(())
     }
 
@@ -533,8 +532,8 @@ impl StagedLog {
     pub fn commit_new(self) -> Result<()> {
         let path = self.path;
         self.tmp.persist_noclobber(&path).map_err(|e| match e.error.kind() {
-            std::io::ErrorKind::AlreadyExists => Error::Io { path: path.clone(), message: crate::paths::EXISTING_LOG.into() },
-            _ => Error::Io { path: path.clone(), message: e.error.to_string() },
+            std::io::ErrorKind::AlreadyExists => Error::Path { path: path.clone(), message: crate::paths::EXISTING_LOG.into() },
+            _ => Error::Io { path: path.clone(), error: e.error },
         })?;
         Ok(())
     }
@@ -552,7 +551,7 @@ pub fn stage_log(path: &Path, report: &Report) -> Result<StagedLog> {
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         let mut line = |l: &LineRef<'_>| -> Result<()> {
-            serde_json::to_writer(&mut w, l).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+            serde_json::to_writer(&mut w, l).map_err(|error| Error::Json { path: path.to_path_buf(), error })?;
             w.write_all(b"\n").map_err(io(path))
         };
         line(&LineRef::Header(&report.header))?;
@@ -688,4 +687,20 @@ pub struct Replay {
     pub records: Vec<Record>,
     /// The file written.
     pub output: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_input_is_an_io_error_and_a_directory_a_path_error() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("missing.h5");
+        let e = existing(&missing).unwrap_err();
+        assert!(matches!(&e, Error::Io { path, error } if *path == missing && error.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+        let e = existing(d.path()).unwrap_err();
+        assert!(matches!(&e, Error::Path { path, .. } if path == d.path()), "{e:?}");
+        assert_eq!(e.to_string(), format!("{}: is not a file", d.path().display()));
+    }
 }

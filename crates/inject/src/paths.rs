@@ -46,7 +46,7 @@ pub fn check_distinct(paths: &[(&str, &Path)]) -> Result<()> {
     for (i, (role_a, a)) in paths.iter().enumerate() {
         for (role_b, b) in &paths[i + 1..] {
             if same_file(a, b) {
-                return Err(Error::Io {
+                return Err(Error::Path {
                     path: b.to_path_buf(),
                     message: format!("{role_b} names the same file as {role_a} ({}); resilab will not overwrite it", a.display()),
                 });
@@ -107,9 +107,9 @@ impl Link {
 /// Whether `path` is a symbolic link or a file with other hard links (its last component is
 /// not followed).
 pub fn link_of(path: &Path) -> Result<Option<Link>> {
-    let m = std::fs::symlink_metadata(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+    let m = std::fs::symlink_metadata(path).map_err(|error| Error::Io { path: path.to_path_buf(), error })?;
     if m.file_type().is_symlink() {
-        let target = std::fs::read_link(path).map_err(|e| Error::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let target = std::fs::read_link(path).map_err(|error| Error::Io { path: path.to_path_buf(), error })?;
         return Ok(Some(Link::Symbolic(target)));
     }
     Ok((m.is_file() && m.nlink() > 1).then(|| Link::Hard(m.nlink())))
@@ -121,7 +121,7 @@ pub fn check_new_log(log: &Path, force: bool) -> Result<()> {
     if force || log.symlink_metadata().is_err() {
         return Ok(());
     }
-    Err(Error::Io { path: log.to_path_buf(), message: EXISTING_LOG.into() })
+    Err(Error::Path { path: log.to_path_buf(), message: EXISTING_LOG.into() })
 }
 
 /// The error for an existing `--log`.

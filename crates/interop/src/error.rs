@@ -32,6 +32,15 @@ pub enum Error {
     /// A named file is not a regular file, or cannot be opened or read within its bounds.
     #[error(transparent)]
     Limits(#[from] resilab_limits::FileError),
+    /// Another process changed the output directory's checkpoints while this import ran.
+    #[error("{}: its checkpoints changed while this import ran; nothing was written", .out.display())]
+    Changed {
+        /// The output directory.
+        out: PathBuf,
+    },
+    /// The memory budget is unusable (`RESILAB_MAX_MEMORY` is not a size).
+    #[error(transparent)]
+    Budget(#[from] resilab_limits::Error),
     /// Loading the run's configuration, data or model failed.
     #[error(transparent)]
     Runner(#[from] resilab_runner::Error),

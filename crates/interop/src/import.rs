@@ -165,7 +165,7 @@ pub fn import(req: &ImportRequest, compute: &Compute, guard: Probe<'_>) -> Resul
     let replacing = check_out(&req.out, req.probe.is_some(), guard)?;
     // Headers only: a tensor's values are read once fitting has matched it to the model, and
     // only as far as the memory budget admits.
-    let budget = resilab_limits::memory_budget().map_err(Error::Config)?;
+    let budget = resilab_limits::memory_budget()?;
     let source = source::open(&req.weights, &budget)?;
     let split = Arc::new(resilab_data::load(&cfg.data).map_err(resilab_runner::Error::from)?);
     let mut trainer = build_trainer(&cfg, split, compute)?;
@@ -194,7 +194,7 @@ pub fn import(req: &ImportRequest, compute: &Compute, guard: Probe<'_>) -> Resul
     resilab_checkpoint::claim(&req.out, false)?;
     let _lock = resilab_runner::files::lock_dir(&req.out, "--out")?;
     if check_out(&req.out, req.probe.is_some(), guard)? != replacing {
-        return Err(Error::Config(format!("{}: its checkpoints changed while this import ran; nothing was written", req.out.display())));
+        return Err(Error::Changed { out: req.out.clone() });
     }
     let checkpoint = resilab_checkpoint::save_import(&req.out, &state, &meta, &notes)?;
     let buffers: std::collections::BTreeSet<String> = fitted.optim.values().flat_map(|s| s.buffers.keys().cloned()).collect();

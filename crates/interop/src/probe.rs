@@ -107,7 +107,7 @@ fn mismatch(probe: &Probe, model: &str, norm: &Normalization, diff: f32, scale: 
 }
 
 fn read(path: &Path) -> Result<Probe> {
-    let bytes = resilab_limits::read_regular("--probe", path, u64::MAX, "a probe").map_err(|e| Error::Config(e.to_string()))?;
+    let bytes = resilab_limits::read_regular("--probe", path, u64::MAX, "a probe")?;
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| Error::file(path, format!("is not a safetensors probe: {e}")))?;
     let file = SafeTensors::deserialize(&bytes).map_err(|e| Error::file(path, format!("is not a safetensors probe: {e}")))?;
     let tensor = |name: &str, dims: usize| -> Result<(Vec<usize>, Vec<f32>)> {
@@ -138,4 +138,19 @@ fn read(path: &Path) -> Result<Probe> {
     }
     let list = |key: &str| meta.metadata().as_ref().and_then(|m| m.get(key)).and_then(|v| serde_json::from_str::<Vec<f32>>(v).ok());
     Ok(Probe { images, shape: [shape[0], shape[1], shape[2], shape[3]], logits, classes: lshape[1], mean: list("mean"), std: list("std") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_that_is_a_directory_is_refused_as_a_file_error() {
+        let d = tempfile::tempdir().unwrap();
+        let e = read(d.path()).err().unwrap();
+        assert!(
+            matches!(&e, Error::Limits(resilab_limits::FileError::NotRegular { key, kind: "a directory", .. }) if key == "--probe"),
+            "{e:?}"
+        );
+    }
 }

@@ -211,7 +211,7 @@ pub const OPTIMIZER_PREFIX: &str = "optimizer.state.";
 
 /// Reads every tensor of `path` (see [`open`]), under the process's memory budget.
 pub fn read(path: &Path) -> Result<Source> {
-    let budget = resilab_limits::memory_budget().map_err(Error::Config)?;
+    let budget = resilab_limits::memory_budget()?;
     open(path, &budget)?.load()
 }
 

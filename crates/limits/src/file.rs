@@ -89,8 +89,8 @@ pub enum FileError {
         message: String,
     },
     /// The memory budget itself is unusable (`RESILAB_MAX_MEMORY` is not a size).
-    #[error("{0}")]
-    Budget(String),
+    #[error(transparent)]
+    Budget(#[from] crate::Error),
 }
 
 /// A regular file, open for reading, with its length when it was opened.
@@ -193,7 +193,7 @@ impl RegularFile {
             let allowed = format!("{allowed} allows ({max} bytes)");
             return Err(FileError::TooLong { key: self.key.clone(), path: self.path.clone(), len: self.len, allowed });
         }
-        let budget = crate::memory_budget().map_err(FileError::Budget)?;
+        let budget = crate::memory_budget()?;
         if !budget.admits(Some(self.len)) {
             return Err(FileError::OverBudget { key: self.key.clone(), path: self.path.clone(), len: self.len, budget: budget.describe() });
         }

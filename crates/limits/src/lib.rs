@@ -21,17 +21,20 @@
 //! let budget = Budget { bytes: 1 << 30, source: "RESILAB_MAX_MEMORY".into() };
 //! assert!(check_within("data.train_size", &1000, Some(1 << 20), "its images", &budget).is_ok());
 //! let e = check_within("data.train_size", &10_000_000, Some(30 << 30), "its images", &budget).unwrap_err();
-//! assert!(e.contains("30.00 GiB") && e.contains("1.00 GiB"));
+//! assert!(matches!(&e, resilab_limits::Error::Budget(r) if r.bytes == Some(30 << 30)));
+//! assert!(e.to_string().contains("30.00 GiB") && e.to_string().contains("1.00 GiB"));
 //! ```
 
 use std::fmt::Display;
 
 mod alloc;
 mod depth;
+mod error;
 mod file;
 
 pub use alloc::{Counted, live_bytes};
 pub use depth::{DepthError, MAX_DEPTH, check_toml_depth, check_yaml_depth};
+pub use error::{Error, Refusal, Result};
 pub use file::{CONFIG_MAX_BYTES, FileError, RegularFile, read_config, read_regular};
 
 /// The environment variable that sets the budget.
@@ -65,7 +68,12 @@ impl Budget {
     /// counted and more than a mebibyte (so that a refusal of a size below the budget explains
     /// itself).
     pub fn describe(&self) -> String {
-        match live_bytes() {
+        self.describe_held(live_bytes())
+    }
+
+    /// [`Budget::describe`] with `held` bytes already held (as counted at a refusal).
+    pub fn describe_held(&self, held: Option<u64>) -> String {
+        match held {
             Some(held) if held >= 1 << 20 => {
                 format!("{} ({}), of which this process already holds {}", human_bytes(self.bytes), self.source, human_bytes(held))
             }
@@ -76,12 +84,10 @@ impl Budget {
 
 /// The budget of this process: [`ENV`] when set, else half of the memory it can have.
 /// An [`ENV`] value that is not a size is an error naming it.
-pub fn memory_budget() -> Result<Budget, String> {
+pub fn memory_budget() -> Result<Budget> {
     match std::env::var(ENV) {
         Ok(text) => {
-            let bytes = parse_size(&text).ok_or_else(|| {
-                format!("{ENV} = {text:?} is not a size: give bytes, or a number with K, M, G or T (binary units), e.g. 8G")
-            })?;
+            let bytes = parse_size(&text).ok_or_else(|| Error::NotASize { text: text.clone() })?;
             Ok(Budget { bytes, source: format!("{ENV} = {}", text.trim()) })
         }
         Err(_) => Ok(default_budget()),
@@ -175,16 +181,23 @@ pub fn human_bytes(bytes: u64) -> String {
 
 /// Checks that `bytes` (`None`: an overflow while computing it) fit in [`memory_budget`]. The
 /// error is one line naming `key = value`, the bytes it would need and the budget.
-pub fn check(key: &str, value: &dyn Display, bytes: Option<u64>, what: &str) -> Result<(), String> {
+pub fn check(key: &str, value: &dyn Display, bytes: Option<u64>, what: &str) -> Result<()> {
     check_within(key, value, bytes, what, &memory_budget()?)
 }
 
 /// [`check`] against a given budget.
-pub fn check_within(key: &str, value: &dyn Display, bytes: Option<u64>, what: &str, budget: &Budget) -> Result<(), String> {
+pub fn check_within(key: &str, value: &dyn Display, bytes: Option<u64>, what: &str, budget: &Budget) -> Result<()> {
     if budget.admits(bytes) {
         return Ok(());
     }
-    Err(format!("{key} = {value} needs {} of memory for {what}, more than the budget of {}", needed(bytes), budget.describe()))
+    Err(Error::Budget(Box::new(Refusal {
+        key: key.to_string(),
+        value: value.to_string(),
+        bytes,
+        what: what.to_string(),
+        budget: budget.clone(),
+        held: live_bytes(),
+    })))
 }
 
 /// `"3072000000000 bytes (2.79 TiB)"`, or `"more than 2^64 bytes"`.
@@ -235,12 +248,16 @@ mod tests {
         let budget = Budget { bytes: 1 << 30, source: "test".into() };
         assert!(check_within("k", &3, Some(1 << 30), "x", &budget).is_ok());
         let e = check_within("data.train_size", &1_000_000_000_000u64, Some(3_072_000_000_000), "its images", &budget).unwrap_err();
+        assert!(
+            matches!(&e, Error::Budget(r) if r.key == "data.train_size" && r.bytes == Some(3_072_000_000_000) && r.budget == budget),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
+            e.to_string(),
             "data.train_size = 1000000000000 needs 3072000000000 bytes (2.79 TiB) of memory for its images, more than the budget of 1.00 GiB (test)"
         );
         let e = check_within("k", &1, None, "x", &budget).unwrap_err();
-        assert!(e.contains("more than 2^64 bytes"), "{e}");
+        assert!(matches!(&e, Error::Budget(r) if r.bytes.is_none()) && e.to_string().contains("more than 2^64 bytes"), "{e}");
         assert_eq!(checked_product(&[1 << 40, 1 << 30]), None);
     }
 }

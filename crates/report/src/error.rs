@@ -46,6 +46,9 @@ pub enum Error {
     /// A table could not be written as CSV.
     #[error("csv: {0}")]
     Csv(String),
+    /// The CSV writer failed; the cause is the error's source, printed after `csv` by `{:#}`.
+    #[error("csv")]
+    Table(#[from] csv::Error),
     /// A file of a paper preset's report (`resilab report --paper`) could not be read as one.
     #[error("{}: {what}", path.display())]
     Paper {
@@ -61,12 +64,12 @@ pub enum Error {
 
 /// The text a CSV writer into memory holds.
 pub(crate) fn csv_text(w: resilab_text::CsvWriter<Vec<u8>>) -> Result<String> {
-    let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
+    let bytes = w.into_inner().map_err(|e| Error::Table(e.into()))?;
     String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
 }
 
 pub(crate) fn csv_error(e: csv::Error) -> Error {
-    Error::Csv(e.to_string())
+    Error::Table(e)
 }
 
 /// Result of this crate.

@@ -303,15 +303,24 @@ fn choices_csv(choices: &[Choice]) -> Result<String> {
 fn csv<T: Serialize>(rows: &[T]) -> Result<String> {
     let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
     for r in rows {
-        w.serialize(r).map_err(|e| Error::Csv(e.to_string()))?;
+        w.serialize(r)?;
     }
-    let bytes = w.into_inner().map_err(|e| Error::Csv(e.to_string()))?;
-    String::from_utf8(bytes).map_err(|e| Error::Csv(e.to_string()))
+    crate::error::csv_text(w)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_csv_cannot_hold_is_a_csv_error() {
+        #[derive(Serialize)]
+        struct Nested {
+            v: Vec<u32>,
+        }
+        let e = csv(&[Nested { v: vec![1, 2] }]).unwrap_err();
+        assert!(matches!(e, Error::Table(_)), "{e:?}");
+    }
     use crate::stats::mcnemar_exact;
     use resilab_campaign::Metrics;
 

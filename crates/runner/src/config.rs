@@ -360,7 +360,7 @@ impl RunConfig {
     /// ([`RunConfig::validate`]). Errors name the file and the offending key. Without a `name`,
     /// the run is named after the file's stem, which must then be a safe name too.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text = resilab_limits::read_config("--config", path).map_err(|e| Error::Config(e.to_string()))?;
+        let text = resilab_limits::read_config("--config", path)?;
         let mut c = Self::from_toml(&text, overrides, &path.display().to_string())?;
         if c.name.is_none() {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -393,7 +393,7 @@ impl RunConfig {
                 _ => Error::Config(format!("{origin} (with --set overrides): {e}")),
             })?
         };
-        c.validate().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        c.validate().map_err(|e| Error::within(origin, e))?;
         Ok(c)
     }
 
@@ -401,7 +401,7 @@ impl RunConfig {
     /// options, say); `origin` names it in errors, which name the dotted key but no line.
     pub fn from_table(table: toml::Table, origin: &str) -> Result<Self> {
         let c: Self = toml_from_table(table).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
-        c.validate().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        c.validate().map_err(|e| Error::within(origin, e))?;
         Ok(c)
     }
 
@@ -458,7 +458,7 @@ impl RunConfig {
         let model = per_replica.and_then(|v| v.checked_mul(4 * replicas));
         let activations = f.activations_per_image.checked_mul(4 * self.train.batch_size as u64);
         let total = model.zip(activations).and_then(|(m, a)| m.checked_add(a));
-        let budget = resilab_limits::memory_budget().map_err(Error::Config)?;
+        let budget = resilab_limits::memory_budget()?;
         if budget.admits(total) {
             return Ok(());
         }
@@ -469,17 +469,17 @@ impl RunConfig {
         } else {
             "model.width or model.depth"
         };
-        Err(Error::Config(format!(
-            "the model {} ({} trainable values) needs about {} of memory: {} for {replicas} replica(s)' parameters, gradients and \
-             optimizer state and {} of activations for a batch of {}, more than the budget of {}: lower {lower}",
-            self.model.label(),
-            f.trainable,
-            resilab_limits::needed(total),
-            resilab_limits::needed(model),
-            resilab_limits::needed(activations),
-            self.train.batch_size,
-            budget.describe()
-        )))
+        Err(Error::Footprint(Box::new(crate::Footprint {
+            model: self.model.label(),
+            trainable: f.trainable,
+            total,
+            replicas_bytes: model,
+            replicas,
+            activations,
+            batch_size: self.train.batch_size,
+            budget: budget.describe(),
+            lower,
+        })))
     }
 
     /// Values that are valid alone but not together, or out of range where no section checks
@@ -550,7 +550,7 @@ impl RunConfig {
             let bytes = events * std::mem::size_of::<resilab_faults::FaultEvent>() as f64;
             let bytes = (bytes < u64::MAX as f64).then_some(bytes as u64);
             let what = format!("the random arrivals of fault[{}] (mtbf_steps = {mtbf}: about {events:.3e} events)", e.index);
-            resilab_data::check_memory(key, &value, bytes, &what).map_err(Error::Config)?;
+            resilab_data::check_memory(key, &value, bytes, &what)?;
         }
         Ok(())
     }
@@ -789,5 +789,16 @@ mod tests {
             assert_eq!(stamp_of(secs), want, "{secs}");
         }
         assert_eq!(utc_stamp().len(), 15);
+    }
+
+    #[test]
+    fn a_model_over_the_budget_is_a_footprint_error_inside_its_file() {
+        let text = format!("{MIN}width = 16.0\n").replace("depth = 8", "depth = 1202");
+        let e = RunConfig::from_toml(&text, &[], "big.toml").unwrap_err();
+        assert!(matches!(&e, Error::In { origin, .. } if origin == "big.toml"), "{e:?}");
+        let Error::Footprint(f) = e.innermost() else { panic!("{e:?}") };
+        assert_eq!(f.model, "resnet1202-w16");
+        assert!(f.total.is_none_or(|t| t > (1 << 30)), "{f:?}");
+        assert!(e.to_string().starts_with("big.toml: the model resnet1202-w16 ("), "{e}");
     }
 }

@@ -116,10 +116,7 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
             Err(TryLockError::WouldBlock) => {
                 let holder = std::fs::read_to_string(&path).unwrap_or_default();
                 let holder = if holder.trim().is_empty() { "another process".to_string() } else { holder.trim().to_string() };
-                return Err(Error::Config(format!(
-                    "{what} {} is in use by {holder}: wait for it to end, or give another directory",
-                    dir.display()
-                )));
+                return Err(Error::InUse { what: what.to_string(), dir: dir.to_path_buf(), holder });
             }
             Err(TryLockError::Error(source)) => return Err(Error::Io { path, source }),
         }
@@ -131,10 +128,7 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
         file.set_len(0).and_then(|()| file.write_all(note.as_bytes())).and_then(|()| file.flush()).map_err(io(&path))?;
         return Ok(DirLock { file, dir: dir.to_path_buf() });
     }
-    Err(Error::Config(format!(
-        "{what} {}: its lock file {LOCK_FILE} was replaced {LOCK_TRIES} times while this process locked it: another process keeps taking and releasing the directory",
-        dir.display()
-    )))
+    Err(Error::LockLost { what: what.to_string(), dir: dir.to_path_buf(), lock_file: LOCK_FILE, tries: LOCK_TRIES })
 }
 
 /// Opens `path` with `options`, refusing to follow a symbolic link at its last component: an
@@ -142,10 +136,7 @@ pub fn lock_dir(dir: &Path, what: &str) -> Result<DirLock> {
 pub fn open_no_follow(path: &Path, options: &mut OpenOptions) -> Result<File> {
     match options.custom_flags(libc::O_NOFOLLOW).open(path) {
         Ok(f) => Ok(f),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Error::Config(format!(
-            "{} is a symbolic link: resilab writes its outputs only into files of their own, never through a link (remove it, or give another directory)",
-            path.display()
-        ))),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Error::Link(path.to_path_buf())),
         Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
     }
 }
@@ -165,10 +156,7 @@ pub fn create_output(path: &Path) -> Result<File> {
 /// refused whether or not the run writes that file.
 pub fn remove_output(path: &Path) -> Result<()> {
     match path.symlink_metadata() {
-        Ok(m) if m.file_type().is_symlink() => Err(Error::Config(format!(
-            "{} is a symbolic link: resilab writes its outputs only into files of their own, never through a link (remove it, or give another directory)",
-            path.display()
-        ))),
+        Ok(m) if m.file_type().is_symlink() => Err(Error::Link(path.to_path_buf())),
         Ok(_) => std::fs::remove_file(path).map_err(io(path)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
@@ -211,10 +199,7 @@ fn single(path: &Path, file: File) -> Result<File> {
     use std::os::unix::fs::MetadataExt as _;
     let n = file.metadata().map_err(io(path))?.nlink();
     if n > 1 {
-        return Err(Error::Config(format!(
-            "{} has {n} hard links: resilab writes only files of its own, never into one another name shares",
-            path.display()
-        )));
+        return Err(Error::HardLinks { path: path.to_path_buf(), links: n });
     }
     Ok(file)
 }
@@ -227,7 +212,12 @@ mod tests {
     fn a_second_lock_fails_at_once_naming_the_holder_and_a_dropped_one_frees_the_directory() {
         let d = tempfile::tempdir().unwrap();
         let held = lock_dir(d.path(), "--out").unwrap();
-        let e = lock_dir(d.path(), "--out").unwrap_err().to_string();
+        let e = lock_dir(d.path(), "--out").unwrap_err();
+        assert!(
+            matches!(&e, Error::InUse { what, dir, holder } if what == "--out" && dir == d.path() && holder.starts_with("process ")),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.contains("is in use by process") && e.contains(&std::process::id().to_string()), "{e}");
         drop(held);
         lock_dir(d.path(), "--out").unwrap();
@@ -295,11 +285,22 @@ mod tests {
         std::fs::write(&victim, "keep me").unwrap();
         let link = d.path().join("metrics.csv");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        for e in [create_output(&link).unwrap_err(), append_output(&link).unwrap_err()] {
+        for e in [create_output(&link).unwrap_err(), append_output(&link).unwrap_err(), remove_output(&link).unwrap_err()] {
+            assert!(matches!(&e, Error::Link(p) if *p == link), "{e:?}");
             assert!(e.to_string().contains("metrics.csv is a symbolic link"), "{e}");
         }
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
         let mut f = create_output(&d.path().join("plain.csv")).unwrap();
         f.write_all(b"x").unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_output_directory_is_an_io_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let out = file.join("out");
+        let e = lock_dir(&out, "--out").unwrap_err();
+        assert!(matches!(&e, Error::Io { path, .. } if *path == out), "{e:?}");
     }
 }

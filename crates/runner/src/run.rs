@@ -246,12 +246,11 @@ fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
         )));
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
-    resilab_faults::check_neuron_locations(&entries, &block_names).map_err(|e| config(&e))?;
-    resilab_faults::check_tensor_locations(&entries, &tensor_paths(trainer, &cfg.optimizer)).map_err(|e| config(&e))?;
+    resilab_faults::check_neuron_locations(&entries, &block_names)?;
+    resilab_faults::check_tensor_locations(&entries, &tensor_paths(trainer, &cfg.optimizer))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
-    resilab_faults::check_messages(&entries, stages).map_err(|e| config(&e))?;
-    let events =
-        resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed).map_err(|e| config(&e))?;
+    resilab_faults::check_messages(&entries, stages)?;
+    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
     let mut guard = Guard::new(cfg.recovery.strategy, cfg.detect.clone(), replicas);
     guard.rebalance = cfg.recovery.rebalance;

@@ -51,6 +51,9 @@ pub enum Error {
     /// The model could not be built.
     #[error(transparent)]
     Model(#[from] resilab_models::Error),
+    /// A batch does not fit the memory budget.
+    #[error(transparent)]
+    Budget(#[from] resilab_data::limits::Error),
 }
 
 /// Result alias for this crate.

@@ -143,7 +143,7 @@ impl TrainConfig {
             ("train.eval_batch_size", self.eval_batch_size, eval, "an evaluation batch"),
         ] {
             let bytes = per_image.and_then(|b| b.checked_mul(images as u64));
-            resilab_data::check_memory(key, &value, bytes, what).map_err(Error::Config)?;
+            resilab_data::check_memory(key, &value, bytes, what)?;
         }
         Ok(())
     }
@@ -797,6 +797,14 @@ mod config_tests {
 
     fn err(c: &TrainConfig) -> String {
         c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_batch_over_the_budget_is_a_budget_error_naming_its_key() {
+        let c = TrainConfig { batch_size: 1 << 40, ..TrainConfig::default() };
+        let data = DataConfig { source: resilab_data::DataSource::Cifar10, ..DataConfig::default() };
+        let e = c.check_sizes(&data).unwrap_err();
+        assert!(matches!(&e, Error::Budget(resilab_data::limits::Error::Budget(r)) if r.key == "train.batch_size"), "{e:?}");
     }
 
     #[test]
