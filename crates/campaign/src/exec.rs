@@ -3,23 +3,25 @@
 //! (a worker ended by TERM, INT or HUP: [`crate::ending`]), and appends each finished run to
 //! the record. Resuming reads the record and skips what it holds.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+mod pool;
+mod schedule;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, IsTerminal as _, Write};
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::ending::{Verdict, verdict_of};
 use crate::meta::{Meta, read_meta, shard_text};
 use crate::spec::{Campaign, Kind};
 use crate::store::{Appender, read_rows, write_csv};
 use crate::work::{Job, Reply, base_dir};
-use crate::{CAMPAIGN_FILE, Error, Metrics, READY_LINE, REPLY_PREFIX, RUNS_CSV, RUNS_JSONL, Result, Row, Status};
+use crate::{CAMPAIGN_FILE, Error, Metrics, RUNS_CSV, RUNS_JSONL, Result, Row, Status};
+use pool::Pool;
+use schedule::{Action, Answer, Event, Scheduler};
 
 /// How to carry out a campaign.
 pub struct Options {
@@ -204,216 +206,35 @@ pub(crate) fn bases_to_prepare<'a>(campaign: &Campaign, out: &Path, todo: &'a [c
     todo.iter().filter(|s| seen.insert(s.base_key.as_str()) && !base_ready(campaign, out, s, platform)).collect()
 }
 
-struct Slot {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    generation: u64,
-    ready: bool,
-    busy: Option<(Job, Instant)>,
-}
-
-enum Msg {
-    Line(usize, u64, String),
-    Exit(usize, u64),
-}
-
-struct Pool {
-    slots: Vec<Option<Slot>>,
-    tx: mpsc::Sender<Msg>,
-    rx: mpsc::Receiver<Msg>,
-    worker: Vec<OsString>,
-    out: PathBuf,
-    next_generation: u64,
-}
-
-impl Pool {
-    fn new(n: usize, worker: &[OsString], out: &Path) -> Self {
-        let (tx, rx) = mpsc::channel();
-        Self { slots: (0..n).map(|_| None).collect(), tx, rx, worker: worker.to_vec(), out: out.to_path_buf(), next_generation: 0 }
-    }
-
-    fn log_path(&self, i: usize) -> PathBuf {
-        self.out.join("logs").join(format!("worker-{i}.log"))
-    }
-
-    fn spawn(&mut self, i: usize) -> Result<()> {
-        let (program, args) = self.worker.split_first().ok_or_else(|| Error::Worker("no worker command".into()))?;
-        let log_path = self.log_path(i);
-        let log = resilab_runner::files::append_output(&log_path)?;
-        let mut child = Command::new(program)
-            .args(args)
-            .arg("--dir")
-            .arg(&self.out)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|source| Error::WorkerStart { program: PathBuf::from(program), source })?;
-        let generation = self.next_generation;
-        self.next_generation += 1;
-        let stdout = child.stdout.take().ok_or_else(|| Error::Worker("a worker process without its standard output".into()))?;
-        let tx = self.tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(Msg::Line(i, generation, line)).is_err() {
-                    return;
-                }
-            }
-            let _ = tx.send(Msg::Exit(i, generation));
-        });
-        let stdin = child.stdin.take();
-        self.slots[i] = Some(Slot { child, stdin, generation, ready: false, busy: None });
-        Ok(())
-    }
-
-    /// Kills slot `i`'s process (if any) and returns the job it held.
-    fn kill(&mut self, i: usize) -> Option<(Job, Instant)> {
-        let mut slot = self.slots[i].take()?;
-        let _ = slot.child.kill();
-        let _ = slot.child.wait();
-        slot.busy
-    }
-
-    fn send(&mut self, i: usize, job: Job) -> bool {
-        let Some(slot) = self.slots[i].as_mut() else { return false };
-        let Some(stdin) = slot.stdin.as_mut() else { return false };
-        let line = serde_json::to_string(&job).unwrap_or_default();
-        let ok = writeln!(stdin, "{line}").and_then(|()| stdin.flush()).is_ok();
-        slot.busy = Some((job, Instant::now()));
-        ok
-    }
-
-    fn shutdown(&mut self) {
-        for s in self.slots.iter_mut().flatten() {
-            s.stdin = None;
-        }
-        for s in self.slots.iter_mut().flatten() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if matches!(s.child.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = s.child.kill();
-            let _ = s.child.wait();
-        }
-    }
-}
-
-fn exit_description(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(s)) => format!("signal {s}"),
-        (None, None) => "killed".into(),
-    }
-}
-
-/// What a job is, in an interruption's message.
-fn job_text(job: Option<Job>) -> String {
-    match job {
-        Some(Job::Run { index }) => format!("the run of grid index {index}"),
-        Some(Job::Prep { index }) => format!("the base run of grid index {index}"),
-        None => "no run".into(),
-    }
-}
-
-/// Slot `i`'s process ended (its standard output closed): the crash of the job it held, to
-/// record, if any. An error when it was interrupted (ended by TERM, INT or HUP: nothing is
-/// recorded, the campaign stops) or ended before it was ready.
-fn ended(pool: &mut Pool, i: usize) -> Result<Option<Reply>> {
-    let Some(slot) = pool.slots[i].as_mut() else { return Ok(None) };
-    let was_ready = slot.ready;
-    let status = slot.child.wait();
-    let job = pool.kill(i).map(|(job, _)| job);
-    if let Ok(Verdict::Interrupted(signal)) = status.as_ref().map(|s| verdict_of(*s)) {
-        return Err(Error::Interrupted { signal, worker: i, during: job_text(job) });
-    }
-    let how = status.map_or_else(|e| e.to_string(), exit_description);
-    let log = pool.log_path(i);
-    if !was_ready {
-        return Err(Error::Worker(format!("a worker process failed to start ({how}): {} (see {})", last_log_line(&log), log.display())));
-    }
-    Ok(job.map(|job| {
-        let message = format!("worker process died ({how}) during the run; see {}: {}", log.display(), last_log_line(&log));
-        Reply { job, status: Status::Crashed, message: Some(message), metrics: Metrics::default() }
-    }))
-}
-
-fn last_log_line(path: &Path) -> String {
-    std::fs::read_to_string(path).ok().and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string)).unwrap_or_default()
-}
-
-/// Runs `jobs` through the pool; `finish` gets each reply (synthesised for crashes and
-/// timeouts). Returns when every job has an answer.
+/// Runs `jobs` through the pool; `finish` gets each answer (made up for crashes and
+/// timeouts). Returns when every job has an answer. The decisions are the scheduler's; this
+/// carries them out and feeds it the pool's events.
 fn drive(pool: &mut Pool, jobs: Vec<Job>, timeout: impl Fn(&Job) -> Duration, mut finish: impl FnMut(Reply) -> Result<()>) -> Result<()> {
-    let mut queue: VecDeque<Job> = jobs.into();
-    let mut outstanding = queue.len();
-    let n = pool.slots.len();
-    while outstanding > 0 {
-        for i in 0..n {
-            if queue.is_empty() {
-                break;
-            }
-            if pool.slots[i].is_none() {
-                pool.spawn(i)?;
-            }
-            if pool.slots[i].as_ref().is_some_and(|s| s.busy.is_none())
-                && let Some(job) = queue.pop_front()
-            {
-                // A failed write means the process is gone; its exit message follows.
-                pool.send(i, job);
+    let mut plan = Scheduler::new(pool.len(), jobs, timeout);
+    let mut event = Event::Tick;
+    loop {
+        for action in plan.on(event, Instant::now()) {
+            match action {
+                Action::Start(i) => pool.spawn(i)?,
+                Action::Send(i, job) => pool.send(i, job),
+                Action::Kill(i) => pool.kill(i),
+                Action::Record(answer) => finish(reply_of(answer))?,
+                Action::Stop(stop) => return Err(stop.into()),
+                Action::Finish => return Ok(()),
             }
         }
-        let now = Instant::now();
-        let next_deadline = pool
-            .slots
-            .iter()
-            .flatten()
-            .filter_map(|s| s.busy.map(|(j, t)| (t + timeout(&j)).saturating_duration_since(now)))
-            .min()
-            .unwrap_or(Duration::from_millis(500));
-        match pool.rx.recv_timeout(next_deadline.min(Duration::from_millis(500))) {
-            Ok(Msg::Line(i, g, line)) => {
-                let Some(slot) = pool.slots[i].as_mut().filter(|s| s.generation == g) else { continue };
-                if line == READY_LINE {
-                    slot.ready = true;
-                } else if let Some(json) = line.strip_prefix(REPLY_PREFIX) {
-                    let reply: Reply =
-                        serde_json::from_str(json).map_err(|e| Error::Worker(format!("worker {i} sent a bad reply ({e}): {json}")))?;
-                    if slot.busy.is_some_and(|(j, _)| j == reply.job) {
-                        slot.busy = None;
-                        outstanding -= 1;
-                        finish(reply)?;
-                    }
-                }
-            }
-            Ok(Msg::Exit(i, g)) => {
-                if pool.slots[i].as_ref().is_none_or(|s| s.generation != g) {
-                    continue;
-                }
-                if let Some(reply) = ended(pool, i)? {
-                    outstanding -= 1;
-                    finish(reply)?;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Worker("the channel from the worker processes closed".into())),
-        }
-        let now = Instant::now();
-        for i in 0..n {
-            let expired = pool.slots[i].as_ref().and_then(|s| s.busy).filter(|(j, t)| now.duration_since(*t) > timeout(j));
-            if let Some((job, _)) = expired {
-                pool.kill(i);
-                outstanding -= 1;
-                let message = format!("killed after {:.0} s (timeout)", timeout(&job).as_secs_f64());
-                finish(Reply { job, status: Status::Timeout, message: Some(message), metrics: Metrics::default() })?;
-            }
-        }
+        event = pool.next(plan.wait(Instant::now()))?;
     }
-    Ok(())
+}
+
+/// The reply recorded for an answer: the worker's own, or a crash or a timeout it could not give.
+fn reply_of(answer: Answer<Reply>) -> Reply {
+    let (job, status, message) = match answer {
+        Answer::Replied(reply) => return reply,
+        Answer::Crashed { job, message } => (job, Status::Crashed, message),
+        Answer::TimedOut { job, message } => (job, Status::Timeout, message),
+    };
+    Reply { job, status, message: Some(message), metrics: Metrics::default() }
 }
 
 /// Carries out the campaign (or this shard of it) in `opts.out`.
@@ -426,7 +247,7 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
     let recorded = prepare_dir(campaign, opts)?;
     let done: HashSet<String> = recorded.iter().map(|r| r.id.clone()).collect();
     let (total, todo) = pending(campaign, opts.shard, &done)?;
-    let mut outcome = Outcome { total, skipped: total - todo.len() as u64, ..Outcome::default() };
+    let outcome = Outcome { total, skipped: total - todo.len() as u64, ..Outcome::default() };
     let preps: Vec<Job> =
         bases_to_prepare(campaign, &opts.out, &todo, &opts.platform).iter().map(|s| Job::Prep { index: s.index }).collect();
     let timeout = Duration::from_secs_f64(opts.timeout_s.unwrap_or(campaign.settings.timeout_s));
@@ -434,67 +255,79 @@ pub fn execute(campaign: &Campaign, opts: &Options) -> Result<Outcome> {
         Job::Prep { .. } => timeout * 10,
         Job::Run { .. } => timeout,
     };
+    // Declared after the lock, so dropped before it: on every way out of this function, an
+    // error's included, the pool ends its processes before another campaign may take the
+    // directory.
     let mut pool = Pool::new(opts.jobs.min(todo.len().max(1)), &opts.worker, &opts.out);
     let (bar, log_lines) = progress(opts, todo.len());
     let specs: HashMap<u64, crate::RunSpec> = todo.iter().map(|s| (s.index, s.clone())).collect();
-    outcome.bases = preps.len() as u64;
     if !preps.is_empty() {
         bar.set_message(format!("training {} base run(s)", preps.len()));
     }
-    let base_failures = match run_bases(&mut pool, preps, &timeout_of, campaign, &specs, &opts.out) {
-        Ok(f) => f,
-        Err(e) => {
-            pool.shutdown();
-            return Err(e);
-        }
-    };
-    outcome.bases_s = start.elapsed().as_secs_f64();
+    let bases = preps.len() as u64;
+    let base_failures = run_bases(&mut pool, preps, &timeout_of, campaign, &specs, &opts.out)?;
+    let outcome = Outcome { bases, bases_s: start.elapsed().as_secs_f64(), ..outcome };
     bar.set_message("");
-    let mut appender = Appender::open(&opts.out, campaign.axis_keys(), campaign.settings.kind)?;
-    let mut record =
-        |spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics, outcome: &mut Outcome| -> Result<()> {
-            let row = Row {
-                id: spec.id.clone(),
-                index: spec.index,
-                coords: spec.coords.iter().cloned().collect(),
-                seed: spec.seed,
-                rep: spec.rep,
-                status,
-                message,
-                metrics,
-            };
-            appender.append(&row)?;
-            outcome.done += 1;
-            if status != Status::Ok {
-                outcome.failed += 1;
-                bar.set_message(format!("{} not ok", outcome.failed));
-            }
-            *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
-            bar.inc(1);
-            if log_lines {
-                eprintln!("{}", log_line(&row, outcome.done, todo.len()));
-            }
-            Ok(())
-        };
+    let appender = Appender::open(&opts.out, campaign.axis_keys(), campaign.settings.kind)?;
+    let mut recorder = Recorder { appender, bar, log_lines, todo: todo.len(), outcome };
     let mut runs = Vec::new();
     for s in &todo {
         match base_failures.get(&s.base_key) {
-            Some(m) => record(s, Status::BaseFailed, Some(m.clone()), Metrics::default(), &mut outcome)?,
+            Some(m) => recorder.record(s, Status::BaseFailed, Some(m.clone()), Metrics::default())?,
             None => runs.push(Job::Run { index: s.index }),
         }
     }
-    let result = drive(&mut pool, runs, timeout_of, |reply| {
+    drive(&mut pool, runs, timeout_of, |reply| {
         stop_for_machine(&reply, &opts.out)?;
         let Job::Run { index } = reply.job else { return Ok(()) };
         let Some(spec) = specs.get(&index) else { return Ok(()) };
-        record(spec, reply.status, reply.message, reply.metrics, &mut outcome)
-    });
-    pool.shutdown();
-    result?;
+        recorder.record(spec, reply.status, reply.message, reply.metrics)
+    })?;
+    drop(pool);
     write_fault_log(campaign, &opts.out)?;
+    let Recorder { bar, mut outcome, .. } = recorder;
     bar.finish();
     outcome.wall_s = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// Appends each finished run to the record, counts it, and shows it.
+struct Recorder {
+    appender: Appender,
+    bar: ProgressBar,
+    /// One line per run on standard error ([`log_line`]).
+    log_lines: bool,
+    /// Runs to do in all.
+    todo: usize,
+    outcome: Outcome,
+}
+
+impl Recorder {
+    fn record(&mut self, spec: &crate::RunSpec, status: Status, message: Option<String>, metrics: Metrics) -> Result<()> {
+        let row = Row {
+            id: spec.id.clone(),
+            index: spec.index,
+            coords: spec.coords.iter().cloned().collect(),
+            seed: spec.seed,
+            rep: spec.rep,
+            status,
+            message,
+            metrics,
+        };
+        self.appender.append(&row)?;
+        let outcome = &mut self.outcome;
+        outcome.done += 1;
+        if status != Status::Ok {
+            outcome.failed += 1;
+            self.bar.set_message(format!("{} not ok", outcome.failed));
+        }
+        *outcome.by_status.entry(status.name().to_string()).or_default() += 1;
+        self.bar.inc(1);
+        if self.log_lines {
+            eprintln!("{}", log_line(&row, outcome.done, self.todo));
+        }
+        Ok(())
+    }
 }
 
 /// A `train` campaign's `faults.csv`: the fault logs of every run recorded so far.
@@ -590,6 +423,7 @@ fn stop_for_machine(reply: &Reply, out: &Path) -> Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
     use super::*;
+    use crate::{READY_LINE, REPLY_PREFIX};
 
     /// A pool of `n` shell workers that speak the protocol: ready, then per job line, run 0
     /// answers ok, run 1 hangs, run 2 dies (exit 3), run 4 is ended by TERM, any other run
@@ -628,7 +462,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        p.shutdown();
+        drop(p);
         assert!(start.elapsed() < Duration::from_secs(15), "the hung run held the pool: {:?}", start.elapsed());
         replies.sort_by_key(|r| match r.job {
             Job::Run { index } | Job::Prep { index } => index,
@@ -655,7 +489,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        p.shutdown();
+        drop(p);
         assert!(matches!(&e, Error::Interrupted { signal: 15, worker: 0, during } if during == "the run of grid index 4"), "{e:?}");
         let text = e.to_string();
         assert!(text.contains("ended by SIGTERM") && text.contains("`campaign --resume` runs it again"), "{text}");
@@ -664,14 +498,20 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_the_campaign_refuses_stops_the_drive_and_the_workers_are_shut_down() {
+    fn a_reply_the_campaign_refuses_stops_the_drive_and_dropping_the_pool_kills_and_reaps_its_processes() {
         let dir = tempfile::tempdir().unwrap();
         let mut p = pool(dir.path(), 2);
         let start = Instant::now();
-        let e = drive(&mut p, runs(&[0, 3, 3, 3]), |_| Duration::from_secs(60), |_| Err(Error::Config("machine full".into())));
+        // Run 1 hangs: its worker would run on for half a minute if nobody ended it.
+        let e = drive(&mut p, runs(&[0, 1, 3, 3]), |_| Duration::from_secs(60), |_| Err(Error::Config("machine full".into())));
         assert_eq!(e.unwrap_err().to_string(), "machine full");
-        p.shutdown();
-        assert!(p.slots.iter().flatten().all(|s| s.stdin.is_none()));
+        let pids = p.pids();
+        assert_eq!(pids.len(), 2, "both workers' processes are still the pool's");
+        drop(p);
+        // Reaped: no entry at all, not even a zombie's.
+        for pid in pids {
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "worker process {pid} outlived its pool");
+        }
         assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
     }
 
