@@ -1,100 +1,38 @@
-//! The metric columns of `runs.csv`, and the kinds of campaign whose runs fill each.
+//! The columns of the CSV files a campaign writes, from the serde structs of their rows: one
+//! way for every file ([`header`]; the report's files use it too), and the metric columns of
+//! `runs.csv`, with the kinds of campaign whose runs fill each ([`crate::Metrics`]).
 
+use serde::Serialize;
+
+use crate::metrics::{E, R, T};
 use crate::spec::Kind;
+use crate::{Error, Metrics, Result};
 
-/// Campaign kinds as bits, for the columns each fills.
-const R: u8 = 1;
-const E: u8 = 2;
-const T: u8 = 4;
-const ALL: u8 = R | E | T;
-
-/// Metric columns of `runs.csv`, in order, with the kinds whose runs fill them: a `train` run
-/// its faults, detections, recovery and workers; a `restart` run what its continued training
-/// did; `restart` and `eval` runs their altered files and replicas.
-const METRIC_COLUMNS: &[(&str, u8)] = &[
-    ("strategy", T),
-    ("failed", T),
-    ("steps", R),
-    ("final_acc_frac", ALL),
-    ("final_loss", ALL),
-    ("final_train_loss", R),
-    ("golden_acc_frac", ALL),
-    ("acc_loss_frac", ALL),
-    ("hit_acc_frac", R | E),
-    ("hit_loss", R | E),
-    ("replica_acc_min_frac", R | E),
-    ("replica_acc_mean_frac", R | E),
-    ("replica_acc_max_frac", R | E),
-    ("replica_accs_frac", R | E),
-    ("golden_replica_accs_frac", R | E),
-    ("replica_divergence", R | E),
-    ("replicas_diverged", R | E),
-    ("nev", ALL),
-    ("ev_injected", ALL),
-    ("param_max_abs", R | E),
-    ("buffer_max_abs", R | E),
-    ("optim_max_abs", R | E),
-    ("param_non_finite", R | E),
-    ("buffer_non_finite", R | E),
-    ("optim_non_finite", R | E),
-    ("peak_abs", R),
-    ("extreme_threshold", R | E),
-    ("base_step", R | E),
-    ("restart_step", R | E),
-    ("collapse_step", R),
-    ("collapsed", ALL),
-    ("values_corrupted", ALL),
-    ("non_finite_or_extreme_injected", ALL),
-    ("ranks_hit", R | E),
-    ("layers", R | E),
-    ("bits", R | E),
-    ("faults", T),
-    ("crashes", T),
-    ("flips", T),
-    ("first_crash_step", T),
-    ("first_crash_fraction", T),
-    ("first_crash_phase", T),
-    ("first_crash_buckets", T),
-    ("crashes_after_bucket", T),
-    ("detections", T),
-    ("detection_latency", T),
-    ("steps_lost", T),
-    ("steps_recomputed", T),
-    ("shortcut_prefix_steps", T),
-    ("shortcut_remainder_steps", T),
-    ("wall_s", ALL),
-    ("phase_s", R | E),
-    ("golden_wall_s", R | T),
-    ("time_overhead_frac", R | T),
-    ("sim_overhead_frac", T),
-    ("sim_s", T),
-    ("golden_sim_s", T),
-    ("time_to_golden_acc_s", T),
-    ("workers_end", T),
-    ("permanent_losses", T),
-    ("spares_used", T),
-    ("spare_fallbacks", T),
-    ("steps_at_workers", T),
-    ("batch_rule", T),
-    ("lr_scale", T),
-    ("digest", ALL),
-    ("golden_key", ALL),
-];
+/// The columns serde gives `T`, in order: the header a CSV writer writes for a `T` (read back
+/// from one written, so it is that header by construction).
+pub fn header<T: Serialize + Default>() -> csv::Result<Vec<String>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.serialize(T::default())?;
+    let bytes = w.into_inner().map_err(|e| csv::Error::from(e.into_error()))?;
+    let mut r = csv::Reader::from_reader(bytes.as_slice());
+    Ok(r.headers()?.iter().map(str::to_string).collect())
+}
 
 /// The columns measured on the wall clock: two records of one run (a rerun, a shard of an array
 /// job, a resumed campaign) may differ in these and in nothing else. `scripts/slurm_check.py`
 /// keeps the same list (a unit test below compares them).
 pub const WALL_CLOCK_COLUMNS: &[&str] = &["wall_s", "phase_s", "golden_wall_s", "time_overhead_frac"];
 
-/// The metric columns of a campaign of `kind`'s `runs.csv`, in order: those its runs fill
-/// (`runs.jsonl` keeps every field).
-pub fn metric_columns(kind: Kind) -> Vec<&'static str> {
+/// The metric columns of a campaign of `kind`'s `runs.csv`, in order: the fields of
+/// [`Metrics`] its runs fill, by their serde names (`runs.jsonl` keeps every field).
+pub fn metric_columns(kind: Kind) -> Result<Vec<String>> {
     let bit = match kind {
         Kind::Restart => R,
         Kind::Eval => E,
         Kind::Train => T,
     };
-    METRIC_COLUMNS.iter().filter(|(_, kinds)| kinds & bit != 0).map(|(c, _)| *c).collect()
+    let names = header::<Metrics>().map_err(|source| Error::Csv { path: crate::RUNS_CSV.into(), source })?;
+    Ok(names.into_iter().zip(Metrics::KINDS).filter(|(_, kinds)| *kinds & bit != 0).map(|(c, _)| c).collect())
 }
 
 #[cfg(test)]
@@ -103,9 +41,26 @@ mod tests {
 
     #[test]
     fn wall_clock_columns_are_metric_columns() {
+        let all = header::<Metrics>().unwrap();
         for c in WALL_CLOCK_COLUMNS {
-            assert!(METRIC_COLUMNS.iter().any(|(m, _)| m == c), "{c} is not a runs.csv column");
+            assert!(all.iter().any(|m| m == c), "{c} is not a runs.csv column");
         }
+    }
+
+    #[test]
+    fn every_field_has_its_kinds_and_every_column_is_a_field_of_the_run_record() {
+        let all = header::<Metrics>().unwrap();
+        assert_eq!(all.len(), Metrics::KINDS.len(), "a field without kinds");
+        assert!(Metrics::KINDS.iter().all(|k| *k != 0 && *k & !crate::metrics::ALL == 0));
+        // The header is the record's keys: serde names, renames included.
+        let record = serde_json::to_value(Metrics::default()).unwrap();
+        let mut keys: Vec<&String> = record.as_object().unwrap().keys().collect();
+        let mut sorted: Vec<&String> = all.iter().collect();
+        keys.sort();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert_eq!(all[..3], ["strategy", "failed", "steps"]);
+        assert_eq!(all.last().map(String::as_str), Some("golden_key"));
     }
 
     /// The Slurm check compares merged shards with a single-process campaign on every column

@@ -32,28 +32,49 @@ struct Event {
     target: String,
 }
 
-/// A row of `faults.csv`.
-#[derive(Serialize)]
-struct FaultRow<'a> {
-    run_id: &'a str,
-    event: usize,
-    step: u64,
-    rank: usize,
-    entry: usize,
-    target: &'a str,
-    attempt: u32,
-    micro_batch: Option<usize>,
-    crash_at_s: Option<f64>,
-    permanent: bool,
-    tensor: String,
-    index: Option<u64>,
-    outcome: String,
-    bits_ieee: String,
-    old: String,
-    new: String,
-    nan: Option<bool>,
-    inf: Option<bool>,
-    extreme: Option<bool>,
+/// A row of `faults.csv`: its columns are these fields' names, in order ([`crate::header`]).
+/// A fault that altered values has one row per value it attempted; a crash has one row, its
+/// value columns empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultRow {
+    /// The run that met the fault.
+    pub run_id: String,
+    /// The fault's number in the run's schedule.
+    pub event: usize,
+    /// The step it struck.
+    pub step: u64,
+    /// The worker it struck.
+    pub rank: usize,
+    /// Its `[[fault]]` entry.
+    pub entry: usize,
+    /// What it struck (`weights`, `optimizer`, `crash`, ...).
+    pub target: String,
+    /// The attempt of the step it struck.
+    pub attempt: u32,
+    /// The micro-batch it struck (pipelines).
+    pub micro_batch: Option<usize>,
+    /// A crash: seconds from its step's start.
+    pub crash_at_s: Option<f64>,
+    /// The worker was lost for good.
+    pub permanent: bool,
+    /// The dataset of the value attempted.
+    pub tensor: String,
+    /// The value's index in it.
+    pub index: Option<u64>,
+    /// What the attempt did (`corrupted`, ...).
+    pub outcome: String,
+    /// The IEEE bits flipped, `;`-separated.
+    pub bits_ieee: String,
+    /// The value before.
+    pub old: String,
+    /// The value after.
+    pub new: String,
+    /// The value after is NaN.
+    pub nan: Option<bool>,
+    /// The value after is infinite.
+    pub inf: Option<bool>,
+    /// The value after is extreme.
+    pub extreme: Option<bool>,
 }
 
 fn text(v: Option<&serde_json::Value>) -> String {
@@ -65,17 +86,17 @@ fn text(v: Option<&serde_json::Value>) -> String {
 }
 
 /// The rows of one log line: one per record (value attempted), or one for a crash.
-fn rows_of<'a>(run_id: &'a str, l: &'a LogLine) -> Vec<FaultRow<'a>> {
+fn rows_of(run_id: &str, l: &LogLine) -> Vec<FaultRow> {
     let base = |r: Option<&serde_json::Value>| {
         let field = |k: &str| r.and_then(|r| r.get(k));
         let bits = field("bits_ieee").and_then(|b| b.as_array()).map(|b| b.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(";"));
         FaultRow {
-            run_id,
+            run_id: run_id.to_string(),
             event: l.event.id,
             step: l.event.step,
             rank: l.event.rank,
             entry: l.event.entry,
-            target: &l.event.target,
+            target: l.event.target.clone(),
             attempt: l.attempt,
             micro_batch: l.micro_batch,
             crash_at_s: l.crash_at_s,
@@ -100,77 +121,64 @@ fn rows_of<'a>(run_id: &'a str, l: &'a LogLine) -> Vec<FaultRow<'a>> {
 /// The CSV of the fault logs of `rows`' runs, read from `dir/runs/<id>/faults.jsonl` (a run
 /// without one met no fault), in the rows' order.
 pub fn faults_csv(dir: &Path, rows: &[Row]) -> Result<Vec<u8>> {
-    let mut w = resilab_text::CsvWriter::without_headers(Vec::new());
-    let csv_err = |source: csv::Error| Error::Csv { path: dir.join(FAULTS_CSV), source };
-    w.write_record(HEADER).map_err(csv_err)?;
+    let mut faults = Vec::new();
     for row in rows {
         let path = dir.join("runs").join(&row.id).join("faults.jsonl");
         let Ok(body) = std::fs::read_to_string(&path) else { continue };
         for (n, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let l: LogLine =
                 serde_json::from_str(line).map_err(|source| Error::Json { what: format!("{} line {}", path.display(), n + 1), source })?;
-            for r in rows_of(&row.id, &l) {
-                w.serialize(r).map_err(csv_err)?;
-            }
+            faults.extend(rows_of(&row.id, &l));
         }
     }
-    w.into_inner().map_err(|e| Error::Csv { path: dir.join(FAULTS_CSV), source: e.into() })
+    faults_csv_bytes(&faults)
 }
 
-/// `faults.csv`'s columns, in order.
-pub const HEADER: [&str; 19] = [
-    "run_id",
-    "event",
-    "step",
-    "rank",
-    "entry",
-    "target",
-    "attempt",
-    "micro_batch",
-    "crash_at_s",
-    "permanent",
-    "tensor",
-    "index",
-    "outcome",
-    "bits_ieee",
-    "old",
-    "new",
-    "nan",
-    "inf",
-    "extreme",
-];
+/// The rows of the `faults.csv` at `path`, each read by its columns' names into a [`FaultRow`]
+/// (cells unescaped as written); `None` when there is no such file.
+pub fn read_faults_csv(path: &Path) -> Result<Option<Vec<FaultRow>>> {
+    let csv_err = |source: csv::Error| Error::Csv { path: path.to_path_buf(), source };
+    let mut reader = match csv::Reader::from_path(path) {
+        Ok(r) => r,
+        Err(e) if matches!(e.kind(), csv::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => return Ok(None),
+        Err(e) => return Err(csv_err(e)),
+    };
+    resilab_text::csv_rows(&mut reader).map(Some).map_err(csv_err)
+}
+
+/// `rows` as a `faults.csv` file: the header [`FaultRow`]'s columns, then a line per row.
+fn faults_csv_bytes(rows: &[FaultRow]) -> Result<Vec<u8>> {
+    let csv_err = |source: csv::Error| Error::Csv { path: FAULTS_CSV.into(), source };
+    let mut w = resilab_text::CsvWriter::without_headers(Vec::new());
+    w.write_record(crate::header::<FaultRow>().map_err(csv_err)?).map_err(csv_err)?;
+    for r in rows {
+        w.serialize(r).map_err(csv_err)?;
+    }
+    w.into_inner().map_err(|e| csv_err(e.into()))
+}
 
 /// The rows of the parts' `faults.csv` files for the runs `ids`, each run's from the first part
 /// that holds it, header first; `None` when no part has the file.
 pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -> Result<Option<Vec<u8>>> {
     // Cells are read back as written and written again as every CSV is (a part written before
     // cells were escaped gains its escapes).
-    let mut out = resilab_text::CsvWriter::from_writer(Vec::new());
+    let mut merged = Vec::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
     let mut any = false;
     for part in parts {
-        let path = part.join(FAULTS_CSV);
-        let csv_err = |source: csv::Error| Error::Csv { path: path.clone(), source };
-        let mut rows = match csv::Reader::from_path(&path) {
-            Ok(r) => r,
-            Err(e) if matches!(e.kind(), csv::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => continue,
-            Err(e) => return Err(csv_err(e)),
-        };
-        if !any {
-            out.write_record(rows.headers().map_err(csv_err)?).map_err(csv_err)?;
-            any = true;
-        }
+        let Some(rows) = read_faults_csv(&part.join(FAULTS_CSV))? else { continue };
+        any = true;
         let mut here: BTreeSet<String> = BTreeSet::new();
-        for row in rows.records() {
-            let row = resilab_text::unescaped(&row.map_err(csv_err)?);
-            let id = row.get(0).unwrap_or_default();
-            if ids.contains(id) && !taken.contains(id) {
-                here.insert(id.to_string());
-                out.write_record(&row).map_err(csv_err)?;
+        for row in rows {
+            if ids.contains(&row.run_id) && !taken.contains(&row.run_id) {
+                here.insert(row.run_id.clone());
+                merged.push(row);
             }
         }
         taken.extend(here);
     }
-    let bytes = out.into_inner().map_err(|e| Error::Csv { path: FAULTS_CSV.into(), source: e.into() })?;
-    Ok(any.then_some(bytes))
+    if !any {
+        return Ok(None);
+    }
+    faults_csv_bytes(&merged).map(Some)
 }

@@ -37,29 +37,29 @@ pub struct Row {
 impl Row {
     /// The CSV header for rows with these axis keys: the run's fields by their serde names,
     /// with the grid's axes after `index` and the metric columns a campaign of `kind` fills.
-    pub fn header(axes: &[String], kind: Kind) -> Vec<String> {
+    pub fn header(axes: &[String], kind: Kind) -> Result<Vec<String>> {
         let mut h = vec!["id".to_string(), "index".into()];
         h.extend(axes.iter().cloned());
         h.extend(["seed".to_string(), "rep".into(), "status".into()]);
-        h.extend(crate::metric_columns(kind).iter().map(|c| c.to_string()));
+        h.extend(crate::metric_columns(kind)?);
         h.push("message".into());
-        h
+        Ok(h)
     }
 
-    /// This row's CSV fields under [`Row::header`]: each column's value looked up by its name,
+    /// This row's CSV fields under `header` (a [`Row::header`] of `axes`): each column's value looked up by its name,
     /// an axis in the coordinates and every other column in the row's serde record (so a
     /// column and its value cannot be paired by position), empty where the run has none.
-    pub fn fields(&self, axes: &[String], kind: Kind) -> Vec<String> {
-        let record = serde_json::to_value(self).unwrap_or_default();
+    pub fn fields(&self, header: &[String], axes: &[String]) -> Result<Vec<String>> {
+        let record = serde_json::to_value(self).map_err(|source| Error::Json { what: format!("run {}", self.id), source })?;
         let text = |v: &serde_json::Value| match v {
             serde_json::Value::Null => String::new(),
             serde_json::Value::String(s) => s.clone(),
             v => v.to_string(),
         };
-        Row::header(axes, kind)
+        Ok(header
             .iter()
             .map(|c| if axes.contains(c) { self.coords.get(c).cloned().unwrap_or_default() } else { text(&record[c.as_str()]) })
-            .collect()
+            .collect())
     }
 }
 
@@ -196,9 +196,10 @@ pub fn write_csv(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Resu
 pub(crate) fn csv_bytes(path: &Path, axes: &[String], kind: Kind, rows: &[Row]) -> Result<Vec<u8>> {
     let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
     let csv_err = |source: csv::Error| Error::Csv { path: path.to_path_buf(), source };
-    w.write_record(Row::header(axes, kind)).map_err(csv_err)?;
+    let header = Row::header(axes, kind)?;
+    w.write_record(&header).map_err(csv_err)?;
     for r in rows {
-        w.write_record(r.fields(axes, kind)).map_err(csv_err)?;
+        w.write_record(r.fields(&header, axes)?).map_err(csv_err)?;
     }
     w.into_inner().map_err(|e| Error::Io { path: path.to_path_buf(), source: e })
 }
@@ -218,7 +219,8 @@ pub(crate) struct Appender {
     jsonl: std::fs::File,
     csv: resilab_text::CsvWriter<std::fs::File>,
     axes: Vec<String>,
-    kind: Kind,
+    /// The file's columns.
+    header: Vec<String>,
     dir: std::path::PathBuf,
 }
 
@@ -227,7 +229,8 @@ impl Appender {
     pub(crate) fn open(dir: &Path, axes: Vec<String>, kind: Kind) -> Result<Self> {
         let open = |name: &str| resilab_runner::files::append_output(&dir.join(name));
         let csv = resilab_text::CsvWriter::without_headers(open(crate::RUNS_CSV)?);
-        Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, kind, dir: dir.to_path_buf() })
+        let header = Row::header(&axes, kind)?;
+        Ok(Self { jsonl: open(crate::RUNS_JSONL)?, csv, axes, header, dir: dir.to_path_buf() })
     }
 
     /// Appends one row to both files.
@@ -237,7 +240,7 @@ impl Appender {
         writeln!(self.jsonl, "{line}").map_err(|source| Error::Io { path: p.clone(), source })?;
         self.jsonl.flush().map_err(|source| Error::Io { path: p, source })?;
         let p = self.dir.join(crate::RUNS_CSV);
-        self.csv.write_record(row.fields(&self.axes, self.kind)).map_err(|source| Error::Csv { path: p.clone(), source })?;
+        self.csv.write_record(row.fields(&self.header, &self.axes)?).map_err(|source| Error::Csv { path: p.clone(), source })?;
         self.csv.flush().map_err(|source| Error::Io { path: p, source })
     }
 }
@@ -394,7 +397,7 @@ mod tests {
         assert_eq!(get("nev"), "false");
         assert_eq!(get("layers"), "a;b");
         assert_eq!(get("acc_loss_frac"), "");
-        assert_eq!(h.len(), 2 + 1 + 3 + crate::metric_columns(Kind::Restart).len() + 1);
+        assert_eq!(h.len(), 2 + 1 + 3 + crate::metric_columns(Kind::Restart).unwrap().len() + 1);
     }
 
     #[test]
@@ -403,31 +406,26 @@ mod tests {
         // record's JSON, and every key a column of some kind.
         let record = serde_json::to_value(Metrics::default()).unwrap();
         let keys: Vec<&String> = record.as_object().unwrap().keys().collect();
-        let mut all: Vec<&str> = Vec::new();
+        let mut all: Vec<String> = Vec::new();
         for k in [Kind::Train, Kind::Restart, Kind::Eval] {
-            all.extend(crate::metric_columns(k));
+            all.extend(crate::metric_columns(k).unwrap());
         }
         for c in &all {
-            assert!(keys.iter().any(|k| k == c), "runs.csv column {c} is no field of a run record");
+            assert!(keys.contains(&c), "runs.csv column {c} is no field of a run record");
         }
         for k in keys {
-            assert!(all.contains(&k.as_str()), "the run record's {k} is no column of runs.csv");
+            assert!(all.contains(k), "the run record's {k} is no column of runs.csv");
         }
     }
 
     #[test]
     fn columns_no_run_of_a_kind_fills_are_left_out() {
-        let cols = |k| crate::metric_columns(k);
-        assert!(cols(Kind::Train).contains(&"faults") && !cols(Kind::Train).contains(&"peak_abs") && !cols(Kind::Train).contains(&"bits"));
-        assert!(
-            cols(Kind::Restart).contains(&"peak_abs") && cols(Kind::Restart).contains(&"bits") && !cols(Kind::Restart).contains(&"faults")
-        );
-        assert!(!cols(Kind::Eval).contains(&"steps") && cols(Kind::Eval).contains(&"bits"));
+        let has = |k, c: &str| crate::metric_columns(k).unwrap().iter().any(|m| m == c);
+        assert!(has(Kind::Train, "faults") && !has(Kind::Train, "peak_abs") && !has(Kind::Train, "bits"));
+        assert!(has(Kind::Restart, "peak_abs") && has(Kind::Restart, "bits") && !has(Kind::Restart, "faults"));
+        assert!(!has(Kind::Eval, "steps") && has(Kind::Eval, "bits"));
         for k in [Kind::Train, Kind::Restart, Kind::Eval] {
-            assert!(
-                ["final_acc_frac", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| cols(k).contains(c)),
-                "{k:?}"
-            );
+            assert!(["final_acc_frac", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| has(k, c)), "{k:?}");
         }
     }
 }

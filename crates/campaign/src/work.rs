@@ -276,56 +276,8 @@ impl<'a> Worker<'a> {
         let out = self.dir.join("runs").join(&spec.id);
         let opts = self.options(out, Some(self.dir.join("golden")));
         let s = resilab_runner::train(&spec.config, &opts)?;
-        let latencies: Vec<u64> = s.detections.iter().filter_map(|d| d.latency_steps).collect();
-        // N-EV by the outcome: what the run's state and loss are at its end, after recovery.
-        let nev = s.collapsed || s.final_state_extreme;
-        let crashes: Vec<&resilab_recovery::DetectionRecord> = s.detections.iter().filter(|d| d.crash_phase.is_some()).collect();
-        let first = crashes.first();
-        Ok(Metrics {
-            crashes: Some(s.crashes_met as u64),
-            flips: Some(s.flips_met as u64),
-            first_crash_step: first.map(|d| d.step),
-            first_crash_fraction: first.and_then(|d| d.crash_fraction),
-            first_crash_phase: first.and_then(|d| d.crash_phase).map(str::to_string),
-            first_crash_buckets: first.and_then(|d| d.buckets).map(|b| b[0] as u64),
-            crashes_after_bucket: Some(crashes.iter().filter(|d| d.buckets.is_some_and(|b| b[0] > 0)).count() as u64),
-            final_acc: Some(s.final_test_acc),
-            final_loss: Some(s.final_test_loss),
-            golden_acc: s.golden.as_ref().map(|g| g.final_test_acc),
-            acc_loss: s.acc_loss_vs_golden,
-            nev: Some(nev),
-            ev_injected: Some(s.values_non_finite_or_extreme > 0),
-            // A run whose strategy gave up is `failed`, its own class: not a NaN.
-            collapsed: Some(s.collapsed),
-            values_corrupted: Some(s.values_corrupted as u64),
-            non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
-            faults: Some(s.faults_injected as u64),
-            detections: Some(s.detections.len() as u64),
-            detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
-            steps_lost: Some(s.steps_lost),
-            steps_recomputed: Some(s.steps_recomputed),
-            shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
-            shortcut_remainder_steps: Some(s.shortcut_remainder_steps),
-            wall_s: Some(s.wall_s),
-            golden_wall_s: s.golden.as_ref().map(|g| g.wall_s),
-            time_overhead: s.time_overhead_vs_golden,
-            sim_overhead: s.simulated_overhead_vs_golden,
-            sim_s: Some(s.simulated_s),
-            golden_sim_s: s.golden.as_ref().and_then(|g| g.simulated_s),
-            time_to_golden_acc_s: s.simulated_s_to_golden_acc,
-            workers_end: Some(s.workers.at_end as u64),
-            permanent_losses: Some(s.workers.permanent_losses),
-            spares_used: Some(s.workers.spares_used),
-            spare_fallbacks: Some(s.workers.spare_fallbacks),
-            steps_at_workers: Some(s.workers.steps_at_workers.iter().map(|(w, n)| format!("{w}:{n}")).collect::<Vec<_>>().join(";")),
-            batch_rule: s.workers.batch_rule.clone(),
-            lr_scale: Some(s.workers.lr_scale_at_end),
-            digest: Some(s.final_params_digest),
-            golden_key: Some(resilab_runner::golden::key(&spec.config, &self.platform())),
-            failed: Some(s.status == "failed"),
-            strategy: Some(s.strategy),
-            ..Metrics::default()
-        })
+        let golden_key = resilab_runner::golden::key(&spec.config, &self.platform());
+        Ok(Metrics { golden_key: Some(golden_key), ..Metrics::from(&s) })
     }
 
     fn run_altered(&mut self, spec: &RunSpec) -> Result<Metrics> {

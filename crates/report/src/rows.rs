@@ -453,14 +453,10 @@ fn statuses<S: Serializer>(m: &BTreeMap<String, u64>, s: S) -> std::result::Resu
     s.serialize_str(&m.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(";"))
 }
 
-/// The columns serde gives `T`, in order: the header a CSV writer writes for a `T` (read back
-/// from one written, so it is that header by construction).
+/// The columns serde gives `T`, in order: [`resilab_campaign::header`], the one way every CSV
+/// file of a campaign and of its report gets its header from its row struct.
 pub(crate) fn columns<T: Serialize + Default>() -> Result<Vec<String>> {
-    let mut w = resilab_text::CsvWriter::from_writer(Vec::new());
-    w.serialize(T::default()).map_err(csv_error)?;
-    let text = csv_text(w)?;
-    let mut r = csv::Reader::from_reader(text.as_bytes());
-    Ok(r.headers().map_err(csv_error)?.iter().map(str::to_string).collect())
+    resilab_campaign::header::<T>().map_err(csv_error)
 }
 
 /// A CSV table of `T`s: the header `axes` and then `T`'s [`columns`]; each line the row's axis

@@ -47,7 +47,7 @@ pub struct StrategyRow {
     /// Recovery strategy.
     pub strategy: String,
     /// `completed` or `failed`.
-    pub status: String,
+    pub status: crate::RunStatus,
     /// Final test accuracy, a fraction.
     pub final_test_acc_frac: f64,
     /// Golden final accuracy minus this run's, a fraction: [`acc_loss_frac`], none for a
@@ -84,7 +84,7 @@ impl StrategyRow {
     pub fn of(strategy: &str, s: &Summary) -> Self {
         Self {
             strategy: strategy.to_string(),
-            status: s.status.clone(),
+            status: s.status,
             final_test_acc_frac: s.final_test_acc,
             acc_loss_frac: acc_loss_frac(s),
             faults: s.faults_injected,
@@ -106,7 +106,7 @@ impl StrategyRow {
 /// every report (docs/metrics.md, "Accuracy loss"): a run that failed (its strategy gave up)
 /// has none and counts as a failure; a run that collapsed but completed keeps its loss.
 pub fn acc_loss_frac(s: &Summary) -> Option<f64> {
-    s.acc_loss_vs_golden.filter(|_| s.status != "failed")
+    s.acc_loss_vs_golden.filter(|_| s.status != crate::RunStatus::Failed)
 }
 
 /// Actions listed in full; the rest are counted.
@@ -124,7 +124,7 @@ pub fn actions(s: &Summary) -> String {
         }
     }
     all.sort_by_key(|a| a.0);
-    if s.status == "failed" && !s.detections.iter().any(|d| d.decision == resilab_recovery::Decision::Fail) {
+    if s.status == crate::RunStatus::Failed && !s.detections.iter().any(|d| d.decision == resilab_recovery::Decision::Fail) {
         all.push((u64::MAX, "the run failed".into()));
     }
     let more = all.len().saturating_sub(SHOWN_ACTIONS);
@@ -216,8 +216,9 @@ pub const BUDGET_POINTS: f64 = 0.5;
 /// accuracy loss within [`BUDGET_POINTS`], said as what it is: one run, which decides nothing.
 fn verdict(rows: &[StrategyRow], test_images: usize) -> String {
     let cost = |r: &StrategyRow| r.sim_overhead_frac.or(r.time_overhead_frac);
-    let within =
-        rows.iter().filter(|r| r.status == "completed" && r.acc_loss_frac.is_some_and(|l| 100.0 * l <= BUDGET_POINTS) && cost(r).is_some());
+    let within = rows.iter().filter(|r| {
+        r.status == crate::RunStatus::Completed && r.acc_loss_frac.is_some_and(|l| 100.0 * l <= BUDGET_POINTS) && cost(r).is_some()
+    });
     let image = 100.0 / test_images.max(1) as f64;
     let caveat = format!(
         "One run decides nothing: one test image is {image:.2} points here, and another fault seed strikes elsewhere. To choose, compare them over seeds and faults in a campaign, as configs/paper/recovery.toml does (docs/recovery.md)."

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use resilab_models::{Compute, Net};
 use resilab_recovery::DetectionRecord;
 use resilab_train::Trainer;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Provenance, Result};
 
@@ -139,7 +139,7 @@ pub struct Summary {
     pub final_params_digest: String,
     /// `completed`, or `failed` (the strategy gave up: a crash under `none`; or a worker was
     /// lost for good and the job could not go on).
-    pub status: String,
+    pub status: RunStatus,
     /// Why the run failed, where it is more than the strategy giving up.
     pub failure: Option<String>,
     /// Recovery strategy.
@@ -186,6 +186,38 @@ pub struct Summary {
     pub final_param_distance: Option<f64>,
     /// Where the numbers came from.
     pub provenance: Provenance,
+}
+
+/// How a training run ended (`summary.json`'s `status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// It trained all its steps.
+    Completed,
+    /// It stopped early: its strategy gave up (a crash under `none`), or a worker was lost for
+    /// good and the job could not go on.
+    Failed,
+}
+
+impl RunStatus {
+    /// `failed` when `failed`, else `completed`.
+    pub fn of(failed: bool) -> Self {
+        if failed { RunStatus::Failed } else { RunStatus::Completed }
+    }
+
+    /// The spelling in `summary.json` and `strategies.csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
 }
 
 /// One restart.

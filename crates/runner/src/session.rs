@@ -631,7 +631,7 @@ impl<'a> Session<'a> {
             checkpoints: t.checkpoints,
             checkpoint_s: t.checkpoint_s,
             final_params_digest: params_digest(&trainer.model()),
-            status: if t.failed { "failed" } else { "completed" }.to_string(),
+            status: crate::RunStatus::of(t.failed),
             failure: t.failure,
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
             faults_injected: rec.faults.logged().len(),

@@ -19,7 +19,7 @@ impl Summary {
             s.images_per_s,
             out.display()
         )];
-        if s.faults_injected > 0 || !s.detections.is_empty() || s.status != "completed" {
+        if s.faults_injected > 0 || !s.detections.is_empty() || s.status != crate::RunStatus::Completed {
             lines.push(format!(
                 "{} fault(s) injected ({} values changed), {}, {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
                 s.faults_injected,
