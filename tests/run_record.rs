@@ -3,9 +3,12 @@
 //! order, with the kinds whose runs fill it), `faults.csv`'s are those of `FaultRow`, and every
 //! committed `runs.csv` and `faults.csv` under `results/` reads into those structs by its
 //! columns' names and writes back byte for byte. A committed `summary.json`'s `status` reads as
-//! a `RunStatus`.
+//! a `RunStatus`. A metric added to the record (`checkpoint_bytes`) reaches `runs.csv` from the
+//! run's `summary.json`.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
+
+mod common;
 
 use std::path::{Path, PathBuf};
 
@@ -118,4 +121,41 @@ fn every_committed_summary_json_has_a_run_status() {
         let status: resilab_runner::RunStatus = serde_json::from_value(v["status"].clone()).unwrap();
         assert_eq!(serde_json::to_value(status).unwrap(), v["status"], "{}", path.display());
     }
+}
+
+/// A `train` campaign of one fault-free run on 2 workers, checkpointing every 3 of its 8 steps.
+const CHECKPOINTING: &str = r#"
+[campaign]
+kind = "train"
+seeds = [3]
+repetitions = 1
+timeout_s = 120
+
+[base]
+data = { source = "synthetic", train_size = 128, test_size = 64, image_size = 16, difficulty = 0.3 }
+model = { arch = "resnet", depth = 8, width = 0.25 }
+train = { steps = 8, batch_size = 32 }
+parallel = { workers = 2 }
+checkpoint = { every_steps = 3 }
+
+[grid]
+"recovery.strategy" = ["rollback"]
+"#;
+
+#[test]
+fn a_train_run_records_the_checkpoint_bytes_it_wrote_in_its_summary_and_runs_csv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::finished_campaign(tmp.path(), "ckpt", CHECKPOINTING, &[]);
+    let rows = common::csv_records(&out.join("runs.csv"));
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("runs").join(&row["id"]).join("summary.json")).unwrap()).unwrap();
+    let (bytes, checkpoints, params) =
+        (summary["checkpoint_bytes"].as_u64().unwrap(), summary["checkpoints"].as_u64().unwrap(), summary["params"].as_u64().unwrap());
+    assert_eq!(row["checkpoint_bytes"], bytes.to_string(), "runs.csv's column is the summary's field");
+    // Steps 3 and 6, each the same state: both workers' parameters (4 bytes each) and more.
+    assert_eq!(checkpoints, 2, "{summary}");
+    assert_eq!(bytes % checkpoints, 0, "{summary}");
+    assert!(bytes / checkpoints >= 2 * 4 * params, "{bytes} bytes in {checkpoints} checkpoints of 2 x {params} parameters");
 }

@@ -180,6 +180,9 @@ pub struct Metrics {
     /// was the golden run's again (`train` runs; 0 when not taken): docs/campaigns.md,
     /// "Shortcuts".
     [T] shortcut_remainder_steps: Option<u64>,
+    /// Bytes of state the run's checkpoints held, summed over the checkpoints it wrote
+    /// (`train` runs; `summary.json`'s `checkpoint_bytes`).
+    [T] checkpoint_bytes: Option<u64>,
     /// Seconds the run took in its worker.
     [ALL] wall_s: Option<f64>,
     /// Where `wall_s` went (`restart` and `eval` runs): the run's phases in order,
@@ -262,6 +265,7 @@ impl From<&Summary> for Metrics {
             steps_recomputed: Some(s.steps_recomputed),
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
             shortcut_remainder_steps: Some(s.shortcut_remainder_steps),
+            checkpoint_bytes: Some(s.checkpoint_bytes),
             wall_s: Some(s.wall_s),
             golden_wall_s: golden.map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,

@@ -134,6 +134,10 @@ pub struct Summary {
     pub checkpoints: usize,
     /// Seconds spent writing checkpoints.
     pub checkpoint_s: f64,
+    /// Bytes of state the checkpoints held, summed over the checkpoints written: every
+    /// worker's parameters, buffers and optimizer state, 4 bytes a value (file overhead aside):
+    /// what `simulated_storage_s` charges writes for.
+    pub checkpoint_bytes: u64,
     /// XXH3-64 digest of every parameter and buffer of worker 0 (little-endian f32 bytes, in
     /// name order): equal digests mean bit-identical final weights.
     pub final_params_digest: String,

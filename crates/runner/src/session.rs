@@ -52,6 +52,7 @@ struct Tally {
     failed: bool,
     checkpoints: usize,
     checkpoint_s: f64,
+    checkpoint_bytes: u64,
     train_s: f64,
     sim_s: f64,
     comm_s: f64,
@@ -410,6 +411,7 @@ impl<'a> Session<'a> {
     /// Counts a checkpoint of `state_bytes` and charges its write on the simulated clock.
     fn charge_checkpoint(&mut self, trainer: &Trainer, state_bytes: u64) {
         self.tally.checkpoints += 1;
+        self.tally.checkpoint_bytes += state_bytes;
         let write_s = trainer.parallel.compute.storage_s(state_bytes);
         self.tally.storage_s += write_s;
         self.tally.sim_s += write_s;
@@ -630,6 +632,7 @@ impl<'a> Session<'a> {
             resumed_forward_pass,
             checkpoints: t.checkpoints,
             checkpoint_s: t.checkpoint_s,
+            checkpoint_bytes: t.checkpoint_bytes,
             final_params_digest: params_digest(&trainer.model()),
             status: crate::RunStatus::of(t.failed),
             failure: t.failure,
