@@ -412,11 +412,7 @@ fn stop_for_machine(reply: &Reply, out: &Path) -> Result<()> {
         return Ok(());
     }
     let free = fs4::available_space(out).map_or_else(|_| "unknown".to_string(), |b| format!("{b} bytes"));
-    Err(Error::Config(format!(
-        "the campaign stopped: {} (the file system holding {} has {free} free). This is the machine, not the experiment: the run is not recorded, and `campaign --resume` runs it again once there is room",
-        reply.message.as_deref().unwrap_or("an infrastructure error"),
-        out.display()
-    )))
+    Err(Error::Machine { message: reply.message.as_deref().unwrap_or("an infrastructure error").to_string(), out: out.to_path_buf(), free })
 }
 
 #[cfg(test)]
@@ -443,6 +439,26 @@ mod tests {
         );
         std::fs::create_dir_all(dir.join("logs")).unwrap();
         Pool::new(n, &["/bin/sh".into(), "-c".into(), script.into(), "sh".into()], dir)
+    }
+
+    #[test]
+    fn a_run_failed_by_the_machine_stops_the_campaign_as_a_machine_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let reply = |status| Reply {
+            job: Job::Run { index: 3 },
+            status,
+            message: Some("No space left on device".into()),
+            metrics: Metrics::default(),
+        };
+        assert!(stop_for_machine(&reply(Status::Ok), dir.path()).is_ok());
+        match stop_for_machine(&reply(Status::Infrastructure), dir.path()) {
+            Err(e @ Error::Machine { .. }) => {
+                let text = e.to_string();
+                assert!(text.starts_with("the campaign stopped: No space left on device (the file system holding"), "{text}");
+                assert!(text.contains("`campaign --resume` runs it again"), "{text}");
+            }
+            other => panic!("not a machine error: {other:?}"),
+        }
     }
 
     fn runs(indices: &[u64]) -> Vec<Job> {

@@ -180,6 +180,27 @@ pub enum Error {
     /// An altered checkpoint could not be read.
     #[error("{0}")]
     CorruptFile(String),
+    /// A run failed because of the machine (a full or read-only file system, an I/O error),
+    /// not the experiment: the campaign stops, the run is not recorded, and `--resume` runs it
+    /// again.
+    #[error(
+        "the campaign stopped: {message} (the file system holding {} has {free} free). This is the machine, not the experiment: the run is not recorded, and `campaign --resume` runs it again once there is room",
+        out.display()
+    )]
+    Machine {
+        /// What the run reported.
+        message: String,
+        /// The campaign directory.
+        out: PathBuf,
+        /// The free space of its file system, in bytes (or `unknown`).
+        free: String,
+    },
+    /// The campaign file could not be read (missing, not a regular file, over its size bound).
+    #[error(transparent)]
+    File(#[from] resilab_limits::FileError),
+    /// The resolved campaign could not be written back as TOML.
+    #[error("the campaign as TOML")]
+    Toml(#[from] toml::ser::Error),
     /// A worker process was ended by TERM, INT or HUP: someone stopped the campaign. Nothing is
     /// recorded for the run it held, and the campaign stops; `--resume` runs the run again.
     #[error(

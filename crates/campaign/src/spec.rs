@@ -361,11 +361,11 @@ impl Campaign {
     /// Reads a campaign file, applies `overrides` (`key=value`, e.g. `campaign.repetitions=250`
     /// or `grid.inject.injection_tries=[1, 10]`) and checks every run of the grid.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
-        let text = resilab_limits::read_config("--config", path).map_err(|e| Error::Config(e.to_string()))?;
+        let text = resilab_limits::read_config("--config", path)?;
         let mut c = Self::parse(&text, overrides, &path.display().to_string())?;
         if c.settings.name.is_none() {
             c.settings.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-            c.text = toml::to_string(&c.to_table()).map_err(|e| Error::Config(e.to_string()))?;
+            c.text = toml::to_string(&c.to_table())?;
         }
         Ok(c)
     }
@@ -911,5 +911,14 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
             }
         }
         assert!(n >= 4, "only {n} presets in {}", dir.display());
+    }
+
+    #[test]
+    fn a_campaign_file_that_cannot_be_read_is_a_file_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        match Campaign::load(dir.path(), &[]) {
+            Err(e @ Error::File(_)) => assert!(e.to_string().contains(&dir.path().display().to_string()), "{e}"),
+            other => panic!("not a file error: {:?}", other.map(|_| ())),
+        }
     }
 }

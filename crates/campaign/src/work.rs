@@ -83,8 +83,10 @@ pub fn base_dir(dir: &Path, key: &str) -> PathBuf {
 /// `restart` and `eval` campaigns measure in `bases/*/golden.json`).
 pub fn mean_checkpoint_s(dir: &Path) -> Result<f64> {
     let bases = dir.join("bases");
-    let entries = std::fs::read_dir(&bases)
-        .map_err(|e| Error::Config(format!("{}: not a campaign directory with base runs ({e})", dir.display())))?;
+    let entries = std::fs::read_dir(&bases).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => Error::Config(format!("{}: not a campaign directory with base runs", dir.display())),
+        _ => Error::Io { path: bases.clone(), source },
+    })?;
     let costs: Vec<f64> =
         entries.flatten().filter_map(|e| read_json::<BaseGolden>(&e.path().join("golden.json")).ok()).map(|g| g.checkpoint_s).collect();
     if costs.is_empty() {
@@ -490,7 +492,26 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
     use super::*;
+
+    #[test]
+    fn bases_that_cannot_be_listed_are_an_io_error_and_no_bases_a_config_error() {
+        let dir = tempfile::tempdir().unwrap();
+        match mean_checkpoint_s(dir.path()) {
+            Err(Error::Config(m)) => assert!(m.ends_with("not a campaign directory with base runs"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // `bases` a file: listing it fails for the machine's reason, kept as the source.
+        std::fs::write(dir.path().join("bases"), b"").unwrap();
+        match mean_checkpoint_s(dir.path()) {
+            Err(Error::Io { path, source }) => {
+                assert_eq!(path, dir.path().join("bases"));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotADirectory);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn jobs_are_one_json_line_each() {
