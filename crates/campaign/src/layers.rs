@@ -2,14 +2,18 @@
 //! corrupted checkpoint dataset ([`recorded`]), and the layer (module path) a report groups
 //! such an entry under ([`layer`]).
 
+use resilab_models::{DatasetKind, DatasetPath};
+
 /// The `layers` entry of a corrupted checkpoint dataset: a model parameter's path without its
 /// tensor name (`/model/layer1/0/conv1/weight` gives `model/layer1/0/conv1`); any other
 /// dataset's whole path (`/optimizer/fc/weight/momentum_buffer`).
 pub fn recorded(dataset: &str) -> String {
-    let d = dataset.trim_start_matches('/');
-    match d.rsplit_once('/') {
-        Some((layer, _)) if d.starts_with("model/") => layer.to_string(),
-        _ => d.to_string(),
+    match dataset.parse() {
+        Ok(DatasetPath::Model(name)) => match name.rsplit_once('.') {
+            Some((module, _)) => DatasetPath::Model(module.to_string()).to_string(),
+            None => DatasetKind::Model.root().to_string(),
+        },
+        _ => dataset.trim_start_matches('/').to_string(),
     }
 }
 
@@ -17,11 +21,13 @@ pub fn recorded(dataset: &str) -> String {
 /// and `optimizer/layer1/0/bn1/weight/momentum_buffer` are both `layer1/0/bn1`; other entries
 /// (`train_state/step`) are their own.
 pub fn layer(entry: &str) -> String {
-    let parts: Vec<&str> = entry.trim_start_matches('/').split('/').collect();
-    match parts.first() {
-        Some(&"optimizer") if parts.len() > 3 => parts[1..parts.len() - 2].join("/"),
-        Some(&"model" | &"optimizer") if parts.len() > 1 => parts[1..].join("/"),
-        _ => parts.join("/"),
+    match entry.parse() {
+        Ok(p @ DatasetPath::Model(_)) => p.rest(),
+        Ok(p @ DatasetPath::Optimizer { .. }) => match p.param().rsplit_once('.') {
+            Some((module, _)) => DatasetPath::Model(module.to_string()).rest(),
+            None => p.rest(),
+        },
+        _ => entry.trim_start_matches('/').to_string(),
     }
 }
 
@@ -38,5 +44,7 @@ mod tests {
         assert_eq!(layer("/optimizer/layer1/0/bn1/weight/momentum_buffer"), "layer1/0/bn1");
         assert_eq!(layer("optimizer/classifier/fc/bias/exp_avg"), "classifier/fc");
         assert_eq!(layer("train_state/step"), "train_state/step");
+        assert_eq!(recorded("/model/fc"), "model");
+        assert_eq!(layer("optimizer/fc/exp_avg"), "fc/exp_avg");
     }
 }

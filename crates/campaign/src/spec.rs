@@ -637,9 +637,8 @@ impl Campaign {
         where_: &str,
     ) -> std::result::Result<Option<resilab_inject::Spec>, String> {
         if self.settings.kind == Kind::Train {
-            let entries = resilab_faults::parse(&config.faults).map_err(|e| format!("{where_}: {e}"))?;
             let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
-            resilab_faults::check_messages(&entries, stages).map_err(|e| format!("{where_}: {e}"))?;
+            resilab_faults::check_messages(config.faults.entries(), stages).map_err(|e| format!("{where_}: {e}"))?;
             return Ok(None);
         }
         let world = config.parallel.workers.max(config.parallel.stages).max(1);

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use resilab_h5::{Reader, Writer};
+use resilab_models::DatasetPath;
 use resilab_train::WorkerState;
 
 use crate::error::Result;
@@ -85,7 +86,7 @@ pub(crate) fn write_notes(f: &Writer, w: &WorkerState, notes: &ImportNotes) -> R
     }
     for (bn, count) in &notes.batch_counts {
         if w.params.contains_key(&format!("{bn}.running_var")) {
-            f.attr_u64(&format!("/model/{}", bn.replace('.', "/")), BATCH_COUNT_ATTR, *count)?;
+            f.attr_u64(&DatasetPath::Model(bn.clone()).absolute(), BATCH_COUNT_ATTR, *count)?;
         }
     }
     Ok(())

@@ -45,6 +45,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use resilab_h5::{Dtype, Reader, Writer};
+use resilab_models::{DatasetKind, DatasetPath};
 use resilab_train::{Cursor, HostParamState, HostTensor, RngState, TrainState, WorkerState};
 
 /// Run-level facts stored as root attributes.
@@ -56,11 +57,6 @@ pub struct Meta {
     pub arch: String,
     /// The resolved configuration (TOML).
     pub config: String,
-}
-
-/// `layer1.0.conv1.weight` → `layer1/0/conv1/weight`.
-pub fn name_to_path(name: &str) -> String {
-    name.replace('.', "/")
 }
 
 /// The file name of worker `rank`'s checkpoint.
@@ -108,13 +104,14 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
 /// Writes a worker's parameters, then its optimizer state parameter by parameter.
 fn write_tensors(f: &Writer, w: &WorkerState, digests: &resilab_h5::Digests<'_>) -> Result<()> {
     for (name, t) in &w.params {
-        f.write_f32_digested(&format!("/model/{}", name_to_path(name)), &t.shape, &t.values, digests)?;
+        f.write_f32_digested(&DatasetPath::Model(name.clone()).absolute(), &t.shape, &t.values, digests)?;
     }
     for (name, st) in &w.optim {
-        let group = format!("/optimizer/{}", name_to_path(name));
         for (buf, t) in &st.buffers {
-            f.write_f32_digested(&format!("{group}/{buf}"), &t.shape, &t.values, digests)?;
+            let p = DatasetPath::Optimizer { param: name.clone(), buffer: buf.clone() };
+            f.write_f32_digested(&p.absolute(), &t.shape, &t.values, digests)?;
         }
+        let group = DatasetPath::optimizer_group(name);
         f.attr_u64(&group, "step", st.step)?;
     }
     Ok(())
@@ -211,7 +208,7 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     let (params, optim) = read_tensors(&r, &datasets, &infos, template, &mut mismatched)?;
     let stray: Vec<&str> = datasets
         .iter()
-        .filter(|d| d.dtype == Dtype::F32 && !d.path.starts_with("/model/") && !d.path.starts_with("/optimizer/"))
+        .filter(|d| d.dtype == Dtype::F32 && !matches!(DatasetKind::of(&d.path), Some((DatasetKind::Model | DatasetKind::Optimizer, _))))
         .map(|d| d.path.as_str())
         .collect();
     if !stray.is_empty() {
@@ -246,30 +243,29 @@ fn read_tensors(
     };
     let mut params = BTreeMap::new();
     for (name, t) in &template.params {
-        let values = read(&format!("/model/{}", name_to_path(name)), &t.shape, mismatched)?;
+        let values = read(&DatasetPath::Model(name.clone()).absolute(), &t.shape, mismatched)?;
         params.insert(name.clone(), HostTensor { shape: t.shape.clone(), values });
     }
-    let by_path: BTreeMap<String, &String> = template.params.keys().map(|n| (name_to_path(n), n)).collect();
     let mut optim: BTreeMap<String, HostParamState> = BTreeMap::new();
-    for d in datasets.iter().filter(|d| d.path.starts_with("/optimizer/")) {
-        let rest = &d.path["/optimizer/".len()..];
-        let (param_path, buffer) =
-            rest.rsplit_once('/').ok_or_else(|| invalid(path, format!("{}: not /optimizer/<parameter>/<buffer>", d.path)))?;
-        if !resilab_models::OPTIMIZER_STATE_NAMES.contains(&buffer) {
+    for d in datasets.iter().filter(|d| matches!(DatasetKind::of(&d.path), Some((DatasetKind::Optimizer, _)))) {
+        let Ok(DatasetPath::Optimizer { param: name, buffer }) = d.path.parse() else {
+            return Err(invalid(path, format!("{}: not /optimizer/<parameter>/<buffer>", d.path)));
+        };
+        if !resilab_models::OPTIMIZER_STATE_NAMES.contains(&buffer.as_str()) {
             return Err(invalid(path, format!("{}: unknown optimizer buffer {buffer:?}", d.path)));
         }
-        let name = *by_path.get(param_path).ok_or_else(|| invalid(path, format!("{}: no such parameter in the model", d.path)))?;
-        let shape = &template.params[name].shape;
+        let t = template.params.get(&name).ok_or_else(|| invalid(path, format!("{}: no such parameter in the model", d.path)))?;
+        let shape = &t.shape;
         let values = read(&d.path, shape, mismatched)?;
-        let entry = optim.entry(name.clone()).or_default();
+        let group = DatasetPath::optimizer_group(&name);
+        let entry = optim.entry(name).or_default();
         if entry.buffers.is_empty() {
-            let group = format!("/optimizer/{param_path}");
             entry.step = r.attr_u64(&group, "step")?;
             if r.verify_attrs(&group)? != Some(true) {
                 mismatched.push(format!("{group}@attributes"));
             }
         }
-        entry.buffers.insert(buffer.to_string(), HostTensor { shape: shape.clone(), values });
+        entry.buffers.insert(buffer, HostTensor { shape: shape.clone(), values });
     }
     Ok((params, optim))
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use resilab_h5::{Dtype, Reader};
+use resilab_models::DatasetPath;
 use resilab_train::{HostParamState, HostTensor};
 
 use crate::{Probe, Result, file_name, file_rank, open_current, primary_file};
@@ -77,43 +78,50 @@ fn read_file(r: &Reader, file: &Path, out: &mut Values) -> Result<()> {
         out.altered.push(note("/@attributes"));
     }
     for d in r.datasets()?.iter().filter(|d| d.dtype == Dtype::F32) {
-        if let Some(rest) = d.path.strip_prefix("/model/") {
-            let name = rest.replace('/', ".");
-            if !out.params.contains_key(&name) {
+        match d.path.parse() {
+            Ok(DatasetPath::Model(name)) if !out.params.contains_key(&name) => {
                 let t = tensor(r, d, file, &mut out.altered)?;
-                out.params.insert(name, t);
-                if let Some(bn) = rest.strip_suffix("/running_var") {
+                if let Some(bn) = name.strip_suffix(".running_var") {
                     read_count(r, file, bn, out)?;
                 }
+                out.params.insert(name, t);
             }
-        } else if let Some((param, buffer)) = d.path.strip_prefix("/optimizer/").and_then(|rest| rest.rsplit_once('/')) {
-            let name = param.replace('/', ".");
-            if out.optim.get(&name).is_some_and(|s| s.buffers.contains_key(buffer)) {
-                continue;
-            }
-            let group = format!("/optimizer/{param}");
-            let step = r.attr_u64(&group, "step")?;
-            if !out.optim.contains_key(&name) && r.verify_attrs(&group)? != Some(true) {
-                out.altered.push(note(&format!("{group}@attributes")));
-            }
-            let t = tensor(r, d, file, &mut out.altered)?;
-            let entry = out.optim.entry(name).or_default();
-            entry.step = step;
-            entry.buffers.insert(buffer.to_string(), t);
+            Ok(DatasetPath::Optimizer { param, buffer }) => read_buffer(r, d, file, param, buffer, out)?,
+            _ => {}
         }
     }
     Ok(())
 }
 
-/// The count an import kept on the BatchNorm at `/model/<bn>`, if any, noting in
-/// [`Values::altered`] a group whose attributes fail their digest.
+/// Adds optimizer buffer `d` (of parameter `name`) unless `out` holds it, with its
+/// parameter's step count.
+fn read_buffer(r: &Reader, d: &resilab_h5::DatasetInfo, file: &Path, name: String, buffer: String, out: &mut Values) -> Result<()> {
+    let note = |what: &str| format!("{}: {what}", file.display());
+    if out.optim.get(&name).is_some_and(|s| s.buffers.contains_key(&buffer)) {
+        return Ok(());
+    }
+    let group = DatasetPath::optimizer_group(&name);
+    let step = r.attr_u64(&group, "step")?;
+    if !out.optim.contains_key(&name) && r.verify_attrs(&group)? != Some(true) {
+        out.altered.push(note(&format!("{group}@attributes")));
+    }
+    let t = tensor(r, d, file, &mut out.altered)?;
+    let entry = out.optim.entry(name).or_default();
+    entry.step = step;
+    entry.buffers.insert(buffer, t);
+    Ok(())
+}
+
+/// The count an import kept on BatchNorm `bn` (`layer1.0.bn1`, the group
+/// `/model/layer1/0/bn1`), if any, noting in [`Values::altered`] a group whose attributes fail
+/// their digest.
 fn read_count(r: &Reader, file: &Path, bn: &str, out: &mut Values) -> Result<()> {
-    let group = format!("/model/{bn}");
+    let group = DatasetPath::Model(bn.to_string()).absolute();
     if let Some((count, sealed)) = crate::imported::batch_count(r, &group)? {
         if !sealed {
             out.altered.push(format!("{}: {group}@attributes", file.display()));
         }
-        out.batch_counts.insert(bn.replace('/', "."), count);
+        out.batch_counts.insert(bn.to_string(), count);
     }
     Ok(())
 }

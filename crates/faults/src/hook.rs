@@ -7,7 +7,7 @@ use burn::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{Plan, Record, Spec, inject_f32};
-use resilab_models::{for_each_param, map_params, stream_seed};
+use resilab_models::{DatasetPath, for_each_param, map_params, stream_seed};
 use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Timeline, Worker};
 use serde::Serialize;
 
@@ -89,10 +89,6 @@ pub struct FaultInjector {
     pub log: Vec<FaultLog>,
     /// Where entries go instead of `log` once [`FaultInjector::withhold_log`] was called.
     withheld: Option<Vec<FaultLog>>,
-}
-
-fn path(name: &str) -> String {
-    name.replace('.', "/")
 }
 
 fn host(t: Tensor<1>) -> Vec<f32> {
@@ -259,13 +255,20 @@ impl FaultInjector {
         self.entries.iter().find(|e| e.index == event.entry).map(|e| &e.spec)
     }
 
-    /// Corrupts the named tensors as `event`'s entry says; returns the changed tensors.
-    fn corrupt(&mut self, event: FaultEvent, ctx: &Ctx, tensors: Vec<(String, Tensor<1>)>) -> Vec<(String, Tensor<1>)> {
+    /// Corrupts the tensors, named by `K` (a [`DatasetPath`], or a block's output's name) as
+    /// `event`'s entry says; returns the changed tensors under their keys.
+    fn corrupt<K: std::fmt::Display>(&mut self, event: FaultEvent, ctx: &Ctx, tensors: Vec<(K, Tensor<1>)>) -> Vec<(K, Tensor<1>)> {
         let Some(spec) = self.spec(&event).cloned() else { return Vec::new() };
-        let candidates: Vec<(String, Tensor<1>)> = tensors
+        let (keys, candidates): (Vec<K>, Vec<(String, Tensor<1>)>) = tensors
             .into_iter()
-            .filter(|(n, _)| spec.locations.as_ref().is_none_or(|locs| locs.iter().any(|l| resilab_inject::config::location_matches(l, n))))
-            .collect();
+            .map(|(k, t)| {
+                let name = k.to_string();
+                (k, (name, t))
+            })
+            .filter(|(_, (n, _))| {
+                spec.locations.as_ref().is_none_or(|locs| locs.iter().any(|l| resilab_inject::config::location_matches(l, n)))
+            })
+            .unzip();
         let total: u64 = candidates.iter().map(|(_, t)| t.dims()[0] as u64).sum();
         let plan = Plan {
             model: spec.model.clone(),
@@ -281,11 +284,12 @@ impl FaultInjector {
         };
         let hit: BTreeSet<&str> =
             records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).map(|r| r.dataset.as_str()).collect();
-        let changed = values
-            .iter()
+        let changed = keys
+            .into_iter()
+            .zip(&values)
             .zip(&device)
-            .filter(|((n, _), _)| hit.contains(n.as_str()))
-            .map(|((n, v), d)| (n.clone(), Tensor::from_data(TensorData::new(v.clone(), [v.len()]), d)))
+            .filter(|((_, (n, _)), _)| hit.contains(n.as_str()))
+            .map(|((k, (_, v)), d)| (k, Tensor::from_data(TensorData::new(v.clone(), [v.len()]), d)))
             .collect();
         self.push_log(FaultLog::new(event, ctx.attempt, ctx.micro_batch, records));
         changed
@@ -293,10 +297,9 @@ impl FaultInjector {
 
     fn corrupt_grads(&mut self, ctx: &Ctx, grads: &mut Grads, target: FaultTarget) {
         for event in self.due(ctx, &[target]) {
-            let tensors = grads.iter().map(|(n, t)| (format!("gradients/{}", path(n)), t.clone())).collect();
-            for (name, t) in self.corrupt(event, ctx, tensors) {
-                let key = name["gradients/".len()..].replace('/', ".");
-                grads.insert(key, t);
+            let tensors = grads.iter().map(|(n, t)| (DatasetPath::Gradient(n.clone()), t.clone())).collect();
+            for (path, t) in self.corrupt(event, ctx, tensors) {
+                grads.insert(path.param().to_string(), t);
             }
         }
     }
@@ -307,18 +310,20 @@ impl FaultInjector {
     /// are then held for its steps.
     fn corrupt_weights(&mut self, event: FaultEvent, ctx: &Ctx, worker: &mut Worker) {
         let mut tensors = Vec::new();
-        for_each_param(&worker.net, |info, t| tensors.push((format!("model/{}", path(&info.name)), t.without_autodiff())));
-        let changed: std::collections::BTreeMap<String, Tensor<1>> = self.corrupt(event, ctx, tensors).into_iter().collect();
+        for_each_param(&worker.net, |info, t| tensors.push((DatasetPath::Model(info.name.clone()), t.without_autodiff())));
+        // By parameter name.
+        let changed: std::collections::BTreeMap<String, Tensor<1>> =
+            self.corrupt(event, ctx, tensors).into_iter().map(|(p, t)| (p.param().to_string(), t)).collect();
         if !changed.is_empty() {
             let net = worker.net.clone();
-            worker.net = map_params(net, |info, _| changed.get(&format!("model/{}", path(&info.name))).cloned());
+            worker.net = map_params(net, |info, _| changed.get(&info.name).cloned());
         }
         let hold = self.entries.iter().find(|e| e.index == event.entry).and_then(|e| e.stuck_steps);
         let (Some(k), Some(log)) = (hold, self.logged().last().cloned()) else { return };
         for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
-            if let Some(t) = changed.get(&r.dataset) {
+            let Ok(DatasetPath::Model(name)) = r.dataset.parse() else { continue };
+            if let Some(t) = changed.get(&name) {
                 let v = host(t.clone())[r.index];
-                let name = r.dataset["model/".len()..].replace('/', ".");
                 self.stuck.retain(|s| !(s.0 == ctx.rank && s.2 == name && s.3 == r.index));
                 self.stuck.push((ctx.rank, ctx.step + k - 1, name, r.index, v));
             }
@@ -373,15 +378,14 @@ impl FaultInjector {
         let mut tensors = Vec::new();
         for (name, st) in &worker.optim.params {
             for (b, t) in &st.buffers {
-                tensors.push((format!("optimizer/{}/{b}", path(name)), t.clone()));
+                tensors.push((DatasetPath::Optimizer { param: name.clone(), buffer: b.clone() }, t.clone()));
             }
         }
-        for (key, t) in self.corrupt(event, ctx, tensors) {
-            let rest = &key["optimizer/".len()..];
-            if let Some((param, buffer)) = rest.rsplit_once('/')
-                && let Some(st) = worker.optim.params.get_mut(&param.replace('/', "."))
+        for (path, t) in self.corrupt(event, ctx, tensors) {
+            if let DatasetPath::Optimizer { param, buffer } = path
+                && let Some(st) = worker.optim.params.get_mut(&param)
             {
-                st.buffers.insert(buffer.to_string(), t);
+                st.buffers.insert(buffer, t);
             }
         }
     }

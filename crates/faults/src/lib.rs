@@ -1,8 +1,8 @@
 //! Mid-run faults for resilab.
 //!
-//! A run's `[[fault]]` entries ([`parse`]) become a list of events ([`schedule`]): explicit
-//! faults at a step, or random arrivals per worker with a mean time between failures, drawn
-//! from the fault seed (separate from the training seed, so repetitions vary the faults over
+//! A run's `[[fault]]` entries, parsed once when the configuration is read ([`Faults`]),
+//! become a list of events ([`schedule`]): explicit faults at a step, or random arrivals per
+//! worker with a mean time between failures, drawn from the fault seed (separate from the training seed, so repetitions vary the faults over
 //! one golden run). A [`FaultInjector`] implements the training crate's hooks and applies each
 //! event at its step to the chosen worker's weights, gradients (before or after the
 //! all-reduce), optimizer state or pipeline messages, with the injector's own fault model
@@ -12,10 +12,12 @@
 
 mod error;
 mod hook;
+mod list;
 mod schedule;
 
 pub use error::{Error, Result};
 pub use hook::{FaultInjector, FaultLog};
+pub use list::Faults;
 pub use schedule::{
-    CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_tensor_locations, parse, schedule,
+    CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_tensor_locations, schedule,
 };

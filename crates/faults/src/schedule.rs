@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{RawConfig, Spec};
-use resilab_models::stream_seed;
+use resilab_models::{DatasetKind, DatasetPath, stream_seed};
 use resilab_train::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -237,7 +237,7 @@ fn bad(index: usize, key: &str, message: impl Into<String>) -> Error {
 /// `float_precision`, `first_bit`, `last_bit`, `burst`, `bit_mask`, `scaling_factor`,
 /// `locations_to_corrupt`, ...) verbatim. `injection_tries` defaults to 1 and, without
 /// `locations_to_corrupt`, every tensor of the target may be hit. Errors name `fault[i].key`.
-pub fn parse(entries: &[toml::Table]) -> Result<Vec<FaultEntry>> {
+pub(crate) fn parse(entries: &[toml::Table]) -> Result<Vec<FaultEntry>> {
     entries.iter().enumerate().map(|(i, t)| parse_one(i, t)).collect()
 }
 
@@ -335,18 +335,18 @@ pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) ->
 /// paths (`model/layer1/0/conv1/weight`, `optimizer/<parameter path>/momentum_buffer`); a
 /// gradient entry's names are its parameters' paths under `gradients/`. The error names the
 /// entry's key and shows a few paths.
-pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[String]) -> Result<()> {
+pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[DatasetPath]) -> Result<()> {
     for e in entries {
-        let prefix = match e.target {
-            FaultTarget::Weights => "model/",
-            FaultTarget::Optimizer => "optimizer/",
-            FaultTarget::Gradients | FaultTarget::ReducedGradients => "gradients/",
+        let paths: Vec<String> = match e.target {
+            FaultTarget::Weights => tensors.iter().filter(|t| t.kind() == DatasetKind::Model).map(ToString::to_string).collect(),
+            FaultTarget::Optimizer => tensors.iter().filter(|t| t.kind() == DatasetKind::Optimizer).map(ToString::to_string).collect(),
+            // Gradients are named as the model's tensors are, under their own root.
+            FaultTarget::Gradients | FaultTarget::ReducedGradients => tensors
+                .iter()
+                .filter(|t| t.kind() == DatasetKind::Model)
+                .map(|t| DatasetPath::Gradient(t.param().to_string()).to_string())
+                .collect(),
             _ => continue,
-        };
-        // Gradients are named as the trainable parameters are, under their own prefix.
-        let paths: Vec<String> = match prefix {
-            "gradients/" => tensors.iter().filter_map(|t| t.strip_prefix("model/")).map(|p| format!("gradients/{p}")).collect(),
-            _ => tensors.iter().filter(|t| t.starts_with(prefix)).cloned().collect(),
         };
         for loc in e.spec.locations.iter().flatten() {
             if !paths.iter().any(|p| resilab_inject::config::location_matches(loc, p)) {

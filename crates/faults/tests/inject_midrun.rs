@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use burn::prelude::*;
 use resilab_data::{Split, synthetic::Synthetic};
-use resilab_faults::{FaultInjector, parse, schedule};
+use resilab_faults::{FaultInjector, Faults, schedule};
 use resilab_models::{Arch, InputShape, ModelConfig, Net, for_each_param, init_parameters};
 use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, SyncKind, TrainConfig, TrainSpec, Trainer, WorkerState};
 
@@ -56,7 +56,7 @@ fn trainer_with(parallel: ParallelConfig) -> Trainer {
 fn injector(text: &str, steps: u64, world: usize) -> FaultInjector {
     let doc: toml::Table = toml::from_str(text).unwrap();
     let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
-    let entries = parse(&tables).unwrap();
+    let entries = Faults::parse(tables).unwrap().entries().to_vec();
     let events = schedule(&entries, steps, world, 77).unwrap();
     FaultInjector::new(entries, events, 77)
 }
@@ -316,11 +316,11 @@ fn neuron_locations_must_name_a_block() {
     let doc: toml::Table =
         toml::from_str("[[fault]]\ntarget = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer9\"]\n").unwrap();
     let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
-    let entries = parse(&tables).unwrap();
+    let entries = Faults::parse(tables).unwrap().entries().to_vec();
     let t = trainer(1);
     let err = resilab_faults::check_neuron_locations(&entries, &t.workers[0].net.block_names).unwrap_err().to_string();
     assert!(err.contains("fault[0].locations_to_corrupt") && err.contains("neurons/layer1/0"), "{err}");
     let ok: Vec<toml::Table> =
         vec![toml::from_str("target = \"neurons\"\nat_step = 1\nlocations_to_corrupt = [\"neurons/layer1\"]\n").unwrap()];
-    resilab_faults::check_neuron_locations(&parse(&ok).unwrap(), &t.workers[0].net.block_names).unwrap();
+    resilab_faults::check_neuron_locations(Faults::parse(ok).unwrap().entries(), &t.workers[0].net.block_names).unwrap();
 }

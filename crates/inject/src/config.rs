@@ -413,7 +413,23 @@ impl TomlError {
     fn new(key: String, e: &toml::de::Error, text: Option<&str>) -> Self {
         let message = e.message().trim().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
         let position = text.zip(e.span()).map(|(text, span)| line_column(text, span.start));
+        let (key, message) = adopt_key(key, message);
         Self { key, message, position }
+    }
+}
+
+/// A value that checks itself as a whole (the `[[fault]]` list) names the key below its own
+/// in its message (`fault[1].target: ...`): that key is the error's (`fault[1].target`), so the
+/// key is not written twice.
+fn adopt_key(key: String, message: String) -> (String, String) {
+    let below = message
+        .strip_prefix(key.as_str())
+        .filter(|rest| !key.is_empty() && rest.starts_with(['[', '.']))
+        .and_then(|rest| rest.split_once(": "))
+        .filter(|(sub, _)| !sub.contains(' '));
+    match below {
+        Some((sub, rest)) => (format!("{key}{sub}"), rest.to_string()),
+        None => (key, message),
     }
 }
 
@@ -569,6 +585,12 @@ mod tests {
         let e = toml_from_table::<RawConfig>(toml::from_str("burst = -1").unwrap()).unwrap_err().to_string();
         assert!(e.starts_with("burst: invalid value: integer `-1`, expected u32"), "{e}");
         assert_eq!([7, 6, 8, 99].map(|o| line_column("ab\ncdé\nx", o)), [(2, 4), (2, 3), (3, 1), (3, 2)]);
+        // A key below the error's own, named by the message, becomes the error's key.
+        let adopted = |k: &str, m: &str| adopt_key(k.into(), m.into());
+        assert_eq!(adopted("fault", "fault[1].target: no such target"), ("fault[1].target".into(), "no such target".into()));
+        assert_eq!(adopted("fault", "faulty: x"), ("fault".into(), "faulty: x".into()));
+        assert_eq!(adopted("fault", "fault[1] is wrong: x"), ("fault".into(), "fault[1] is wrong: x".into()));
+        assert_eq!(adopted("", "[1]: x"), ("".into(), "[1]: x".into()));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "injection_tries = 3\nburst = \"two\"\n").unwrap();

@@ -223,3 +223,171 @@ pub fn update_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Tenso
 pub fn map_params(net: Net, mut f: impl FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>) -> Net {
     update_params(net, |info, value| f(info, value.clone()).unwrap_or(value))
 }
+
+/// Where a tensor of a run is found by name: the path of its dataset in a checkpoint file,
+/// which the fault log, `locations_to_corrupt` and `runs.csv` use too. A parameter or buffer
+/// of the model lies under `model/`, an optimizer buffer under `optimizer/<parameter>/<buffer>`,
+/// and a gradient (never stored; named so by faults that hit one) under `gradients/`. The
+/// PyTorch name's dots become slashes: `layer1.0.conv1.weight` is `model/layer1/0/conv1/weight`.
+/// A `Model` name may also be a module's (`layer1.0.bn1`): the group of its tensors.
+///
+/// [`Display`](std::fmt::Display) writes the path without a leading slash,
+/// [`DatasetPath::absolute`] with one (HDF5's form); [`FromStr`](std::str::FromStr) reads both.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DatasetPath {
+    /// A parameter or buffer of the model (or a module), by its PyTorch name.
+    Model(String),
+    /// An optimizer buffer (one of [`OPTIMIZER_STATE_NAMES`] when resilab wrote it).
+    Optimizer {
+        /// The parameter's PyTorch name.
+        param: String,
+        /// The buffer's name (`momentum_buffer`).
+        buffer: String,
+    },
+    /// A parameter's gradient, by the parameter's PyTorch name.
+    Gradient(String),
+}
+
+/// The kind of tensor a [`DatasetPath`] names, by the path's first component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DatasetKind {
+    /// `model/`: parameters and buffers of the model.
+    Model,
+    /// `optimizer/`: optimizer buffers.
+    Optimizer,
+    /// `gradients/`: gradients of the parameters.
+    Gradient,
+}
+
+impl DatasetKind {
+    /// The path's first component.
+    pub fn root(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::Optimizer => "optimizer",
+            Self::Gradient => "gradients",
+        }
+    }
+
+    /// The kind of tensor `path` (with or without its leading slash) lies under, if any, and
+    /// the rest of the path: `/optimizer/fc` is under `optimizer/`, though it names no buffer.
+    pub fn of(path: &str) -> Option<(Self, &str)> {
+        let (root, rest) = path.strip_prefix('/').unwrap_or(path).split_once('/')?;
+        [Self::Model, Self::Optimizer, Self::Gradient].into_iter().find(|k| k.root() == root).map(|k| (k, rest))
+    }
+}
+
+/// A path that names no model, optimizer or gradient tensor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: not model/<parameter>, optimizer/<parameter>/<buffer> or gradients/<parameter>")]
+pub struct BadDatasetPath {
+    /// The path as given.
+    pub path: String,
+}
+
+impl DatasetPath {
+    /// The path with its leading slash, as HDF5 names the dataset (`/model/fc/bias`).
+    pub fn absolute(&self) -> String {
+        format!("/{self}")
+    }
+
+    /// The group an optimizer parameter's buffers lie in, which carries its step count:
+    /// `/optimizer/layer1/0/conv1/weight` for `layer1.0.conv1.weight`.
+    pub fn optimizer_group(param: &str) -> String {
+        format!("/{}/{}", DatasetKind::Optimizer.root(), slashed(param))
+    }
+
+    /// The kind of tensor the path names.
+    pub fn kind(&self) -> DatasetKind {
+        match self {
+            Self::Model(_) => DatasetKind::Model,
+            Self::Optimizer { .. } => DatasetKind::Optimizer,
+            Self::Gradient(_) => DatasetKind::Gradient,
+        }
+    }
+
+    /// The path below its root: `layer1/0/conv1/weight` for `model/layer1/0/conv1/weight`.
+    pub fn rest(&self) -> String {
+        match self {
+            Self::Model(name) | Self::Gradient(name) => slashed(name),
+            Self::Optimizer { param, buffer } => format!("{}/{buffer}", slashed(param)),
+        }
+    }
+
+    /// The PyTorch name of the parameter (or module) the path belongs to.
+    pub fn param(&self) -> &str {
+        match self {
+            Self::Model(name) | Self::Gradient(name) | Self::Optimizer { param: name, .. } => name,
+        }
+    }
+}
+
+/// `layer1.0.conv1.weight` → `layer1/0/conv1/weight`.
+fn slashed(name: &str) -> String {
+    name.replace('.', "/")
+}
+
+impl std::fmt::Display for DatasetPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.kind().root(), self.rest())
+    }
+}
+
+impl std::str::FromStr for DatasetPath {
+    type Err = BadDatasetPath;
+
+    fn from_str(path: &str) -> std::result::Result<Self, BadDatasetPath> {
+        let bad = || BadDatasetPath { path: path.to_string() };
+        let (kind, rest) = DatasetKind::of(path).ok_or_else(bad)?;
+        if rest.split('/').any(str::is_empty) {
+            return Err(bad());
+        }
+        let dotted = |p: &str| p.replace('/', ".");
+        match kind {
+            DatasetKind::Model => Ok(Self::Model(dotted(rest))),
+            DatasetKind::Gradient => Ok(Self::Gradient(dotted(rest))),
+            DatasetKind::Optimizer => {
+                let (param, buffer) = rest.rsplit_once('/').ok_or_else(bad)?;
+                Ok(Self::Optimizer { param: dotted(param), buffer: buffer.to_string() })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_paths_write_and_read_back() {
+        let cases = [
+            (DatasetPath::Model("layer1.0.conv1.weight".into()), "model/layer1/0/conv1/weight"),
+            (DatasetPath::Model("layer1.0.bn1".into()), "model/layer1/0/bn1"),
+            (
+                DatasetPath::Optimizer { param: "classifier.fc.bias".into(), buffer: "exp_avg".into() },
+                "optimizer/classifier/fc/bias/exp_avg",
+            ),
+            (DatasetPath::Gradient("stem.conv.weight".into()), "gradients/stem/conv/weight"),
+        ];
+        for (p, text) in cases {
+            assert_eq!(DatasetKind::of(text).map(|(k, _)| k), Some(p.kind()));
+            assert_eq!(p.to_string(), text);
+            assert_eq!(format!("{}/{}", p.kind().root(), p.rest()), text);
+            assert_eq!(p.absolute(), format!("/{text}"));
+            assert_eq!(text.parse::<DatasetPath>(), Ok(p.clone()), "{text}");
+            assert_eq!(format!("/{text}").parse::<DatasetPath>(), Ok(p), "/{text}");
+        }
+        assert_eq!(DatasetPath::optimizer_group("layer1.0.conv1.weight"), "/optimizer/layer1/0/conv1/weight");
+        assert_eq!(DatasetKind::of("/optimizer/fc"), Some((DatasetKind::Optimizer, "fc")), "a kind without a whole path");
+        assert_eq!(DatasetKind::of("/train_state/step"), None);
+    }
+
+    #[test]
+    fn paths_of_no_tensor_are_refused_by_name() {
+        for text in ["model", "model/", "/train_state/step", "optimizer/fc", "model//fc", "neurons/layer1/0", ""] {
+            let e = text.parse::<DatasetPath>().unwrap_err();
+            assert_eq!(e.path, text);
+            assert!(e.to_string().starts_with(&format!("{text}: not model/")), "{e}");
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use burn::prelude::*;
 use resilab_data::{Split, synthetic::Synthetic};
-use resilab_faults::{FaultInjector, parse, schedule};
+use resilab_faults::{FaultInjector, Faults, schedule};
 use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
 use resilab_recovery::detect::{replica_digests, weights_finite};
 use resilab_recovery::{Decision, DetectConfig, Detection, Guard, Strategy};
@@ -47,7 +47,7 @@ impl std::ops::Deref for Guarded {
 fn guard(faults: &str, strategy: Strategy, detect: DetectConfig, world: usize) -> Guarded {
     let doc: toml::Table = toml::from_str(faults).unwrap();
     let tables: Vec<toml::Table> = doc["fault"].as_array().unwrap().iter().map(|v| v.as_table().unwrap().clone()).collect();
-    let entries = parse(&tables).unwrap();
+    let entries = Faults::parse(tables).unwrap().entries().to_vec();
     let events = schedule(&entries, STEPS, world, 1).unwrap();
     Guarded { guard: Guard::new(strategy, detect, world), faults: FaultInjector::new(entries, events, 1) }
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use resilab_checkpoint::CheckpointConfig;
 use resilab_data::{DataConfig, DataSource};
+use resilab_faults::Faults;
 use resilab_inject::config::{toml_from_str, toml_from_table, toml_table};
 use resilab_models::ModelConfig;
 use resilab_recovery::{DetectConfig, LossPolicy, Strategy};
@@ -100,10 +101,11 @@ pub struct RunConfig {
     /// repetitions vary the faults over one golden run.
     #[serde(default = "default_fault_seed")]
     pub fault_seed: u64,
-    /// Mid-run faults (`[[fault]]` entries); none unless configured.
-    #[serde(default, rename = "fault", skip_serializing_if = "Vec::is_empty")]
+    /// Mid-run faults (`[[fault]]` entries), parsed when the configuration is read; none
+    /// unless configured.
+    #[serde(default, rename = "fault", skip_serializing_if = "Faults::is_empty")]
     #[schemars(with = "Vec<std::collections::BTreeMap<String, serde_json::Value>>")]
-    pub faults: Vec<toml::Table>,
+    pub faults: Faults,
     /// Which detectors run.
     #[serde(default)]
     pub detect: DetectConfig,
@@ -527,7 +529,6 @@ impl RunConfig {
         if self.faults.is_empty() {
             return Ok(());
         }
-        let entries = resilab_faults::parse(&self.faults).map_err(|e| Error::Config(e.to_string()))?;
         let (key, value, steps) = match (self.train.steps, self.data.source) {
             (Some(s), _) => ("train.steps", s, s),
             (None, DataSource::Synthetic) => {
@@ -537,7 +538,7 @@ impl RunConfig {
             (None, _) => return Ok(()),
         };
         let world = self.parallel.world().max(1);
-        for e in &entries {
+        for e in self.faults.entries() {
             let (mtbf, ranks) = match (e.mtbf_steps, e.system_mtbf_steps) {
                 (Some(m), _) => (m, if e.worker.is_some() { 1 } else { world }),
                 (None, Some(m)) => (m, 1),
@@ -625,7 +626,8 @@ mod tests {
     fn overrides_index_arrays_and_merge_tables() {
         let text = format!("{MIN}[[fault]]\ntarget = \"weights\"\nat_step = 2\n");
         let c = RunConfig::from_toml(&text, &["fault.0.at_step=5".into()], "t").unwrap();
-        assert_eq!(c.faults[0]["at_step"].as_integer(), Some(5));
+        assert_eq!(c.faults.tables()[0]["at_step"].as_integer(), Some(5));
+        assert_eq!(c.faults.entries()[0].at_step, Some(5), "the entries are parsed after the overrides");
         let e = RunConfig::from_toml(&text, &["fault.3.at_step=5".into()], "t").unwrap_err().to_string();
         assert!(e.contains("no entry 3"), "{e}");
         let mut t: toml::Table = toml::from_str(MIN).unwrap();

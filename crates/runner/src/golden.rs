@@ -19,7 +19,7 @@ use crate::{Error, Result, RunConfig};
 /// checkpoints and the name removed.
 pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     let mut g = cfg.clone();
-    g.faults.clear();
+    g.faults = resilab_faults::Faults::default();
     g.recovery = Default::default();
     g.detect = Default::default();
     g.fault_seed = crate::config::default_fault_seed();

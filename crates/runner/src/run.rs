@@ -9,7 +9,7 @@ use std::sync::Arc;
 use resilab_checkpoint::{LoadReport, OnMismatch};
 use resilab_data::Split;
 use resilab_faults::{FaultInjector, FaultTarget};
-use resilab_models::{Compute, InputShape, Net, init_parameters};
+use resilab_models::{Compute, DatasetPath, InputShape, Net, init_parameters};
 use resilab_recovery::Guard;
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 
@@ -236,7 +236,7 @@ fn changed_settings(report: &LoadReport, cfg: &RunConfig) -> Vec<String> {
 /// guard that detects and recovers.
 fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
     let config = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
-    let entries = resilab_faults::parse(&cfg.faults).map_err(|e| config(&e))?;
+    let entries = cfg.faults.entries();
     if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint)
         && !cfg.checkpoint.enabled()
     {
@@ -246,29 +246,28 @@ fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
         )));
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
-    resilab_faults::check_neuron_locations(&entries, &block_names)?;
-    resilab_faults::check_tensor_locations(&entries, &tensor_paths(trainer, &cfg.optimizer))?;
+    resilab_faults::check_neuron_locations(entries, &block_names)?;
+    resilab_faults::check_tensor_locations(entries, &tensor_paths(trainer, &cfg.optimizer))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
-    resilab_faults::check_messages(&entries, stages)?;
-    let events = resilab_faults::schedule(&entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)?;
+    resilab_faults::check_messages(entries, stages)?;
+    let events = resilab_faults::schedule(entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
     let mut guard = Guard::new(cfg.recovery.strategy, cfg.detect.clone(), replicas);
     guard.rebalance = cfg.recovery.rebalance;
-    Ok(Recovery { guard, faults: FaultInjector::new(entries, events, cfg.fault_seed) })
+    Ok(Recovery { guard, faults: FaultInjector::new(entries.to_vec(), events, cfg.fault_seed) })
 }
 
 /// Every tensor's checkpoint path in the run: each worker's parameters and buffers under
 /// `model/`, and the optimizer buffers `optimizer` keeps for its trainable parameters.
-fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<String> {
+fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<DatasetPath> {
     let buffers = optimizer.buffer_names();
     let mut out = Vec::new();
     for w in &trainer.workers {
         for p in resilab_models::named_params(&w.net) {
-            let path = resilab_checkpoint::name_to_path(&p.name);
             if p.trainable {
-                out.extend(buffers.iter().map(|b| format!("optimizer/{path}/{b}")));
+                out.extend(buffers.iter().map(|b| DatasetPath::Optimizer { param: p.name.clone(), buffer: b.to_string() }));
             }
-            out.push(format!("model/{path}"));
+            out.push(DatasetPath::Model(p.name));
         }
     }
     out

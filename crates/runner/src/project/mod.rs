@@ -488,9 +488,10 @@ fn num(v: f64) -> String {
 pub fn resolve_daly(cfg: &RunConfig) -> Result<RunConfig> {
     let Some(factor) = cfg.checkpoint.daly_factor else { return Ok(cfg.clone()) };
     let workers = cfg.parallel.workers.max(1);
-    let entries = resilab_faults::parse(&cfg.faults).map_err(|e| Error::Config(e.to_string()))?;
     // Faults per step of the whole system.
-    let rate: f64 = entries
+    let rate: f64 = cfg
+        .faults
+        .entries()
         .iter()
         .map(|e| match (e.system_mtbf_steps, e.mtbf_steps) {
             (Some(m), _) => 1.0 / m,
