@@ -6,16 +6,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{TINY, assert_clean_error, run, train_into as train, write};
 
 fn config(dir: &Path, extra: &str) -> PathBuf {
     write(dir, "ckpt.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n{extra}"))
-}
-
-fn train(cfg: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    run(&args)
 }
 
 fn summary(out: &Path) -> serde_json::Value {

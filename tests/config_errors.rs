@@ -8,14 +8,7 @@ mod common;
 
 use std::process::Output;
 
-use common::{TINY, assert_clean_error, resilab, run, train_with, write};
-
-/// `resilab train --config cfg --out out --quiet` with `extra` arguments.
-fn train_into(cfg: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Output {
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    run(&args)
-}
+use common::{Args, TINY, assert_clean_error, resilab, run, run_args, train_with, write};
 
 fn first_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string()
@@ -75,7 +68,7 @@ fn an_override_of_the_run_length_replaces_the_other_key() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "tiny.toml", TINY);
     let out = dir.path().join("out");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "train.epochs=1"]);
+    let o = run_args(Args::train(&cfg, &out).set("train.epochs=1"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["steps"].as_u64(), Some(4), "{summary}");
@@ -142,15 +135,12 @@ fn a_resume_that_would_drop_optimizer_state_is_an_error() {
     let d = tempfile::tempdir().unwrap();
     let sgd = write(d.path(), "sgd.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("sgd");
-    assert!(run(&["train", "--config", sgd.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
+    assert!(run_args(Args::train(&sgd, &out)).status.success());
     let ckpt = out.join("checkpoints");
     let resume = |name: &str, set: &[&str]| {
         let o = d.path().join(name);
-        let mut args = vec!["--resume", ckpt.to_str().unwrap(), "--set", "train.steps=12"];
-        for s in set {
-            args.extend(["--set", s]);
-        }
-        (train_into(&sgd, &o, &args), o)
+        let args = set.iter().fold(Args::train(&sgd, &o).resume_from(&ckpt).set("train.steps=12"), |a, s| a.set(s));
+        (run_args(args), o)
     };
     let (adam, _) = resume("adam", &["optimizer.kind=\"adam\""]);
     assert_clean_error(&adam, &["optimizer state holds momentum_buffer", "Adam", "exp_avg, exp_avg_sq", "checkpoint.on_mismatch"]);
@@ -171,19 +161,10 @@ fn a_lone_worker_file_names_what_is_missing_beside_it() {
     let d = tempfile::tempdir().unwrap();
     let two = write(d.path(), "two.toml", &format!("{TINY}\n[parallel]\nworkers = 2\n\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("two");
-    assert!(run(&["train", "--config", two.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]).status.success());
+    assert!(run_args(Args::train(&two, &out)).status.success());
     let lone = d.path().join("lone.h5");
     std::fs::copy(out.join("checkpoints/step-00000008/worker-0.h5"), &lone).unwrap();
-    let o = run(&[
-        "train",
-        "--config",
-        two.to_str().unwrap(),
-        "--out",
-        d.path().join("again").to_str().unwrap(),
-        "--quiet",
-        "--resume",
-        lone.to_str().unwrap(),
-    ]);
+    let o = run_args(Args::train(&two, &d.path().join("again")).resume_from(&lone));
     assert_clean_error(&o, &["lone.h5: is one worker's file", "which has no worker-1.h5"]);
 }
 
@@ -209,11 +190,11 @@ fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_doe
     let d = tempfile::tempdir().unwrap();
     let cfg = write(d.path(), "r.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("run");
-    let train = |extra: &[&str]| train_into(&cfg, &out, extra);
-    assert!(train(&[]).status.success());
+    let train = || Args::train(&cfg, &out);
+    assert!(run_args(train()).status.success());
     let ckpt = out.join("checkpoints/step-00000004");
     let before: Vec<Vec<u8>> = ["metrics.csv", "config.resolved.toml"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
-    let refused = train(&["--resume", ckpt.to_str().unwrap(), "--set", "optimizer.kind=\"adam\""]);
+    let refused = run_args(train().resume_from(&ckpt).set("optimizer.kind=\"adam\""));
     assert_clean_error(&refused, &["optimizer state holds momentum_buffer"]);
     let after: Vec<Vec<u8>> = ["metrics.csv", "config.resolved.toml"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
     assert_eq!(before, after, "a refused resume changed the run's files");
@@ -222,14 +203,14 @@ fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_doe
     let last = metrics.trim_end().rfind('\n').unwrap() + 1;
     let cut = last + (metrics.len() - last) / 2;
     std::fs::write(out.join("metrics.csv"), &metrics[..cut]).unwrap();
-    let resumed = train(&["--resume", ckpt.to_str().unwrap()]);
+    let resumed = run_args(train().resume_from(&ckpt));
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     assert!(String::from_utf8_lossy(&resumed.stderr).contains("dropped a malformed row"));
     // A temporary file of resilab's own left in a fresh directory is not foreign.
     let fresh = d.path().join("fresh");
     std::fs::create_dir(&fresh).unwrap();
     std::fs::write(fresh.join("summary.tmp"), "half").unwrap();
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", fresh.to_str().unwrap(), "--quiet"]);
+    let o = run_args(Args::train(&cfg, &fresh));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -243,16 +224,7 @@ fn an_hdf5_file_that_is_not_a_checkpoint_is_named_as_such() {
     let cfg = write(d.path(), "t.toml", TINY);
     let eval = run(&["eval", plain.to_str().unwrap()]);
     assert_clean_error(&eval, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
-    let resume = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        d.path().join("o").to_str().unwrap(),
-        "--quiet",
-        "--resume",
-        plain.to_str().unwrap(),
-    ]);
+    let resume = run_args(Args::train(&cfg, &d.path().join("o")).resume_from(&plain));
     assert_clean_error(&resume, &["plain.h5: is an HDF5 file but not a resilab checkpoint"]);
 }
 
@@ -261,14 +233,14 @@ fn a_row_lost_between_a_checkpoint_and_its_logging_is_written_again() {
     let d = tempfile::tempdir().unwrap();
     let cfg = write(d.path(), "r.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\n"));
     let out = d.path().join("run");
-    let train = |extra: &[&str]| train_into(&cfg, &out, extra);
-    assert!(train(&[]).status.success());
+    let train = || Args::train(&cfg, &out);
+    assert!(run_args(train()).status.success());
     let full = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     // Killed after writing checkpoint 4, before its row: the file ends at step 2's row.
     let upto2: String = full.lines().take(2).map(|l| format!("{l}\n")).collect();
     assert!(upto2.lines().last().unwrap().starts_with("2,"), "{upto2}");
     std::fs::write(out.join("metrics.csv"), &upto2).unwrap();
-    let resumed = train(&["--resume", out.join("checkpoints/step-00000004").to_str().unwrap()]);
+    let resumed = run_args(train().resume_from(&out.join("checkpoints/step-00000004")));
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     assert!(String::from_utf8_lossy(&resumed.stderr).contains("no row for step 4"));
     let rows: Vec<Vec<String>> = std::fs::read_to_string(out.join("metrics.csv"))

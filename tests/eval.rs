@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{Args, TINY, assert_clean_error, run, run_args, write};
 
 fn ok(o: &std::process::Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -22,10 +22,7 @@ fn json(o: &std::process::Output) -> serde_json::Value {
 fn train(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
     let cfg = write(dir, "c.toml", TINY);
     let out = dir.join("run");
-    let mut args =
-        vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"];
-    args.extend(extra);
-    ok(&run(&args));
+    ok(&run_args(Args::train(&cfg, &out).set("checkpoint.every_steps=8").args(extra)));
     out
 }
 
@@ -138,7 +135,7 @@ fn advise_gives_young_and_daly_intervals() {
     assert!(text.contains(&format!("[checkpoint] every_steps = {daly_steps}")), "{text}");
     let cfg = write(dir.path(), "plain.toml", TINY);
     let plain = dir.path().join("plain");
-    ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", plain.to_str().unwrap(), "--quiet"]));
+    ok(&run_args(Args::train(&cfg, &plain)));
     assert_clean_error(&run(&["advise", "--from-run", plain.to_str().unwrap(), "--mtbf", "3600"]), &["no checkpoints"]);
 }
 
@@ -171,18 +168,7 @@ fn an_injected_copy_beside_the_clean_file_is_read_as_itself() {
     let resume = |from: &Path, name: &str| -> serde_json::Value {
         let cfg = write(d, &format!("{name}.toml"), &TINY.replace("steps = 8", "steps = 10"));
         let o = d.join(name);
-        ok(&run(&[
-            "train",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--out",
-            o.to_str().unwrap(),
-            "--quiet",
-            "--resume",
-            from.to_str().unwrap(),
-            "--set",
-            "checkpoint.on_mismatch=\"load\"",
-        ]));
+        ok(&run_args(Args::train(&cfg, &o).resume_from(from).set("checkpoint.on_mismatch=\"load\"")));
         serde_json::from_slice(&std::fs::read(o.join("summary.json")).unwrap()).unwrap()
     };
     let from_copy = resume(&injected, "from-copy");

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{Args, TINY, assert_clean_error, run, run_args, write};
 use resilab_h5::{Dtype, Editor};
 
 fn ok(o: &std::process::Output) -> String {
@@ -20,7 +20,7 @@ fn ok(o: &std::process::Output) -> String {
 fn trained(dir: &Path) -> PathBuf {
     let cfg = write(dir, "ck.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n"));
     let out = dir.join("run");
-    ok(&run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"]));
+    ok(&run_args(Args::train(&cfg, &out)));
     out.join("checkpoints")
 }
 
@@ -98,9 +98,9 @@ fn a_checkpoint_dir_with_user_files_is_refused_and_never_pruned() {
     std::fs::create_dir(mine.join("cache.tmp")).unwrap();
     let cfg = write(d, "c.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 2\nkeep_last = 2\ndir = \"{}\"\n", mine.display()));
     let out = d.join("run");
-    let o = run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet"]);
+    let o = run_args(Args::train(&cfg, &out));
     assert_clean_error(&o, &["mine", "resilab did not write", "checkpoint.adopt_dir"]);
-    ok(&run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.adopt_dir=true"]));
+    ok(&run_args(Args::train(&cfg, &out).set("checkpoint.adopt_dir=true")));
     assert_eq!(std::fs::read(mine.join("notes.txt")).unwrap(), b"precious");
     assert_eq!(std::fs::read(mine.join("step-99999999/data.bin")).unwrap(), b"precious");
     assert!(mine.join("cache.tmp").is_dir());
@@ -109,20 +109,7 @@ fn a_checkpoint_dir_with_user_files_is_refused_and_never_pruned() {
     assert!(!mine.join("step-00000004").exists());
     // --resume from the directory picks the run's newest checkpoint, not the foreign one.
     let again = d.join("again");
-    let o = run(&[
-        "train",
-        "--config",
-        s(&cfg),
-        "--out",
-        s(&again),
-        "--quiet",
-        "--resume",
-        s(&mine),
-        "--set",
-        "train.steps=10",
-        "--set",
-        "checkpoint.dir=\"ck\"",
-    ]);
+    let o = run_args(Args::train(&cfg, &again).resume_from(&mine).set("train.steps=10").set("checkpoint.dir=\"ck\""));
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stderr).contains("step-00000008"), "{}", String::from_utf8_lossy(&o.stderr));
     // A relative checkpoint.dir sits under --out.
@@ -135,14 +122,8 @@ fn empty_or_zero_checkpoint_settings_are_errors() {
     let d = dir.path();
     let cfg = write(d, "c.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 2\n"));
     let out = d.join("run");
-    assert_clean_error(
-        &run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.dir=\"\""]),
-        &["checkpoint.dir"],
-    );
-    assert_clean_error(
-        &run(&["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--set", "checkpoint.every_steps=0"]),
-        &["checkpoint.every_steps = 0"],
-    );
+    assert_clean_error(&run_args(Args::train(&cfg, &out).set("checkpoint.dir=\"\"")), &["checkpoint.dir"]);
+    assert_clean_error(&run_args(Args::train(&cfg, &out).set("checkpoint.every_steps=0")), &["checkpoint.every_steps = 0"]);
 }
 
 /// Overwrites a u64 training-state value in every worker file of a checkpoint copy.
@@ -168,9 +149,7 @@ fn the_training_state_and_the_stored_configuration_are_verified() {
     let cfg = write(d, "r.toml", TINY);
     let resume = |ckpt: &Path, extra: &[&str]| {
         let out = d.join("resumed");
-        let mut args = vec!["train", "--config", s(&cfg), "--out", s(&out), "--quiet", "--resume", s(ckpt)];
-        args.extend_from_slice(extra);
-        run(&args)
+        run_args(Args::train(&cfg, &out).resume_from(ckpt).args(extra))
     };
     let load = ["--set", "checkpoint.on_mismatch=\"load\""];
 
@@ -576,7 +555,7 @@ fn a_hard_linked_copy_of_a_run_is_continued_without_changing_the_original() {
     let d = dir.path();
     let cfg = write(d, "ck.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n"));
     let hl1 = d.join("hl1");
-    ok(&run(&["train", "--config", s(&cfg), "--out", s(&hl1), "--quiet", "--set", "train.steps=4"]));
+    ok(&run_args(Args::train(&cfg, &hl1).set("train.steps=4")));
     let hl2 = d.join("hl2");
     assert!(std::process::Command::new("cp").arg("-al").arg(&hl1).arg(&hl2).status().unwrap().success());
     let before = snapshot(&hl1);

@@ -9,13 +9,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{Args, TINY, assert_clean_error, run, run_args, write};
 
 fn train_checkpoint(dir: &Path) -> PathBuf {
     let cfg = write(dir, "c.toml", TINY);
     let out = dir.join("run");
-    let o =
-        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
+    let o = run_args(Args::train(&cfg, &out).set("checkpoint.every_steps=8"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out.join("checkpoints/step-00000008")
 }
@@ -267,33 +266,9 @@ fn in_place_corrupts_the_input_and_resume_sees_it() {
     }
     // The checkpoint's digests catch the alteration; on_mismatch = "load" resumes from it anyway.
     let cfg = write(d, "t.toml", TINY);
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        d.join("r1").to_str().unwrap(),
-        "--resume",
-        step.to_str().unwrap(),
-        "--set",
-        "train.steps=10",
-    ]);
+    let o = run_args(Args::train(&cfg, &d.join("r1")).resume_from(&step).set("train.steps=10"));
     assert_clean_error(&o, &["digest"]);
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        d.join("r2").to_str().unwrap(),
-        "--resume",
-        step.to_str().unwrap(),
-        "--set",
-        "train.steps=10",
-        "--set",
-        "checkpoint.on_mismatch=\"load\"",
-    ]);
+    let o = run_args(Args::train(&cfg, &d.join("r2")).resume_from(&step).set("train.steps=10").set("checkpoint.on_mismatch=\"load\""));
     ok(&o);
 }
 

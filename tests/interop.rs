@@ -9,15 +9,14 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{TINY, run, write};
+use common::{Args, TINY, run_args, write};
 
 fn checkpoint(dir: &Path) -> std::path::PathBuf {
     let adam = TINY.replace("kind = \"sgd\"\nlr = 0.05", "kind = \"adam\"\nlr = 0.001");
     assert_ne!(adam, TINY);
     let cfg = write(dir, "c.toml", &adam);
     let out = dir.join("run");
-    let o =
-        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--set", "checkpoint.every_steps=8"]);
+    let o = run_args(Args::train(&cfg, &out).set("checkpoint.every_steps=8"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out.join("checkpoints/step-00000008/worker-0.h5")
 }

@@ -7,16 +7,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TINY, assert_clean_error, run, write};
+use common::{Args, TINY, assert_clean_error, run, run_args, write};
 
 fn config(dir: &Path, parallel: &str) -> PathBuf {
     write(dir, "par.toml", &format!("{TINY}\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n\n[parallel]\n{parallel}"))
 }
 
 fn train(cfg: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    let o = run(&args);
+    let o = run_args(Args::train(cfg, out).args(extra));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
@@ -69,18 +67,7 @@ fn data_parallel_checkpoints_one_file_per_replica_and_resumes_exactly() {
     // A checkpoint of 4 replicas does not resume a run of 2.
     let c = dir.path().join("c");
     let resume = a.join("checkpoints/step-00000004");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        c.to_str().unwrap(),
-        "--quiet",
-        "--set",
-        "parallel.workers=2",
-        "--resume",
-        resume.to_str().unwrap(),
-    ]);
+    let o = run_args(Args::train(&cfg, &c).set("parallel.workers=2").resume_from(&resume));
     assert_clean_error(&o, &["written by 4 worker(s)", "this run has 2"]);
 }
 
@@ -170,18 +157,7 @@ fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
     assert_eq!(s["final_params_digest"], r["final_params_digest"]);
     // Cut elsewhere, the stages hold other blocks: the error names the file and what does not fit.
     let c = dir.path().join("c");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        c.to_str().unwrap(),
-        "--quiet",
-        "--set",
-        "parallel.split_at=[1, 2]",
-        "--resume",
-        step.to_str().unwrap(),
-    ]);
+    let o = run_args(Args::train(&cfg, &c).set("parallel.split_at=[1, 2]").resume_from(&step));
     assert_clean_error(&o, &["worker-0.h5", "no such parameter in the model"]);
 }
 
@@ -191,7 +167,7 @@ fn bad_parallel_settings_name_the_key() {
     let out = dir.path().join("o");
     let go = |parallel: &str| {
         let cfg = config(dir.path(), parallel);
-        run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"])
+        run_args(Args::train(&cfg, &out))
     };
     assert_clean_error(&go("workers = 3\n"), &["parallel.workers = 3", "batch_size = 32"]);
     assert_clean_error(&go("mode = \"pipeline\"\nstages = 40\n"), &["parallel.stages = 40", "blocks"]);

@@ -4,14 +4,14 @@
 
 mod common;
 
-use common::{TINY, run, write};
+use common::{Args, TINY, run, run_args, write};
 
 #[test]
 fn train_writes_metrics_summary_and_resolved_config() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "tiny.toml", TINY);
     let out = dir.path().join("run");
-    let o = run(&["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--threads", "1"]);
+    let o = run_args(Args::train(&cfg, &out).args(["--threads", "1"]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let mut rdr = csv::Reader::from_path(out.join("metrics.csv")).unwrap();
@@ -45,25 +45,14 @@ fn train_writes_metrics_summary_and_resolved_config() {
     let resolved = std::fs::read_to_string(out.join("config.resolved.toml")).unwrap();
     assert!(resolved.contains("batch_size = 32") && resolved.contains("momentum = 0.9"), "{resolved}");
     // The resolved configuration is itself a valid configuration.
-    let again = run(&[
-        "train",
-        "--config",
-        write(dir.path(), "again.toml", &resolved).to_str().unwrap(),
-        "--out",
-        dir.path().join("again").to_str().unwrap(),
-        "--quiet",
-        "--set",
-        "train.steps=1",
-    ]);
+    let again = run_args(Args::train(&write(dir.path(), "again.toml", &resolved), &dir.path().join("again")).set("train.steps=1"));
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
 }
 
 fn digest_of(dir: &std::path::Path, name: &str, extra: &[&str]) -> String {
     let cfg = write(dir, "tiny.toml", TINY);
     let out = dir.join(name);
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    let o = run(&args);
+    let o = run_args(Args::train(&cfg, &out).args(extra));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     s["final_params_digest"].as_str().unwrap().to_string()
@@ -91,22 +80,13 @@ fn the_native_backend_repeats_exactly_at_any_thread_count_and_learns_as_flex_doe
     let learn = |backend: &str| {
         let out = dir.path().join(format!("learn-{backend}"));
         let cfg = dir.path().join("tiny.toml");
-        let o = run(&[
-            "train",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--backend",
-            backend,
-            "--set",
-            "train.steps=60",
-            "--set",
-            "data.train_size=512",
-            "--set",
-            "data.difficulty=0.2",
-        ]);
+        let o = run_args(
+            Args::train(&cfg, &out)
+                .args(["--backend", backend])
+                .set("train.steps=60")
+                .set("data.train_size=512")
+                .set("data.difficulty=0.2"),
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let s: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
         (s["final_test_acc"].as_f64().unwrap(), s["provenance"]["device"].as_str().unwrap_or_default().to_string())
@@ -121,22 +101,9 @@ fn training_lowers_the_loss_and_raises_the_test_accuracy_between_evaluations() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "tiny.toml", TINY);
     let out = dir.path().join("learn");
-    let o = run(&[
-        "train",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--set",
-        "train.steps=60",
-        "--set",
-        "train.eval_every=20",
-        "--set",
-        "data.train_size=512",
-        "--set",
-        "data.difficulty=0.2",
-    ]);
+    let o = run_args(
+        Args::train(&cfg, &out).set("train.steps=60").set("train.eval_every=20").set("data.train_size=512").set("data.difficulty=0.2"),
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // metrics.csv: the mean training loss of the last logged window is below the first's, and
     // the test accuracy at the last evaluation (step 60) above the first (step 20).

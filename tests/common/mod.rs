@@ -11,32 +11,10 @@ pub mod backends;
 pub mod modules;
 pub mod units;
 
-/// A tiny run: ResNet-8 at quarter width on 16x16 synthetic images, 8 steps.
-pub const TINY: &str = r#"
-seed = 7
-
-[data]
-source = "synthetic"
-train_size = 128
-test_size = 64
-image_size = 16
-difficulty = 0.3
-
-[model]
-arch = "resnet"
-depth = 8
-width = 0.25
-
-[train]
-steps = 8
-batch_size = 32
-log_every = 2
-eval_every = 4
-
-[optimizer]
-kind = "sgd"
-lr = 0.05
-"#;
+/// The tiny run (ResNet-8 at quarter width on 16x16 synthetic images, 8 steps), shared with
+/// the crates' tests and the fuzzing harness (`resilab_testkit::set` varies it by key).
+/// [`Args`] builds the argument lists that [`run_args`] takes.
+pub use resilab_testkit::{Args, TINY};
 
 /// 2 flip counts x 10 repetitions of the published method on a tiny ResNet-8.
 pub const NEV: &str = r#"
@@ -113,10 +91,7 @@ pub fn train_config(cfg: &Path, out: &Path, golden: &Path) -> serde_json::Value 
 
 /// [`train_config`] with more arguments (`--set key=value`, ...).
 pub fn train_config_with(cfg: &Path, out: &Path, golden: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet", "--golden-dir"];
-    args.push(golden.to_str().unwrap());
-    args.extend_from_slice(extra);
-    let o = run(&args);
+    let o = run_args(Args::train(cfg, out).golden(golden).args(extra));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap()
 }
@@ -126,10 +101,7 @@ pub fn train_config_with(cfg: &Path, out: &Path, golden: &Path, extra: &[&str]) 
 pub fn finished_campaign(dir: &Path, name: &str, text: &str, extra: &[&str]) -> PathBuf {
     let cfg = write(dir, &format!("{name}.toml"), text);
     let out = dir.join(name);
-    let mut args =
-        vec!["campaign", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--jobs", "2", "--threads", "1", "--quiet"];
-    args.extend_from_slice(extra);
-    let o = run(&args);
+    let o = run_args(Args::command("campaign", &cfg, &out).args(["--jobs", "2", "--threads", "1"]).args(extra));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
 }
@@ -143,7 +115,17 @@ pub fn csv_records(path: &Path) -> Vec<BTreeMap<String, String>> {
 
 /// Runs `resilab` with `args` and returns its output.
 pub fn run(args: &[&str]) -> Output {
+    run_args(Args::default().args(args))
+}
+
+/// Runs `resilab` with `args` built by name and returns its output.
+pub fn run_args(args: Args) -> Output {
     resilab().args(args).output().expect("run resilab")
+}
+
+/// Runs `resilab train --config cfg --out out --quiet` with the extra arguments.
+pub fn train_into(cfg: &Path, out: &Path, extra: &[&str]) -> Output {
+    run_args(Args::train(cfg, out).args(extra))
 }
 
 /// Runs `resilab train` on `cfg_text` (written to `bad.toml` in a fresh directory) with the
@@ -151,10 +133,7 @@ pub fn run(args: &[&str]) -> Output {
 pub fn train_with(cfg_text: &str, extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "bad.toml", cfg_text);
-    let out = dir.path().join("out");
-    let mut args = vec!["train", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
-    args.extend_from_slice(extra);
-    run(&args)
+    train_into(&cfg, &dir.path().join("out"), extra)
 }
 
 /// Asserts that a command failed cleanly: non-zero exit, one `error:` line on stderr that

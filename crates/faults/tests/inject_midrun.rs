@@ -3,12 +3,11 @@
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
 use resilab_faults::{FaultInjector, Faults, schedule};
-use resilab_models::{Arch, InputShape, ModelConfig, Net, for_each_param, init_parameters};
+use resilab_models::{Net, for_each_param};
+use resilab_testkit::toy::Toy;
 use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, SyncKind, TrainConfig, TrainSpec, Trainer, WorkerState};
 
 /// The bits of every parameter (`trainable`) or of every parameter and buffer, in order.
@@ -37,12 +36,9 @@ fn trainer(workers: usize) -> Trainer {
     trainer_with(ParallelConfig { workers, ..ParallelConfig::default() })
 }
 
+/// The toy ResNet-8 for 20 steps of 32 images.
 fn trainer_with(parallel: ParallelConfig) -> Trainer {
-    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
-    let data = Arc::new(Split::new(g.generate(0, 128).unwrap(), g.generate(1, 32).unwrap()));
-    let device = Device::flex().autodiff();
-    let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 11, &device);
+    let (net, data, device) = Toy::default().parts();
     let spec = TrainSpec {
         train: TrainConfig { steps: Some(20), batch_size: 32, ..TrainConfig::default() },
         optimizer: OptimizerConfig::default(),

@@ -86,38 +86,20 @@ impl std::str::FromStr for Target {
 /// The checkpoint's step: the base run trains this many steps and checkpoints at the end.
 pub const CHECKPOINT_STEP: u64 = 4;
 
-/// The base run: ResNet-8 at quarter width on 16x16 synthetic images, SGD with momentum (so the
-/// checkpoint holds optimizer state), one checkpoint at step [`CHECKPOINT_STEP`]. Config
-/// mutations start from this text.
-pub const BASE_CONFIG: &str = r#"seed = 7
-
-[data]
-source = "synthetic"
-train_size = 128
-test_size = 64
-image_size = 16
-difficulty = 0.3
-
-[model]
-arch = "resnet"
-depth = 8
-width = 0.25
-
-[train]
-steps = 4
-batch_size = 32
-log_every = 2
-eval_every = 4
-
-[optimizer]
-kind = "sgd"
-lr = 0.05
-momentum = 0.9
-
-[checkpoint]
-every_steps = 4
-keep_last = 0
-"#;
+/// The base run: the tests' tiny run ([`resilab_testkit::TINY`]: ResNet-8 at quarter width on
+/// 16x16 synthetic images) for [`CHECKPOINT_STEP`] steps, SGD with momentum (so the checkpoint
+/// holds optimizer state), one checkpoint at its last step. Config mutations start from this
+/// text; `\nsteps = 4\n` in it sets the run's length.
+pub fn base_config() -> String {
+    let steps = CHECKPOINT_STEP.to_string();
+    let mut text = resilab_testkit::TINY.trim_start().to_string();
+    for (key, value) in
+        [("train.steps", steps.as_str()), ("optimizer.momentum", "0.9"), ("checkpoint.every_steps", &steps), ("checkpoint.keep_last", "0")]
+    {
+        text = resilab_testkit::set(&text, key, value);
+    }
+    text
+}
 
 /// Injector configs, used in turn: a bit range over the model's values, and raw byte flips in
 /// the metadata.
@@ -216,4 +198,20 @@ pub struct CaseResult {
     pub stderr: String,
     /// Wall-clock seconds of the command.
     pub seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_run_is_the_tiny_run_with_momentum_and_one_checkpoint_at_its_end() {
+        let text = base_config();
+        // The drivers change the run's length by replacing this line.
+        assert!(text.contains("\n[train]\nsteps = 4\n") && !text.contains("steps = 8"), "{text}");
+        assert!(text.starts_with("seed = 7\n\n[data]\n"), "{text}");
+        assert!(text.ends_with("lr = 0.05\nmomentum = 0.9\n\n[checkpoint]\nevery_steps = 4\nkeep_last = 0\n"), "{text}");
+        let rest = |t: &str| t.lines().filter(|l| !l.contains("steps") && !l.contains("momentum") && !l.contains("keep_last")).count();
+        assert_eq!(rest(&text), rest(resilab_testkit::TINY.trim_start()) + 2, "the tiny run's other lines, a blank line and [checkpoint]");
+    }
 }

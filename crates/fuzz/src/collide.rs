@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use rand::Rng as _;
 
-use crate::case::{BASE_CONFIG, Case, CaseResult, Options, Target, case_rng};
+use crate::case::{Case, CaseResult, Options, Target, base_config, case_rng};
 use crate::classify::{Class, Observed, classify};
 use crate::exec::{self, Finished, Invocation};
 
@@ -69,7 +69,7 @@ pub fn case(opts: &Options, target: Target, index: usize, dir: &Path) -> anyhow:
 }
 
 fn case_of(opts: &Options, plan: &Plan, dir: &Path) -> anyhow::Result<Case> {
-    let config = BASE_CONFIG.replace("\nsteps = 4\n", &format!("\nsteps = {}\n", plan.steps()));
+    let config = base_config().replace("\nsteps = 4\n", &format!("\nsteps = {}\n", plan.steps()));
     std::fs::write(dir.join("base.toml"), config).with_context(|| format!("{}", dir.display()))?;
     let args = ["train", "--config", "base.toml", "--out", plan.out(), "--quiet", "--threads", "1", "--golden-dir", "golden"];
     let invocation = Invocation { program: opts.resilab.clone(), args: args.iter().map(OsString::from).collect(), dir: dir.to_path_buf() };

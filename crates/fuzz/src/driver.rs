@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 pub use crate::case::{
-    BASE_CONFIG, CHECKPOINT_STEP, Case, CaseResult, HOSTILE_EVERY, INJECTOR_CONFIGS, Options, Target, VICTIMS, case_rng,
+    CHECKPOINT_STEP, Case, CaseResult, HOSTILE_EVERY, INJECTOR_CONFIGS, Options, Target, VICTIMS, base_config, case_rng,
 };
 use crate::classify::{Class, Observed, classify};
 use crate::exec::{self, Invocation, Limits};
@@ -38,7 +38,7 @@ fn import_case(opts: &Options, index: usize, dir: &Path) -> anyhow::Result<Case>
     let src = &files[index % files.len()];
     let file = dir.join("weights.pt");
     std::fs::copy(src, &file).with_context(|| format!("{}", src.display()))?;
-    write(&dir.join("import.toml"), BASE_CONFIG)?;
+    write(&dir.join("import.toml"), &base_config())?;
     let args = ["import", "weights.pt", "--config", "import.toml", "--out", "out"].iter().map(OsString::from).collect();
     let invocation = Invocation { program: opts.resilab.clone(), args, dir: dir.to_path_buf() };
     Ok(Case { mutation: format!("hostile corpus file {}", src.display()), invocation, inputs: vec![file, dir.join("import.toml")] })
@@ -100,7 +100,7 @@ pub fn prepare(opts: &Options) -> anyhow::Result<Base> {
         std::fs::remove_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
-    std::fs::write(dir.join("base.toml"), BASE_CONFIG).with_context(|| format!("{}", dir.display()))?;
+    std::fs::write(dir.join("base.toml"), base_config()).with_context(|| format!("{}", dir.display()))?;
     if let Some(given) = &opts.base {
         let file = dir.join("worker-0.h5");
         std::fs::copy(given, &file).with_context(|| format!("copying {}", given.display()))?;
@@ -148,8 +148,9 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
     let strs = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
     let train = ["--out", "out", "--quiet", "--threads", "1", "--golden-dir", "golden"];
     if target == Target::Config {
-        let m = TextMutation::draw(&mut rng, BASE_CONFIG);
-        write(&dir.join("config.toml"), &m.apply(BASE_CONFIG))?;
+        let base = base_config();
+        let m = TextMutation::draw(&mut rng, &base);
+        write(&dir.join("config.toml"), &m.apply(&base))?;
         let args = strs(&[&["train", "--config", "config.toml"][..], &train[..]].concat());
         let inv = Invocation { program: opts.resilab.clone(), args, dir: dir.to_path_buf() };
         return Ok(Case { mutation: m.to_string(), invocation: inv, inputs: vec![dir.join("config.toml")] });
@@ -194,7 +195,7 @@ pub fn make_case(opts: &Options, base: &Base, target: Target, index: usize, dir:
             (strs(&args), vec![dir.join("inj.toml"), file])
         }
         Target::Resume | Target::Config | Target::Writers | Target::FullDisk | Target::Import => {
-            let cfg = BASE_CONFIG.replace("\nsteps = 4\n", &format!("\nsteps = {}\n", CHECKPOINT_STEP + 2));
+            let cfg = base_config().replace("\nsteps = 4\n", &format!("\nsteps = {}\n", CHECKPOINT_STEP + 2));
             write(&dir.join("resume.toml"), &cfg)?;
             let name = step_dir_name();
             let resume = ["train", "--config", "resume.toml", "--resume", name.as_str(), "--set", "checkpoint.on_mismatch=\"load\""];

@@ -726,7 +726,7 @@ mod tests {
     use super::*;
 
     /// A direct convolution in f64 (the definition), for forward and both gradients.
-    struct Naive<'a>(&'a Conv2d);
+    pub(super) struct Naive<'a>(pub(super) &'a Conv2d);
 
     impl Naive<'_> {
         /// Calls `f(n, co, ci, oy, ox, iy, ix, ky, kx)` for every term of the sum.
@@ -756,7 +756,7 @@ mod tests {
             }
         }
 
-        fn all(&self, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+        pub(super) fn all(&self, x: &[f32], w: &[f32], dy: &[f32]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
             let s = self.0;
             let (nx, nw, ny) = s.lens();
             let [oh, ow] = s.out_hw();
@@ -777,7 +777,7 @@ mod tests {
         (0..n).map(|i| ((i as f32 + salt) * 0.618_034).fract() - 0.5).collect()
     }
 
-    fn close(got: &[f32], want: &[f64], what: &str, s: &Conv2d) {
+    pub(super) fn close(got: &[f32], want: &[f64], what: &str, s: &Conv2d) {
         let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
             assert!((f64::from(*g) - w).abs() <= 1e-5 * scale.max(w.abs()) * 10.0, "{what} [{i}]: {g} vs {w} ({s:?})");

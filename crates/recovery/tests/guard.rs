@@ -3,24 +3,17 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
-use std::sync::Arc;
-
-use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
 use resilab_faults::{FaultInjector, Faults, schedule};
-use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
 use resilab_recovery::detect::{replica_digests, weights_finite};
 use resilab_recovery::{Decision, DetectConfig, Detection, Guard, Strategy};
+use resilab_testkit::toy::Toy;
 use resilab_train::{OptimizerConfig, ParallelConfig, StepOutcome, TrainConfig, TrainSpec, Trainer};
 
 const STEPS: u64 = 6;
 
+/// The toy ResNet-8 for [`STEPS`] steps of 32 images.
 fn trainer(workers: usize) -> Trainer {
-    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
-    let data = Arc::new(Split::new(g.generate(0, 128).unwrap(), g.generate(1, 32).unwrap()));
-    let device = Device::flex().autodiff();
-    let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 11, &device);
+    let (net, data, device) = Toy::default().parts();
     let spec = TrainSpec {
         train: TrainConfig { steps: Some(STEPS), batch_size: 32, ..TrainConfig::default() },
         optimizer: OptimizerConfig::default(),

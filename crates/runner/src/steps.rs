@@ -313,9 +313,53 @@ mod tests {
         }
     }
 
+    /// Step `step`'s record, with made-up values.
+    fn record(step: u64) -> StepRecord {
+        StepRecord {
+            step,
+            epoch: 0,
+            epoch_end: false,
+            epoch_start: false,
+            loss: 2.0,
+            train_acc: 0.25,
+            lr: 0.05,
+            sim_s: 0.5,
+            comm_s: 0.0,
+            comm_bytes: 0,
+            snapshot_bytes: 8,
+            state_bytes: 8,
+            replicas_agree: true,
+            test_acc: None,
+            test_loss: None,
+            state_digest: Some(step),
+        }
+    }
+
+    /// Writes `steps` as the cache's table in `dir`.
+    fn write_steps(dir: &Path, steps: &[u64]) {
+        let mut w = csv::Writer::from_path(dir.join(STEPS_CSV)).unwrap();
+        for &s in steps {
+            w.serialize(record(s)).unwrap();
+        }
+        w.flush().unwrap();
+    }
+
+    /// A golden run recorded without `record_steps` (its summary and metrics, no `steps.csv`)
+    /// has no cache; with its table it has one, which holds the records in order and the
+    /// detections the summary lists; a table that skips a step is an error naming the row.
     #[test]
     fn a_golden_run_without_a_cache_has_none() {
         let d = tempfile::tempdir().unwrap();
-        assert!(StepCache::open(d.path()).unwrap().is_none());
+        std::fs::write(d.path().join("summary.json"), r#"{"status": "ok", "detections": [{"step": 2}]}"#).unwrap();
+        std::fs::write(d.path().join("metrics.csv"), "step,loss\n1,2.0\n2,1.9\n").unwrap();
+        assert!(StepCache::open(d.path()).unwrap().is_none(), "no steps.csv, no cache");
+        write_steps(d.path(), &[1, 2]);
+        let cache = StepCache::open(d.path()).unwrap().expect("the cache of a run that recorded its steps");
+        assert_eq!(cache.records, [record(1), record(2)]);
+        assert_eq!(cache.detections, 1);
+        assert_eq!(cache.state_dir(2), d.path().join(FULL_DIR).join(resilab_checkpoint::dir_name(2)));
+        write_steps(d.path(), &[1, 3]);
+        let e = StepCache::open(d.path()).err().expect("a gap in the steps").to_string();
+        assert!(e.contains(STEPS_CSV) && e.contains("row 2 is step 3"), "{e}");
     }
 }

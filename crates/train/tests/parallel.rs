@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
-use resilab_models::{Arch, InputShape, ModelConfig, Net, init_parameters, map_params};
+use resilab_data::Split;
+use resilab_models::{ModelConfig, Net, map_params};
+use resilab_testkit::toy::{RESNET8, Toy, VGG11};
 use resilab_train::{
     AllReduceKind, Control, Ctx, Grads, Hooks, HostTensor, Message, MessageKind, OptimizerConfig, ParallelConfig, ParallelMode,
     PipeSchedule, StepOutcome, SyncKind, TrainConfig, TrainSpec, Trainer, Worker, WorkerState,
@@ -16,23 +17,22 @@ use resilab_train::{
 
 const BATCH: usize = 32;
 
+/// The toy's images: 128 + 32 of 16x16.
 fn data() -> Arc<Split> {
-    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
-    Arc::new(Split::new(g.generate(0, 128).unwrap(), g.generate(1, 32).unwrap()))
+    Toy::default().data()
 }
 
 /// VGG-11 without BatchNorm (every replica computes exactly what one worker would on its shard).
 fn plain() -> ModelConfig {
-    ModelConfig { arch: Arch::Vgg, depth: Some(11), width: 0.125, batch_norm: Some(false) }
+    VGG11
 }
 
 fn with_bn() -> ModelConfig {
-    ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None }
+    RESNET8
 }
 
 fn trainer(model: &ModelConfig, parallel: ParallelConfig, data: Arc<Split>) -> Trainer {
-    let device = Device::flex().autodiff();
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 11, &device);
+    let (net, data, device) = Toy { model: model.clone(), ..Toy::default() }.parts_on(data);
     let train = TrainConfig { steps: Some(100), batch_size: BATCH, ..TrainConfig::default() };
     let optimizer = OptimizerConfig { lr: 0.05, momentum: 0.9, ..OptimizerConfig::default() };
     Trainer::new(net, TrainSpec { train, optimizer, parallel, seed: 5, ..TrainSpec::default() }, data, device).unwrap()

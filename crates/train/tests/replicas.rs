@@ -4,19 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
-use std::sync::Arc;
-
-use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
-use resilab_models::{Arch, InputShape, ModelConfig, for_each_param, init_parameters};
+use resilab_models::for_each_param;
+use resilab_testkit::toy::Toy;
 use resilab_train::{OptimizerConfig, ParallelConfig, SyncKind, TrainConfig, TrainSpec, Trainer};
 
 fn trained(sync: SyncKind) -> Trainer {
-    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 8, difficulty: 0.3 };
-    let data = Arc::new(Split::new(g.generate(0, 256).unwrap(), g.generate(1, 64).unwrap()));
-    let device = Device::flex().autodiff();
-    let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 8 }, 4, &device).unwrap(), 11, &device);
+    // The toy ResNet-8 on 256 + 64 images of 8x8.
+    let (net, data, device) = Toy { size: 8, train_images: 256, test_images: 64, ..Toy::default() }.parts();
     let train = TrainConfig { steps: Some(4), batch_size: 32, ..TrainConfig::default() };
     let optimizer = OptimizerConfig { lr: 0.05, momentum: 0.9, ..OptimizerConfig::default() };
     let parallel = ParallelConfig { workers: 4, sync, ..ParallelConfig::default() };

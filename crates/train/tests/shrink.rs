@@ -4,11 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
-use std::sync::Arc;
-
-use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
-use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
+use resilab_testkit::toy::{Toy, VGG11};
 use resilab_train::{BatchRule, OptimizerConfig, ParallelConfig, TrainConfig, TrainSpec, Trainer};
 
 const BATCH: usize = 32;
@@ -17,11 +13,8 @@ const BATCH: usize = 32;
 const TRAIN: usize = 480;
 
 fn trainer(workers: usize) -> Trainer {
-    let g = Synthetic { seed: 3, classes: 4, channels: 3, size: 8, difficulty: 0.3 };
-    let data = Arc::new(Split::new(g.generate(0, TRAIN).unwrap(), g.generate(1, 16).unwrap()));
-    let device = Device::flex().autodiff();
-    let model = ModelConfig { arch: Arch::Vgg, depth: Some(11), width: 0.125, batch_norm: Some(false) };
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 8 }, 4, &device).unwrap(), 11, &device);
+    // The toy VGG-11 on TRAIN + 16 images of 8x8.
+    let (net, data, device) = Toy { model: VGG11, size: 8, train_images: TRAIN, test_images: 16, ..Toy::default() }.parts();
     let train = TrainConfig { steps: Some(100), batch_size: BATCH, ..TrainConfig::default() };
     let optimizer = OptimizerConfig { lr: 0.05, momentum: 0.9, ..OptimizerConfig::default() };
     let parallel = ParallelConfig { workers, ..ParallelConfig::default() };

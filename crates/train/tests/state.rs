@@ -4,22 +4,21 @@
 
 use std::sync::Arc;
 
-use burn::prelude::*;
-use resilab_data::{Split, synthetic::Synthetic};
-use resilab_models::{Arch, InputShape, ModelConfig, init_parameters};
+use resilab_data::Split;
+use resilab_testkit::toy::{RESNET8, Toy};
 use resilab_train::{
     OptimizerConfig, OptimizerKind, ParallelConfig, ParallelMode, ScheduleConfig, ScheduleKind, TrainConfig, TrainSpec, Trainer,
 };
 
+/// The toy ResNet-8 on 96 + 32 images from seed 1, initialised from seed 9.
+const TOY: Toy = Toy { model: RESNET8, size: 16, data_seed: 1, train_images: 96, test_images: 32, init_seed: 9 };
+
 fn data() -> Arc<Split> {
-    let g = Synthetic { seed: 1, classes: 4, channels: 3, size: 16, difficulty: 0.3 };
-    Arc::new(Split::new(g.generate(0, 96).unwrap(), g.generate(1, 32).unwrap()))
+    TOY.data()
 }
 
 fn trainer(kind: OptimizerKind, parallel: ParallelConfig, data: Arc<Split>) -> Trainer {
-    let device = Device::flex().autodiff();
-    let model = ModelConfig { arch: Arch::Resnet, depth: Some(8), width: 0.25, batch_norm: None };
-    let net = init_parameters(model.build(InputShape { channels: 3, size: 16 }, 4, &device).unwrap(), 9, &device);
+    let (net, data, device) = TOY.parts_on(data);
     let train = TrainConfig { steps: Some(10), batch_size: 32, augment: true, ..TrainConfig::default() };
     let optimizer =
         OptimizerConfig { kind, lr: if kind == OptimizerKind::Adam { 1e-3 } else { 0.05 }, weight_decay: 1e-4, ..Default::default() };

@@ -289,20 +289,26 @@ mod tests {
         y.iter().map(|v| v.to_bits()).collect()
     }
 
-    /// The forward pass and input gradient of `s` where this kernel takes them, planned for
-    /// `lanes` and run with `simd`.
-    fn both<S: Simd>(simd: S, s: &Conv2d, lanes: usize) -> Vec<Vec<u32>> {
+    /// The input, weights and output gradient of `s`'s tests.
+    fn inputs(s: &Conv2d) -> [Vec<f32>; 3] {
         let (nx, nw, ny) = s.lens();
-        let (x, w, dy): (Vec<f32>, Vec<f32>, Vec<f32>) =
-            ((0..nx).map(|i| value(i, 0.1)).collect(), (0..nw).map(|i| value(i, 0.7)).collect(), (0..ny).map(|i| value(i, 0.9)).collect());
-        let forward = Rows::forward_for(s, &w, lanes).map(|r| run(simd, &r, &x, ny));
-        let input = Rows::input_grad_for(s, &w, lanes).map(|r| run(simd, &r, &dy, nx));
-        forward.into_iter().chain(input).collect()
+        [(nx, 0.1), (nw, 0.7), (ny, 0.9)].map(|(n, salt)| (0..n).map(|i| value(i, salt)).collect())
     }
 
-    /// Every instruction set computes the same fused chains: scalar, AVX2 and AVX-512 (where the
-    /// CPU has them) give the same bits, forward and input gradient: rows that are no whole
-    /// number of vectors, channel groups of 16, 8 and 4, few input channels, the widest kernel.
+    /// The forward pass and input gradient of `s`, each where this kernel takes it, planned for
+    /// `lanes` and run with `simd`.
+    fn both<S: Simd>(simd: S, s: &Conv2d, lanes: usize) -> [Option<Vec<u32>>; 2] {
+        let (nx, _, ny) = s.lens();
+        let [x, w, dy] = inputs(s);
+        let forward = Rows::forward_for(s, &w, lanes).map(|r| run(simd, &r, &x, ny));
+        let input = Rows::input_grad_for(s, &w, lanes).map(|r| run(simd, &r, &dy, nx));
+        [forward, input]
+    }
+
+    /// Every instruction set computes the same fused chains: the portable code (which every CPU
+    /// runs) gives the convolution's definition to rounding, and AVX2 and AVX-512 (where the CPU
+    /// has them) give its bits, forward and input gradient: rows that are no whole number of
+    /// vectors, channel groups of 16, 8 and 4, few input channels, the widest kernel.
     #[test]
     fn every_instruction_set_gives_the_same_bits() {
         for (s, directions) in [
@@ -312,7 +318,15 @@ mod tests {
             (shape(8, 11, [5, 19], [3, 5]), 2),
         ] {
             let want = both(pulp::Scalar::new(), &s, 1);
-            assert_eq!(want.len(), directions, "{s:?}");
+            assert_eq!(want.iter().flatten().count(), directions, "{s:?}");
+            let [x, w, dy] = inputs(&s);
+            let (y, dx, _) = crate::conv::tests::Naive(&s).all(&x, &w, &dy);
+            for (got, (definition, what)) in want.iter().zip([(y, "forward"), (dx, "input gradient")]) {
+                if let Some(got) = got {
+                    let got: Vec<f32> = got.iter().map(|&b| f32::from_bits(b)).collect();
+                    crate::conv::tests::close(&got, &definition, &format!("portable {what}"), &s);
+                }
+            }
             #[cfg(target_arch = "x86_64")]
             {
                 if let Some(simd) = pulp::x86::V3::try_new() {
