@@ -235,7 +235,6 @@ fn changed_settings(report: &LoadReport, cfg: &RunConfig) -> Vec<String> {
 /// The `[[fault]]` entries checked against the trainer and scheduled in their injector, and the
 /// guard that detects and recovers.
 fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
-    let config = |e: &dyn std::fmt::Display| Error::Config(e.to_string());
     let entries = cfg.faults.entries();
     if let Some(e) = entries.iter().find(|e| e.target == FaultTarget::Checkpoint)
         && !cfg.checkpoint.enabled()
