@@ -104,7 +104,7 @@ fn sizes_beyond_memory_are_errors_not_aborts() {
     assert_clean_error(&train_with(TINY, &["--set", "train.eval_batch_size=0"]), &["train.eval_batch_size = 0"]);
     // One record per injection attempt: a count no memory holds is an error naming the key.
     let faulty = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nat_step = 2\ninjection_tries = 100000000000000\n");
-    assert_clean_error(&train_with(&faulty, &[]), &["injection_tries", "bytes", "more than the budget of"]);
+    assert_clean_error(&train_with(&faulty, &[]), &["fault[0].injection_tries", "bytes", "more than the budget of"]);
     // One event per random fault arrival: a length that draws more than memory holds.
     let arrivals = format!("{TINY}\n[[fault]]\ntarget = \"weights\"\nmtbf_steps = 1e-15\n");
     assert_clean_error(&train_with(&arrivals, &[]), &["train.steps = 8", "fault[0]", "mtbf_steps"]);

@@ -293,6 +293,7 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     let raw: RawConfig = toml::Value::Table(rest).try_into().map_err(|e: toml::de::Error| bad(i, "*", e.message().trim().to_string()))?;
     let mut spec = raw.validate().map_err(|e| match e {
         resilab_inject::Error::Config { key, message } => bad(i, &key, message),
+        resilab_inject::Error::Budget(resilab_limits::Error::Budget(refusal)) => bad(i, &refusal.key.clone(), refusal.to_string()),
         other => bad(i, "*", other.to_string()),
     })?;
     if target == FaultTarget::Crash {
