@@ -28,59 +28,21 @@
 use std::fmt::Display;
 
 mod alloc;
+mod budget;
 mod depth;
 mod error;
 mod file;
 
 pub use alloc::{Counted, live_bytes};
+pub use budget::{Budget, ENV, human_bytes, needed};
 pub use depth::{DepthError, MAX_DEPTH, check_toml_depth, check_yaml_depth};
 pub use error::{Error, Refusal, Result};
 pub use file::{CONFIG_MAX_BYTES, FileError, RegularFile, read_config, read_regular};
-
-/// The environment variable that sets the budget.
-pub const ENV: &str = "RESILAB_MAX_MEMORY";
 
 /// What the budget assumes where the machine's memory cannot be read (not Linux, or a
 /// restricted `/proc`): 1 TiB, generous enough never to refuse what a real machine could hold,
 /// small enough to refuse the absurd.
 pub const FALLBACK_BYTES: u64 = 1 << 40;
-
-/// The bytes one command may allocate for what a file or configuration declares, and where
-/// that figure comes from (for error messages).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Budget {
-    /// Bytes.
-    pub bytes: u64,
-    /// Where `bytes` comes from, in words.
-    pub source: String,
-}
-
-impl Budget {
-    /// Whether `bytes` more (`None`: more than 2^64, an overflow while computing it) fit
-    /// beside what the process already holds ([`live_bytes`]; nothing where no counting
-    /// allocator is installed).
-    pub fn admits(&self, bytes: Option<u64>) -> bool {
-        let held = live_bytes().unwrap_or(0);
-        bytes.and_then(|b| b.checked_add(held)).is_some_and(|b| b <= self.bytes)
-    }
-
-    /// `"1.00 GiB (RESILAB_MAX_MEMORY)"`, with what the process already holds when it is
-    /// counted and more than a mebibyte (so that a refusal of a size below the budget explains
-    /// itself).
-    pub fn describe(&self) -> String {
-        self.describe_held(live_bytes())
-    }
-
-    /// [`Budget::describe`] with `held` bytes already held (as counted at a refusal).
-    pub fn describe_held(&self, held: Option<u64>) -> String {
-        match held {
-            Some(held) if held >= 1 << 20 => {
-                format!("{} ({}), of which this process already holds {}", human_bytes(self.bytes), self.source, human_bytes(held))
-            }
-            _ => format!("{} ({})", human_bytes(self.bytes), self.source),
-        }
-    }
-}
 
 /// The budget of this process: [`ENV`] when set, else half of the memory it can have.
 /// An [`ENV`] value that is not a size is an error naming it.
@@ -167,18 +129,6 @@ pub fn parse_size(text: &str) -> Option<u64> {
     (value.is_finite() && value > 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
 }
 
-/// Bytes in binary units (`2.79 TiB`).
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.2} {}", UNITS[u]) }
-}
-
 /// Checks that `bytes` (`None`: an overflow while computing it) fit in [`memory_budget`]. The
 /// error is one line naming `key = value`, the bytes it would need and the budget.
 pub fn check(key: &str, value: &dyn Display, bytes: Option<u64>, what: &str) -> Result<()> {
@@ -198,14 +148,6 @@ pub fn check_within(key: &str, value: &dyn Display, bytes: Option<u64>, what: &s
         budget: budget.clone(),
         held: live_bytes(),
     })))
-}
-
-/// `"3072000000000 bytes (2.79 TiB)"`, or `"more than 2^64 bytes"`.
-pub fn needed(bytes: Option<u64>) -> String {
-    match bytes {
-        Some(b) => format!("{b} bytes ({})", human_bytes(b)),
-        None => "more than 2^64 bytes".to_string(),
-    }
 }
 
 /// `a * b * ...` without overflow (`None` if it overflows).
