@@ -63,6 +63,14 @@ fn docs_list_every_metric_column_in_order_with_the_kinds_that_fill_it() {
     }
 }
 
+/// Fails naming `path` and its first line that `back`, the file written again, changed.
+fn assert_written_back(path: &Path, text: &str, back: &str) {
+    if back != text {
+        let (a, b) = text.lines().zip(back.lines()).find(|(a, b)| a != b).unwrap_or_default();
+        panic!("{}: written back otherwise:\n  was {a}\n  now {b}", path.display());
+    }
+}
+
 #[test]
 fn every_committed_runs_csv_reads_into_the_run_record_and_writes_back_unchanged() {
     let files = files_named(&root().join("results"), "runs.csv");
@@ -81,11 +89,7 @@ fn every_committed_runs_csv_reads_into_the_run_record_and_writes_back_unchanged(
         for r in &rows {
             w.write_record(r.fields(&columns, &campaign.axis_keys()).unwrap()).unwrap();
         }
-        let back = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        if back != text {
-            let (a, b) = text.lines().zip(back.lines()).find(|(a, b)| a != b).unwrap_or_default();
-            panic!("{}: written back otherwise:\n  was {a}\n  now {b}", path.display());
-        }
+        assert_written_back(&path, &text, &String::from_utf8(w.into_inner().unwrap()).unwrap());
     }
 }
 
@@ -104,11 +108,7 @@ fn every_committed_faults_csv_reads_into_fault_rows_and_writes_back_unchanged() 
         for r in &rows {
             w.serialize(r).unwrap();
         }
-        let back = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        if back != text {
-            let (a, b) = text.lines().zip(back.lines()).find(|(a, b)| a != b).unwrap_or_default();
-            panic!("{}: written back otherwise:\n  was {a}\n  now {b}", path.display());
-        }
+        assert_written_back(&path, &text, &String::from_utf8(w.into_inner().unwrap()).unwrap());
     }
 }
 
