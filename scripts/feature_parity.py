@@ -10,7 +10,9 @@ compile again in any case.
 
     python3 scripts/feature_parity.py          # nothing listed: the two builds agree
 
-Exits 1 when a crate is listed, with the features to add to crates/feature-parity/Cargo.toml.
+Exits 1 when a crate is listed, with the features to add to crates/feature-parity/Cargo.toml,
+and when the profile overrides CI's feature build compiles with (.ci/backends.toml) name a
+crate that build would otherwise reuse.
 Needs the tch virtual environment (scripts/setup.sh --tch), as the feature build does.
 """
 import json
@@ -23,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = ["cargo", "build", "--release", "--workspace", "--tests"]
 FEATURES = ["bash", "scripts/with-tch.sh", "cargo", "build", "--release", "--no-default-features",
             "--features", "hdf5-static,avx512,wgpu,tch", "--test", "wgpu", "--test", "tch"]
+# CI's feature build compiles what it compiles anyway at a lower opt-level (.ci/backends.toml).
+OVERRIDES = ["--config", ".ci/backends.toml"]
 
 
 def units(command):
@@ -54,8 +58,42 @@ def features(us):
     return out
 
 
+def identities(us):
+    """Each unit's identity: its package, target, mode, features and profile, and its
+    dependencies' identities (a unit compiles again when any of these differs)."""
+    memo = {}
+
+    def ident(i):
+        if i not in memo:
+            u = us[i]
+            deps = tuple(sorted(ident(d["index"]) for d in u["dependencies"]))
+            memo[i] = hash((u["pkg_id"], u["target"]["name"], u["target"]["kind"][0], u["mode"], tuple(sorted(u["features"])),
+                            json.dumps(u["profile"], sort_keys=True), u.get("platform"), deps))
+        return memo[i]
+
+    return [ident(i) for i in range(len(us))]
+
+
+def reused(default_units, feature_units):
+    """The packages of the feature build's units that the default build compiled already."""
+    have = set(identities(default_units))
+    return sorted({package(u)[0] for u, i in zip(feature_units, identities(feature_units)) if i in have})
+
+
+def check_overrides(default_units, feature_units):
+    """The profile overrides of .ci/backends.toml must not make the feature build compile again a
+    crate it would otherwise reuse from the default build. Returns the crates they would."""
+    overridden = units(FEATURES[:3] + OVERRIDES + FEATURES[3:])
+    return sorted(set(reused(default_units, feature_units)) - set(reused(default_units, overridden)))
+
+
 def main():
-    default, feature = features(units(DEFAULT)), features(units(FEATURES))
+    default_units, feature_units = units(DEFAULT), units(FEATURES)
+    lost = check_overrides(default_units, feature_units)
+    if lost:
+        print(f".ci/backends.toml overrides crates the feature build would reuse: {', '.join(lost)}")
+        sys.exit(1)
+    default, feature = features(default_units), features(feature_units)
     listed = 0
     for key in sorted(feature):
         (name, version), host = key
