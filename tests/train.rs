@@ -16,7 +16,10 @@ fn train_writes_metrics_summary_and_resolved_config() {
 
     let mut rdr = csv::Reader::from_path(out.join("metrics.csv")).unwrap();
     let headers: Vec<String> = rdr.headers().unwrap().iter().map(str::to_string).collect();
-    assert_eq!(headers, ["step", "epoch", "loss", "train_acc", "test_acc", "test_loss", "lr", "wall_s", "sim_s"]);
+    assert_eq!(
+        headers,
+        ["step", "epoch", "loss", "train_acc", "test_acc", "test_loss", "lr", "wall_s", "sim_s", "loss_scale", "overflow_steps"]
+    );
     let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
     let steps: Vec<u64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
     assert_eq!(steps, [2, 4, 6, 8]);

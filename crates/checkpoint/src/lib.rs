@@ -9,6 +9,7 @@
 //!           <parameter path> group attribute   step (u64)
 //! /train_state/{step, epoch, sample, rank, rng_stream, rng_word_pos}   u64 scalars
 //! /train_state/rng_seed                        u8[32]
+//! /train_state/{loss_scale, growth_tracker}    f32[1], u64 (fp16 runs only: the loss scaler)
 //! root attributes: format_version, resilab_version, step, epoch, seed, rank, world_size, arch, config
 //! ```
 //!
@@ -59,6 +60,11 @@ pub struct Meta {
     pub config: String,
 }
 
+/// An fp16 run's loss scale (f32, shape `[1]`).
+const LOSS_SCALE: &str = "/train_state/loss_scale";
+/// An fp16 run's steps without an overflow since its loss scale last changed (u64).
+const GROWTH_TRACKER: &str = "/train_state/growth_tracker";
+
 /// The file name of worker `rank`'s checkpoint.
 pub fn file_name(rank: usize) -> String {
     format!("worker-{rank}.h5")
@@ -83,6 +89,10 @@ fn write_worker(path: &Path, w: &WorkerState, step: u64, world: usize, meta: &Me
         f.write_u64(&format!("/train_state/{k}"), v)?;
     }
     f.write_bytes("/train_state/rng_seed", &w.rng.seed)?;
+    if let Some(sc) = w.scaler {
+        f.write_f32(LOSS_SCALE, &[1], &[sc.scale])?;
+        f.write_u64(GROWTH_TRACKER, sc.growth_tracker)?;
+    }
     for (k, v) in [
         ("format_version", FORMAT_VERSION),
         ("step", step),
@@ -208,7 +218,11 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     let (params, optim) = read_tensors(&r, &datasets, &infos, template, &mut mismatched)?;
     let stray: Vec<&str> = datasets
         .iter()
-        .filter(|d| d.dtype == Dtype::F32 && !matches!(DatasetKind::of(&d.path), Some((DatasetKind::Model | DatasetKind::Optimizer, _))))
+        .filter(|d| {
+            d.dtype == Dtype::F32
+                && d.path != LOSS_SCALE
+                && !matches!(DatasetKind::of(&d.path), Some((DatasetKind::Model | DatasetKind::Optimizer, _)))
+        })
         .map(|d| d.path.as_str())
         .collect();
     if !stray.is_empty() {
@@ -218,7 +232,8 @@ pub fn read_worker(path: &Path, template: &WorkerState) -> Result<(WorkerState, 
     if rank != template.rank {
         return Err(invalid(path, format!("holds rank {rank}, expected {}", template.rank)));
     }
-    Ok((WorkerState { rank, params, optim, rng, cursor }, step, mismatched))
+    let scaler = read_scaler(&r, &infos, &mut mismatched)?;
+    Ok((WorkerState { rank, params, optim, rng, cursor, scaler }, step, mismatched))
 }
 
 type Tensors = (BTreeMap<String, HostTensor>, BTreeMap<String, HostParamState>);
@@ -301,6 +316,34 @@ fn read_train_state(
     }
     let seed: [u8; 32] = bytes.try_into().map_err(|_| invalid(path, "/train_state/rng_seed: expected 32 bytes"))?;
     Ok((rank, RngState { seed, stream, word_pos: u128::from(word_pos) }, cursor, step))
+}
+
+/// An fp16 run's loss scaler (`None` when the file holds none): both datasets or neither, the
+/// scale a positive finite number.
+fn read_scaler(
+    r: &Reader,
+    infos: &BTreeMap<&str, &resilab_h5::DatasetInfo>,
+    mismatched: &mut Vec<String>,
+) -> Result<Option<resilab_train::ScalerState>> {
+    let path = r.path();
+    let (scale, tracker) = match (infos.get(LOSS_SCALE), infos.get(GROWTH_TRACKER)) {
+        (None, None) => return Ok(None),
+        (Some(s), Some(t)) => (s, t),
+        _ => return Err(invalid(path, format!("holds one of {LOSS_SCALE} and {GROWTH_TRACKER} without the other"))),
+    };
+    let (values, ok) = r.read_f32_verified(scale, &[1])?;
+    if ok != Some(true) {
+        mismatched.push(LOSS_SCALE.to_string());
+    }
+    let growth_tracker = r.read_u64(GROWTH_TRACKER)?;
+    if tracker.stored_hash != Some(resilab_h5::digest_u64(growth_tracker)) {
+        mismatched.push(GROWTH_TRACKER.to_string());
+    }
+    let scale = values[0];
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(invalid(path, format!("{LOSS_SCALE} = {scale} is not a positive finite number")));
+    }
+    Ok(Some(resilab_train::ScalerState { scale, growth_tracker }))
 }
 
 /// A check run on each file before it is opened in this process. The HDF5 C library can crash

@@ -8,7 +8,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
-use crate::kernels::Kernels;
+use crate::kernels::Exec;
 use crate::layers::{BatchNorm2d, Linear, conv, conv_forward_then, pool2};
 
 /// Forward mode: training (batch statistics, running statistics updated) or inference.
@@ -20,21 +20,23 @@ pub enum Mode {
     Eval,
 }
 
-/// BatchNorm, then a ReLU when `relu` (fused in training mode with resilab's kernels).
-fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool, k: Kernels) -> Tensor<4> {
+/// BatchNorm, then a ReLU when `relu` (fused in training mode with resilab's kernels), its
+/// output rounded to the format.
+fn bn_then(bn: &mut BatchNorm2d, x: Tensor<4>, mode: Mode, relu_after: bool, k: Exec) -> Tensor<4> {
     match mode {
         Mode::Train => bn.forward_train_fused(x, None, relu_after, k),
-        Mode::Eval if relu_after => relu(bn.forward(x)),
-        Mode::Eval => bn.forward(x),
+        Mode::Eval if relu_after => relu(k.round(bn.forward(x))),
+        Mode::Eval => k.round(bn.forward(x)),
     }
 }
 
 /// BatchNorm, plus the shortcut, then a ReLU: a residual block's end (one fused op in training
-/// mode with resilab's kernels).
-fn bn_add_relu(bn: &mut BatchNorm2d, x: Tensor<4>, shortcut: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
+/// mode with resilab's kernels in fp32). In a half format both the normalised value and the
+/// sum are rounded to it.
+fn bn_add_relu(bn: &mut BatchNorm2d, x: Tensor<4>, shortcut: Tensor<4>, mode: Mode, k: Exec) -> Tensor<4> {
     match mode {
         Mode::Train => bn.forward_train_fused(x, Some(shortcut), true, k),
-        Mode::Eval => relu(bn.forward(x) + shortcut),
+        Mode::Eval => relu(k.round(k.round(bn.forward(x)) + shortcut)),
     }
 }
 
@@ -57,7 +59,7 @@ impl ConvUnit {
         Self { conv: conv(c_in, c_out, k, 1, bias, device), bn: batch_norm.then(|| BatchNorm2d::new(c_out, device)), pool }
     }
 
-    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
+    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Exec) -> Tensor<4> {
         let x = match self.bn.as_mut() {
             Some(bn) => bn_then(bn, conv_forward_then(&self.conv, x, false, k), mode, true, k),
             None => conv_forward_then(&self.conv, x, true, k),
@@ -105,7 +107,7 @@ impl BasicBlock {
         }
     }
 
-    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Kernels) -> Tensor<4> {
+    fn forward(&mut self, x: Tensor<4>, mode: Mode, k: Exec) -> Tensor<4> {
         let shortcut = match self.downsample.as_mut() {
             Some(ds) => bn_then(&mut ds.bn, conv_forward_then(&ds.conv, x.clone(), false, k), mode, false, k),
             None => x.clone(),
@@ -123,9 +125,9 @@ pub struct PoolHead {
 }
 
 impl PoolHead {
-    fn forward(&self, x: Tensor<4>, k: Kernels) -> Tensor<4> {
+    fn forward(&self, x: Tensor<4>, k: Exec) -> Tensor<4> {
         let [n, c, _, _] = x.dims();
-        let x = adaptive_avg_pool2d(x, [1, 1]).reshape([n, c]);
+        let x = k.round(adaptive_avg_pool2d(x, [1, 1])).reshape([n, c]);
         let logits = self.fc.forward_then(x, false, k);
         let k = logits.dims()[1];
         logits.reshape([n, k, 1, 1])
@@ -144,7 +146,7 @@ pub struct MlpHead {
 }
 
 impl MlpHead {
-    fn forward(&self, x: Tensor<4>, k: Kernels) -> Tensor<4> {
+    fn forward(&self, x: Tensor<4>, k: Exec) -> Tensor<4> {
         let [n, c, h, w] = x.dims();
         let x = x.reshape([n, c * h * w]);
         let x = self.fc1.forward_then(x, true, k);
@@ -171,11 +173,11 @@ pub enum Block {
 }
 
 impl Block {
-    /// Runs the block, through `kernels`.
+    /// Runs the block, through `kernels` and in its format.
     ///
     /// # Shapes
     /// `[N, C, H, W] -> [N, C', H', W']`; heads return `[N, classes, 1, 1]`.
-    pub fn forward(&mut self, x: Tensor<4>, mode: Mode, kernels: Kernels) -> Tensor<4> {
+    pub fn forward(&mut self, x: Tensor<4>, mode: Mode, kernels: Exec) -> Tensor<4> {
         match self {
             Block::Conv(b) => b.forward(x, mode, kernels),
             Block::Basic(b) => b.forward(x, mode, kernels),

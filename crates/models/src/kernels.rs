@@ -25,6 +25,8 @@ use resilab_kernels::Conv2d as Shape;
 use resilab_kernels::norm::{self, Norm, Stats};
 use resilab_kernels::pool::{self, Pool2};
 
+use crate::precision::Precision;
+
 /// Which operations a network's layers, the gradient all-reduce and the optimizer run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Kernels {
@@ -40,6 +42,28 @@ impl Kernels {
     /// Whether resilab's kernels are chosen.
     pub fn resilab(self) -> bool {
         self == Kernels::Resilab
+    }
+}
+
+/// How a network's layers run: through which operations ([`Kernels`]) and in which format
+/// ([`Precision`]). The network carries it ([`crate::Net::exec`]) and passes it to every layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Exec {
+    /// The operations.
+    pub kernels: Kernels,
+    /// The format they compute in.
+    pub precision: Precision,
+}
+
+impl Exec {
+    /// Whether resilab's kernels are chosen.
+    pub fn resilab(self) -> bool {
+        self.kernels.resilab()
+    }
+
+    /// `x` rounded to the format ([`Precision::round`]).
+    pub fn round<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        self.precision.round(x)
     }
 }
 

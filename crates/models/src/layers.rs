@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::module::{batch_norm, batch_norm_train, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 
-use crate::kernels::Kernels;
+use crate::kernels::{Exec, Kernels};
 
 /// PyTorch's default BatchNorm momentum (weight of the new batch statistic).
 pub const BN_MOMENTUM: f64 = 0.1;
@@ -54,23 +54,26 @@ impl BatchNorm2d {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C, H, W]`
     pub fn forward_train(&mut self, x: Tensor<4>) -> Tensor<4> {
-        self.forward_train_fused(x, None, false, Kernels::Burn)
+        self.forward_train_fused(x, None, false, Exec::default())
     }
 
     /// [`BatchNorm2d::forward_train`], plus `residual` when given, then a ReLU when `relu`
     /// (a ResNet block's end): one fused op through resilab's kernels with
-    /// [`Kernels::Resilab`], Burn's ops one by one otherwise.
-    pub fn forward_train_fused(&mut self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool, kernels: Kernels) -> Tensor<4> {
+    /// [`Kernels::Resilab`], Burn's ops one by one otherwise. In a half format the output is
+    /// rounded, and with a residual the normalised value is rounded before the addition too
+    /// (autocast stores both), so the addition is not fused then.
+    pub fn forward_train_fused(&mut self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool, exec: Exec) -> Tensor<4> {
         let [n, _, h, w] = x.dims();
-        let (output, batch_mean, batch_var) = if kernels.resilab() {
-            crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, residual, relu)
-        } else {
-            let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
-            let y = match residual {
-                Some(r) => out.output + r,
-                None => out.output,
-            };
-            (if relu { burn::tensor::activation::relu(y) } else { y }, out.mean, out.variance)
+        let (output, batch_mean, batch_var) = match residual {
+            Some(r) if exec.precision.half().is_some() => {
+                let (y, mean, var) = self.normalize(x, None, false, exec.kernels);
+                let y = exec.round(exec.round(y) + r);
+                (if relu { burn::tensor::activation::relu(y) } else { y }, mean, var)
+            }
+            residual => {
+                let (y, mean, var) = self.normalize(x, residual, relu, exec.kernels);
+                (exec.round(y), mean, var)
+            }
         };
         let count = (n * h * w) as f64;
         let unbias = if count > 1.0 { count / (count - 1.0) } else { 1.0 };
@@ -80,6 +83,20 @@ impl BatchNorm2d {
         self.running_mean = Param::initialized(self.running_mean.id, mean.detach());
         self.running_var = Param::initialized(self.running_var.id, var.detach());
         output
+    }
+
+    /// Batch normalisation with the batch statistics (plus `residual`, then a ReLU when asked):
+    /// `(output, batch mean, biased batch variance)`.
+    fn normalize(&self, x: Tensor<4>, residual: Option<Tensor<4>>, relu: bool, kernels: Kernels) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+        if kernels.resilab() {
+            return crate::kernels::batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON, residual, relu);
+        }
+        let out = batch_norm_train(x, self.weight.val(), self.bias.val(), BN_EPSILON);
+        let y = match residual {
+            Some(r) => out.output + r,
+            None => out.output,
+        };
+        (if relu { burn::tensor::activation::relu(y) } else { y }, out.mean, out.variance)
     }
 
     /// Normalises with the running statistics.
@@ -109,21 +126,22 @@ impl Linear {
     /// # Shapes
     /// `[N, in] -> [N, out]`
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        self.forward_then(x, false, Kernels::Burn)
+        self.forward_then(x, false, Exec::default())
     }
 
     /// [`Self::forward`] followed, when `relu`, by a ReLU: one fused op through resilab's
-    /// kernels with [`Kernels::Resilab`] (on the flex device), Burn's ops otherwise.
+    /// kernels with [`Kernels::Resilab`] (on the flex device), Burn's ops otherwise. In a half
+    /// format the input, weight, bias and output are rounded to it.
     ///
     /// # Shapes
     /// `[N, in] -> [N, out]`
-    pub fn forward_then(&self, x: Tensor<2>, relu: bool, kernels: Kernels) -> Tensor<2> {
-        let (weight, bias) = (self.weight.val(), self.bias.val());
-        if kernels.resilab() {
+    pub fn forward_then(&self, x: Tensor<2>, relu: bool, exec: Exec) -> Tensor<2> {
+        let (x, weight, bias) = (exec.round(x), exec.round(self.weight.val()), exec.round(self.bias.val()));
+        exec.round(if exec.resilab() {
             crate::kernels::linear_then(x, weight, bias, relu)
         } else {
             crate::kernels::burn_linear(x, weight, bias, relu)
-        }
+        })
     }
 }
 
@@ -138,22 +156,29 @@ pub fn conv(c_in: usize, c_out: usize, k: usize, stride: usize, bias: bool, devi
 }
 
 /// Applies `conv` to `x`, followed, when `relu`, by a ReLU: one fused op through resilab's
-/// kernels with [`Kernels::Resilab`] and the tensor on the flex device, Burn's
-/// `Conv2d::forward` (and `relu`) otherwise.
-pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool, kernels: Kernels) -> Tensor<4> {
-    // The models' convolutions have explicit padding ([`conv`]); others take Burn's path.
-    let (true, PaddingConfig2d::Explicit(top, left, bottom, right)) = (kernels.resilab(), &conv.padding) else {
-        let y = conv.forward(x);
+/// kernels with [`Kernels::Resilab`] and the tensor on the flex device, Burn's `conv2d` (and
+/// `relu`) otherwise. In a half format the input, weight, bias and output are rounded to it.
+pub fn conv_forward_then(conv: &Conv2d, x: Tensor<4>, relu: bool, exec: Exec) -> Tensor<4> {
+    // Every convolution resilab builds has explicit padding ([`conv`]); another is Burn's
+    // whole, with only its input and output rounded.
+    let PaddingConfig2d::Explicit(top, left, bottom, right) = &conv.padding else {
+        let y = exec.round(conv.forward(exec.round(x)));
         return if relu { burn::tensor::activation::relu(y) } else { y };
     };
     let options = ConvOptions::new_with_padding(conv.stride, [(*top, *bottom), (*left, *right)], conv.dilation, conv.groups);
-    crate::kernels::conv2d_then(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options, relu)
+    let (x, weight, bias) = (exec.round(x), exec.round(conv.weight.val()), conv.bias.as_ref().map(|b| exec.round(b.val())));
+    exec.round(if exec.resilab() {
+        crate::kernels::conv2d_then(x, weight, bias, options, relu)
+    } else {
+        let y = burn::tensor::module::conv2d(x, weight, bias, options);
+        if relu { burn::tensor::activation::relu(y) } else { y }
+    })
 }
 
 /// 2x2 max pooling with stride 2 (floor).
 ///
 /// # Shapes
 /// `[N, C, H, W] -> [N, C, H/2, W/2]`
-pub fn pool2(x: Tensor<4>, kernels: Kernels) -> Tensor<4> {
-    if kernels.resilab() { crate::kernels::max_pool2(x) } else { max_pool2d(x, MaxPoolOptions::new([2, 2])) }
+pub fn pool2(x: Tensor<4>, exec: Exec) -> Tensor<4> {
+    if exec.resilab() { crate::kernels::max_pool2(x) } else { max_pool2d(x, MaxPoolOptions::new([2, 2])) }
 }

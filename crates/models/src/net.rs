@@ -7,8 +7,9 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::{BasicBlock, Block, ConvUnit, MlpHead, Mode, PoolHead};
-use crate::kernels::Kernels;
+use crate::kernels::{Exec, Kernels};
 use crate::layers::Linear;
+use crate::precision::Precision;
 use crate::{Error, Result};
 
 /// Architecture family.
@@ -205,7 +206,7 @@ impl ModelConfig {
                 }),
             });
         }
-        Ok(Net { blocks, block_names, kernels: Kernels::Burn })
+        Ok(Net { blocks, block_names, kernels: Kernels::Burn, precision: Precision::Fp32 })
     }
 
     /// What the network holds and computes with, counted from the configuration without
@@ -303,18 +304,32 @@ pub struct Net {
     /// The operations the blocks run ([`Kernels::Burn`] as built; see [`Net::with_kernels`]).
     #[module(skip)]
     pub kernels: Kernels,
+    /// The format the blocks compute in ([`Precision::Fp32`] as built; see
+    /// [`Net::with_precision`]).
+    #[module(skip)]
+    pub precision: Precision,
 }
 
 impl Net {
     /// Moves the network out of `self`, leaving an empty one: for a function that consumes
     /// the network (an optimizer step) without a second handle on its parameters.
     pub fn take(&mut self) -> Net {
-        Net { blocks: std::mem::take(&mut self.blocks), block_names: std::mem::take(&mut self.block_names), kernels: self.kernels }
+        Net { blocks: std::mem::take(&mut self.blocks), block_names: std::mem::take(&mut self.block_names), ..*self }
     }
 
     /// The same network, running `kernels` from now on.
     pub fn with_kernels(self, kernels: Kernels) -> Net {
         Net { kernels, ..self }
+    }
+
+    /// The same network, computing in `precision` from now on (its parameters stay float32).
+    pub fn with_precision(self, precision: Precision) -> Net {
+        Net { precision, ..self }
+    }
+
+    /// How the blocks run: the kernels and the format.
+    pub fn exec(&self) -> Exec {
+        Exec { kernels: self.kernels, precision: self.precision }
     }
 
     /// Runs every block and returns the logits.
@@ -333,8 +348,8 @@ impl Net {
     /// # Shapes
     /// `[N, C, H, W] -> [N, C', H', W']`
     pub fn forward_blocks(&mut self, range: Range<usize>, x: Tensor<4>, mode: Mode) -> Tensor<4> {
-        let kernels = self.kernels;
-        self.blocks[range].iter_mut().fold(x, |x, b| b.forward(x, mode, kernels))
+        let exec = self.exec();
+        self.blocks[range].iter_mut().fold(x, |x, b| b.forward(x, mode, exec))
     }
 
     /// Inference forward pass that leaves the network untouched.
@@ -368,14 +383,14 @@ impl Net {
     /// The blocks `range` as a network of their own (a pipeline stage). Parameters keep their
     /// names, since block names prefix them.
     pub fn slice(&self, range: Range<usize>) -> Net {
-        Net { blocks: self.blocks[range.clone()].to_vec(), block_names: self.block_names[range].to_vec(), kernels: self.kernels }
+        Net { blocks: self.blocks[range.clone()].to_vec(), block_names: self.block_names[range].to_vec(), ..*self }
     }
 
     /// Concatenates stages back into one network (the inverse of [`Net::slice`]), running the
-    /// first stage's kernels.
+    /// first stage's kernels in its format.
     pub fn join(parts: &[Net]) -> Net {
-        let kernels = parts.first().map_or(Kernels::Burn, |p| p.kernels);
-        let mut net = Net { blocks: Vec::new(), block_names: Vec::new(), kernels };
+        let exec = parts.first().map_or_else(Exec::default, Net::exec);
+        let mut net = Net { blocks: Vec::new(), block_names: Vec::new(), kernels: exec.kernels, precision: exec.precision };
         for p in parts {
             net.blocks.extend(p.blocks.iter().cloned());
             net.block_names.extend(p.block_names.iter().cloned());

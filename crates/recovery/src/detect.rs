@@ -33,6 +33,15 @@ pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) 
     sum_and_max(tensors).is_none_or(|(s, m)| s.is_finite() && f64::from(m) <= threshold)
 }
 
+/// The non-finite and extreme-gradient check on gradients that carry `loss_scale` (fp16):
+/// without a scale, [`all_within`]; with one, an infinity or a NaN is the loss scaler's to
+/// handle (it skips the step, as in a real fp16 job), and the extreme-value threshold applies
+/// to the unscaled magnitudes.
+pub fn gradients_within(grads: &resilab_train::Grads, loss_scale: Option<f32>, threshold: f64) -> bool {
+    let Some(scale) = loss_scale else { return all_within(grads.values().cloned(), threshold) };
+    sum_and_max(grads.values().cloned()).is_none_or(|(s, m)| !s.is_finite() || f64::from(m) / f64::from(scale) <= threshold)
+}
+
 /// The sum of all values of `tensors` and their largest magnitude, reduced on the device and read
 /// back as two numbers (`None` without tensors; NaN when the read-back fails).
 fn sum_and_max(tensors: impl IntoIterator<Item = Tensor<1>>) -> Option<(f32, f32)> {

@@ -9,7 +9,7 @@
 use resilab_faults::FaultInjector;
 use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Timeline, Worker};
 
-use crate::detect::{LossSpike, all_within, digest, weights_within};
+use crate::detect::{LossSpike, all_within, digest, gradients_within, weights_within};
 use crate::guard::Guard;
 use crate::{Decision, Detection, Strategy};
 
@@ -145,7 +145,7 @@ impl Hooks for Supervised<'_> {
         if !matches!(c, Control::Continue) {
             return c;
         }
-        if self.guard.detect.nan_gradients && !all_within(grads.values().cloned(), self.guard.detect.extreme_threshold) {
+        if self.guard.detect.nan_gradients && !gradients_within(grads, ctx.loss_scale, self.guard.detect.extreme_threshold) {
             return self.fire(ctx, Detection::NonFiniteGradients, &[ctx.rank]);
         }
         Control::Continue

@@ -37,6 +37,12 @@ pub struct MetricsRow {
     /// Simulated seconds of the parallel run so far (steps only; see the cost model; empty in
     /// a recreated row).
     pub sim_s: Option<f64>,
+    /// fp16: the loss scale of the row's last step (empty in other formats and in a recreated
+    /// row).
+    pub loss_scale: Option<f64>,
+    /// fp16: steps since the previous row whose update the loss scaler skipped, their
+    /// gradients holding an infinity or a NaN (empty where `loss_scale` is).
+    pub overflow_steps: Option<u64>,
 }
 
 /// `summary.json`.
@@ -166,6 +172,9 @@ pub struct Summary {
     pub steps_lost: u64,
     /// Steps computed again: redone steps plus the lost steps.
     pub steps_recomputed: u64,
+    /// Steps whose update fp16's loss scaler skipped, their gradients holding an infinity or a
+    /// NaN (0 in other formats).
+    pub overflow_steps: u64,
     /// Steps taken from the golden run's cache instead of trained (the fault-free prefix before
     /// the first fault: docs/campaigns.md, "Shortcuts"); 0 when the shortcut was off.
     pub shortcut_prefix_steps: u64,

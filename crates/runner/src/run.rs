@@ -18,11 +18,11 @@ use crate::session::{Dirs, Recovery, Session};
 use crate::{Error, Result, RunConfig};
 
 /// Builds and initialises the network a configuration describes, for `split`'s images, on
-/// `compute`'s device and running its kernels.
+/// `compute`'s device, running its kernels in the configuration's `train.precision`.
 pub fn build_net(cfg: &RunConfig, split: &Split, compute: &Compute) -> Result<Net> {
     let input = InputShape { channels: split.train.channels, size: split.train.size };
     let net = cfg.model.build(input, split.train.classes, &compute.device)?;
-    Ok(init_parameters(net, cfg.seed, &compute.device).with_kernels(compute.kernels))
+    Ok(init_parameters(net, cfg.seed, &compute.device).with_kernels(compute.kernels).with_precision(cfg.train.precision))
 }
 
 /// Builds the trainer a configuration describes, on `compute` (its device made autodiff here).

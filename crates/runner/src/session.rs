@@ -47,6 +47,8 @@ impl LossTally {
 #[derive(Default)]
 struct Tally {
     restarts: Vec<Restart>,
+    /// Steps whose update a loss scaler skipped (any worker's).
+    overflow_steps: u64,
     steps_lost: u64,
     redos: u64,
     failed: bool,
@@ -80,6 +82,10 @@ struct Window {
     loss: f64,
     acc: f64,
     steps: u64,
+    /// The loss scale of the window's last step (fp16).
+    loss_scale: Option<f64>,
+    /// Steps of the window whose update a loss scaler skipped.
+    overflow_steps: u64,
 }
 
 /// A run's faults and its guard: the injector applies the faults (its hooks, checkpoint
@@ -334,6 +340,9 @@ impl<'a> Session<'a> {
         self.window.loss += s.loss;
         self.window.acc += s.train_acc;
         self.window.steps += 1;
+        self.window.loss_scale = s.loss_scale;
+        self.window.overflow_steps += u64::from(s.overflows > 0);
+        t.overflow_steps += u64::from(s.overflows > 0);
         self.bar.inc(1);
     }
 
@@ -500,6 +509,8 @@ impl<'a> Session<'a> {
             lr: Some(s.lr),
             wall_s: Some(self.start.elapsed().as_secs_f64()),
             sim_s: Some(self.tally.sim_s),
+            loss_scale: self.window.loss_scale,
+            overflow_steps: self.window.loss_scale.map(|_| self.window.overflow_steps),
         };
         self.write_row(&row)?;
         let test = self.last_eval.map_or(String::new(), |e| format!(" test_acc {:.3}", e.accuracy));
@@ -532,6 +543,8 @@ impl<'a> Session<'a> {
             lr: None,
             wall_s: None,
             sim_s: None,
+            loss_scale: None,
+            overflow_steps: None,
         };
         eprintln!("resilab: metrics.csv had no row for step {step}, where the run resumed: written again from the checkpoint");
         self.write_row(&row)
@@ -646,6 +659,7 @@ impl<'a> Session<'a> {
             restarts: t.restarts,
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,
+            overflow_steps: t.overflow_steps,
             shortcut_prefix_steps: self.shortcut_prefix,
             shortcut_remainder_steps: self.shortcut_remainder,
             shortcut_off: self.shortcut_off,

@@ -91,6 +91,10 @@ pub(crate) fn state_digest(state: &TrainState) -> u64 {
             h.update(&x.to_le_bytes());
         }
         h.update(&w.rng.seed);
+        if let Some(sc) = w.scaler {
+            h.update(&sc.scale.to_bits().to_le_bytes());
+            h.update(&sc.growth_tracker.to_le_bytes());
+        }
         for (name, t) in &w.params {
             digest_tensor(&mut h, name, t);
         }
@@ -129,6 +133,7 @@ pub(crate) fn same_bits(a: &TrainState, b: &TrainState) -> bool {
         && a.workers.len() == b.workers.len()
         && a.workers.iter().zip(&b.workers).all(|(v, w)| {
             (v.rank, v.rng, v.cursor) == (w.rank, w.rng, w.cursor)
+                && v.scaler.map(|s| (s.scale.to_bits(), s.growth_tracker)) == w.scaler.map(|s| (s.scale.to_bits(), s.growth_tracker))
                 && tensors(&v.params, &w.params)
                 && v.optim.len() == w.optim.len()
                 && v.optim.iter().zip(&w.optim).all(|((n, p), (m, q))| n == m && p.step == q.step && tensors(&p.buffers, &q.buffers))
@@ -284,6 +289,7 @@ mod tests {
             .into(),
             rng: resilab_train::RngState { seed: [7; 32], stream: 1, word_pos: 40 },
             cursor: resilab_train::Cursor { epoch: 0, sample: 64 },
+            scaler: Some(resilab_train::ScalerState { scale: 65536.0, growth_tracker: 3 }),
         };
         let a = TrainState { step: 5, workers: vec![worker.clone(), resilab_train::WorkerState { rank: 1, ..worker }] };
         assert!(same_bits(&a, &a.clone()), "a NaN equals the same NaN");
@@ -307,6 +313,11 @@ mod tests {
         let mut b = a.clone();
         b.step = 6;
         changes.push(b);
+        for scaler in [None, Some(resilab_train::ScalerState { scale: 32768.0, growth_tracker: 3 })] {
+            let mut b = a.clone();
+            b.workers[1].scaler = scaler;
+            changes.push(b);
+        }
         for b in &changes {
             assert!(!same_bits(&a, b), "{b:?}");
             assert_ne!(state_digest(&a), state_digest(b), "{b:?}");

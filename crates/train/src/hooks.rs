@@ -58,7 +58,7 @@ pub struct Crash {
 }
 
 /// Who and when: passed to every hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Ctx {
     /// The step being computed (1-based: `Trainer::step + 1`).
     pub step: u64,
@@ -72,6 +72,9 @@ pub struct Ctx {
     pub micro_batch: Option<usize>,
     /// Where the hook is called.
     pub point: Point,
+    /// The loss scale the worker's gradients carry until its loss scaler unscales them, after
+    /// the all-reduce (fp16, `train.precision`); `None` in other formats.
+    pub loss_scale: Option<f32>,
 }
 
 /// What a hook asks the training loop to do.

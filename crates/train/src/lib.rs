@@ -15,6 +15,7 @@ mod optim;
 mod parallel;
 mod pass;
 mod pipeline;
+mod scaler;
 mod schedule;
 mod state;
 mod timeline;
@@ -32,6 +33,7 @@ pub use parallel::{
 };
 pub use pass::forward_watched;
 pub use pipeline::{Op, PipeTimes, balanced_cuts, makespan, peak_in_flight, stage_ops, stage_ranges};
+pub use scaler::{LossScaleConfig, LossScaler, ScalerState, unscale};
 pub use schedule::{ScheduleConfig, ScheduleKind};
 pub use state::{HostParamState, HostTensor, RngState, TrainState, WorkerState};
 pub use timeline::{BucketTimes, Phase, StepCosts, Timeline};

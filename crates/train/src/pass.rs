@@ -20,7 +20,8 @@ impl Worker {
         augment: bool,
         device: &Device,
     ) -> LocalPass {
-        let ctx = Ctx { step: 0, rank: self.rank, world: 1, attempt: 0, micro_batch: None, point: Point::Forward };
+        let ctx =
+            Ctx { step: 0, rank: self.rank, world: 1, attempt: 0, micro_batch: None, point: Point::Forward, loss_scale: self.loss_scale() };
         self.forward_backward_with(data, norm, indices, augment, device, &mut NoHooks, &ctx).0
     }
 
@@ -46,7 +47,12 @@ impl Worker {
         let correct = count_correct(logits.clone(), y.clone());
         let loss = CrossEntropyLossConfig::new().init(device).forward(logits, y);
         let loss_value = f64::from(loss.clone().into_scalar::<f32>());
-        let grads = named_grads(&self.net, loss.backward());
+        // fp16: the loss times the scale, so that the gradients come back scaled.
+        let scaled = match self.loss_scale() {
+            Some(scale) => loss.mul_scalar(scale),
+            None => loss,
+        };
+        let grads = named_grads(&self.net, scaled.backward());
         (LocalPass { loss: loss_value, correct, count: indices.len(), grads }, control)
     }
 }
@@ -67,10 +73,10 @@ pub fn forward_watched(
     if !hooks.watch_forward(&ctx) {
         return (net.forward_blocks(range, x, Mode::Train), Control::Continue);
     }
-    let mut y = x;
+    let (mut y, exec) = (x, net.exec());
     let mut control = Control::Continue;
     for i in range {
-        y = net.blocks[i].forward(y, Mode::Train, net.kernels);
+        y = net.blocks[i].forward(y, Mode::Train, exec);
         let mut act = Activation { block: i, name: net.block_names[i].clone(), values: y.clone().without_autodiff(), replacement: None };
         let c = hooks.on_activation(&ctx, &mut act);
         if let Some(r) = act.replacement {

@@ -3,7 +3,7 @@
 //!
 //! A [`TrainState`] holds, per worker, every parameter and buffer (by PyTorch-style name, with
 //! its shape), the optimizer state (per-parameter step count and named buffers), the random
-//! stream's position and the data cursor; and the global step, from which the learning-rate
+//! stream's position, the data cursor and, in an fp16 run, the loss scaler's state; and the global step, from which the learning-rate
 //! schedule's position follows. Restoring it into a trainer built from the same configuration
 //! continues training exactly as if it had never stopped.
 
@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use resilab_models::{for_each_param, map_params};
 
-use crate::{Cursor, Error, OptimState, ParamState, Result, Worker};
+use crate::{Cursor, Error, LossScaler, OptimState, ParamState, Result, ScalerState, Worker};
 
 /// A tensor's values on the host, flattened, with its natural shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,6 +86,8 @@ pub struct WorkerState {
     pub rng: RngState,
     /// Data cursor.
     pub cursor: Cursor,
+    /// The loss scaler's state, in an fp16 run.
+    pub scaler: Option<ScalerState>,
 }
 
 /// The whole training state.
@@ -114,7 +116,7 @@ impl WorkerState {
                 (name.clone(), HostParamState { step: st.step, buffers })
             })
             .collect();
-        Self { rank: w.rank, params, optim, rng: RngState::of(&w.rng), cursor: w.cursor }
+        Self { rank: w.rank, params, optim, rng: RngState::of(&w.rng), cursor: w.cursor, scaler: w.scaler.as_ref().map(|s| s.state) }
     }
 
     /// Checks that this state fits `w`'s model: the same parameter names, each with the same
@@ -174,6 +176,11 @@ impl WorkerState {
         };
         w.rng = self.rng.to_rng();
         w.cursor = self.cursor;
+        // A worker without a scaler (not fp16) keeps none; one restored from a state without
+        // one (saved by a run in another format) starts at the configured scale.
+        if let Some(sc) = w.scaler.as_mut() {
+            sc.state = self.scaler.unwrap_or_else(|| LossScaler::new(&sc.config).state);
+        }
         Ok(())
     }
 }

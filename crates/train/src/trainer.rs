@@ -5,12 +5,13 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use resilab_data::{EpochOrder, Split};
-use resilab_models::{InputShape, Net, for_each_param, map_params};
+use resilab_models::{InputShape, Net, Precision, for_each_param, map_params};
 use serde::{Deserialize, Serialize};
 
 use crate::allreduce::{broadcast_s, ring_allreduce_s};
 use crate::hooks::{Control, Hooks, NoHooks, Point};
 use crate::pipeline::{Op, stage_ops, stage_ranges};
+use crate::scaler::{LossScaleConfig, LossScaler};
 use crate::timeline::{StepCosts, Timeline};
 use crate::{
     BatchRule, Error, Evaluation, Grads, OptimizerConfig, ParallelConfig, ParallelMode, Result, ScheduleConfig, SyncKind, TrainState,
@@ -56,6 +57,15 @@ pub struct TrainConfig {
     /// Random crop (4-pixel padding) and horizontal flip of training images.
     #[serde(default)]
     pub augment: bool,
+    /// The format of the forward and backward passes: `fp32`, or `bf16` or `fp16` mixed
+    /// precision in the style of PyTorch's autocast (float32 master weights and optimizer
+    /// state; see docs/precision.md).
+    #[serde(default)]
+    pub precision: Precision,
+    /// fp16's dynamic loss scale (`[train.loss_scale]`; GradScaler's defaults). Used with
+    /// `precision = "fp16"` only.
+    #[serde(default)]
+    pub loss_scale: LossScaleConfig,
 }
 
 impl Default for TrainConfig {
@@ -68,6 +78,8 @@ impl Default for TrainConfig {
             log_every: default_log_every(),
             eval_every: None,
             augment: false,
+            precision: Precision::Fp32,
+            loss_scale: LossScaleConfig::default(),
         }
     }
 }
@@ -103,6 +115,7 @@ impl TrainConfig {
         if self.epochs == Some(0) {
             return Err(Error::Config("train.epochs = 0 must be >= 1 (or set train.steps instead)".into()));
         }
+        self.loss_scale.validate()?;
         for (key, v) in [
             ("train.batch_size", self.batch_size as u64),
             ("train.eval_batch_size", self.eval_batch_size as u64),
@@ -114,6 +127,18 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+
+    /// Checks that `device` holds tensors in the half format of `precision` (the emulation
+    /// rounds through it); an error names the key.
+    pub fn check_device(&self, device: &Device) -> Result<()> {
+        match self.precision.half() {
+            Some(h) if !device.supports_dtype(h) => Err(Error::Config(format!(
+                "train.precision = \"{}\": this device has no {} tensors; train in fp32 or on a CPU backend (flex, native)",
+                self.precision, self.precision
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Checks, before any data is loaded, that a training batch and an evaluation batch of
@@ -187,6 +212,12 @@ pub struct StepStats {
     /// Simulated seconds of that copy, and of the restores of redone attempts, at
     /// `parallel.compute.memory_gbps`, within `sim_s`.
     pub snapshot_s: f64,
+    /// The loss scale the step's losses were multiplied by (worker 0's), with fp16's loss
+    /// scaler (`train.precision = "fp16"`); `None` without one.
+    pub loss_scale: Option<f64>,
+    /// Workers (stages) whose loss scaler found an infinity or a NaN in the gradients and
+    /// skipped the update.
+    pub overflows: u32,
 }
 
 /// The modelled time of a worker's optimizer update, when compute is modelled: its state read
@@ -396,6 +427,8 @@ pub struct Trainer {
     /// How the batch is sized once data-parallel workers were removed for good (`None`: no
     /// worker was removed).
     shrunk: Option<BatchRule>,
+    /// Workers (stages) whose loss scaler skipped their update in the step being run.
+    overflows: u32,
 }
 
 mod data;
@@ -475,10 +508,12 @@ impl Trainer {
     pub fn new(net: Net, spec: TrainSpec, data: Arc<Split>, device: Device) -> Result<Self> {
         let TrainSpec { train: config, optimizer, schedule, parallel, seed } = spec;
         config.validate()?;
+        config.check_device(&device)?;
         optimizer.validate()?;
         schedule.validate()?;
         parallel.validate(config.batch_size)?;
         let world = parallel.world();
+        let net = net.with_precision(config.precision);
         if config.batch_size == 0 || config.batch_size > data.train.len() {
             return Err(Error::Config(format!(
                 "train.batch_size = {} must be between 1 and the training set size ({})",
@@ -486,7 +521,7 @@ impl Trainer {
                 data.train.len()
             )));
         }
-        let (workers, topology) = match parallel.mode {
+        let (mut workers, topology): (Vec<Worker>, _) = match parallel.mode {
             ParallelMode::Data => {
                 let input = InputShape { channels: data.train.channels, size: data.train.size };
                 let layout = plan::DataPlan::new(&net, &parallel, input);
@@ -501,6 +536,9 @@ impl Trainer {
                 (workers, Topology::Pipeline { ranges, ops: Arc::new(ops) })
             }
         };
+        for w in workers.iter_mut().filter(|_| config.precision.scales_loss()) {
+            w.scaler = Some(LossScaler::new(&config.loss_scale));
+        }
         let order = EpochOrder::new(seed, 0, data.train.len());
         let input = InputShape { channels: data.train.channels, size: data.train.size };
         let fwd_flops = workers.iter().map(|w| w.net.block_costs(input).iter().map(|b| b.flops).sum()).collect();
@@ -520,6 +558,7 @@ impl Trainer {
             update_estimate_s: None,
             world0: world,
             shrunk: None,
+            overflows: 0,
         })
     }
 

@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 use resilab_data::{Dataset, Normalization};
 use resilab_models::{Net, stream_seed};
 
-use crate::{Grads, OptimState};
+use crate::{Grads, LossScaler, OptimState};
 
 /// Position in the training data: the epoch and the next image of its shuffled order.
 ///
@@ -44,6 +44,8 @@ pub struct Worker {
     pub rng: ChaCha8Rng,
     /// Next batch to read.
     pub cursor: Cursor,
+    /// The loss scaler, when the network computes in fp16 (`train.precision`).
+    pub scaler: Option<LossScaler>,
 }
 
 /// What one forward/backward pass on a worker's shard produced.
@@ -77,7 +79,22 @@ impl Worker {
             optim: OptimState::default(),
             rng: ChaCha8Rng::seed_from_u64(stream_seed(seed, &format!("worker.{rank}.rng"))),
             cursor: Cursor::default(),
+            scaler: None,
         }
+    }
+
+    /// The factor the loss is multiplied by before the backward pass (1 without a scaler).
+    pub fn loss_scale(&self) -> Option<f32> {
+        self.scaler.as_ref().map(|s| s.state.scale)
+    }
+
+    /// With a loss scaler, `grads` unscaled ([`crate::unscale`]) and whether they overflowed,
+    /// after which the scaler updates its scale; without one, `grads` as they are.
+    pub fn unscale(&mut self, grads: Grads) -> (Grads, bool) {
+        let Some(s) = self.scaler.as_mut() else { return (grads, false) };
+        let (out, found_inf) = crate::unscale(&grads, s.state.scale);
+        s.update(found_inf);
+        (out, found_inf)
     }
 }
 

@@ -42,7 +42,11 @@ impl Trainer {
         };
         let layout = Arc::clone(layout);
         let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
-        let ctx = |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point };
+        let scales: Vec<Option<f32>> = self.workers.iter().map(crate::Worker::loss_scale).collect();
+        let loss_scale = scales.first().copied().flatten().map(f64::from);
+        self.overflows = 0;
+        let ctx =
+            |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point, loss_scale: scales.get(rank).copied().flatten() };
         // DDP broadcasts at the start of the step, before any hook can alter a replica.
         let (broadcast, broadcast_bytes) = self.sync_buffers(&layout);
         let live = phase!(self.start_workers(hooks, &ctx));
@@ -80,6 +84,8 @@ impl Trainer {
             compute_s: passes.iter().flatten().map(|p| p.compute_s).sum(),
             update_s: update_s.iter().sum(),
             skipped: (n - tally.parts) as u32,
+            loss_scale,
+            overflows: self.overflows,
             ..self.step_stats(cursor.epoch, lr, &tally)
         }))
     }
@@ -250,7 +256,10 @@ impl Trainer {
             }
             let mut g = reduced.clone();
             let apply = !hook_phase!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
-            *o = self.update_worker(r, &g, apply && !reduced.is_empty(), lr)?;
+            // fp16: the scaler unscales the average and skips the update when it overflowed.
+            let (g, overflow) = self.workers[r].unscale(g);
+            self.overflows += u32::from(overflow);
+            *o = self.update_worker(r, &g, apply && !overflow && !reduced.is_empty(), lr)?;
             self.workers[r].cursor = next;
             hook_phase!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
         }

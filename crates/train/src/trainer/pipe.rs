@@ -15,19 +15,21 @@ use crate::allreduce::sum_grads;
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, Point};
 use crate::pipeline::{Op, PipeTimes, makespan};
 use crate::timeline::Timeline;
-use crate::{Error, Grads, Result, count_correct, forward_watched, named_grads};
+use crate::{Error, Grads, Result, Worker, count_correct, forward_watched, named_grads};
 
-/// Where in the step a hook is called from: the step, the number of stages and the attempt.
+/// Where in the step a hook is called from: the step, the number of stages and the attempt,
+/// and the loss scale the gradients carry (fp16).
 #[derive(Clone, Copy)]
 struct At {
     step: u64,
     world: usize,
     attempt: u32,
+    loss_scale: Option<f32>,
 }
 
 impl At {
     fn ctx(self, rank: usize, micro_batch: Option<usize>, point: Point) -> Ctx {
-        Ctx { step: self.step, rank, world: self.world, attempt: self.attempt, micro_batch, point }
+        Ctx { step: self.step, rank, world: self.world, attempt: self.attempt, micro_batch, point, loss_scale: self.loss_scale }
     }
 }
 
@@ -98,7 +100,7 @@ impl Trainer {
         let ops = Arc::clone(ops);
         let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
         let (mb, lr) = (self.config.batch_size / nm, self.lr());
-        let at = At { step: self.step + 1, world: ns, attempt };
+        let at = At { step: self.step + 1, world: ns, attempt, loss_scale: self.workers.last().and_then(Worker::loss_scale) };
         let mut frozen = phase!(self.start_stages(hooks, at));
         let inputs = self.micro_inputs(&global, nm, mb);
         let mut run = Schedule::new(ns, inputs, &self.device);
@@ -106,9 +108,11 @@ impl Trainer {
         let kept = run.kept();
         let next = self.next_cursor(cursor, global.len());
         let grads = phase!(self.stage_grads(&mut run, &kept, &mut frozen, hooks, at));
+        let loss_scale = self.workers.last().and_then(Worker::loss_scale).map(f64::from);
+        let (grads, overflow) = self.unscale_stages(grads);
         let mut opt = vec![0.0f64; ns];
         for (s, g) in grads.into_iter().enumerate() {
-            opt[s] = self.update_worker(s, &g, !frozen[s] && !kept.is_empty(), lr)?;
+            opt[s] = self.update_worker(s, &g, !frozen[s] && !overflow && !kept.is_empty(), lr)?;
             self.workers[s].cursor = next;
             hook!(
                 hooks.after_optimizer_step(&at.ctx(s, None, Point::AfterOptimizerStep), &mut self.workers[s]),
@@ -126,9 +130,34 @@ impl Trainer {
             compute_s: run.times.forward.iter().chain(&run.times.backward).flatten().sum(),
             update_s: opt.iter().sum(),
             skipped: (nm - kept.len()) as u32,
+            loss_scale,
+            overflows: if overflow { ns as u32 } else { 0 },
             // Every micro-batch kept counts in the mean, over the losses the last stage reported.
             ..self.step_stats(cursor.epoch, lr, &Tally { parts: kept.len(), images: kept.len() * mb, ..run.tally })
         }))
+    }
+
+    /// fp16: every stage's gradients unscaled by its scaler. An overflow in any stage skips
+    /// every stage's update, and every scaler updates alike (the stages agree on the flag, as
+    /// Megatron-LM's all-reduce of it across the pipeline makes them). Returns whether one
+    /// overflowed.
+    fn unscale_stages(&mut self, grads: Vec<Grads>) -> (Vec<Grads>, bool) {
+        let mut found = false;
+        let mut out = Vec::with_capacity(grads.len());
+        for (w, g) in self.workers.iter().zip(grads) {
+            out.push(match &w.scaler {
+                Some(sc) => {
+                    let (u, f) = crate::unscale(&g, sc.state.scale);
+                    found |= f;
+                    u
+                }
+                None => g,
+            });
+        }
+        for sc in self.workers.iter_mut().filter_map(|w| w.scaler.as_mut()) {
+            sc.update(found);
+        }
+        (out, found)
     }
 
     /// [`Hooks::before_step`] for every stage, then its crash (a pipeline step has no bucket
@@ -244,7 +273,12 @@ impl Trainer {
             run.dropped[m] = true;
         } else {
             run.tally.add(info.loss, info.correct, b);
-            run.losses[m] = Some(l.div_scalar(run.inputs.len() as f64));
+            let l = l.div_scalar(run.inputs.len() as f64);
+            // fp16: the loss times the last stage's scale, so that every gradient comes back scaled.
+            run.losses[m] = Some(match self.workers[s].loss_scale() {
+                Some(scale) => l.mul_scalar(scale),
+                None => l,
+            });
         }
         Ok(ControlFlow::Continue(()))
     }
