@@ -109,6 +109,7 @@ pub(crate) fn requested_threads(command: &Command) -> Option<usize> {
         Command::Bench(BenchCommand::Checkpoint(a)) => a.compute.threads,
         Command::Bench(BenchCommand::Parallel(a)) => a.compute.threads,
         Command::Bench(BenchCommand::Detect(a)) => a.compute.threads,
+        Command::Bench(BenchCommand::Precision(a)) => a.compute.threads,
         _ => None,
     }
 }

@@ -119,5 +119,6 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Bench(BenchCommand::Checkpoint(a)) => commands::bench_checkpoint(a),
         Command::Bench(BenchCommand::Parallel(a)) => commands::bench_parallel(a),
         Command::Bench(BenchCommand::Detect(a)) => commands::bench_detect(a),
+        Command::Bench(BenchCommand::Precision(a)) => commands::bench_precision(a),
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use resilab_data::{DataConfig, Split};
 use resilab_models::Compute;
-use resilab_models::{InputShape, ModelConfig};
+use resilab_models::{InputShape, ModelConfig, Precision};
 use resilab_train::{ParallelConfig, ParallelMode, Trainer};
 use serde::Serialize;
 
@@ -70,6 +70,18 @@ fn bench_trainer(
     parallel: ParallelConfig,
     compute: &Compute,
 ) -> Result<(RunConfig, Trainer)> {
+    bench_trainer_in(model, batch, steps, parallel, compute, Precision::Fp32)
+}
+
+/// [`bench_trainer`] computing in `precision`.
+fn bench_trainer_in(
+    model: &ModelConfig,
+    batch: usize,
+    steps: usize,
+    parallel: ParallelConfig,
+    compute: &Compute,
+    precision: Precision,
+) -> Result<(RunConfig, Trainer)> {
     let data = DataConfig { train_size: Some(batch), test_size: Some(1), ..DataConfig::default() };
     let split: Arc<Split> = Arc::new(resilab_data::load(&data)?);
     let mut cfg = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "bench")?;
@@ -78,6 +90,7 @@ fn bench_trainer(
     cfg.train.batch_size = batch;
     cfg.train.steps = Some(steps as u64);
     cfg.parallel = parallel;
+    cfg.train.precision = precision;
     let trainer = crate::run::build_trainer(&cfg, split, compute)?;
     Ok((cfg, trainer))
 }
@@ -537,5 +550,62 @@ pub fn detection(model: &ModelConfig, batch: usize, workers: usize, warmup: usiz
         step_ms_off: t_off / n * 1e3,
         step_ms_on: t_on / n * 1e3,
         overhead_share: (t_on - t_off) / t_off,
+    })
+}
+
+/// The step time of each training format against fp32's, measured in one process.
+#[derive(Debug, Serialize)]
+pub struct PrecisionBench {
+    /// Model label.
+    pub model: String,
+    /// Batch size.
+    pub batch: usize,
+    /// Timed rounds (one step of each format each; medians are reported).
+    pub steps: usize,
+    /// Median fp32 step time in milliseconds.
+    pub fp32_ms: f64,
+    /// Median bf16 step time in milliseconds.
+    pub bf16_ms: f64,
+    /// Median fp16 step time in milliseconds (loss scaling included).
+    pub fp16_ms: f64,
+    /// `bf16_ms / fp32_ms`.
+    pub bf16_vs_fp32: f64,
+    /// `fp16_ms / fp32_ms`.
+    pub fp16_vs_fp32: f64,
+}
+
+/// Step times of `model` in fp32, bf16 and fp16 (`train.precision`) at batch `batch`: after
+/// `warmup` untimed steps of each, `steps` rounds of one step of each format, the order
+/// rotating from round to round so that none always runs first; medians per format.
+pub fn precision(model: &ModelConfig, batch: usize, warmup: usize, steps: usize, compute: &Compute) -> Result<PrecisionBench> {
+    let total = warmup + steps.max(1);
+    let mut trainers = Vec::new();
+    for p in Precision::ALL {
+        trainers.push(bench_trainer_in(model, batch, total, ParallelConfig::default(), compute, p)?.1);
+    }
+    for t in &mut trainers {
+        for _ in 0..warmup {
+            t.step()?;
+        }
+    }
+    let mut times = vec![Vec::new(); trainers.len()];
+    for round in 0..steps.max(1) {
+        for k in 0..trainers.len() {
+            let i = (round + k) % trainers.len();
+            let t = Instant::now();
+            trainers[i].step()?;
+            times[i].push(t.elapsed().as_secs_f64());
+        }
+    }
+    let ms: Vec<f64> = times.into_iter().map(|t| median(t) * 1e3).collect();
+    Ok(PrecisionBench {
+        model: model.label(),
+        batch,
+        steps: steps.max(1),
+        fp32_ms: ms[0],
+        bf16_ms: ms[1],
+        fp16_ms: ms[2],
+        bf16_vs_fp32: ms[1] / ms[0],
+        fp16_vs_fp32: ms[2] / ms[0],
     })
 }
