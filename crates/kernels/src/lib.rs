@@ -23,6 +23,7 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 pub mod reduce;
+pub mod round;
 
 pub use conv::Conv2d;
 pub use error::{Error, Kernel};

@@ -24,6 +24,7 @@ use burn::tensor::{DType, Device, Gradients as TensorGradients, Tensor, TensorDa
 use resilab_kernels::Conv2d as Shape;
 use resilab_kernels::norm::{self, Norm, Stats};
 use resilab_kernels::pool::{self, Pool2};
+use resilab_kernels::round::{self, Half};
 
 use crate::precision::Precision;
 
@@ -167,6 +168,21 @@ pub fn max_pool2(x: Tensor<4>) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_max_pool2(x.into_dispatch()))
 }
 
+/// `x` rounded to `half` and kept in float32, the gradient rounded the same way on its way back
+/// under autodiff: resilab's one-pass kernel on the flex device, a cast to the format and back
+/// elsewhere (the same bits on flex, where Burn casts through the `half` crate).
+pub fn round_half<const D: usize>(x: Tensor<D>, half: Half) -> Tensor<D> {
+    let device = x.device().without_autodiff();
+    if !matches!(device.as_dispatch(), DispatchDevice::Flex(_)) || x.dtype() != DType::F32 {
+        let format = match half {
+            Half::Bf16 => burn::tensor::FloatDType::BF16,
+            Half::F16 => burn::tensor::FloatDType::F16,
+        };
+        return x.cast(format).cast(burn::tensor::FloatDType::F32);
+    }
+    Tensor::from_dispatch(<Dispatch as ConvKernels>::resilab_round(x.into_dispatch(), half))
+}
+
 /// The fully connected layer `x W^T + b` (`x`: `[N, in]`, `weight`: `[out, in]`), then a ReLU
 /// when `relu`: one op with its own backward step on the flex device (products threaded over
 /// blocks of features, see `resilab_kernels::linear`), Burn's `matmul`, addition and `relu`
@@ -269,6 +285,10 @@ pub trait ConvKernels: burn::backend::Backend {
 
     /// A fully connected layer `x W^T + b`, then a ReLU when `relu`.
     fn resilab_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>, relu: bool) -> FloatTensor<Self>;
+
+    /// `x` rounded to a half format and kept in float32; under autodiff, the gradient rounded
+    /// the same way on its way back (as a cast to the format and back).
+    fn resilab_round(x: FloatTensor<Self>, half: Half) -> FloatTensor<Self>;
 }
 
 /// The f32 values of a flex tensor, made contiguous.
@@ -440,6 +460,16 @@ impl ConvKernels for Flex {
     fn resilab_seed(_: FlexTensor, _: FlexTensor) -> FlexTensor {
         vector(vec![0.0])
     }
+
+    fn resilab_round(x: FlexTensor, half: Half) -> FlexTensor {
+        round_flex(&x, half)
+    }
+}
+
+/// `x`'s values rounded to `half`, in a new tensor of its shape.
+fn round_flex(x: &FlexTensor, half: Half) -> FlexTensor {
+    let x = host(x);
+    FlexTensor::from_data(TensorData::new(round::round_new(values(&x), half), dims(&x)))
 }
 
 impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
@@ -507,6 +537,29 @@ impl<C: CheckpointStrategy> ConvKernels for Autodiff<Flex, C> {
         match SeedBackward.prepare::<C>([y.node()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish(upstream, anchor),
             OpsKind::UnTracked(prep) => prep.finish(anchor),
+        }
+    }
+
+    fn resilab_round(x: FloatTensor<Self>, half: Half) -> FloatTensor<Self> {
+        /// The rounding's backward step: the gradient rounded to the same format.
+        #[derive(Debug)]
+        struct RoundBackward;
+
+        impl Backward<Flex, 1> for RoundBackward {
+            type State = Half;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let g = grads.consume::<Flex>(&ops.node);
+                let Some(node) = node else { return };
+                grads.register::<Flex>(node.id, round_flex(&g, ops.state));
+            }
+        }
+
+        let y = round_flex(x.primitive(), half);
+        match RoundBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(half, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 

@@ -7,9 +7,10 @@
 //! outputs of convolutions, linear layers, BatchNorm, the residual addition and average
 //! pooling); ReLU and max pooling change no value, so their outputs need no rounding. The
 //! parameters (master weights), BatchNorm's statistics, the loss and the optimizer stay fp32.
-//! Each rounding is a float cast to the half format and back, so under autodiff its backward
-//! step rounds the gradient the same way (Burn's cast backward casts the gradient to the
-//! input's format): gradients of activations and weights are half values, as autocast's are,
+//! Each rounding is what a float cast to the half format and back gives (one pass of resilab's
+//! kernel on the flex device, the cast itself elsewhere), and under autodiff its backward step
+//! rounds the gradient the same way (as Burn's cast backward casts the gradient to the input's
+//! format): gradients of activations and weights are half values, as autocast's are,
 //! and an fp16 value above 65,504 becomes infinite in either direction.
 //!
 //! What this does not reproduce of a GPU's arithmetic: a tensor core multiplies half values
@@ -18,6 +19,7 @@
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use resilab_kernels::round::Half;
 use serde::{Deserialize, Serialize};
 
 /// The format a network's layers compute in (`train.precision`).
@@ -65,9 +67,10 @@ impl Precision {
     /// kept as a float32 tensor; under autodiff the gradient is rounded the same way on its way
     /// back. The identity for fp32.
     pub fn round<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        match self.half() {
-            None => x,
-            Some(h) => x.cast(h).cast(FloatDType::F32),
+        match self {
+            Precision::Fp32 => x,
+            Precision::Bf16 => crate::kernels::round_half(x, Half::Bf16),
+            Precision::Fp16 => crate::kernels::round_half(x, Half::F16),
         }
     }
 
@@ -75,8 +78,8 @@ impl Precision {
     pub fn round_f32(self, x: f32) -> f32 {
         match self {
             Precision::Fp32 => x,
-            Precision::Bf16 => burn::tensor::bf16::from_f32(x).to_f32(),
-            Precision::Fp16 => burn::tensor::f16::from_f32(x).to_f32(),
+            Precision::Bf16 => resilab_kernels::round::bf16(x),
+            Precision::Fp16 => resilab_kernels::round::f16(x),
         }
     }
 }
