@@ -85,6 +85,26 @@ fn fp16s_scaler_backs_off_on_overflow_and_grows_after_its_interval() {
 }
 
 #[test]
+fn data_parallel_workers_and_pipeline_stages_scale_and_skip_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let layouts = [("workers", "{ workers = 2 }"), ("stages", "{ mode = \"pipeline\", stages = 2, micro_batches = 2 }")];
+    for (name, parallel) in layouts {
+        let text = set(&precision("fp16"), "parallel", parallel);
+        // Every step overflows on every worker (stage): no update anywhere, the scale halves.
+        let huge = set(&text, "train.loss_scale", "{ init = 1e30 }");
+        let (out, s) = trained(dir.path(), &format!("{name}-huge"), &huge, &[]);
+        assert_eq!(s["overflow_steps"], 8, "{name}");
+        assert_eq!(scales(&out).last().copied(), Some(f64::from(1e30f32 * 0.5f32.powi(7))), "{name}");
+        // At the default scale nothing overflows and the run trains, the same twice.
+        let (_, a) = trained(dir.path(), name, &text, &[]);
+        let (_, b) = trained(dir.path(), &format!("{name}-again"), &text, &[]);
+        assert_eq!(a["overflow_steps"], 0, "{name}");
+        assert!(a["final_train_loss"].as_f64().unwrap().is_finite(), "{name}");
+        assert_eq!(a["final_params_digest"], b["final_params_digest"], "{name}");
+    }
+}
+
+#[test]
 fn the_loss_scalers_state_survives_a_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // The scale grows every 3 steps, so at the step-4 checkpoint the scaler is 1 step into its
