@@ -51,8 +51,12 @@ pub fn digest_f32(values: &[f32]) -> u64 {
 /// Element type of a dataset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dtype {
-    /// 16-bit float.
+    /// 16-bit float (IEEE half precision: 5 exponent bits, 10 mantissa bits).
     F16,
+    /// bfloat16 (float32's 8 exponent bits, 7 mantissa bits). HDF5 has no such type, so no
+    /// dataset read from a file is one: it is the fault model's view of a value a bf16 training
+    /// run holds (see `resilab_inject::inject_f32_as`).
+    Bf16,
     /// 32-bit float.
     F32,
     /// 64-bit float.
@@ -69,7 +73,7 @@ impl Dtype {
     /// Width of one element in bits (0 for [`Dtype::Other`]).
     pub fn bits(self) -> u32 {
         match self {
-            Dtype::F16 => 16,
+            Dtype::F16 | Dtype::Bf16 => 16,
             Dtype::F32 => 32,
             Dtype::F64 => 64,
             Dtype::Int(b) | Dtype::Uint(b) => 8 * b as u32,
@@ -78,7 +82,7 @@ impl Dtype {
     }
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, Dtype::F16 | Dtype::F32 | Dtype::F64)
+        matches!(self, Dtype::F16 | Dtype::Bf16 | Dtype::F32 | Dtype::F64)
     }
     /// Whether this is a number type (float or integer) whose elements can be read as raw bits.
     pub fn is_numeric(self) -> bool {
@@ -100,6 +104,7 @@ impl std::fmt::Display for Dtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Dtype::F16 => f.write_str("f16"),
+            Dtype::Bf16 => f.write_str("bf16"),
             Dtype::F32 => f.write_str("f32"),
             Dtype::F64 => f.write_str("f64"),
             Dtype::Int(b) => write!(f, "i{}", b * 8),

@@ -47,4 +47,5 @@ pub use file::{
 };
 pub use model::{FaultModel, Flip, Mode, Precision};
 pub use paths::{Link, check_distinct, check_new_log, default_log, default_output, link_of, same_file};
-pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32};
+pub use resilab_h5::Dtype;
+pub use run::{Outcome, Plan, Record, Sampling, Summary, Target, inject_f32, inject_f32_as};

@@ -16,6 +16,11 @@
 //! round-to-nearest-even (as numpy casts), so a flip in a low mantissa bit of a 64-bit view of an
 //! f32 may vanish. NaN/Inf checks look at the **stored** value.
 //!
+//! A `P`-bit view of a value stored at `P` bits is its own word: for [`Dtype::Bf16`] (a value
+//! of a bf16 training run) the 16-bit word is bfloat16's (sign 15, exponent 14-7, mantissa
+//! 6-0, IEEE numbering), for [`Dtype::F16`] IEEE half's (sign 15, exponent 14-10, mantissa
+//! 9-0). The 16-bit view of any other type is IEEE half, as in the published injector.
+//!
 //! # Integers
 //! As in the reference: one random bit of the shortest binary form of `|v|` is flipped and the
 //! sign is kept; `P` is then that form's length (so the reference index is counted from its
@@ -181,6 +186,7 @@ pub fn to_reference(bits_ieee: &[u32], width: u32) -> Vec<u32> {
 pub fn value_of(dtype: Dtype, raw: u64) -> f64 {
     match dtype {
         Dtype::F16 => half::f16::from_bits(raw as u16).to_f64(),
+        Dtype::Bf16 => half::bf16::from_bits(raw as u16).to_f64(),
         Dtype::F32 => f32::from_bits(raw as u32) as f64,
         Dtype::F64 => f64::from_bits(raw),
         Dtype::Int(_) => signed(raw, dtype) as f64,
@@ -250,12 +256,29 @@ fn from_precision(bits: u64, p: u32, dtype: Dtype) -> u64 {
     encode_float(x, dtype)
 }
 
-fn encode_float(x: f64, dtype: Dtype) -> u64 {
+/// The stored bit pattern of `x` as a float of type `dtype` (round to nearest even; NaN stays
+/// NaN, a magnitude beyond the type's range becomes ±Inf).
+pub fn encode_float(x: f64, dtype: Dtype) -> u64 {
     match dtype {
         Dtype::F16 => half::f16::from_f64(x).to_bits() as u64,
+        Dtype::Bf16 => bf16_bits(x) as u64,
         Dtype::F32 => (x as f32).to_bits() as u64,
         _ => x.to_bits(),
     }
+}
+
+/// bfloat16's bits of `x`, correctly rounded (to nearest, ties to even). `half`'s own
+/// conversion from f64 drops the low 32 bits of the f64 before rounding, which can turn a value
+/// just above a tie into a tie; this rounds to float32 first with round-to-odd, which keeps
+/// enough of them for the second rounding to be exact.
+fn bf16_bits(x: f64) -> u16 {
+    let r = x as f32;
+    if x.is_nan() || f64::from(r) == x {
+        return half::bf16::from_f32(r).to_bits();
+    }
+    // Toward zero, then the last bit set: float32 rounded to odd.
+    let t = if f64::from(r).abs() > x.abs() { f32::from_bits(r.to_bits() - 1) } else { r };
+    half::bf16::from_f32(f32::from_bits(t.to_bits() | 1)).to_bits()
 }
 
 /// Applies a recorded flip to a stored value: the new bit pattern, or `None` when the stored

@@ -196,10 +196,12 @@ impl Record {
     }
 }
 
-/// Parses a dtype name as written in logs (`f16`, `f32`, `f64`, `i8`..`i64`, `u8`..`u64`).
+/// Parses a dtype name as written in logs (`f16`, `bf16`, `f32`, `f64`, `i8`..`i64`,
+/// `u8`..`u64`).
 pub fn parse_dtype(s: &str) -> Option<Dtype> {
     Some(match s {
         "f16" => Dtype::F16,
+        "bf16" => Dtype::Bf16,
         "f32" => Dtype::F32,
         "f64" => Dtype::F64,
         _ => {
@@ -395,17 +397,41 @@ pub fn touched(elements: impl IntoIterator<Item = (usize, usize)>, n_targets: us
 /// Runs a plan over in-memory f32 tensors (weights, gradients, optimizer state, activations):
 /// the same draws and bits as on a file holding the same tensors as f32 datasets in this order.
 pub fn inject_f32(plan: &Plan, tensors: &mut [(&str, &mut [f32])], seed: u64) -> Vec<Record> {
-    let targets: Vec<Target> = tensors
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(n, v)| Target { path: n.to_string(), dtype: Dtype::F32, len: v.len() })
-        .collect();
+    inject_f32_as(plan, tensors, seed, Dtype::F32)
+}
+
+/// [`inject_f32`] for f32 tensors that hold values of the float type `format`: the half
+/// values of a mixed-precision training run ([`Dtype::Bf16`], or IEEE half [`Dtype::F16`]).
+/// Each value drawn is seen as its `format` word (rounded to nearest even, which leaves a
+/// value of that format as it is), the fault model corrupts that word as it would a stored
+/// one of that type, and the result goes back as f32 (exactly); the records are that type's
+/// (`dtype`, the bits and the old and new values). Values no attempt changed keep their f32
+/// bits. With [`Dtype::F32`] this is [`inject_f32`]; a type that is not a float also is.
+pub fn inject_f32_as(plan: &Plan, tensors: &mut [(&str, &mut [f32])], seed: u64, format: Dtype) -> Vec<Record> {
+    let format = if format.is_float() { format } else { Dtype::F32 };
+    let targets: Vec<Target> =
+        tensors.iter().filter(|(_, v)| !v.is_empty()).map(|(n, v)| Target { path: n.to_string(), dtype: format, len: v.len() }).collect();
     let mut slots: Vec<&mut [f32]> = tensors.iter_mut().filter(|(_, v)| !v.is_empty()).map(|(_, v)| &mut **v).collect();
     let draws = draw(plan, &targets, seed);
-    let mut values: Values = draws.iter().map(|d| ((d.target, d.index), slots[d.target][d.index].to_bits() as u64)).collect();
+    let word = |x: f32| match format {
+        Dtype::F32 => x.to_bits() as u64,
+        Dtype::F16 => half::f16::from_f32(x).to_bits() as u64,
+        Dtype::Bf16 => half::bf16::from_f32(x).to_bits() as u64,
+        _ => model::encode_float(f64::from(x), format),
+    };
+    let before: Values = draws.iter().map(|d| ((d.target, d.index), word(slots[d.target][d.index]))).collect();
+    let mut values = before.clone();
     let records = apply_attempts(plan, &targets, &draws, &mut values, seed);
+    let value = |raw: u64| match format {
+        Dtype::F16 => half::f16::from_bits(raw as u16).to_f32(),
+        Dtype::Bf16 => half::bf16::from_bits(raw as u16).to_f32(),
+        Dtype::F32 => f32::from_bits(raw as u32),
+        _ => model::value_of(format, raw) as f32,
+    };
     for ((t, i), raw) in values {
-        slots[t][i] = f32::from_bits(raw as u32);
+        if before.get(&(t, i)) != Some(&raw) {
+            slots[t][i] = value(raw);
+        }
     }
     records
 }
