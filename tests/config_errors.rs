@@ -186,6 +186,28 @@ fn faults_that_could_never_strike_are_errors() {
 }
 
 #[test]
+fn fault_bits_must_fit_the_training_format() {
+    // The weights' half copy exists in bf16 and fp16 runs only.
+    let copy = format!("{TINY}\n[[fault]]\ntarget = \"weight_copy\"\nat_step = 2\nlocations_to_corrupt = [\"model/layer1\"]\n");
+    assert_clean_error(&train_with(&copy, &[]), &["fault[0].target", "weight_copy", "train.precision"]);
+    // A bf16 run's gradients are 16-bit: bit 20 of their word does not exist.
+    let wide = format!("{TINY}\n[[fault]]\ntarget = \"gradients\"\nat_step = 2\nfirst_bit = 9\nlast_bit = 20\n");
+    assert_clean_error(&train_with(&wide, &["--set", "train.precision=bf16"]), &["fault[0].last_bit", "16-bit"]);
+    assert!(train_with(&wide, &[]).status.success(), "float32 gradients have a bit 20");
+    // In a bf16 run the log records the flip in the half copy as bf16 bits.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "copy.toml", &copy);
+    let out = dir.path().join("out");
+    let o = run_args(Args::train(&cfg, &out).set("train.precision=bf16"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = std::fs::read_to_string(out.join("faults.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    let rec = &line["records"][0];
+    assert_eq!((rec["dtype"].as_str(), rec["precision"].as_u64()), (Some("bf16"), Some(16)), "{line}");
+    assert_eq!(rec["old_bits"].as_str().map(str::len), Some(6), "a 16-bit word: {rec}");
+}
+
+#[test]
 fn a_refused_resume_changes_nothing_and_a_cut_row_or_leftover_temporary_file_does_not_block() {
     let d = tempfile::tempdir().unwrap();
     let cfg = write(d.path(), "r.toml", &format!("{TINY}momentum = 0.9\n\n[checkpoint]\nevery_steps = 4\n"));

@@ -639,6 +639,7 @@ impl Campaign {
         if self.settings.kind == Kind::Train {
             let stages = (config.parallel.mode == resilab_train::ParallelMode::Pipeline).then_some(config.parallel.stages);
             resilab_faults::check_messages(config.faults.entries(), stages).map_err(|e| format!("{where_}: {e}"))?;
+            resilab_faults::check_precision(config.faults.entries(), config.train.precision).map_err(|e| format!("{where_}: {e}"))?;
             return Ok(None);
         }
         let world = config.parallel.workers.max(config.parallel.stages).max(1);

@@ -1,13 +1,13 @@
 //! The fault injector: a [`Hooks`] implementation that applies scheduled faults.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use burn::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use resilab_inject::{Plan, Record, Spec, inject_f32};
-use resilab_models::{DatasetPath, for_each_param, map_params, stream_seed};
+use resilab_inject::{Dtype, Plan, Record, Spec, inject_f32_as};
+use resilab_models::{DatasetPath, LayerKind, Precision, for_each_param, map_params, stream_seed};
 use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Timeline, Worker};
 use serde::Serialize;
 
@@ -84,11 +84,24 @@ pub struct FaultInjector {
     stuck: Vec<(usize, u64, String, usize, f32)>,
     /// Neuron faults drawn for the coming forward pass: `(event, rank, block name)`.
     neurons: Vec<(FaultEvent, usize, String)>,
+    /// Master weights a weight-copy fault replaced for the step's passes, put back after them:
+    /// `(rank, parameter name, flat index, master value)`.
+    masters: Vec<(usize, String, usize, f32)>,
     /// Everything injected so far, in order: for measurement (counts, detection latency) and
     /// the run's `faults.jsonl`. No recovery decision reads it.
     pub log: Vec<FaultLog>,
     /// Where entries go instead of `log` once [`FaultInjector::withhold_log`] was called.
     withheld: Option<Vec<FaultLog>>,
+}
+
+/// The type the values `target` hits hold in a run computing in `precision`: the half
+/// format's for half values in a bf16 or fp16 run, float32 otherwise.
+fn format_of(target: FaultTarget, precision: Precision) -> Dtype {
+    match precision {
+        Precision::Bf16 if target.half_valued() => Dtype::Bf16,
+        Precision::Fp16 if target.half_valued() => Dtype::F16,
+        _ => Dtype::F32,
+    }
 }
 
 fn host(t: Tensor<1>) -> Vec<f32> {
@@ -108,6 +121,7 @@ impl FaultInjector {
             fired: BTreeSet::new(),
             stuck: Vec::new(),
             neurons: Vec::new(),
+            masters: Vec::new(),
             log: Vec::new(),
             withheld: None,
         }
@@ -183,6 +197,10 @@ impl FaultInjector {
         for n in &mut self.neurons {
             n.1 = shift(n.1);
         }
+        self.masters.retain(|m| m.0 != rank);
+        for m in &mut self.masters {
+            m.0 = shift(m.0);
+        }
     }
 
     /// Events of `target` due at `ctx`'s step on `ctx`'s worker that have not struck yet; they
@@ -220,6 +238,7 @@ impl FaultInjector {
             && self.pending_crashes.is_empty()
             && self.stuck.iter().all(|s| s.1 <= step)
             && self.neurons.is_empty()
+            && self.masters.is_empty()
     }
 
     /// Checkpoint faults due after `step` that have not struck; they are marked as struck.
@@ -280,7 +299,7 @@ impl FaultInjector {
         let mut values: Vec<(String, Vec<f32>)> = candidates.into_iter().map(|(n, t)| (n, host(t))).collect();
         let records = {
             let mut slots: Vec<(&str, &mut [f32])> = values.iter_mut().map(|(n, v)| (n.as_str(), v.as_mut_slice())).collect();
-            inject_f32(&plan, &mut slots, self.event_seed(&event))
+            inject_f32_as(&plan, &mut slots, self.event_seed(&event), format_of(event.target, ctx.precision))
         };
         let hit: BTreeSet<&str> =
             records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted).map(|r| r.dataset.as_str()).collect();
@@ -312,7 +331,7 @@ impl FaultInjector {
         let mut tensors = Vec::new();
         for_each_param(&worker.net, |info, t| tensors.push((DatasetPath::Model(info.name.clone()), t.without_autodiff())));
         // By parameter name.
-        let changed: std::collections::BTreeMap<String, Tensor<1>> =
+        let changed: BTreeMap<String, Tensor<1>> =
             self.corrupt(event, ctx, tensors).into_iter().map(|(p, t)| (p.param().to_string(), t)).collect();
         if !changed.is_empty() {
             let net = worker.net.clone();
@@ -333,24 +352,40 @@ impl FaultInjector {
     /// Stuck-at faults: the corrupted values they hold are written back for their steps.
     fn hold_stuck(&mut self, ctx: &Ctx, worker: &mut Worker) {
         self.stuck.retain(|s| s.1 >= ctx.step);
-        let held: Vec<&(usize, u64, String, usize, f32)> = self.stuck.iter().filter(|s| s.0 == ctx.rank && s.1 >= ctx.step).collect();
-        if held.is_empty() {
-            return;
-        }
-        let net = worker.net.clone();
-        worker.net = map_params(net, |info, t| {
-            let mine: Vec<_> = held.iter().filter(|s| s.2 == info.name).collect();
-            if mine.is_empty() {
-                return None;
+        let held: Vec<(&str, usize, f32)> =
+            self.stuck.iter().filter(|s| s.0 == ctx.rank && s.1 >= ctx.step).map(|s| (s.2.as_str(), s.3, s.4)).collect();
+        set_values(worker, &held);
+    }
+
+    /// A weight-copy fault: flips in the half values of the convolution and linear weights and
+    /// biases the step's passes compute with. The master elements hit are replaced by their
+    /// corrupted half values for the passes and put back after them ([`Hooks::after_pass`]),
+    /// so that the fault reaches the step's gradients only.
+    fn corrupt_weight_copy(&mut self, event: FaultEvent, ctx: &Ctx, worker: &mut Worker) {
+        let mut tensors = Vec::new();
+        for_each_param(&worker.net, |info, t| {
+            if info.trainable && matches!(info.kind, LayerKind::Conv | LayerKind::Linear) {
+                tensors.push((DatasetPath::Model(info.name.clone()), t.without_autodiff()));
             }
-            let device = t.device();
-            let mut v = host(t.without_autodiff());
-            for s in mine {
-                v[s.3] = s.4;
-            }
-            let n = v.len();
-            Some(Tensor::from_data(TensorData::new(v, [n]), &device))
         });
+        let masters: BTreeMap<String, Tensor<1>> = tensors.iter().map(|(p, t)| (p.param().to_string(), t.clone())).collect();
+        let changed: BTreeMap<String, Tensor<1>> =
+            self.corrupt(event, ctx, tensors).into_iter().map(|(p, t)| (p.param().to_string(), t)).collect();
+        let Some(log) = self.logged().last().cloned() else { return };
+        let mut read: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+        for r in log.records.iter().filter(|r| r.outcome == resilab_inject::Outcome::Corrupted) {
+            let Ok(DatasetPath::Model(name)) = r.dataset.parse() else { continue };
+            let Some(t) = masters.get(&name) else { continue };
+            let v = read.entry(name.clone()).or_insert_with(|| host(t.clone()))[r.index];
+            // Two attempts on one element: the master is the value before the first.
+            if !self.masters.iter().any(|m| m.0 == ctx.rank && m.1 == name && m.2 == r.index) {
+                self.masters.push((ctx.rank, name, r.index, v));
+            }
+        }
+        if !changed.is_empty() {
+            let net = worker.net.clone();
+            worker.net = map_params(net, |info, _| changed.get(&info.name).cloned());
+        }
     }
 
     /// A neuron fault: draws the block whose output it alters in this step's forward pass
@@ -391,6 +426,27 @@ impl FaultInjector {
     }
 }
 
+/// Writes `values` (`(parameter name, flat index, value)`) into the worker's parameters.
+fn set_values(worker: &mut Worker, values: &[(&str, usize, f32)]) {
+    if values.is_empty() {
+        return;
+    }
+    let net = worker.net.clone();
+    worker.net = map_params(net, |info, t| {
+        let mine: Vec<_> = values.iter().filter(|s| s.0 == info.name).collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let device = t.device();
+        let mut v = host(t.without_autodiff());
+        for s in mine {
+            v[s.1] = s.2;
+        }
+        let n = v.len();
+        Some(Tensor::from_data(TensorData::new(v, [n]), &device))
+    });
+}
+
 impl Hooks for FaultInjector {
     fn before_step(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
         // A crash strikes inside the step, at a time of its timeline ([`Hooks::crash_time`]).
@@ -407,6 +463,11 @@ impl Hooks for FaultInjector {
             self.corrupt_weights(event, ctx, worker);
         }
         self.hold_stuck(ctx, worker);
+        // Master values a step that ended early never put back: that step was undone.
+        self.masters.retain(|m| m.0 != ctx.rank);
+        for event in self.due(ctx, &[FaultTarget::WeightCopy]) {
+            self.corrupt_weight_copy(event, ctx, worker);
+        }
         // Neuron faults: draw the block now; its output is altered in this step's forward.
         self.neurons.retain(|n| n.1 != ctx.rank);
         for event in self.due(ctx, &[FaultTarget::Neurons]) {
@@ -416,6 +477,14 @@ impl Hooks for FaultInjector {
             self.corrupt_optimizer(event, ctx, worker);
         }
         Control::Continue
+    }
+
+    /// Puts back the master weights a weight-copy fault replaced for the passes.
+    fn after_pass(&mut self, ctx: &Ctx, worker: &mut Worker) {
+        let mine: Vec<(String, usize, f32)> = self.masters.iter().filter(|m| m.0 == ctx.rank).map(|m| (m.1.clone(), m.2, m.3)).collect();
+        self.masters.retain(|m| m.0 != ctx.rank);
+        let values: Vec<(&str, usize, f32)> = mine.iter().map(|m| (m.0.as_str(), m.1, m.2)).collect();
+        set_values(worker, &values);
     }
 
     fn crash_time(&mut self, ctx: &Ctx, timeline: &Timeline) -> Option<f64> {

@@ -19,5 +19,6 @@ pub use error::{Error, Result};
 pub use hook::{FaultInjector, FaultLog};
 pub use list::Faults;
 pub use schedule::{
-    CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_tensor_locations, schedule,
+    CrashAt, FaultEntry, FaultEvent, FaultTarget, OWN_KEYS, check_messages, check_neuron_locations, check_precision,
+    check_tensor_locations, schedule,
 };

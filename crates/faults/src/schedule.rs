@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{RawConfig, Spec};
-use resilab_models::{DatasetKind, DatasetPath, stream_seed};
+use resilab_models::{DatasetKind, DatasetPath, Precision, stream_seed};
 use resilab_train::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -13,8 +13,14 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultTarget {
-    /// The worker's (stage's) parameters and buffers, before its forward pass.
+    /// The worker's (stage's) parameters and buffers, before its forward pass: the float32
+    /// master weights, in a mixed-precision run too.
     Weights,
+    /// The half-precision copy of the worker's convolution and linear weights and biases that
+    /// its forward and backward passes use in a bf16 or fp16 run (`train.precision`), for one
+    /// step: the flip lands in the half value the step computes with, and the float32 master
+    /// weights are as they were once the step's gradients are computed.
+    WeightCopy,
     /// The worker's local gradients, before the all-reduce.
     Gradients,
     /// The worker's copy of the averaged gradients, after the all-reduce.
@@ -42,6 +48,7 @@ impl FaultTarget {
     pub fn name(self) -> &'static str {
         match self {
             FaultTarget::Weights => "weights",
+            FaultTarget::WeightCopy => "weight_copy",
             FaultTarget::Gradients => "gradients",
             FaultTarget::ReducedGradients => "reduced_gradients",
             FaultTarget::Optimizer => "optimizer",
@@ -51,6 +58,21 @@ impl FaultTarget {
             FaultTarget::Crash => "crash",
             FaultTarget::Checkpoint => "checkpoint",
         }
+    }
+
+    /// Whether the values it hits are half values in a bf16 or fp16 run (activations, block
+    /// outputs, pipeline messages, gradients, the weights' half copy), so that its flips are
+    /// flips of the half value. Master weights and optimizer state stay float32.
+    pub fn half_valued(self) -> bool {
+        matches!(
+            self,
+            FaultTarget::Gradients
+                | FaultTarget::ReducedGradients
+                | FaultTarget::Activations
+                | FaultTarget::MessageGradients
+                | FaultTarget::Neurons
+                | FaultTarget::WeightCopy
+        )
     }
 }
 
@@ -243,9 +265,9 @@ pub(crate) fn parse(entries: &[toml::Table]) -> Result<Vec<FaultEntry>> {
 
 fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     let target: FaultTarget = match table.get("target") {
-        None => return Err(bad(i, "target", "missing (weights, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash or checkpoint)")),
+        None => return Err(bad(i, "target", "missing (weights, weight_copy, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash or checkpoint)")),
         Some(v) => v.clone().try_into().map_err(|_| {
-            bad(i, "target", format!("{v} is not one of weights, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash, checkpoint"))
+            bad(i, "target", format!("{v} is not one of weights, weight_copy, gradients, reduced_gradients, optimizer, activations, message_gradients, neurons, crash, checkpoint"))
         })?,
     };
     let When { at_step, mtbf_steps, system_mtbf_steps, count } = when(i, table)?;
@@ -299,15 +321,57 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if target == FaultTarget::Crash {
         spec.tries = resilab_inject::Tries::Count(0);
     } else {
-        // Tensors in training are f32: the bits asked for must lie in the word the fault sees.
-        let width = spec.model.precision.fixed().unwrap_or(32);
-        if let Err(message) = spec.model.check_width(width) {
-            let key =
-                ["first_bit", "last_bit", "burst", "bit_mask"].into_iter().find(|k| message.starts_with(k)).unwrap_or("float_precision");
-            return Err(bad(i, key, format!("{message} (training tensors are 32-bit floats)")));
+        // Tensors in training are f32 (the weights' half copy is 16-bit): the bits asked for
+        // must lie in the word the fault sees. A half run's half values are checked against
+        // 16 bits with the run's format (`check_precision`).
+        if target == FaultTarget::WeightCopy {
+            check_half_width(i, &spec)?;
+        } else if let Err(message) = spec.model.check_width(spec.model.precision.fixed().unwrap_or(32)) {
+            return Err(bad(i, width_key(&message), format!("{message} (training tensors are 32-bit floats)")));
         }
     }
     Ok(FaultEntry { index: i, target, at_step, mtbf_steps, system_mtbf_steps, count, crash_at, permanent, worker, stuck_steps, spec })
+}
+
+/// The key a [`resilab_inject::FaultModel::check_width`] message is about.
+fn width_key(message: &str) -> &'static str {
+    ["first_bit", "last_bit", "burst", "bit_mask"].into_iter().find(|k| message.starts_with(k)).unwrap_or("float_precision")
+}
+
+/// Checks that entry `i`'s bits fit the 16-bit word of a half value: `float_precision` is left
+/// out (or 16: the half value's own word), and the bit range or mask lies in bits 0..=15.
+fn check_half_width(i: usize, spec: &resilab_inject::Spec) -> Result<()> {
+    if let Some(p) = spec.model.precision.fixed().filter(|&p| p != 16) {
+        return Err(bad(
+            i,
+            "float_precision",
+            format!("is {p}, but a flip in a half value flips a bit of its own 16-bit word: leave float_precision out (or 16)"),
+        ));
+    }
+    spec.model
+        .check_width(16)
+        .map_err(|message| bad(i, width_key(&message), format!("{message}: the values this fault hits are 16-bit half values in this run")))
+}
+
+/// Checks the entries against the run's format (`train.precision`): in a bf16 or fp16 run,
+/// the bits of every entry whose target holds half values ([`FaultTarget::half_valued`]) must
+/// fit a 16-bit word; `weight_copy` needs such a run. Errors name `fault[i].key`.
+pub fn check_precision(entries: &[FaultEntry], precision: Precision) -> Result<()> {
+    for e in entries {
+        if e.target == FaultTarget::WeightCopy && precision.half().is_none() {
+            return Err(bad(
+                e.index,
+                "target",
+                format!(
+                    "\"weight_copy\" hits the half-precision copy of the weights, which a {precision} run does not have: set train.precision = \"bf16\" or \"fp16\", or use target = \"weights\""
+                ),
+            ));
+        }
+        if e.target.half_valued() && precision.half().is_some() {
+            check_half_width(e.index, &e.spec)?;
+        }
+    }
+    Ok(())
 }
 
 /// The name a block's output goes by in `locations_to_corrupt` and the fault log
@@ -339,7 +403,9 @@ pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) ->
 pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[DatasetPath]) -> Result<()> {
     for e in entries {
         let paths: Vec<String> = match e.target {
-            FaultTarget::Weights => tensors.iter().filter(|t| t.kind() == DatasetKind::Model).map(ToString::to_string).collect(),
+            FaultTarget::Weights | FaultTarget::WeightCopy => {
+                tensors.iter().filter(|t| t.kind() == DatasetKind::Model).map(ToString::to_string).collect()
+            }
             FaultTarget::Optimizer => tensors.iter().filter(|t| t.kind() == DatasetKind::Optimizer).map(ToString::to_string).collect(),
             // Gradients are named as the model's tensors are, under their own root.
             FaultTarget::Gradients | FaultTarget::ReducedGradients => tensors
@@ -595,6 +661,41 @@ mod tests {
         assert!(e.starts_with("fault[0].last_bit: last_bit 50 is outside a 32-bit word"), "{e}");
         // The 64-bit view of the same tensors has room for them.
         assert!(parse(&[table("target = \"weights\"\nat_step = 3\nfirst_bit = 40\nlast_bit = 50\nfloat_precision = 64\n")]).is_ok());
+    }
+
+    #[test]
+    fn half_values_take_bits_of_a_16_bit_word_in_a_half_run() {
+        let one = |t: &str| parse(&[table(t)]).unwrap();
+        let check = |t: &str, p: Precision| check_precision(&one(t), p).map_err(|e| e.to_string());
+        // The float32 word of an fp32 run's gradients has room for bit 20; a bf16 run's has not.
+        let wide = "target = \"gradients\"\nat_step = 3\nfirst_bit = 9\nlast_bit = 20\n";
+        assert!(check(wide, Precision::Fp32).is_ok());
+        let e = check(wide, Precision::Bf16).unwrap_err();
+        assert!(e.starts_with("fault[0].last_bit: last_bit 20 is outside a 16-bit word") && e.contains("half values"), "{e}");
+        let e = check("target = \"neurons\"\nat_step = 3\nbit_mask = \"11111111111111111\"\n", Precision::Fp16).unwrap_err();
+        assert!(e.starts_with("fault[0].bit_mask"), "{e}");
+        let e = check("target = \"activations\"\nat_step = 3\nfloat_precision = 32\n", Precision::Fp16).unwrap_err();
+        assert!(e.starts_with("fault[0].float_precision: is 32"), "{e}");
+        assert!(check("target = \"message_gradients\"\nat_step = 3\nfloat_precision = 16\nlast_bit = 15\n", Precision::Bf16).is_ok());
+        // Master weights and optimizer state stay float32.
+        assert!(check("target = \"weights\"\nat_step = 3\nfirst_bit = 20\nlast_bit = 31\n", Precision::Bf16).is_ok());
+        assert!(check("target = \"optimizer\"\nat_step = 3\nfloat_precision = 32\n", Precision::Fp16).is_ok());
+    }
+
+    #[test]
+    fn the_weight_copy_is_16_bit_and_exists_in_half_runs_only() {
+        let copy = "target = \"weight_copy\"\nat_step = 3\nfirst_bit = 1\nlast_bit = 8\n";
+        let e = parse(&[table(copy)]).unwrap();
+        assert_eq!(e[0].target, FaultTarget::WeightCopy);
+        assert!(check_precision(&e, Precision::Bf16).is_ok() && check_precision(&e, Precision::Fp16).is_ok());
+        let err = check_precision(&e, Precision::Fp32).unwrap_err().to_string();
+        assert!(err.starts_with("fault[0].target: \"weight_copy\"") && err.contains("train.precision"), "{err}");
+        let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nlast_bit = 20\n")]).unwrap_err().to_string();
+        assert!(err.starts_with("fault[0].last_bit: last_bit 20 is outside a 16-bit word"), "{err}");
+        let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nfloat_precision = 64\n")]).unwrap_err().to_string();
+        assert!(err.starts_with("fault[0].float_precision"), "{err}");
+        let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nstuck_steps = 2\n")]).unwrap_err().to_string();
+        assert!(err.starts_with("fault[0].stuck_steps"), "{err}");
     }
 
     #[test]

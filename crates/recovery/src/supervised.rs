@@ -122,6 +122,10 @@ impl Hooks for Supervised<'_> {
         }
     }
 
+    fn after_pass(&mut self, ctx: &Ctx, worker: &mut Worker) {
+        self.faults.after_pass(ctx, worker);
+    }
+
     fn after_loss(&mut self, ctx: &Ctx, loss: &mut LossInfo) -> Control {
         let c = self.faults.after_loss(ctx, loss);
         if !matches!(c, Control::Continue) {

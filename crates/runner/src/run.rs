@@ -249,6 +249,7 @@ fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
     resilab_faults::check_tensor_locations(entries, &tensor_paths(trainer, &cfg.optimizer))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
     resilab_faults::check_messages(entries, stages)?;
+    resilab_faults::check_precision(entries, cfg.train.precision)?;
     let events = resilab_faults::schedule(entries, trainer.total_steps(), trainer.workers.len(), cfg.fault_seed)?;
     let replicas = if cfg.parallel.mode == ParallelMode::Data { trainer.workers.len() } else { 1 };
     let mut guard = Guard::new(cfg.recovery.strategy, cfg.detect.clone(), replicas);

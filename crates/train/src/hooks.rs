@@ -4,17 +4,18 @@
 //!
 //! Order within one data-parallel step: DDP's broadcast of rank 0's buffers; then
 //! [`Hooks::before_step`] for every worker in rank order; then for every worker that goes on, in rank order: forward (with [`Hooks::on_activation`] on every block's output when
-//! [`Hooks::watch_forward`] asks for it), [`Hooks::after_loss`], backward, [`Hooks::after_backward`];
+//! [`Hooks::watch_forward`] asks for it), backward, [`Hooks::after_pass`], [`Hooks::after_loss`], [`Hooks::after_backward`];
 //! then, once the step's [`Timeline`] is known, [`Hooks::crash_time`] per computing worker and
 //! [`Hooks::on_crash`] for each that crashes; then the all-reduce; then per surviving worker [`Hooks::after_allreduce`] (its own copy of the reduced
 //! gradients), optimizer step, [`Hooks::after_optimizer_step`]. In a pipeline step the worker is
 //! a stage: [`Hooks::before_step`] per stage, [`Hooks::on_activation`] inside a stage's forward
 //! when watched, [`Hooks::on_message`] on every activation and
 //! gradient passed between stages, [`Hooks::after_loss`] per micro-batch on the last stage,
-//! then per stage [`Hooks::after_backward`] (accumulated gradients), optimizer step and
+//! then per stage [`Hooks::after_pass`], [`Hooks::after_backward`] (accumulated gradients), optimizer step and
 //! [`Hooks::after_optimizer_step`]. There is no all-reduce in a pipeline step.
 
 use burn::prelude::*;
+use resilab_models::Precision;
 
 use crate::{Grads, Timeline, TrainState, Worker};
 
@@ -75,6 +76,9 @@ pub struct Ctx {
     /// The loss scale the worker's gradients carry until its loss scaler unscales them, after
     /// the all-reduce (fp16, `train.precision`); `None` in other formats.
     pub loss_scale: Option<f32>,
+    /// The format the worker's forward and backward passes compute in (`train.precision`):
+    /// in bf16 and fp16 its activations, messages and gradients hold half values.
+    pub precision: Precision,
 }
 
 /// What a hook asks the training loop to do.
@@ -158,6 +162,12 @@ pub trait Hooks {
     fn before_step(&mut self, _ctx: &Ctx, _worker: &mut Worker) -> Control {
         Control::Continue
     }
+    /// After the worker's forward and backward passes (a pipeline stage's: after those of
+    /// every micro-batch), before [`Hooks::after_loss`] and [`Hooks::after_backward`], with the
+    /// worker: its gradients are computed, so a change to its weights here reaches no gradient
+    /// of the step (a fault in the weights' half-precision copy puts the master weights back
+    /// here). Called for every worker that ran its passes, whatever they returned.
+    fn after_pass(&mut self, _ctx: &Ctx, _worker: &mut Worker) {}
     /// After a shard's loss is known.
     fn after_loss(&mut self, _ctx: &Ctx, _loss: &mut LossInfo) -> Control {
         Control::Continue

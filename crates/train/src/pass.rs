@@ -20,8 +20,8 @@ impl Worker {
         augment: bool,
         device: &Device,
     ) -> LocalPass {
-        let ctx =
-            Ctx { step: 0, rank: self.rank, world: 1, attempt: 0, micro_batch: None, point: Point::Forward, loss_scale: self.loss_scale() };
+        let (rank, loss_scale, precision) = (self.rank, self.loss_scale(), self.net.precision);
+        let ctx = Ctx { step: 0, rank, world: 1, attempt: 0, micro_batch: None, point: Point::Forward, loss_scale, precision };
         self.forward_backward_with(data, norm, indices, augment, device, &mut NoHooks, &ctx).0
     }
 

@@ -45,8 +45,17 @@ impl Trainer {
         let scales: Vec<Option<f32>> = self.workers.iter().map(crate::Worker::loss_scale).collect();
         let loss_scale = scales.first().copied().flatten().map(f64::from);
         self.overflows = 0;
-        let ctx =
-            |rank, point| Ctx { step, rank, world: n, attempt, micro_batch: None, point, loss_scale: scales.get(rank).copied().flatten() };
+        let precisions: Vec<_> = self.workers.iter().map(|w| w.net.precision).collect();
+        let ctx = |rank, point| Ctx {
+            step,
+            rank,
+            world: n,
+            attempt,
+            micro_batch: None,
+            point,
+            loss_scale: scales.get(rank).copied().flatten(),
+            precision: precisions.get(rank).copied().unwrap_or_default(),
+        };
         // DDP broadcasts at the start of the step, before any hook can alter a replica.
         let (broadcast, broadcast_bytes) = self.sync_buffers(&layout);
         let live = phase!(self.start_workers(hooks, &ctx));
@@ -137,6 +146,7 @@ impl Trainer {
                 &ctx(r, Point::Forward),
             );
             sync(&self.device)?;
+            hooks.after_pass(&ctx(r, Point::AfterBackward), &mut self.workers[r]);
             let flops = 3.0 * self.fwd_flops[r] as f64 * shard.len() as f64;
             let compute_s = self.parallel.compute.flops_s(flops).unwrap_or_else(|| t.elapsed().as_secs_f64());
             let mut loss = LossInfo { loss: pass.loss, correct: pass.correct, count: pass.count };

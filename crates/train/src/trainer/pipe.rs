@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::prelude::*;
+use resilab_models::Precision;
 
 use super::{Flow, Phase, StepStats, Tally, Topology, Trainer, early, missing, sync};
 use crate::allreduce::sum_grads;
@@ -25,11 +26,13 @@ struct At {
     world: usize,
     attempt: u32,
     loss_scale: Option<f32>,
+    precision: Precision,
 }
 
 impl At {
     fn ctx(self, rank: usize, micro_batch: Option<usize>, point: Point) -> Ctx {
-        Ctx { step: self.step, rank, world: self.world, attempt: self.attempt, micro_batch, point, loss_scale: self.loss_scale }
+        let (step, world, attempt, loss_scale, precision) = (self.step, self.world, self.attempt, self.loss_scale, self.precision);
+        Ctx { step, rank, world, attempt, micro_batch, point, loss_scale, precision }
     }
 }
 
@@ -100,7 +103,9 @@ impl Trainer {
         let ops = Arc::clone(ops);
         let (ns, nm) = (self.workers.len(), self.parallel.micro_batches);
         let (mb, lr) = (self.config.batch_size / nm, self.lr());
-        let at = At { step: self.step + 1, world: ns, attempt, loss_scale: self.workers.last().and_then(Worker::loss_scale) };
+        let loss_scale = self.workers.last().and_then(Worker::loss_scale);
+        let precision = self.workers.first().map(|w| w.net.precision).unwrap_or_default();
+        let at = At { step: self.step + 1, world: ns, attempt, loss_scale, precision };
         let mut frozen = phase!(self.start_stages(hooks, at));
         let inputs = self.micro_inputs(&global, nm, mb);
         let mut run = Schedule::new(ns, inputs, &self.device);
@@ -318,6 +323,10 @@ impl Trainer {
     fn stage_grads(&mut self, run: &mut Schedule, kept: &[usize], frozen: &mut [bool], hooks: &mut dyn Hooks, at: At) -> Phase<Vec<Grads>> {
         let nm = run.dropped.len();
         let mut out = Vec::with_capacity(frozen.len());
+        // Every stage's passes are done: the hooks see each stage before any of them can end the step.
+        for (s, w) in self.workers.iter_mut().enumerate() {
+            hooks.after_pass(&at.ctx(s, None, Point::AfterBackward), w);
+        }
         for (s, f) in frozen.iter_mut().enumerate() {
             let parts = kept.iter().filter_map(|&m| run.grads[s][m].take()).collect();
             let mut g = sum_grads(parts, self.workers[s].net.kernels);
