@@ -351,12 +351,7 @@ def report(rows, out):
     for check, ref, mut, measure, v, step, tensor, bound in rows:
         print(f"{check:<18} {ref:<12} {mut or '-':<9} {measure:<17} {v:9.2e} {bound:9.2e}  {step:>6}  {tensor}")
     if out:
-        extra = (torch.__version__, ddp.revision())
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w") as f:
-            f.write(",".join(header) + "\n")
-            for r in rows:
-                f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
+        ddp.write_rows(out, header, rows)
 
 
 if __name__ == "__main__":

@@ -747,12 +747,18 @@ def report(rows, out):
     for name, kind, d, step, key, rank in rows:
         print(f"{name:<{width}}  {kind:<8}  {d:12.2e}  {step:>4}  ({key}, {rank})")
     if out:
-        extra = (torch.__version__, revision())  # before the file is rewritten, which dirties the tree
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w") as f:
-            f.write(",".join(header) + "\n")
-            for r in rows:
-                f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
+        write_rows(out, header, rows)
+
+
+def write_rows(out, header, rows):
+    """Writes `rows` under `header` to the CSV file `out`, each followed by PyTorch's version and
+    the revision (read before the file is rewritten, which dirties the tree)."""
+    extra = (torch.__version__, revision())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
 
 
 if __name__ == "__main__":

@@ -504,27 +504,7 @@ pub(crate) enum BenchCommand {
     Detect(BenchDetectArgs),
     /// Step time of bf16 and fp16 mixed precision (`train.precision`) against fp32, steps of
     /// the three interleaved in one process; prints one JSON line (bench/precision.sh).
-    Precision(BenchPrecisionArgs),
-}
-
-#[derive(Args)]
-pub(crate) struct BenchPrecisionArgs {
-    #[command(flatten)]
-    pub(crate) model: BenchModelArgs,
-    /// Depth (ResNet 6n+2 or 18/34; VGG 11 or 16; ignored for AlexNet).
-    #[arg(long, default_value_t = 8)]
-    pub(crate) depth: usize,
-    /// Batch size.
-    #[arg(long, default_value_t = 64)]
-    pub(crate) batch: usize,
-    /// Untimed steps of each format first.
-    #[arg(long, default_value_t = 3)]
-    pub(crate) warmup: usize,
-    /// Timed rounds (one step of each format each; medians are reported).
-    #[arg(long, default_value_t = 20)]
-    pub(crate) steps: usize,
-    #[command(flatten)]
-    pub(crate) compute: ComputeArgs,
+    Precision(BenchTrainArgs),
 }
 
 #[derive(Args)]
@@ -612,10 +592,11 @@ pub(crate) struct BenchTrainArgs {
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     pub(crate) batch: usize,
-    /// Untimed steps first.
+    /// Untimed steps first (of each format, for `bench precision`).
     #[arg(long, default_value_t = 3)]
     pub(crate) warmup: usize,
-    /// Timed steps (the median is reported).
+    /// Timed steps (the median is reported; `bench precision`: rounds of one step of each
+    /// format, a median per format).
     #[arg(long, default_value_t = 20)]
     pub(crate) steps: usize,
     #[command(flatten)]

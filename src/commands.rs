@@ -8,9 +8,9 @@ use resilab_models::{Arch, Compute, ModelConfig};
 use resilab_runner::{BackendKind, RunConfig, RunOptions, default_out_dir};
 
 use crate::cli::{
-    AdviseArgs, BenchCheckpointArgs, BenchDetectArgs, BenchModelArgs, BenchParallelArgs, BenchPrecisionArgs, BenchTrainArgs, CampaignArgs,
-    CompareArgs, ComputeArgs, DiffArgs, EvalArgs, ExportArgs, ImportArgs, InjectArgs, InspectArgs, MergeArgs, ProjectArgs, ReportArgs,
-    TrainArgs, WorkerArgs,
+    AdviseArgs, BenchCheckpointArgs, BenchDetectArgs, BenchModelArgs, BenchParallelArgs, BenchTrainArgs, CampaignArgs, CompareArgs,
+    ComputeArgs, DiffArgs, EvalArgs, ExportArgs, ImportArgs, InjectArgs, InspectArgs, MergeArgs, ProjectArgs, ReportArgs, TrainArgs,
+    WorkerArgs,
 };
 use crate::edge::{device_for, print_all, probe_in_child, provenance};
 
@@ -227,7 +227,7 @@ pub(crate) fn bench_detect(args: BenchDetectArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn bench_precision(args: BenchPrecisionArgs) -> Result<()> {
+pub(crate) fn bench_precision(args: BenchTrainArgs) -> Result<()> {
     let (_, model) = bench_model(&args.model, args.depth)?;
     let backend = args.compute.backend.unwrap_or_default();
     let (compute, _) = device_for(backend, &args.compute)?;
