@@ -162,11 +162,12 @@ pub trait Hooks {
     fn before_step(&mut self, _ctx: &Ctx, _worker: &mut Worker) -> Control {
         Control::Continue
     }
-    /// After the worker's forward and backward passes (a pipeline stage's: after those of
-    /// every micro-batch), before [`Hooks::after_loss`] and [`Hooks::after_backward`], with the
-    /// worker: its gradients are computed, so a change to its weights here reaches no gradient
-    /// of the step (a fault in the weights' half-precision copy puts the master weights back
-    /// here). Called for every worker that ran its passes, whatever they returned.
+    /// After the worker's forward and backward passes, before its [`Hooks::after_loss`] and
+    /// [`Hooks::after_backward`] (in a pipeline: after every micro-batch's passes and losses,
+    /// for every stage before any stage's [`Hooks::after_backward`]), with the worker: its
+    /// gradients are computed, so a change to its weights here reaches no gradient of the step
+    /// (a fault in the weights' half-precision copy puts the master weights back here). Called
+    /// for every worker whose passes ran to their end, whatever they returned.
     fn after_pass(&mut self, _ctx: &Ctx, _worker: &mut Worker) {}
     /// After a shard's loss is known.
     fn after_loss(&mut self, _ctx: &Ctx, _loss: &mut LossInfo) -> Control {
