@@ -8,8 +8,8 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::adaptive_avg_pool2d;
 
-use crate::kernels::Exec;
 use crate::layers::{BatchNorm2d, Linear, conv, conv_forward_then, pool2};
+use crate::precision::Exec;
 
 /// Forward mode: training (batch statistics, running statistics updated) or inference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,8 +26,6 @@ use resilab_kernels::norm::{self, Norm, Stats};
 use resilab_kernels::pool::{self, Pool2};
 use resilab_kernels::round::{self, Half};
 
-use crate::precision::Precision;
-
 /// Which operations a network's layers, the gradient all-reduce and the optimizer run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Kernels {
@@ -43,28 +41,6 @@ impl Kernels {
     /// Whether resilab's kernels are chosen.
     pub fn resilab(self) -> bool {
         self == Kernels::Resilab
-    }
-}
-
-/// How a network's layers run: through which operations ([`Kernels`]) and in which format
-/// ([`Precision`]). The network carries it ([`crate::Net::exec`]) and passes it to every layer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Exec {
-    /// The operations.
-    pub kernels: Kernels,
-    /// The format they compute in.
-    pub precision: Precision,
-}
-
-impl Exec {
-    /// Whether resilab's kernels are chosen.
-    pub fn resilab(self) -> bool {
-        self.kernels.resilab()
-    }
-
-    /// `x` rounded to the format ([`Precision::round`]).
-    pub fn round<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        self.precision.round(x)
     }
 }
 

@@ -9,7 +9,8 @@ use burn::prelude::*;
 use burn::tensor::module::{batch_norm, batch_norm_train, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 
-use crate::kernels::{Exec, Kernels};
+use crate::kernels::Kernels;
+use crate::precision::Exec;
 
 /// PyTorch's default BatchNorm momentum (weight of the new batch statistic).
 pub const BN_MOMENTUM: f64 = 0.1;

@@ -23,14 +23,14 @@ mod precision;
 
 pub use blocks::{BasicBlock, Block, ConvUnit, Downsample, MlpHead, Mode, PoolHead};
 pub use init::{init_parameters, stream_seed};
-pub use kernels::{Compute, Exec, Kernels};
+pub use kernels::{Compute, Kernels};
 pub use layers::{BN_EPSILON, BN_MOMENTUM, BatchNorm2d, Linear};
 pub use naming::{
     BadDatasetPath, DatasetKind, DatasetPath, LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param,
     is_trainable, map_params, named_params, update_params,
 };
 pub use net::{Arch, BlockCost, Footprint, InputShape, ModelConfig, Net};
-pub use precision::Precision;
+pub use precision::{Exec, Precision};
 
 /// Errors from building a model.
 #[derive(Debug, thiserror::Error)]

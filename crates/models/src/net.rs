@@ -7,9 +7,9 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::{BasicBlock, Block, ConvUnit, MlpHead, Mode, PoolHead};
-use crate::kernels::{Exec, Kernels};
+use crate::kernels::Kernels;
 use crate::layers::Linear;
-use crate::precision::Precision;
+use crate::precision::{Exec, Precision};
 use crate::{Error, Result};
 
 /// Architecture family.

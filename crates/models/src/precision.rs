@@ -22,6 +22,8 @@ use burn::tensor::FloatDType;
 use resilab_kernels::round::Half;
 use serde::{Deserialize, Serialize};
 
+use crate::kernels::Kernels;
+
 /// The format a network's layers compute in (`train.precision`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -81,6 +83,28 @@ impl Precision {
             Precision::Bf16 => resilab_kernels::round::bf16(x),
             Precision::Fp16 => resilab_kernels::round::f16(x),
         }
+    }
+}
+
+/// How a network's layers run: through which operations ([`Kernels`]) and in which format
+/// ([`Precision`]). The network carries it ([`crate::Net::exec`]) and passes it to every layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Exec {
+    /// The operations.
+    pub kernels: Kernels,
+    /// The format they compute in.
+    pub precision: Precision,
+}
+
+impl Exec {
+    /// Whether resilab's kernels are chosen.
+    pub fn resilab(self) -> bool {
+        self.kernels.resilab()
+    }
+
+    /// `x` rounded to the format ([`Precision::round`]).
+    pub fn round<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        self.precision.round(x)
     }
 }
 
