@@ -427,8 +427,6 @@ pub struct Trainer {
     /// How the batch is sized once data-parallel workers were removed for good (`None`: no
     /// worker was removed).
     shrunk: Option<BatchRule>,
-    /// Workers (stages) whose loss scaler skipped their update in the step being run.
-    overflows: u32,
 }
 
 mod data;
@@ -558,7 +556,6 @@ impl Trainer {
             update_estimate_s: None,
             world0: world,
             shrunk: None,
-            overflows: 0,
         })
     }
 

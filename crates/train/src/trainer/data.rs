@@ -44,7 +44,6 @@ impl Trainer {
         let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
         let scales: Vec<Option<f32>> = self.workers.iter().map(crate::Worker::loss_scale).collect();
         let loss_scale = scales.first().copied().flatten().map(f64::from);
-        self.overflows = 0;
         let precisions: Vec<_> = self.workers.iter().map(|w| w.net.precision).collect();
         let ctx = |rank, point| Ctx {
             step,
@@ -71,7 +70,7 @@ impl Trainer {
         let grads = passes.iter_mut().map(|p| p.as_mut().map(|p| std::mem::take(&mut p.grads))).collect();
         let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref());
         let next = self.next_cursor(cursor, global.len());
-        let update_s = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref(), next));
+        let (update_s, overflows) = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref(), next));
         let survivors =
             passes.iter().enumerate().filter(|(r, p)| p.is_some() && crashed.as_ref().is_none_or(|c| !c.ranks.contains(r))).count();
         if let Some(c) = &crashed {
@@ -94,7 +93,7 @@ impl Trainer {
             update_s: update_s.iter().sum(),
             skipped: (n - tally.parts) as u32,
             loss_scale,
-            overflows: self.overflows,
+            overflows,
             ..self.step_stats(cursor.epoch, lr, &tally)
         }))
     }
@@ -248,7 +247,8 @@ impl Trainer {
 
     /// Every surviving worker applies the reduced gradients (after its
     /// [`Hooks::after_allreduce`]); crashed workers apply nothing. Every cursor moves on.
-    /// Returns each worker's update seconds (measured, or modelled).
+    /// Returns each worker's update seconds (measured, or modelled) and how many workers' loss
+    /// scalers skipped their update.
     fn apply_updates(
         &mut self,
         hooks: &mut dyn Hooks,
@@ -256,9 +256,10 @@ impl Trainer {
         reduced: &Grads,
         crashed: Option<&Crashed>,
         next: crate::Cursor,
-    ) -> Phase<Vec<f64>> {
+    ) -> Phase<(Vec<f64>, u32)> {
         let lr = self.lr();
         let mut opt = vec![0.0; self.workers.len()];
+        let mut overflows = 0;
         for (r, o) in opt.iter_mut().enumerate() {
             if crashed.is_some_and(|c| c.ranks.contains(&r)) {
                 self.workers[r].cursor = next;
@@ -268,7 +269,7 @@ impl Trainer {
             let apply = !hook_phase!(hooks.after_allreduce(&ctx(r, Point::AfterAllReduce), &mut g), Point::AfterAllReduce, r);
             // fp16: the scaler unscales the average and skips the update when it overflowed.
             let (g, overflow) = self.workers[r].unscale(g);
-            self.overflows += u32::from(overflow);
+            overflows += u32::from(overflow);
             *o = self.update_worker(r, &g, apply && !overflow && !reduced.is_empty(), lr)?;
             self.workers[r].cursor = next;
             hook_phase!(hooks.after_optimizer_step(&ctx(r, Point::AfterOptimizerStep), &mut self.workers[r]), Point::AfterOptimizerStep, r);
@@ -276,7 +277,7 @@ impl Trainer {
         if self.parallel.compute.gflops.is_none() {
             self.update_estimate_s = Some(opt.iter().copied().fold(0.0, f64::max));
         }
-        Ok(ControlFlow::Continue(opt))
+        Ok(ControlFlow::Continue((opt, overflows)))
     }
 }
 
