@@ -9,10 +9,4 @@
 #   cargo build --release && bash scripts/amp-check.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup.sh" --tch
-venv="${RESILAB_TCH_VENV:-$HOME/.cache/resilab/tch-venv}"
-# safetensors' PyTorch helpers need packaging and numpy.
-"$venv/bin/python" -m pip install -q h5py==3.16.0 safetensors==0.7.0 packaging numpy
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-"$venv/bin/python" "$ROOT/scripts/amp_check.py" --resilab "${RESILAB:-$ROOT/target/release/resilab}" --work "$work" "$@"
+exec bash "$ROOT/scripts/torch-check.sh" amp_check.py "$@"
