@@ -65,6 +65,13 @@ pub struct FaultRow {
     pub outcome: String,
     /// The IEEE bits flipped, `;`-separated.
     pub bits_ieee: String,
+    /// The same bits in reference numbering (0 = sign, then the exponent from its top bit),
+    /// `;`-separated.
+    #[serde(default)]
+    pub bits_reference: String,
+    /// The word flipped: `f32`, `bf16` or `f16` (a half-precision run's half values), ...
+    #[serde(default)]
+    pub dtype: String,
     /// The value before.
     pub old: String,
     /// The value after.
@@ -89,7 +96,7 @@ fn text(v: Option<&serde_json::Value>) -> String {
 fn rows_of(run_id: &str, l: &LogLine) -> Vec<FaultRow> {
     let base = |r: Option<&serde_json::Value>| {
         let field = |k: &str| r.and_then(|r| r.get(k));
-        let bits = field("bits_ieee").and_then(|b| b.as_array()).map(|b| b.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(";"));
+        let bits = |k: &str| field(k).and_then(|b| b.as_array()).map(|b| b.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(";"));
         FaultRow {
             run_id: run_id.to_string(),
             event: l.event.id,
@@ -104,7 +111,9 @@ fn rows_of(run_id: &str, l: &LogLine) -> Vec<FaultRow> {
             tensor: text(field("dataset")),
             index: field("index").and_then(serde_json::Value::as_u64),
             outcome: text(field("outcome")),
-            bits_ieee: bits.unwrap_or_default(),
+            bits_ieee: bits("bits_ieee").unwrap_or_default(),
+            bits_reference: bits("bits_reference").unwrap_or_default(),
+            dtype: text(field("dtype")),
             old: text(field("old")),
             new: text(field("new")),
             nan: field("nan").and_then(serde_json::Value::as_bool),
@@ -116,6 +125,41 @@ fn rows_of(run_id: &str, l: &LogLine) -> Vec<FaultRow> {
         true => vec![base(None)],
         false => l.records.iter().map(|r| base(Some(r))).collect(),
     }
+}
+
+/// What a `train` run's faults altered, for its `runs.csv` row: the values they corrupted, by
+/// layer, bit, word and target (each column `;`-separated).
+#[derive(Debug, Default, PartialEq)]
+pub struct Flips {
+    /// Layers (checkpoint paths, as [`crate::layers::recorded`] gives them) hit, distinct.
+    pub layers: String,
+    /// Bits flipped, reference numbering, every one.
+    pub bits: String,
+    /// Words flipped (`f32`, `bf16`, `f16`), distinct.
+    pub words: String,
+    /// Targets of the faults that corrupted a value, distinct.
+    pub targets: String,
+}
+
+/// The [`Flips`] of the run whose output directory is `run_dir`, read from its `faults.jsonl`
+/// (none without one: no fault struck).
+pub fn flips(run_dir: &Path) -> Result<Flips> {
+    let path = run_dir.join("faults.jsonl");
+    let Ok(body) = std::fs::read_to_string(&path) else { return Ok(Flips::default()) };
+    let (mut layers, mut words, mut targets) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let mut bits = Vec::new();
+    for (n, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let l: LogLine =
+            serde_json::from_str(line).map_err(|source| Error::Json { what: format!("{} line {}", path.display(), n + 1), source })?;
+        for r in rows_of("", &l).into_iter().filter(|r| r.outcome == "corrupted") {
+            layers.insert(crate::layers::recorded(&r.tensor));
+            bits.extend(r.bits_reference.split(';').filter(|b| !b.is_empty()).map(str::to_string));
+            words.insert(r.dtype);
+            targets.insert(r.target);
+        }
+    }
+    let join = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>().join(";");
+    Ok(Flips { layers: join(layers), bits: bits.join(";"), words: join(words), targets: join(targets) })
 }
 
 /// The CSV of the fault logs of `rows`' runs, read from `dir/runs/<id>/faults.jsonl` (a run

@@ -144,9 +144,15 @@ pub struct Metrics {
     #[serde(alias = "workers_hit")]
     [R | E] ranks_hit: Option<String>,
     /// Layers (parameter paths) hit, `;`-separated.
-    [R | E] layers: Option<String>,
+    [ALL] layers: Option<String>,
     /// Bits flipped (reference numbering, 0 = sign), `;`-separated, every one.
-    [R | E] bits: Option<String>,
+    [ALL] bits: Option<String>,
+    /// `train` runs: the words the flips altered, `;`-separated: `f32`, or in a bf16/fp16 run's
+    /// half values `bf16`/`f16` (`faults.csv`'s `dtype`).
+    [T] words: Option<String>,
+    /// `train` runs: the targets of the faults that altered values (`gradients`, ...),
+    /// `;`-separated.
+    [T] fault_targets: Option<String>,
     /// Faults that struck (`train` runs).
     [T] faults: Option<u64>,
     /// Of those, crashes.
@@ -173,6 +179,12 @@ pub struct Metrics {
     [T] steps_lost: Option<u64>,
     /// Steps computed again (redone plus lost).
     [T] steps_recomputed: Option<u64>,
+    /// fp16 runs: steps whose update the loss scaler skipped, their gradients holding an
+    /// infinity or a NaN (empty without a loss scaler).
+    [T] overflow_steps: Option<u64>,
+    /// fp16 runs: faults that altered values in a step whose update the loss scaler skipped
+    /// (what they did to that step's gradients was discarded; empty without a loss scaler).
+    [T] scaler_skipped_faults: Option<u64>,
     /// Steps taken from the golden run's step cache instead of trained (`train` runs; 0 with
     /// `--no-shortcuts`): docs/campaigns.md, "Shortcuts".
     [T] shortcut_prefix_steps: Option<u64>,
@@ -263,6 +275,8 @@ impl From<&Summary> for Metrics {
             detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
             steps_lost: Some(s.steps_lost),
             steps_recomputed: Some(s.steps_recomputed),
+            overflow_steps: s.scaler_skipped_faults.map(|_| s.overflow_steps),
+            scaler_skipped_faults: s.scaler_skipped_faults,
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
             shortcut_remainder_steps: Some(s.shortcut_remainder_steps),
             checkpoint_bytes: Some(s.checkpoint_bytes),

@@ -421,9 +421,14 @@ mod tests {
     #[test]
     fn columns_no_run_of_a_kind_fills_are_left_out() {
         let has = |k, c: &str| crate::metric_columns(k).unwrap().iter().any(|m| m == c);
-        assert!(has(Kind::Train, "faults") && !has(Kind::Train, "peak_abs") && !has(Kind::Train, "bits"));
+        assert!(has(Kind::Train, "faults") && !has(Kind::Train, "peak_abs") && has(Kind::Train, "bits") && has(Kind::Train, "words"));
         assert!(has(Kind::Restart, "peak_abs") && has(Kind::Restart, "bits") && !has(Kind::Restart, "faults"));
-        assert!(!has(Kind::Eval, "steps") && has(Kind::Eval, "bits"));
+        assert!(
+            !has(Kind::Eval, "steps")
+                && has(Kind::Eval, "bits")
+                && !has(Kind::Eval, "words")
+                && !has(Kind::Restart, "scaler_skipped_faults")
+        );
         for k in [Kind::Train, Kind::Restart, Kind::Eval] {
             assert!(["final_acc_frac", "nev", "ev_injected", "collapsed", "digest", "golden_key"].iter().all(|c| has(k, c)), "{k:?}");
         }

@@ -276,10 +276,18 @@ impl<'a> Worker<'a> {
 
     fn run_train(&mut self, spec: &RunSpec) -> Result<Metrics> {
         let out = self.dir.join("runs").join(&spec.id);
-        let opts = self.options(out, Some(self.dir.join("golden")));
+        let opts = self.options(out.clone(), Some(self.dir.join("golden")));
         let s = resilab_runner::train(&spec.config, &opts)?;
         let golden_key = resilab_runner::golden::key(&spec.config, &self.platform());
-        Ok(Metrics { golden_key: Some(golden_key), ..Metrics::from(&s) })
+        let f = crate::fault_log::flips(&out)?;
+        Ok(Metrics {
+            golden_key: Some(golden_key),
+            layers: Some(f.layers),
+            bits: Some(f.bits),
+            words: Some(f.words),
+            fault_targets: Some(f.targets),
+            ..Metrics::from(&s)
+        })
     }
 
     fn run_altered(&mut self, spec: &RunSpec) -> Result<Metrics> {

@@ -321,12 +321,10 @@ fn parse_one(i: usize, table: &toml::Table) -> Result<FaultEntry> {
     if target == FaultTarget::Crash {
         spec.tries = resilab_inject::Tries::Count(0);
     } else {
-        // Tensors in training are f32 (the weights' half copy is 16-bit): the bits asked for
-        // must lie in the word the fault sees. A half run's half values are checked against
-        // 16 bits with the run's format (`check_precision`).
-        if target == FaultTarget::WeightCopy {
-            check_half_width(i, &spec)?;
-        } else if let Err(message) = spec.model.check_width(spec.model.precision.fixed().unwrap_or(32)) {
+        // Tensors in training are f32: the bits asked for must lie in the word the fault sees.
+        // A half run's half values are checked against 16 bits with the run's format
+        // (`check_precision`).
+        if let Err(message) = spec.model.check_width(spec.model.precision.fixed().unwrap_or(32)) {
             return Err(bad(i, width_key(&message), format!("{message} (training tensors are 32-bit floats)")));
         }
     }
@@ -354,19 +352,11 @@ fn check_half_width(i: usize, spec: &resilab_inject::Spec) -> Result<()> {
 }
 
 /// Checks the entries against the run's format (`train.precision`): in a bf16 or fp16 run,
-/// the bits of every entry whose target holds half values ([`FaultTarget::half_valued`]) must
-/// fit a 16-bit word; `weight_copy` needs such a run. Errors name `fault[i].key`.
+/// the bits of every entry whose target holds half values ([`FaultTarget::half_valued`], the
+/// weights' half copy among them) must fit a 16-bit word. In a float32 run `weight_copy` hits
+/// the float32 weights as one step's passes read them. Errors name `fault[i].key`.
 pub fn check_precision(entries: &[FaultEntry], precision: Precision) -> Result<()> {
     for e in entries {
-        if e.target == FaultTarget::WeightCopy && precision.half().is_none() {
-            return Err(bad(
-                e.index,
-                "target",
-                format!(
-                    "\"weight_copy\" hits the half-precision copy of the weights, which a {precision} run does not have: set train.precision = \"bf16\" or \"fp16\", or use target = \"weights\""
-                ),
-            ));
-        }
         if e.target.half_valued() && precision.half().is_some() {
             check_half_width(e.index, &e.spec)?;
         }
@@ -683,16 +673,17 @@ mod tests {
     }
 
     #[test]
-    fn the_weight_copy_is_16_bit_and_exists_in_half_runs_only() {
+    fn the_weight_copy_is_16_bit_in_half_runs_and_32_bit_in_float32_runs() {
         let copy = "target = \"weight_copy\"\nat_step = 3\nfirst_bit = 1\nlast_bit = 8\n";
         let e = parse(&[table(copy)]).unwrap();
         assert_eq!(e[0].target, FaultTarget::WeightCopy);
-        assert!(check_precision(&e, Precision::Bf16).is_ok() && check_precision(&e, Precision::Fp16).is_ok());
-        let err = check_precision(&e, Precision::Fp32).unwrap_err().to_string();
-        assert!(err.starts_with("fault[0].target: \"weight_copy\"") && err.contains("train.precision"), "{err}");
-        let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nlast_bit = 20\n")]).unwrap_err().to_string();
+        assert!(Precision::ALL.iter().all(|&p| check_precision(&e, p).is_ok()));
+        let wide = parse(&[table("target = \"weight_copy\"\nat_step = 3\nlast_bit = 20\n")]).unwrap();
+        assert!(check_precision(&wide, Precision::Fp32).is_ok());
+        let err = check_precision(&wide, Precision::Bf16).unwrap_err().to_string();
         assert!(err.starts_with("fault[0].last_bit: last_bit 20 is outside a 16-bit word"), "{err}");
-        let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nfloat_precision = 64\n")]).unwrap_err().to_string();
+        let f64_view = parse(&[table("target = \"weight_copy\"\nat_step = 3\nfloat_precision = 64\n")]).unwrap();
+        let err = check_precision(&f64_view, Precision::Fp16).unwrap_err().to_string();
         assert!(err.starts_with("fault[0].float_precision"), "{err}");
         let err = parse(&[table("target = \"weight_copy\"\nat_step = 3\nstuck_steps = 2\n")]).unwrap_err().to_string();
         assert!(err.starts_with("fault[0].stuck_steps"), "{err}");

@@ -77,6 +77,20 @@ fn half_value(p: Precision, w: u16) -> f32 {
     }
 }
 
+/// The word a run in format `p` computes with for `x`, its value and its hex as the log writes
+/// it: float32's own in a float32 run, the half word in the others.
+fn word(p: Precision, x: f32) -> u32 {
+    if p == Precision::Fp32 { x.to_bits() } else { u32::from(half_word(p, x)) }
+}
+
+fn word_value(p: Precision, w: u32) -> f32 {
+    if p == Precision::Fp32 { f32::from_bits(w) } else { half_value(p, w as u16) }
+}
+
+fn word_hex(p: Precision, w: u32) -> String {
+    if p == Precision::Fp32 { format!("0x{w:08x}") } else { format!("0x{w:04x}") }
+}
+
 /// The injector, with what a step showed: the weights its passes used (rank 0), and the
 /// gradients before and after the injector's after-backward hook.
 struct Tap<'a> {
@@ -145,13 +159,19 @@ fn a_gradient_flip_in_a_half_run_flips_a_bit_of_the_half_gradient() {
 
 #[test]
 fn a_weight_copy_flip_changes_the_steps_gradients_and_leaves_the_master_weights_alone() {
-    for (p, dtype) in [(Precision::Bf16, "bf16"), (Precision::Fp16, "f16")] {
+    for (p, dtype, width) in [(Precision::Bf16, "bf16", 16), (Precision::Fp16, "f16", 16), (Precision::Fp32, "f32", 32)] {
         // Two runs from one initial state: one with a flip of the top mantissa bit of three
-        // values of the weights' half copy, one fault-free run that applies the first's gradients.
+        // values of the weights' half copy (float32 run: of the weights as the passes read
+        // them), one fault-free run that applies the first's gradients.
         let (mut faulty, mut clean) = (trainer(p, ParallelConfig::default()), trainer(p, ParallelConfig::default()));
         let (master, initial) = (params(&faulty.workers[0]), master_bits(&faulty.workers[0]));
-        // The top mantissa bit: reference 9 (IEEE 6) in bf16, reference 6 (IEEE 9) in fp16.
-        let (reference, top) = if p == Precision::Bf16 { (9, 6) } else { (6, 9) };
+        // The top mantissa bit: reference 9 (IEEE 6) in bf16, reference 6 (IEEE 9) in fp16,
+        // reference 9 (IEEE 22) in float32.
+        let (reference, top) = match p {
+            Precision::Bf16 => (9, 6),
+            Precision::Fp16 => (6, 9),
+            Precision::Fp32 => (9, 22),
+        };
         let mut inj = injector(
             &format!(
                 "[[fault]]\ntarget = \"weight_copy\"\nat_step = 1\ninjection_tries = 3\nfirst_bit = {reference}\nlast_bit = {reference}\nallow_sign_change = false\nlocations_to_corrupt = [\"model/layer1/0/conv1/weight\"]\n"
@@ -167,12 +187,12 @@ fn a_weight_copy_flip_changes_the_steps_gradients_and_leaves_the_master_weights_
         let w0 = &master["layer1.0.conv1.weight"];
         let mut want_seen = w0.clone();
         for r in &log.records {
-            assert_eq!((r.dataset.as_str(), r.dtype.as_str(), r.precision), ("model/layer1/0/conv1/weight", dtype, Some(16)), "{p}");
+            assert_eq!((r.dataset.as_str(), r.dtype.as_str(), r.precision), ("model/layer1/0/conv1/weight", dtype, Some(width)), "{p}");
             assert_eq!((r.bits_ieee.as_slice(), r.bits_reference.as_slice()), ([top].as_slice(), [reference].as_slice()), "{p}");
-            let old = half_word(p, w0[r.index]);
-            assert_eq!(r.old_bits, format!("0x{old:04x}"), "{p}: the half value of the master weight");
-            assert_eq!(r.new_bits, format!("0x{:04x}", old ^ (1 << top)), "{p}");
-            want_seen[r.index] = half_value(p, old ^ (1 << top));
+            let old = word(p, w0[r.index]);
+            assert_eq!(r.old_bits, word_hex(p, old), "{p}: the master weight's word in the run's format");
+            assert_eq!(r.new_bits, word_hex(p, old ^ (1 << top)), "{p}");
+            want_seen[r.index] = word_value(p, old ^ (1 << top));
         }
         // The passes computed with the corrupted half values, in that tensor only.
         for (k, v) in &seen {

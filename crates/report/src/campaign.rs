@@ -211,6 +211,7 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "cells.csv",
     "comparisons.csv",
     "bits.csv",
+    "fields.csv",
     "cells_study.csv",
     "which_strategy.csv",
     "plots",
@@ -327,6 +328,10 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Re
     let (by_layer, by_bit) = single_flip_tallies(rows, &facts);
     figures.extend(layer_figures(campaign, &by_layer, &plots)?);
     figures.extend(bit_figures(campaign, &by_bit, &plots, out, &mut written)?);
+    if let Some((section, field_figures)) = crate::fields::section(rows, &campaign.name(), &plots, out, &mut written)? {
+        md.push_str(&section);
+        figures.extend(field_figures);
+    }
     plots_markdown(&mut md, &figures, out, &mut written);
     written.files.push(write(&out.join("report.md"), &md)?);
     Ok(written)
@@ -452,7 +457,9 @@ fn single_flip_tallies(rows: &[Row], facts: &RunFacts) -> (BTreeMap<String, Tall
             by_layer.entry(format!("{model}{}", resilab_campaign::layers::layer(l))).or_default().add(nev, nan, loss);
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
-            by_bit.entry((facts.precision(r), b)).or_default().add(nev, nan, loss);
+            // A `train` run names the word it flipped (`bf16` and `f16` are both 16 bits).
+            let word = r.metrics.words.clone().filter(|w| !w.is_empty() && !w.contains(';'));
+            by_bit.entry((word.unwrap_or_else(|| facts.precision(r)), b)).or_default().add(nev, nan, loss);
         }
     }
     (by_layer, by_bit)
@@ -500,7 +507,7 @@ fn bit_figures(
     let (mut nev, mut loss, mut nan): (BTreeMap<String, Series>, BTreeMap<String, Series>, BTreeMap<String, Series>) = Default::default();
     for ((p, b), e) in by_bit {
         let x = categories.iter().position(|c| c == b).unwrap_or(0) as f64;
-        let l = format!("{p}-bit");
+        let l = if p.parse::<u32>().is_ok() { format!("{p}-bit") } else { p.clone() };
         let ((v, m), (w, n)) = (e.pct(e.nev), e.pct(e.nan));
         push_point(&mut nev, &l, (x, v, m));
         push_point(&mut nan, &l, (x, w, n));

@@ -9,6 +9,7 @@ mod choice;
 pub mod compare;
 mod curves;
 mod error;
+mod fields;
 mod figures;
 mod files;
 mod format;

@@ -438,7 +438,7 @@ pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
 ];
 
 /// Writes a number with `D` decimals; empty when missing or not finite.
-fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+pub(crate) fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_str(&f(*v, D))
 }
 
@@ -479,13 +479,14 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
 /// Per CSV file a report writes, its columns in order, named as docs/metrics.md's tables of
 /// them ("Columns of the report's files") are: `cells.csv` (after the grid's axes, one column
 /// per axis key), `comparisons.csv` (a campaign without hypotheses), `comparisons.csv of a
-/// study`, `bits.csv`, `cells_study.csv` and `which_strategy.csv`.
+/// study`, `bits.csv`, `fields.csv`, `cells_study.csv` and `which_strategy.csv`.
 pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
     Ok(vec![
         ("cells.csv", columns::<CellRow>()?),
         ("comparisons.csv", columns::<Comparison>()?),
         ("comparisons.csv of a study", columns::<HypothesisTest>()?),
         ("bits.csv", columns::<BitRow>()?),
+        ("fields.csv", columns::<crate::fields::FieldRow>()?),
         ("cells_study.csv", columns::<StudyCell>()?),
         ("which_strategy.csv", columns::<ChoiceRow>()?),
     ])

@@ -175,6 +175,9 @@ pub struct Summary {
     /// Steps whose update fp16's loss scaler skipped, their gradients holding an infinity or a
     /// NaN (0 in other formats).
     pub overflow_steps: u64,
+    /// fp16: faults that altered values in a step whose update the loss scaler skipped (the
+    /// scaler discarded what they did to that step's gradients); absent without a loss scaler.
+    pub scaler_skipped_faults: Option<u64>,
     /// Steps taken from the golden run's cache instead of trained (the fault-free prefix before
     /// the first fault: docs/campaigns.md, "Shortcuts"); 0 when the shortcut was off.
     pub shortcut_prefix_steps: u64,

@@ -49,6 +49,8 @@ struct Tally {
     restarts: Vec<Restart>,
     /// Steps whose update a loss scaler skipped (any worker's).
     overflow_steps: u64,
+    /// Faults that altered values in a step whose update a loss scaler skipped.
+    scaler_skipped_faults: u64,
     steps_lost: u64,
     redos: u64,
     failed: bool,
@@ -239,6 +241,7 @@ impl<'a> Session<'a> {
                 log.record(trainer)?;
             }
             let before = self.steps.as_ref().map(|_| crate::steps::snapshot_bytes(trainer));
+            let logged_before = rec.faults.logged().len();
             let t = Instant::now();
             let outcome = trainer.step_with(&mut rec.guard.supervise(&mut rec.faults))?;
             self.tally.train_s += t.elapsed().as_secs_f64();
@@ -265,6 +268,9 @@ impl<'a> Session<'a> {
                 },
             };
             self.tally.losses.count_step(trainer.workers.len());
+            if s.overflows > 0 {
+                self.tally.scaler_skipped_faults += flips_since(rec, logged_before);
+            }
             self.account(&s);
             if !self.handle_losses(trainer, rec, false)? {
                 self.tally.failed = true;
@@ -660,6 +666,7 @@ impl<'a> Session<'a> {
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,
             overflow_steps: t.overflow_steps,
+            scaler_skipped_faults: trainer.workers.first().and_then(|w| w.scaler.as_ref()).map(|_| t.scaler_skipped_faults),
             shortcut_prefix_steps: self.shortcut_prefix,
             shortcut_remainder_steps: self.shortcut_remainder,
             shortcut_off: self.shortcut_off,
@@ -672,6 +679,13 @@ impl<'a> Session<'a> {
             provenance: self.opts.provenance.clone(),
         })
     }
+}
+
+/// Faults that altered values (every target but a crash) logged since the log held `before`
+/// entries: those that struck the step just trained.
+fn flips_since(rec: &Recovery, before: usize) -> u64 {
+    let logged = rec.faults.logged();
+    logged.get(before..).unwrap_or_default().iter().filter(|l| l.event.target != resilab_faults::FaultTarget::Crash).count() as u64
 }
 
 /// Whether the trainer's data cursor stands at an epoch's start (after a step: it ended one).
