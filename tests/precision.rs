@@ -1,6 +1,7 @@
 //! Mixed precision (`train.precision`, docs/precision.md) through the CLI: bf16 and fp16 train
 //! deterministically and differently from fp32; fp16's loss scaler backs off and skips an
-//! overflowing step's update, grows after its interval, and its state survives a checkpoint.
+//! overflowing step's update (a fault's step among them), grows after its interval, and its
+//! state survives a checkpoint.
 
 #![allow(clippy::unwrap_used)] // a test that cannot unwrap has failed
 
@@ -82,6 +83,22 @@ fn fp16s_scaler_backs_off_on_overflow_and_grows_after_its_interval() {
     let grow = set(&precision("fp16"), "train.loss_scale", "{ init = 1.0, growth_interval = 2 }");
     let (out, _) = trained(dir.path(), "grow", &grow, &[]);
     assert_eq!(scales(&out), [1.0, 2.0, 4.0, 8.0]);
+}
+
+#[test]
+fn a_fault_whose_step_the_scaler_skips_is_counted_as_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    // The exponent's top bit of 50 activations at step 3: in fp16 a value above 1 becomes Inf
+    // and the others grow by 2^16, so the step's scaled gradients overflow.
+    let fault =
+        "\n[[fault]]\ntarget = \"neurons\"\nat_step = 3\ninjection_tries = 50\nfirst_bit = 1\nlast_bit = 1\nallow_sign_change = false\n";
+    let (_, clean) = trained(dir.path(), "clean", &precision("fp16"), &[]);
+    assert_eq!((clean["overflow_steps"].as_u64(), clean["scaler_skipped_faults"].as_u64()), (Some(0), Some(0)));
+    let (_, hit) = trained(dir.path(), "hit", &format!("{}{fault}", precision("fp16")), &[]);
+    assert_eq!((hit["overflow_steps"].as_u64(), hit["scaler_skipped_faults"].as_u64()), (Some(1), Some(1)), "{hit}");
+    // Without a loss scaler there is nothing to skip: the count is absent.
+    let (_, bf16) = trained(dir.path(), "bf16", &format!("{}{fault}", precision("bf16")), &[]);
+    assert!(bf16["scaler_skipped_faults"].is_null() && bf16["overflow_steps"] == 0, "{bf16}");
 }
 
 #[test]

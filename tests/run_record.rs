@@ -100,15 +100,27 @@ fn every_committed_faults_csv_reads_into_fault_rows_and_writes_back_unchanged() 
     let columns = header::<FaultRow>().unwrap();
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().next().unwrap().split(',').collect::<Vec<_>>(), columns, "{}", path.display());
+        // A committed file of an earlier revision has fewer columns (no `bits_reference` or
+        // `dtype`), in the same order: it is written back under its own header.
+        let own: Vec<String> = text.lines().next().unwrap().split(',').map(String::from).collect();
+        let kept: Vec<&String> = columns.iter().filter(|c| own.contains(c)).collect();
+        assert_eq!(own.iter().collect::<Vec<_>>(), kept, "{}: columns FaultRow does not have, or in another order", path.display());
         let rows = read_faults_csv(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display())).unwrap();
         assert!(!rows.is_empty(), "{}", path.display());
-        let mut w = resilab_text::CsvWriter::without_headers(Vec::new());
-        w.write_record(&columns).unwrap();
+        let mut full = resilab_text::CsvWriter::without_headers(Vec::new());
+        full.write_record(&columns).unwrap();
         for r in &rows {
-            w.serialize(r).unwrap();
+            full.serialize(r).unwrap();
         }
-        assert_written_back(&path, &text, &String::from_utf8(w.into_inner().unwrap()).unwrap());
+        let full = full.into_inner().unwrap();
+        let mut back = resilab_text::CsvWriter::without_headers(Vec::new());
+        back.write_record(&own).unwrap();
+        let at: Vec<usize> = own.iter().map(|c| columns.iter().position(|k| k == c).unwrap()).collect();
+        for record in csv::Reader::from_reader(full.as_slice()).records() {
+            let record = record.unwrap();
+            back.write_record(at.iter().map(|&i| &record[i])).unwrap();
+        }
+        assert_written_back(&path, &text, &String::from_utf8(back.into_inner().unwrap()).unwrap());
     }
 }
 

@@ -226,3 +226,34 @@ pub fn merged_faults_csv(parts: &[std::path::PathBuf], ids: &BTreeSet<String>) -
     }
     faults_csv_bytes(&merged).map(Some)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_flips_come_from_its_corrupted_records_only() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(flips(dir.path()).unwrap(), Flips::default(), "no log: no fault struck");
+        let record = |dataset: &str, outcome: &str, dtype: &str, bits: &[u32]| serde_json::json!({"dataset": dataset, "index": 3, "dtype": dtype, "outcome": outcome, "bits_reference": bits, "bits_ieee": bits});
+        let line = |id: usize, target: &str, records: Vec<serde_json::Value>| {
+            serde_json::json!({"event": {"id": id, "step": 5, "rank": 0, "entry": 0, "target": target}, "attempt": 0, "micro_batch": null, "records": records})
+                .to_string()
+        };
+        let log = [
+            line(0, "crash", vec![]),
+            line(1, "weight_copy", vec![record("model/layer1/0/conv1/weight", "corrupted", "f16", &[1])]),
+            line(
+                2,
+                "gradients",
+                vec![record("gradients/fc/bias", "rejected", "bf16", &[4]), record("gradients/fc/bias", "corrupted", "f16", &[7, 9])],
+            ),
+        ];
+        std::fs::write(dir.path().join("faults.jsonl"), log.join("\n") + "\n").unwrap();
+        let f = flips(dir.path()).unwrap();
+        assert_eq!(f.layers, "gradients/fc/bias;model/layer1/0/conv1");
+        assert_eq!((f.bits.as_str(), f.words.as_str(), f.targets.as_str()), ("1;7;9", "f16", "gradients;weight_copy"));
+        std::fs::write(dir.path().join("faults.jsonl"), "{not json\n").unwrap();
+        assert!(flips(dir.path()).unwrap_err().to_string().contains("faults.jsonl line 1"));
+    }
+}

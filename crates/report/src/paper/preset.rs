@@ -96,6 +96,9 @@ pub(super) fn section(root: &Path, preset: &Preset) -> Result<Option<Section>> {
     if name == "bits" {
         verdicts.extend(critical_bits(&dir, &mut lines)?);
     }
+    if dir.join("fields.csv").is_file() {
+        verdicts.extend(exponent_flips(&dir, &mut lines)?);
+    }
     if preset.claims.is_empty() && !comps.is_empty() {
         verdicts.push(differences_shown(&comps, &comparisons, &mut lines)?);
     }
@@ -203,6 +206,49 @@ fn critical_bits(dir: &Path, lines: &mut Vec<String>) -> Result<Option<(String, 
     let short: Vec<String> = crit.iter().map(|b| format!("{}:{}", b.precision, b.bit)).collect();
     let short = if short.is_empty() { "none shown".to_string() } else { short.join(", ") };
     Ok(Some(("critical bits".to_string(), short)))
+}
+
+/// A row of `fields.csv` (single flips by word, target and bit field).
+#[derive(Deserialize)]
+struct FieldLine {
+    word: String,
+    field: String,
+    runs: u64,
+    skipped: Option<u64>,
+    masked: Option<u64>,
+    nev: u64,
+}
+
+/// From `fields.csv`: per word, its exponent flips (every target pooled) with N-EV, and where a
+/// loss scaler ran, how many it skipped and masked; the summary verdict is the masked share.
+fn exponent_flips(dir: &Path, lines: &mut Vec<String>) -> Result<Option<(String, String)>> {
+    let rows: Vec<FieldLine> = read::rows(&dir.join("fields.csv"))?;
+    let mut words: std::collections::BTreeMap<&str, [u64; 4]> = std::collections::BTreeMap::new();
+    for r in rows.iter().filter(|r| r.field.starts_with("exponent")) {
+        let w = words.entry(r.word.as_str()).or_default();
+        let scaled = r.skipped.map_or(0, |_| r.runs);
+        *w = [w[0] + r.runs, w[1] + r.nev, w[2] + scaled, w[3] + r.masked.unwrap_or(0)];
+    }
+    if words.is_empty() {
+        return Ok(None);
+    }
+    let share = |k: u64, n: u64| {
+        let s = crate::Share::of(k, n);
+        format!("{k} of {n} ({}% [{}, {}])", fixed(s.pct, 1), fixed(s.lo_pct, 1), fixed(s.hi_pct, 1))
+    };
+    let mut verdict = None;
+    for (word, [runs, nev, scaled, masked]) in &words {
+        let mut line = format!("- **Exponent flips in `{word}` values** (fields.csv, every target pooled): N-EV in {}", share(*nev, *runs));
+        if *scaled > 0 {
+            line.push_str(&format!(
+                "; masked by loss scaling (the scaler skipped the step and the run ended without N-EV or NaN) in {}",
+                share(*masked, *scaled)
+            ));
+            verdict = Some((format!("{word} exponent flips masked by loss scaling"), share(*masked, *scaled)));
+        }
+        lines.push(format!("{line}."));
+    }
+    Ok(verdict)
 }
 
 /// For a preset without claims: how many of its differences are shown, and the first 12.

@@ -169,6 +169,12 @@ pub(super) const PRESETS: &[Preset] = &[
         &[],
     ),
     preset("pipeline", "none (resilab's own)", "faults in each stage's weights, optimizer state, activations and gradient messages", &[]),
+    preset(
+        "precision-training",
+        "none (resilab's own): what fp16's loss scaling masks",
+        "one flip in float32, bf16 and fp16 training: gradients, weight copy, activations x sign, exponent, mantissa",
+        &[],
+    ),
 ];
 
 /// The N-EV factor study at the short continuation and at the long one, compared by the
