@@ -193,6 +193,12 @@ fn fault_bits_must_fit_the_training_format() {
     let wide_copy = format!("{copy}first_bit = 20\nlast_bit = 20\n");
     assert!(train_with(&wide_copy, &[]).status.success(), "a float32 run's weights have a bit 20");
     assert_clean_error(&train_with(&wide_copy, &["--set", "train.precision=fp16"]), &["fault[0].last_bit", "16-bit"]);
+    // BatchNorm's parameters have no copy: a location naming only them is refused.
+    let bn = format!("{TINY}\n[[fault]]\ntarget = \"weight_copy\"\nat_step = 2\nlocations_to_corrupt = [\"model/layer1/0/bn1\"]\n");
+    assert_clean_error(
+        &train_with(&bn, &[]),
+        &["fault[0].locations_to_corrupt", "\"model/layer1/0/bn1\" names no tensor a weight_copy fault can hit"],
+    );
     // A bf16 run's gradients are 16-bit: bit 20 of their word does not exist.
     let wide = format!("{TINY}\n[[fault]]\ntarget = \"gradients\"\nat_step = 2\nfirst_bit = 9\nlast_bit = 20\n");
     assert_clean_error(&train_with(&wide, &["--set", "train.precision=bf16"]), &["fault[0].last_bit", "16-bit"]);

@@ -388,14 +388,14 @@ pub fn check_neuron_locations(entries: &[FaultEntry], block_names: &[String]) ->
 /// Checks that the `locations_to_corrupt` of every weights, gradients, reduced-gradients and
 /// optimizer entry name at least one tensor it can hit: `tensors` are the run's checkpoint
 /// paths (`model/layer1/0/conv1/weight`, `optimizer/<parameter path>/momentum_buffer`); a
-/// gradient entry's names are its parameters' paths under `gradients/`. The error names the
-/// entry's key and shows a few paths.
-pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[DatasetPath]) -> Result<()> {
+/// gradient entry's names are its parameters' paths under `gradients/`; a weight-copy entry's
+/// are those of `copied`, the parameters with a copy (trainable convolution and linear weights
+/// and biases). The error names the entry's key and shows a few paths.
+pub fn check_tensor_locations(entries: &[FaultEntry], tensors: &[DatasetPath], copied: &[DatasetPath]) -> Result<()> {
     for e in entries {
         let paths: Vec<String> = match e.target {
-            FaultTarget::Weights | FaultTarget::WeightCopy => {
-                tensors.iter().filter(|t| t.kind() == DatasetKind::Model).map(ToString::to_string).collect()
-            }
+            FaultTarget::Weights => tensors.iter().filter(|t| t.kind() == DatasetKind::Model).map(ToString::to_string).collect(),
+            FaultTarget::WeightCopy => copied.iter().map(ToString::to_string).collect(),
             FaultTarget::Optimizer => tensors.iter().filter(|t| t.kind() == DatasetKind::Optimizer).map(ToString::to_string).collect(),
             // Gradients are named as the model's tensors are, under their own root.
             FaultTarget::Gradients | FaultTarget::ReducedGradients => tensors

@@ -246,7 +246,7 @@ fn make_recovery(cfg: &RunConfig, trainer: &Trainer) -> Result<Recovery> {
     }
     let block_names: Vec<String> = trainer.workers.iter().flat_map(|w| w.net.block_names.clone()).collect();
     resilab_faults::check_neuron_locations(entries, &block_names)?;
-    resilab_faults::check_tensor_locations(entries, &tensor_paths(trainer, &cfg.optimizer))?;
+    resilab_faults::check_tensor_locations(entries, &tensor_paths(trainer, &cfg.optimizer), &copied_paths(trainer))?;
     let stages = (cfg.parallel.mode == ParallelMode::Pipeline).then_some(trainer.workers.len());
     resilab_faults::check_messages(entries, stages)?;
     resilab_faults::check_precision(entries, cfg.train.precision)?;
@@ -271,6 +271,15 @@ fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<DatasetPa
         }
     }
     out
+}
+
+/// The checkpoint paths of the parameters a `weight_copy` fault can hit: every worker's
+/// trainable convolution and linear weights and biases (BatchNorm has no half copy).
+fn copied_paths(trainer: &Trainer) -> Vec<DatasetPath> {
+    let copied = |p: &resilab_models::ParamInfo| {
+        p.trainable && matches!(p.kind, resilab_models::LayerKind::Conv | resilab_models::LayerKind::Linear)
+    };
+    trainer.workers.iter().flat_map(|w| resilab_models::named_params(&w.net)).filter(copied).map(|p| DatasetPath::Model(p.name)).collect()
 }
 
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.
