@@ -22,7 +22,7 @@ if [ "${PAPER_ALLOW_DIRTY:-0}" != 1 ] && git rev-parse --git-dir >/dev/null 2>&1
     echo "paper.sh: the working tree has uncommitted changes (git status); commit them first, or set PAPER_ALLOW_DIRTY=1" >&2
     exit 1
 fi
-PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors"}
+PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors precision-training"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}
@@ -30,6 +30,21 @@ if [ -n "${BIN:-}" ]; then
     if [ ! -x "$BIN" ]; then
         echo "paper.sh: BIN=$BIN is not an executable file" >&2
         exit 2
+    fi
+    # Its runs record the revision it was built from: it must be a commit with the code of
+    # this tree's HEAD, or every campaign.json would name another one.
+    rev=$("$BIN" --version | sed -n 's/^resilab [^ ]* (\([^,]*\),.*/\1/p')
+    if [ "${PAPER_ALLOW_DIRTY:-0}" != 1 ]; then
+        case "$rev" in
+            *-dirty | unknown | "")
+                echo "paper.sh: BIN=$BIN was built from an uncommitted tree (${rev:-no revision}); rebuild it from a commit" >&2
+                exit 1
+                ;;
+        esac
+        if ! git diff --quiet "$rev" HEAD -- src crates Cargo.toml Cargo.lock build.rs 2>/dev/null; then
+            echo "paper.sh: BIN=$BIN was built from $rev, whose code is not HEAD's; rebuild it" >&2
+            exit 1
+        fi
     fi
     bin=$BIN
 else
