@@ -10,14 +10,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use resilab_campaign::{Row, Status};
-use serde::Serialize;
 
 use crate::figures::Figure;
 use crate::files::{Written, write};
 use crate::format::{f, share_point};
 use crate::metrics::{self, Share};
 use crate::plots::{Interval, LineChart, LineFacets, Series, save};
-use crate::rows::fixed;
+use crate::rows::FieldRow;
 use crate::{Result, stats};
 
 /// A bit field of a float word.
@@ -119,92 +118,36 @@ impl Tally {
     }
 }
 
-/// A row of `fields.csv`: one word, target and bit field.
-#[derive(Debug, Default, Serialize)]
-pub(crate) struct FieldRow {
-    /// The word flipped (`f32`, `bf16`, `f16`).
-    pub word: String,
-    /// The fault's target.
-    pub target: String,
-    /// The bit field (`sign`, `exponent-top`, `exponent-rest`, `mantissa`).
-    pub field: String,
-    /// Its reference bits.
-    pub bits: String,
-    /// Single-flip runs.
-    pub runs: u64,
-    /// Runs whose faulty step the loss scaler skipped (empty without a loss scaler), its share
-    /// and Wilson interval.
-    pub skipped: Option<u64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub skipped_pct: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub skipped_lo: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub skipped_hi: Option<f64>,
-    /// Skipped, and ended without N-EV or NaN: masked by loss scaling.
-    pub masked: Option<u64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub masked_pct: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub masked_lo: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub masked_hi: Option<f64>,
-    /// N-EV runs, share and interval.
-    pub nev: u64,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nev_pct: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nev_lo: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nev_hi: Option<f64>,
-    /// Collapsed (NaN/Inf) runs, share and interval.
-    pub nan: u64,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nan_pct: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nan_lo: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub nan_hi: Option<f64>,
-    /// Mean accuracy loss of the runs that did not collapse, points, and its t interval.
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub acc_loss_pts: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub acc_loss_lo: Option<f64>,
-    #[serde(serialize_with = "fixed::<2, _>")]
-    pub acc_loss_hi: Option<f64>,
-}
-
-impl FieldRow {
-    fn of((word, target, fld): &(String, String, Field), t: &Tally) -> Self {
-        let (s, m) = (t.scaler_share(t.skipped), t.scaler_share(t.masked));
-        let (nev, nan) = (t.share(t.nev), t.share(t.nan));
-        let loss = stats::mean_interval(&t.losses);
-        FieldRow {
-            word: word.clone(),
-            target: target.clone(),
-            field: fld.name().into(),
-            bits: bits_of(word, *fld),
-            runs: t.runs,
-            skipped: s.as_ref().map(|s| s.count),
-            skipped_pct: s.as_ref().map(|s| s.pct),
-            skipped_lo: s.as_ref().map(|s| s.lo_pct),
-            skipped_hi: s.as_ref().map(|s| s.hi_pct),
-            masked: m.as_ref().map(|s| s.count),
-            masked_pct: m.as_ref().map(|s| s.pct),
-            masked_lo: m.as_ref().map(|s| s.lo_pct),
-            masked_hi: m.as_ref().map(|s| s.hi_pct),
-            nev: nev.count,
-            nev_pct: Some(nev.pct),
-            nev_lo: Some(nev.lo_pct),
-            nev_hi: Some(nev.hi_pct),
-            nan: nan.count,
-            nan_pct: Some(nan.pct),
-            nan_lo: Some(nan.lo_pct),
-            nan_hi: Some(nan.hi_pct),
-            acc_loss_pts: (!t.losses.is_empty()).then(|| crate::measures::mean(&t.losses)),
-            acc_loss_lo: loss.map(|l| l.1.0),
-            acc_loss_hi: loss.map(|l| l.1.1),
-        }
+/// The `fields.csv` row of one word, target and field.
+fn row_of((word, target, fld): &(String, String, Field), t: &Tally) -> FieldRow {
+    let (s, m) = (t.scaler_share(t.skipped), t.scaler_share(t.masked));
+    let (nev, nan) = (t.share(t.nev), t.share(t.nan));
+    let loss = stats::mean_interval(&t.losses);
+    FieldRow {
+        word: word.clone(),
+        target: target.clone(),
+        field: fld.name().into(),
+        bits: bits_of(word, *fld),
+        runs: t.runs,
+        skipped: s.as_ref().map(|s| s.count),
+        skipped_pct: s.as_ref().map(|s| s.pct),
+        skipped_lo: s.as_ref().map(|s| s.lo_pct),
+        skipped_hi: s.as_ref().map(|s| s.hi_pct),
+        masked: m.as_ref().map(|s| s.count),
+        masked_pct: m.as_ref().map(|s| s.pct),
+        masked_lo: m.as_ref().map(|s| s.lo_pct),
+        masked_hi: m.as_ref().map(|s| s.hi_pct),
+        nev: nev.count,
+        nev_pct: Some(nev.pct),
+        nev_lo: Some(nev.lo_pct),
+        nev_hi: Some(nev.hi_pct),
+        nan: nan.count,
+        nan_pct: Some(nan.pct),
+        nan_lo: Some(nan.lo_pct),
+        nan_hi: Some(nan.hi_pct),
+        acc_loss_pts: (!t.losses.is_empty()).then(|| crate::measures::mean(&t.losses)),
+        acc_loss_lo: loss.map(|l| l.1.0),
+        acc_loss_hi: loss.map(|l| l.1.1),
     }
 }
 
@@ -233,7 +176,7 @@ pub(crate) fn section(rows: &[Row], name: &str, plots: &Path, out: &Path, writte
     if fields.len() < 2 {
         return Ok(None);
     }
-    let table: Vec<FieldRow> = by_field.iter().map(|(k, t)| FieldRow::of(k, t)).collect();
+    let table: Vec<FieldRow> = by_field.iter().map(|(k, t)| row_of(k, t)).collect();
     written.files.push(write(&out.join("fields.csv"), &crate::rows::table::<FieldRow, _>(&[], table.iter().map(|r| (Vec::new(), r)))?)?);
     let mut md = intro(&by_field, rows.len());
     md_rows(&mut md, &table);

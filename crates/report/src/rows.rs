@@ -438,7 +438,7 @@ pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
 ];
 
 /// Writes a number with `D` decimals; empty when missing or not finite.
-pub(crate) fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+fn fixed<const D: usize, S: Serializer>(v: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_str(&f(*v, D))
 }
 
@@ -476,6 +476,61 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
     csv_text(w)
 }
 
+/// A row of `fields.csv`: one word, target and bit field.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct FieldRow {
+    /// The word flipped (`f32`, `bf16`, `f16`).
+    pub(crate) word: String,
+    /// The fault's target.
+    pub(crate) target: String,
+    /// The bit field (`sign`, `exponent-top`, `exponent-rest`, `mantissa`).
+    pub(crate) field: String,
+    /// Its reference bits.
+    pub(crate) bits: String,
+    /// Single-flip runs.
+    pub(crate) runs: u64,
+    /// Runs whose faulty step the loss scaler skipped (empty without a loss scaler), its share
+    /// and Wilson interval.
+    pub(crate) skipped: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) skipped_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) skipped_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) skipped_hi: Option<f64>,
+    /// Skipped, and ended without N-EV or NaN: masked by loss scaling.
+    pub(crate) masked: Option<u64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) masked_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) masked_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) masked_hi: Option<f64>,
+    /// N-EV runs, share and interval.
+    pub(crate) nev: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nev_hi: Option<f64>,
+    /// Collapsed (NaN/Inf) runs, share and interval.
+    pub(crate) nan: u64,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nan_pct: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nan_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) nan_hi: Option<f64>,
+    /// Mean accuracy loss of the runs that did not collapse, points, and its t interval.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) acc_loss_pts: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) acc_loss_lo: Option<f64>,
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) acc_loss_hi: Option<f64>,
+}
+
 /// Per CSV file a report writes, its columns in order, named as docs/metrics.md's tables of
 /// them ("Columns of the report's files") are: `cells.csv` (after the grid's axes, one column
 /// per axis key), `comparisons.csv` (a campaign without hypotheses), `comparisons.csv of a
@@ -486,7 +541,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("comparisons.csv", columns::<Comparison>()?),
         ("comparisons.csv of a study", columns::<HypothesisTest>()?),
         ("bits.csv", columns::<BitRow>()?),
-        ("fields.csv", columns::<crate::fields::FieldRow>()?),
+        ("fields.csv", columns::<FieldRow>()?),
         ("cells_study.csv", columns::<StudyCell>()?),
         ("which_strategy.csv", columns::<ChoiceRow>()?),
     ])
