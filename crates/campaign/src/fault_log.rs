@@ -144,13 +144,9 @@ pub struct Flips {
 /// The [`Flips`] of the run whose output directory is `run_dir`, read from its `faults.jsonl`
 /// (none without one: no fault struck).
 pub fn flips(run_dir: &Path) -> Result<Flips> {
-    let path = run_dir.join("faults.jsonl");
-    let Ok(body) = std::fs::read_to_string(&path) else { return Ok(Flips::default()) };
     let (mut layers, mut words, mut targets) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut bits = Vec::new();
-    for (n, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let l: LogLine =
-            serde_json::from_str(line).map_err(|source| Error::Json { what: format!("{} line {}", path.display(), n + 1), source })?;
+    for l in log_lines(&run_dir.join("faults.jsonl"))? {
         for r in rows_of("", &l).into_iter().filter(|r| r.outcome == "corrupted") {
             layers.insert(crate::layers::recorded(&r.tensor));
             bits.extend(r.bits_reference.split(';').filter(|b| !b.is_empty()).map(str::to_string));
@@ -167,15 +163,23 @@ pub fn flips(run_dir: &Path) -> Result<Flips> {
 pub fn faults_csv(dir: &Path, rows: &[Row]) -> Result<Vec<u8>> {
     let mut faults = Vec::new();
     for row in rows {
-        let path = dir.join("runs").join(&row.id).join("faults.jsonl");
-        let Ok(body) = std::fs::read_to_string(&path) else { continue };
-        for (n, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let l: LogLine =
-                serde_json::from_str(line).map_err(|source| Error::Json { what: format!("{} line {}", path.display(), n + 1), source })?;
+        for l in log_lines(&dir.join("runs").join(&row.id).join("faults.jsonl"))? {
             faults.extend(rows_of(&row.id, &l));
         }
     }
     faults_csv_bytes(&faults)
+}
+
+/// The lines of a run's `faults.jsonl` at `path` (none without the file: no fault struck); a
+/// line that does not parse is an error naming the file and line.
+fn log_lines(path: &Path) -> Result<Vec<LogLine>> {
+    let Ok(body) = std::fs::read_to_string(path) else { return Ok(Vec::new()) };
+    let lines = body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    lines
+        .map(|(n, line)| {
+            serde_json::from_str(line).map_err(|source| Error::Json { what: format!("{} line {}", path.display(), n + 1), source })
+        })
+        .collect()
 }
 
 /// The rows of the `faults.csv` at `path`, each read by its columns' names into a [`FaultRow`]

@@ -7,7 +7,7 @@ use burn::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use resilab_inject::{Dtype, Plan, Record, Spec, inject_f32_as};
-use resilab_models::{DatasetPath, LayerKind, Precision, for_each_param, map_params, stream_seed};
+use resilab_models::{DatasetPath, Precision, for_each_param, map_params, stream_seed};
 use resilab_train::{Activation, Control, Ctx, Grads, Hooks, Message, MessageKind, Point, Timeline, Worker};
 use serde::Serialize;
 
@@ -364,7 +364,7 @@ impl FaultInjector {
     fn corrupt_weight_copy(&mut self, event: FaultEvent, ctx: &Ctx, worker: &mut Worker) {
         let mut tensors = Vec::new();
         for_each_param(&worker.net, |info, t| {
-            if info.trainable && matches!(info.kind, LayerKind::Conv | LayerKind::Linear) {
+            if info.has_weight_copy() {
                 tensors.push((DatasetPath::Model(info.name.clone()), t.without_autodiff()));
             }
         });

@@ -57,6 +57,13 @@ impl ParamInfo {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// Whether a step's passes read it through a copy in the run's format (autocast's half
+    /// copy in bf16 and fp16): trainable convolution and linear weights and biases; BatchNorm
+    /// computes in float32.
+    pub fn has_weight_copy(&self) -> bool {
+        self.trainable && matches!(self.kind, LayerKind::Conv | LayerKind::Linear)
+    }
 }
 
 /// Converts Burn's module path (entries of `(name, container_type)`) into a PyTorch-style name.

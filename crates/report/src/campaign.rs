@@ -452,13 +452,13 @@ fn single_flip_tallies(rows: &[Row], facts: &RunFacts) -> (BTreeMap<String, Tall
         let nev = metrics::nev(r);
         let nan = metrics::collapsed(r);
         let loss = r.metrics.acc_loss.filter(|l| l.is_finite() && !nan);
-        if let Some(l) = r.metrics.layers.as_deref().filter(|l| !l.is_empty() && !l.contains(';')) {
+        if let Some(l) = crate::format::single(r.metrics.layers.as_deref()) {
             let model = r.coords.get("model").map_or(String::new(), |m| format!("{m}: "));
             by_layer.entry(format!("{model}{}", resilab_campaign::layers::layer(l))).or_default().add(nev, nan, loss);
         }
         if let Some(b) = r.metrics.bits.as_deref().and_then(|b| b.parse::<u64>().ok()) {
             // A `train` run names the word it flipped (`bf16` and `f16` are both 16 bits).
-            let word = r.metrics.words.clone().filter(|w| !w.is_empty() && !w.contains(';'));
+            let word = crate::format::single(r.metrics.words.as_deref()).map(str::to_string);
             by_bit.entry((word.unwrap_or_else(|| facts.precision(r)), b)).or_default().add(nev, nan, loss);
         }
     }

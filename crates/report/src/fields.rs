@@ -13,7 +13,7 @@ use resilab_campaign::{Row, Status};
 
 use crate::figures::Figure;
 use crate::files::{Written, write};
-use crate::format::{f, share_point};
+use crate::format::{f, share_point, single};
 use crate::metrics::{self, Share};
 use crate::plots::{Interval, LineChart, LineFacets, Series, save};
 use crate::rows::FieldRow;
@@ -153,7 +153,7 @@ fn row_of((word, target, fld): &(String, String, Field), t: &Tally) -> FieldRow 
 
 /// A single-flip `train` run's word, target and bit, when it altered exactly one value.
 fn single_flip(r: &Row) -> Option<(String, String, u64)> {
-    let one = |s: &Option<String>| s.clone().filter(|s| !s.is_empty() && !s.contains(';'));
+    let one = |s: &Option<String>| single(s.as_deref()).map(str::to_string);
     if r.status != Status::Ok || r.metrics.values_corrupted != Some(1) {
         return None;
     }

@@ -24,6 +24,12 @@ pub(crate) fn short(key: &str) -> &str {
     }
 }
 
+/// The one entry of a `;`-separated list column (`bits`, `words`, `layers`); `None` when it is
+/// empty or lists several.
+pub(crate) fn single(list: Option<&str>) -> Option<&str> {
+    list.filter(|l| !l.is_empty() && !l.contains(';'))
+}
+
 /// A share's point and interval for a plot: `(y, Some((low, high)))`, percent.
 pub(crate) fn share_point(s: &Share) -> (f64, Interval) {
     (s.pct, Some((s.lo_pct, s.hi_pct)))

@@ -276,10 +276,8 @@ fn tensor_paths(trainer: &Trainer, optimizer: &OptimizerConfig) -> Vec<DatasetPa
 /// The checkpoint paths of the parameters a `weight_copy` fault can hit: every worker's
 /// trainable convolution and linear weights and biases (BatchNorm has no half copy).
 fn copied_paths(trainer: &Trainer) -> Vec<DatasetPath> {
-    let copied = |p: &resilab_models::ParamInfo| {
-        p.trainable && matches!(p.kind, resilab_models::LayerKind::Conv | resilab_models::LayerKind::Linear)
-    };
-    trainer.workers.iter().flat_map(|w| resilab_models::named_params(&w.net)).filter(copied).map(|p| DatasetPath::Model(p.name)).collect()
+    let params = trainer.workers.iter().flat_map(|w| resilab_models::named_params(&w.net));
+    params.filter(resilab_models::ParamInfo::has_weight_copy).map(|p| DatasetPath::Model(p.name)).collect()
 }
 
 /// The golden (fault-free) run of a configuration with faults, computed into the cache once.

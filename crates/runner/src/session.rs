@@ -658,7 +658,7 @@ impl<'a> Session<'a> {
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
             faults_injected: rec.faults.logged().len(),
             crashes_met: rec.faults.logged().iter().filter(|l| l.event.target == resilab_faults::FaultTarget::Crash).count(),
-            flips_met: rec.faults.logged().iter().filter(|l| l.event.target != resilab_faults::FaultTarget::Crash).count(),
+            flips_met: flips_since(rec, 0) as usize,
             values_corrupted: rec.faults.logged().iter().map(|l| l.corrupted).sum(),
             values_non_finite_or_extreme: rec.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
             detections: std::mem::take(&mut rec.guard.detections),
@@ -682,7 +682,7 @@ impl<'a> Session<'a> {
 }
 
 /// Faults that altered values (every target but a crash) logged since the log held `before`
-/// entries: those that struck the step just trained.
+/// entries (after a step: those that struck it; from 0: all of them).
 fn flips_since(rec: &Recovery, before: usize) -> u64 {
     let logged = rec.faults.logged();
     logged.get(before..).unwrap_or_default().iter().filter(|l| l.event.target != resilab_faults::FaultTarget::Crash).count() as u64
