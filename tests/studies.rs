@@ -101,3 +101,73 @@ fn rollback_and_lossy_forward_differ_only_where_their_definitions_do() {
     }
     assert!(after_bucket > 0 && undone > 0 && alike > 0, "{after_bucket} apart after a bucket, {undone} by an undone step, {alike} alike");
 }
+
+/// The one-sided 95% Clopper–Pearson upper bound of k events in n runs, from the binomial tail
+/// by bisection (independent of the report's beta quantiles): the p at which P(X <= k) = 0.05.
+fn rate_upper(k: u64, n: u64) -> f64 {
+    if k == n {
+        return 1.0;
+    }
+    let cdf = |p: f64| {
+        let mut term = (1.0 - p).powi(n as i32);
+        let mut sum = term;
+        for i in 0..k {
+            term *= (n - i) as f64 / (i + 1) as f64 * p / (1.0 - p);
+            sum += term;
+        }
+        sum
+    };
+    let (mut lo, mut hi) = (0.0, 1.0);
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if cdf(mid) > 0.05 { lo = mid } else { hi = mid }
+    }
+    hi
+}
+
+#[test]
+fn every_decided_choice_passes_the_catastrophe_rate_rule_and_states_golden_runs() {
+    assert!((rate_upper(0, 30) - (1.0 - 0.05f64.powf(1.0 / 30.0))).abs() < 1e-12, "the check's own bound");
+    for study in STUDIES {
+        let c = campaign(study);
+        let budget = c["campaign"].get("catastrophe_budget_pct").and_then(|v| v.as_float()).unwrap_or(10.0);
+        let cells = read(&dir(study).join("cells_study.csv"));
+        for ch in read(&dir(study).join("which_strategy.csv")) {
+            if ch["decided"] != "true" {
+                assert!(ch["choice"].starts_with("undecided") || ch["choice"].contains(" = "), "{study}: {ch:?}");
+                continue;
+            }
+            for option in ch["chosen"].split(';') {
+                let cell = cells.iter().find(|x| x["condition"] == ch["condition"] && x["option"] == option).unwrap();
+                let (k, n): (u64, u64) = (cell["catastrophic"].parse().unwrap(), cell["runs"].parse().unwrap());
+                let bound = 100.0 * rate_upper(k, n);
+                assert!(bound < budget, "{study}: {} chose {option} with {k} of {n} catastrophes (bound {bound:.1}%)", ch["condition"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn no_committed_cell_of_runs_with_cached_steps_shows_a_wall_overhead() {
+    let paper = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper");
+    let mut checked = 0;
+    for preset in std::fs::read_dir(&paper).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("cells.csv").is_file()) {
+        let runs = read(&preset.join("runs.csv"));
+        let cached = |r: &BTreeMap<String, String>| {
+            ["shortcut_prefix_steps", "shortcut_remainder_steps"].iter().any(|k| r.get(*k).is_some_and(|v| !v.is_empty() && v != "0"))
+        };
+        if !runs.iter().any(cached) {
+            continue;
+        }
+        checked += 1;
+        for cell in read(&preset.join("cells.csv")) {
+            let wall = &cell["time_overhead_pct"];
+            assert!(
+                wall.is_empty() || wall.parse::<f64>().unwrap() >= 0.0,
+                "{}: a negative wall overhead {wall}: {cell:?}",
+                preset.display()
+            );
+        }
+    }
+    assert!(checked >= 2, "the studies took cached steps: {checked} presets checked");
+}

@@ -100,6 +100,19 @@ pub struct Settings {
     /// accuracy loss against the golden run lies below it.
     #[serde(default = "default_budget")]
     pub accuracy_budget_points: f64,
+    /// With hypotheses: a run that loses more than this many points (or fails) is a
+    /// catastrophe, counted in the catastrophe-rate rule of the "which strategy when" table.
+    #[serde(default = "default_catastrophe_points")]
+    pub catastrophe_points: f64,
+    /// With hypotheses: the catastrophe-rate budget, % of runs: an option is admissible only
+    /// when the one-sided 95% Clopper–Pearson upper bound of its catastrophe rate lies below
+    /// it (with 30 runs, 0 catastrophes bound the rate at 9.5%, under the default 10%).
+    #[serde(default = "default_catastrophe_budget")]
+    pub catastrophe_budget_pct: f64,
+    /// With hypotheses: a condition whose lowest golden accuracy lies below this (%) is
+    /// undecided ("golden run at X%"): a reference that did not learn decides nothing.
+    #[serde(default = "default_golden_min")]
+    pub golden_min_pct: f64,
     /// Grid axes whose options meet the same faults (common random numbers): a run's fault
     /// seed leaves these axes out, so the runs that differ only in them form a paired group.
     /// Unset: the axes of the hypotheses. `[]`: every run draws its own faults.
@@ -127,6 +140,15 @@ impl Settings {
 
 fn default_budget() -> f64 {
     0.5
+}
+fn default_catastrophe_points() -> f64 {
+    10.0
+}
+fn default_catastrophe_budget() -> f64 {
+    10.0
+}
+fn default_golden_min() -> f64 {
+    80.0
 }
 
 /// What a hypothesis compares.
@@ -323,6 +345,21 @@ pub struct GridRun {
 
 /// A run's stable id: the first 12 hex digits of its canonical string's hash.
 /// The hypotheses name grid axes and their options, and `paired` names grid axes.
+/// The "which strategy when" table's budgets: a catastrophe threshold of at least 0 points, a
+/// catastrophe-rate budget in (0, 100] % and a golden floor in [0, 100] %.
+fn check_budgets(s: &Settings) -> std::result::Result<(), String> {
+    if !(s.catastrophe_points.is_finite() && s.catastrophe_points >= 0.0) {
+        return Err(format!("campaign.catastrophe_points: must be a number of points >= 0, not {}", s.catastrophe_points));
+    }
+    if !(s.catastrophe_budget_pct > 0.0 && s.catastrophe_budget_pct <= 100.0) {
+        return Err(format!("campaign.catastrophe_budget_pct: must lie in (0, 100], not {}", s.catastrophe_budget_pct));
+    }
+    if !(0.0..=100.0).contains(&s.golden_min_pct) {
+        return Err(format!("campaign.golden_min_pct: must lie in [0, 100], not {}", s.golden_min_pct));
+    }
+    Ok(())
+}
+
 fn check_comparisons(s: &Settings, axes: &[Axis]) -> std::result::Result<(), String> {
     for (i, h) in s.hypotheses.iter().enumerate() {
         let Some(axis) = axes.iter().find(|a| a.key == h.axis) else {
@@ -415,6 +452,7 @@ impl Campaign {
         }
         let s = &file.campaign;
         check_comparisons(s, &axes).map_err(bad)?;
+        check_budgets(s).map_err(bad)?;
         if s.seeds.is_empty() {
             return Err(bad("campaign.seeds: give at least one seed".into()));
         }
@@ -826,6 +864,19 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
         assert!(e.contains("repetitons"), "{e}");
         let e = Campaign::parse(SMALL, &["grid.model.vgg.depth=12".into()], "c.toml").unwrap_err().to_string();
         assert!(e.contains("model = vgg"), "{e}");
+    }
+
+    #[test]
+    fn the_tail_risk_settings_default_and_refuse_what_no_rate_can_be() {
+        let c = Campaign::parse(SMALL, &[], "t").unwrap();
+        let s = &c.settings;
+        assert_eq!((s.catastrophe_points, s.catastrophe_budget_pct, s.golden_min_pct), (10.0, 10.0, 80.0));
+        for (key, bad) in
+            [("catastrophe_budget_pct", "0"), ("catastrophe_budget_pct", "101"), ("catastrophe_points", "-1"), ("golden_min_pct", "120")]
+        {
+            let e = Campaign::parse(SMALL, &[format!("campaign.{key}={bad}")], "c.toml").unwrap_err().to_string();
+            assert!(e.contains(&format!("campaign.{key}: must")), "{key}={bad}: {e}");
+        }
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! The "which strategy when" rule of a study, the same whatever the compared axis (recovery
 //! strategies, permanent-loss policies), per condition:
 //!
-//! - *admissible*: an option with no failed run whose one-sided 95% upper bound (Student t) of
-//!   the mean accuracy loss against the golden run (runs that completed, points) lies below the
-//!   campaign's `accuracy_budget_points` (non-inferiority);
+//! - *admissible*: an option that passes both budgets of [`Rules`]:
+//!   - the mean rule: the one-sided 95% upper bound (Student t) of its mean accuracy loss
+//!     against the golden run (runs that completed, points) lies below the campaign's
+//!     `accuracy_budget_points` (non-inferiority);
+//!   - the catastrophe-rate rule: the one-sided 95% Clopper–Pearson upper bound of its rate of
+//!     catastrophes (runs that failed or lost more than `catastrophe_points`) lies below
+//!     `catastrophe_budget_pct`. A mean with a bound is the wrong instrument for a rare
+//!     catastrophe; this rule states the tail risk. Failed runs no longer rule an option out by
+//!     themselves: they count as catastrophes in this rate (0 of 30 bounds it at 9.5%, 1 of 30
+//!     at 14.9%);
 //! - *cheaper*: among the admissible options, ordered by mean simulated overhead, an option is
 //!   shown costlier than the cheapest when the paired t test of the per-group overhead
 //!   differences (where the axis is paired; else Welch's t test) gives p < 0.05 after Holm over
@@ -13,19 +20,54 @@
 //!   seed and repetition, each difference of overhead and accuracy loss exactly 0, whether or not
 //!   the axis is paired) are `equal`, never picked by grid order; any other member left in the
 //!   set leaves the condition *undecided*;
-//! - an undecided condition states the groups a power calculation (80% power, from the observed
-//!   standard deviations) says would decide it: with nothing admissible, the groups the most
-//!   promising option (no failed run, the fewest groups) needs for its upper bound to fall under
-//!   the budget ([`crate::stats::groups_under`]), `not reachable` when every such option's mean
-//!   loss is at or above it; with costs not separated, the groups the cost test of the cheapest
-//!   two needs at Holm's strictest level of the condition ([`crate::stats::Spread::runs_needed`]).
+//! - an undecided condition states the groups that would decide it: with nothing admissible,
+//!   the groups the most promising option needs for both rules to pass, the larger of the mean
+//!   rule's (80% power from the observed standard deviation, [`crate::stats::groups_under`])
+//!   and the rate rule's (the runs at which the same observed rate is bounded under its budget,
+//!   [`crate::stats::runs_under_rate`]), `not reachable` when no option can reach both; with
+//!   costs not separated, the groups the cost test of the cheapest two needs at Holm's strictest
+//!   level of the condition ([`crate::stats::Spread::runs_needed`]);
+//! - a condition whose lowest golden accuracy lies below `golden_min_pct` is `undecided: golden
+//!   run at X%`, whatever its runs: a reference that did not learn decides nothing.
 
 use std::collections::BTreeSet;
 
-use resilab_campaign::Row;
+use resilab_campaign::{Row, Settings};
 
-use crate::measures::{HypothesisTest, acc_points, failed, group_key, mean, means, overhead_pct, paired_means, pairs};
-use crate::stats::{ALPHA, groups_under, holm, holm_first_level, sd, upper_bound};
+use crate::measures::{HypothesisTest, acc_points, catastrophic, group_key, mean, means, overhead_pct, paired_means, pairs};
+use crate::stats::{ALPHA, groups_under, holm, holm_first_level, rate_upper, runs_under_rate, sd, upper_bound};
+
+/// The budgets a choice is held to: the campaign's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rules {
+    /// The mean rule's budget: accuracy points (`accuracy_budget_points`).
+    pub budget_points: f64,
+    /// A run losing more than this many points (or failing) is a catastrophe.
+    pub catastrophe_points: f64,
+    /// The catastrophe-rate rule's budget, % of runs.
+    pub catastrophe_budget_pct: f64,
+    /// A condition whose lowest golden accuracy lies below this (%) is undecided.
+    pub golden_min_pct: f64,
+}
+
+impl Rules {
+    /// The rules of a campaign's settings.
+    pub fn of(s: &Settings) -> Self {
+        Rules {
+            budget_points: s.accuracy_budget_points,
+            catastrophe_points: s.catastrophe_points,
+            catastrophe_budget_pct: s.catastrophe_budget_pct,
+            golden_min_pct: s.golden_min_pct,
+        }
+    }
+
+    /// Catastrophes among `rows` and the one-sided 95% Clopper–Pearson upper bound of their
+    /// rate, %; `None` without runs.
+    pub(crate) fn catastrophes(&self, rows: &[&Row]) -> Option<(u64, f64)> {
+        let k = rows.iter().filter(|r| catastrophic(r, self.catastrophe_points)).count() as u64;
+        Some((k, 100.0 * rate_upper(k, rows.len() as u64)?))
+    }
+}
 
 /// What would decide a condition.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,8 +78,8 @@ pub enum Needed {
     /// This many groups in all (a group: one training seed and repetition, one run of every
     /// option).
     Groups(u64),
-    /// No number of groups: the mean accuracy loss is at or above the budget, or the costs
-    /// observed do not differ at all.
+    /// No number of groups: the mean accuracy loss or the catastrophe rate is at or above its
+    /// budget, the costs observed do not differ at all, or a golden run is under the floor.
     NotReachable,
     /// The runs give no spread to compute it from (fewer than two values on a side).
     Unknown,
@@ -62,8 +104,8 @@ pub struct Choice {
     /// The condition.
     pub condition: String,
     /// `lossy_forward` (one option), `reinit = respawn (equal)` (identical in every group),
-    /// `lossy_forward = rollback` (costs not separated: undecided) or `undecided` (nothing
-    /// admissible).
+    /// `lossy_forward = rollback` (costs not separated: undecided), `undecided` (nothing
+    /// admissible) or `undecided: golden run at 40.7%` (a golden run under `golden_min_pct`).
     pub choice: String,
     /// Whether the data decide the condition.
     pub decided: bool,
@@ -79,11 +121,13 @@ pub struct Choice {
     pub groups: usize,
     /// Groups a power calculation says would decide an undecided condition.
     pub groups_needed: Needed,
-    /// What those groups would decide: `rollback under the budget`, `rollback against
-    /// lossy_forward`; empty when decided.
+    /// What those groups would decide: `rollback under both budgets (mean rule: 41; rate rule:
+    /// met)`, `rollback against lossy_forward`, `a golden run of at least 80%`; empty when
+    /// decided.
     pub needed_for: String,
-    /// Options not chosen, each with why: `none (failed runs)`, `x (upper bound 2.20 > 0.5 pt)`,
-    /// `x (costs more than y)`.
+    /// Options not chosen, each with why: `x (upper bound 2.20 > 0.5 pt)`, `x (catastrophes
+    /// 1/30: rate bound 14.9% >= 10%)` (both, `; `-separated, when both rules fail), `x (costs
+    /// more than y)`.
     pub ruled_out: Vec<String>,
 }
 
@@ -96,27 +140,30 @@ struct Candidate<'a> {
     upper: f64,
 }
 
-/// The option as a candidate when admissible, else why not (as `ruled_out` lists it).
-fn admit<'a>(option: &'a str, rows: &'a [&'a Row], budget: f64) -> std::result::Result<Candidate<'a>, String> {
-    if rows.is_empty() {
+/// The option as a candidate when admissible, else why not (as `ruled_out` lists it: every
+/// rule it fails, `; `-separated).
+fn admit<'a>(option: &'a str, rows: &'a [&'a Row], rules: &Rules) -> std::result::Result<Candidate<'a>, String> {
+    let Some((k, rate)) = rules.catastrophes(rows) else {
         return Err(format!("{option} (no runs)"));
-    }
-    if rows.iter().any(|r| failed(r)) {
-        return Err(format!("{option} (failed runs)"));
-    }
-    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-    let Some(upper) = upper_bound(&loss) else {
-        return Err(format!("{option} (fewer than 2 accuracy losses)"));
     };
-    if upper >= budget {
-        let rel = if upper > budget { ">" } else { ">=" };
-        return Err(format!("{option} (upper bound {upper:.2} {rel} {budget} pt)"));
+    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+    let budget = rules.budget_points;
+    let upper = upper_bound(&loss);
+    let mut why = Vec::new();
+    match upper {
+        None => why.push("fewer than 2 accuracy losses".to_string()),
+        Some(u) if u >= budget => why.push(format!("upper bound {u:.2} {} {budget} pt", if u > budget { ">" } else { ">=" })),
+        Some(_) => {}
+    }
+    if rate >= rules.catastrophe_budget_pct {
+        why.push(format!("catastrophes {k}/{}: rate bound {rate:.1}% >= {}%", rows.len(), rules.catastrophe_budget_pct));
     }
     let cost: Vec<f64> = rows.iter().filter_map(|r| overhead_pct(r)).collect();
-    if cost.is_empty() {
-        return Err(format!("{option} (no overhead)"));
+    match (upper, cost.is_empty()) {
+        (Some(upper), false) if why.is_empty() => Ok(Candidate { option, rows, overhead: mean(&cost), loss: mean(&loss), upper }),
+        _ if why.is_empty() => Err(format!("{option} (no overhead)")),
+        _ => Err(format!("{option} ({})", why.join("; "))),
     }
-    Ok(Candidate { option, rows, overhead: mean(&cost), loss: mean(&loss), upper })
 }
 
 /// Whether a's and b's runs are identical in every group: the same groups, and in each the same
@@ -135,13 +182,13 @@ fn cost(a: &Candidate, b: &Candidate, paired: bool) -> Option<HypothesisTest> {
     if paired { paired_means(overhead_pct, &pairs(a.rows, b.rows)) } else { means(overhead_pct, a.rows, b.rows) }
 }
 
-/// The choice in one condition, from its options' runs (grid order), under the accuracy
-/// `budget` in points; `paired` when the compared axis is.
-pub(crate) fn choose(condition: &str, options: &[(String, Vec<&Row>)], budget: f64, paired: bool) -> Choice {
+/// The choice in one condition, from its options' runs (grid order), under `rules`; `paired`
+/// when the compared axis is.
+pub(crate) fn choose(condition: &str, options: &[(String, Vec<&Row>)], rules: &Rules, paired: bool) -> Choice {
     let mut ruled_out = Vec::new();
     let mut admissible = Vec::new();
     for (option, rows) in options {
-        match admit(option, rows, budget) {
+        match admit(option, rows, rules) {
             Ok(c) => admissible.push(c),
             Err(why) => ruled_out.push(why),
         }
@@ -149,12 +196,27 @@ pub(crate) fn choose(condition: &str, options: &[(String, Vec<&Row>)], budget: f
     let groups = options.iter().flat_map(|(_, rs)| rs.iter().map(|r| group_key(r))).collect::<BTreeSet<_>>().len();
     let mut c = Choice { condition: condition.to_string(), groups, ruled_out, ..Choice::default() };
     if admissible.is_empty() {
-        nothing_admissible(&mut c, options, budget);
+        nothing_admissible(&mut c, options, rules);
     } else {
         admissible.sort_by(|x, y| x.overhead.total_cmp(&y.overhead));
         separate(&mut c, &admissible, paired);
     }
+    let golden = options.iter().flat_map(|(_, rs)| rs.iter().filter_map(|r| r.metrics.golden_acc)).fold(f64::INFINITY, f64::min);
+    if 100.0 * golden < rules.golden_min_pct {
+        golden_too_low(&mut c, 100.0 * golden, rules.golden_min_pct);
+    }
     c
+}
+
+/// A condition whose golden run reached only `golden` % (under `floor`): undecided whatever
+/// its runs say, with nothing chosen; no number of groups decides it.
+fn golden_too_low(c: &mut Choice, golden: f64, floor: f64) {
+    c.choice = format!("undecided: golden run at {golden:.1}%");
+    c.decided = false;
+    c.chosen.clear();
+    (c.sim_overhead, c.acc_loss, c.acc_loss_upper) = (None, None, None);
+    c.groups_needed = Needed::NotReachable;
+    c.needed_for = format!("a golden run of at least {floor}%");
 }
 
 /// The chosen set among the admissible options (cheapest mean overhead first): the cheapest,
@@ -194,28 +256,76 @@ fn separate(c: &mut Choice, adm: &[Candidate], paired: bool) {
     }
 }
 
-/// Nothing admissible: the groups the most promising option needs for its upper bound to fall
-/// under the budget (among the options without failed runs, the fewest), or `not reachable`.
-fn nothing_admissible(c: &mut Choice, options: &[(String, Vec<&Row>)], budget: f64) {
-    c.choice = "undecided".into();
-    let mut best: Option<(u64, &str)> = None;
-    let mut nearest: Option<(f64, &str)> = None;
-    for (option, rows) in options.iter().filter(|(_, rs)| !rs.is_empty() && !rs.iter().any(|r| failed(r))) {
-        let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-        let Some(s) = sd(&loss) else { continue };
-        let m = mean(&loss);
-        if nearest.is_none_or(|(x, _)| m < x) {
-            nearest = Some((m, option));
-        }
-        if let Some(n) = groups_under(m, s, budget)
-            && best.is_none_or(|(x, _)| n < x)
-        {
-            best = Some((n, option));
+/// What one rule needs of an option: met now, this many groups, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Need {
+    Met,
+    Groups(u64),
+    Never,
+}
+
+impl Need {
+    fn text(self) -> String {
+        match self {
+            Need::Met => "met".into(),
+            Need::Groups(n) => n.to_string(),
+            Need::Never => "not reachable".into(),
         }
     }
+
+    /// The groups at which this rule passes: 0 when met now.
+    fn groups(self) -> Option<u64> {
+        match self {
+            Need::Met => Some(0),
+            Need::Groups(n) => Some(n),
+            Need::Never => None,
+        }
+    }
+}
+
+/// The mean rule's need of `rows`: met, the groups at which the upper bound falls under the
+/// budget (80% power), or never (the mean at or above it); `None` without a spread.
+fn mean_need(rows: &[&Row], budget: f64) -> Option<Need> {
+    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+    if upper_bound(&loss).is_some_and(|u| u < budget) {
+        return Some(Need::Met);
+    }
+    Some(groups_under(mean(&loss), sd(&loss)?, budget).map_or(Need::Never, Need::Groups))
+}
+
+/// The rate rule's need of `rows`: met, the runs at which the same observed catastrophe rate
+/// is bounded under its budget, or never (the rate at or above it).
+fn rate_need(rows: &[&Row], rules: &Rules) -> Option<Need> {
+    let (k, bound) = rules.catastrophes(rows)?;
+    if bound < rules.catastrophe_budget_pct {
+        return Some(Need::Met);
+    }
+    Some(runs_under_rate(k, rows.len() as u64, rules.catastrophe_budget_pct / 100.0).map_or(Need::Never, Need::Groups))
+}
+
+/// Nothing admissible: the groups the most promising option needs for both rules to pass (the
+/// larger of the two rules' needs; among the options, the fewest), or `not reachable`, naming
+/// what each rule needs.
+fn nothing_admissible(c: &mut Choice, options: &[(String, Vec<&Row>)], rules: &Rules) {
+    c.choice = "undecided".into();
+    let mut best: Option<(u64, &str, Need, Need)> = None;
+    let mut nearest: Option<(f64, &str, Need, Need)> = None;
+    for (option, rows) in options {
+        let (Some(m), Some(r)) = (mean_need(rows, rules.budget_points), rate_need(rows, rules)) else { continue };
+        let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+        if nearest.is_none_or(|(x, ..)| mean(&loss) < x) {
+            nearest = Some((mean(&loss), option, m, r));
+        }
+        if let (Some(a), Some(b)) = (m.groups(), r.groups())
+            && best.is_none_or(|(x, ..)| a.max(b) < x)
+        {
+            best = Some((a.max(b), option, m, r));
+        }
+    }
+    let what = |o: &str, m: Need, r: Need| format!("{o} under both budgets (mean rule: {}; rate rule: {})", m.text(), r.text());
     (c.groups_needed, c.needed_for) = match (best, nearest) {
-        (Some((n, o)), _) => (Needed::Groups(n), format!("{o} under the budget")),
-        (None, Some((_, o))) => (Needed::NotReachable, format!("{o} under the budget")),
-        (None, None) => (Needed::Unknown, "an option without failed runs".into()),
+        (Some((n, o, m, r)), _) => (Needed::Groups(n), what(o, m, r)),
+        (None, Some((_, o, m, r))) => (Needed::NotReachable, what(o, m, r)),
+        (None, None) => (Needed::Unknown, "an option with 2 accuracy losses".into()),
     };
 }

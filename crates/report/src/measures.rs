@@ -37,6 +37,25 @@ pub struct StudyCell {
     pub acc_loss_lo: Option<f64>,
     /// Upper end.
     pub acc_loss_hi: Option<f64>,
+    /// Runs that completed and lost more than 1 accuracy point ([`acc_points`] > 1).
+    pub loss_over_1pt: usize,
+    /// Their share of the runs that completed, %, with its exact (Clopper–Pearson) 95%
+    /// interval.
+    pub loss_over_1pt_pct: Option<f64>,
+    /// Lower end.
+    pub loss_over_1pt_lo: Option<f64>,
+    /// Upper end.
+    pub loss_over_1pt_hi: Option<f64>,
+    /// Catastrophes: runs that failed or lost more than the campaign's `catastrophe_points`
+    /// ([`catastrophic`]).
+    pub catastrophic: usize,
+    /// Their share of all runs, %, with its exact (Clopper–Pearson) 95% interval; the
+    /// admissibility rule reads the one-sided bound of the same count.
+    pub catastrophic_pct: Option<f64>,
+    /// Lower end.
+    pub catastrophic_lo: Option<f64>,
+    /// Upper end.
+    pub catastrophic_hi: Option<f64>,
     /// Mean simulated overhead, % (runs that completed; a failed run has none).
     #[serde(rename = "sim_overhead_pct")]
     pub sim_overhead: Option<f64>,
@@ -127,6 +146,11 @@ pub(crate) use crate::metrics::acc_loss_pts as acc_points;
 /// Simulated overhead, %; none for a failed run (never a negative overhead).
 pub(crate) fn overhead_pct(r: &Row) -> Option<f64> {
     r.metrics.sim_overhead.filter(|_| !failed(r)).map(|x| 100.0 * x)
+}
+
+/// A catastrophe: the run failed, or lost more than `points` accuracy points.
+pub(crate) fn catastrophic(r: &Row, points: f64) -> bool {
+    failed(r) || acc_points(r).is_some_and(|l| l > points)
 }
 
 pub(crate) fn final_acc_pct(r: &Row) -> Option<f64> {

@@ -5,17 +5,19 @@
 //! family; for a paired hypothesis test, the groups (seed, rep) it needs, t-based from its
 //! per-group differences. For a study, then the admissibility rule's power: for each option a
 //! condition rules out or leaves undecided, the groups at which its one-sided 95% upper bound
-//! of the accuracy loss would fall under the budget, at its observed mean and spread. Every
-//! search is bounded ([`crate::stats::MAX_GROUPS`]), so any `D > 0` answers at once.
+//! of the accuracy loss would fall under the budget, at its observed mean and spread, and those
+//! at which its catastrophe rate's one-sided 95% Clopper–Pearson bound would fall under its
+//! budget, at the observed rate; the option needs the larger. Every search is bounded
+//! ([`crate::stats::MAX_GROUPS`]), so any `D > 0` answers at once.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use resilab_campaign::{Campaign, Row};
 
-use crate::measures::{acc_points, failed, mean};
-use crate::stats::{Spread, difference_unit, groups_under_size, holm_first_level, sd, upper_bound};
-use crate::study::{Choice, Study};
+use crate::measures::{acc_points, mean};
+use crate::stats::{Size, Spread, difference_unit, groups_under_size, holm_first_level, runs_under_rate, sd, upper_bound};
+use crate::study::{Choice, Rules, Study};
 use crate::{Error, Result};
 
 /// One line of the power table.
@@ -94,49 +96,56 @@ fn table(lines: &[Line], d: f64) -> String {
 }
 
 /// One option of one condition that the study does not settle as its choice, with what its
-/// admissibility rests on (accuracy losses of its runs that completed, points).
+/// admissibility rests on (accuracy losses of its runs that completed, points; catastrophes and
+/// their rate's one-sided 95% Clopper–Pearson bound, %).
 struct Unsettled<'a> {
     condition: &'a str,
     option: &'a str,
     why: String,
     runs: usize,
-    failed: usize,
+    catastrophes: u64,
+    rate_bound: f64,
     loss: Vec<f64>,
 }
 
 /// The admissibility rule's power: for each option a condition rules out or leaves undecided,
-/// its mean accuracy loss, standard deviation and one-sided 95% upper bound, and the groups
-/// (runs per option, where the axis is not paired) at which that bound falls under the budget
-/// with 80% power, at the observed mean and spread ([`groups_under_size`]).
+/// its mean accuracy loss, standard deviation and one-sided 95% upper bound, its catastrophes
+/// and their rate's bound, and the groups (runs per option, where the axis is not paired) at
+/// which both rules pass: the mean rule's with 80% power at the observed mean and spread
+/// ([`groups_under_size`]), the rate rule's at the observed rate ([`runs_under_rate`]), the
+/// larger of the two.
 fn admissibility(campaign: &Campaign, rows: &[Row], s: &Study) -> String {
-    let budget = campaign.settings.accuracy_budget_points;
+    let rules = Rules::of(&campaign.settings);
+    let (budget, rate) = (rules.budget_points, rules.catastrophe_budget_pct);
     let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
     let count = if campaign.settings.paired_axes().iter().any(|a| a == axis) { "groups" } else { "runs per option" };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Admissibility (an option is admissible when it has no failed run and the one-sided 95% upper bound of its mean accuracy loss is under the budget of {budget} accuracy points): for each option a condition rules out or leaves undecided, the {count} at which that upper bound falls under the budget with 80% power (one-sided 0.05, t-based), at the option's observed mean and standard deviation, searched up to {}:\n",
+        "Admissibility (an option is admissible when the one-sided 95% upper bound of its mean accuracy loss is under the budget of {budget} accuracy points and the one-sided 95% Clopper–Pearson upper bound of its catastrophe rate, runs that failed or lost more than {} points, is under {rate}% of runs; a failed run counts as a catastrophe): for each option a condition rules out or leaves undecided, the {count} at which both pass: the mean rule's with 80% power (one-sided 0.05, t-based) at the option's observed mean and standard deviation, searched up to {}, the rate rule's at the option's observed catastrophe rate, the larger of the two:\n",
+        rules.catastrophe_points,
         crate::stats::MAX_GROUPS
     );
     let _ = writeln!(
         out,
-        "| condition | option | why not chosen | runs | mean loss (accuracy points) | sd (accuracy points) | upper bound (accuracy points) | {count} for upper bound < {budget} accuracy points |"
+        "| condition | option | why not chosen | runs | mean loss (accuracy points) | sd (accuracy points) | upper bound (accuracy points) | catastrophes | rate bound (% of runs) | {count} for upper bound < {budget} accuracy points and rate bound < {rate}% |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     let groups = crate::study::group(campaign, rows, axis);
     let mut any = false;
     for (condition, options) in &groups {
         let Some(choice) = s.choices.iter().find(|c| &c.condition == condition) else { continue };
         for (option, runs) in options {
             let Some(why) = why_not_chosen(choice, option) else { continue };
+            let Some((catastrophes, rate_bound)) = rules.catastrophes(runs) else { continue };
             let loss: Vec<f64> = runs.iter().filter_map(|r| acc_points(r)).collect();
-            let u = Unsettled { condition, option, why, runs: runs.len(), failed: runs.iter().filter(|r| failed(r)).count(), loss };
-            let _ = writeln!(out, "{}", admission_line(&u, budget, count));
+            let u = Unsettled { condition, option, why, runs: runs.len(), catastrophes, rate_bound, loss };
+            let _ = writeln!(out, "{}", admission_line(&u, &rules, count));
             any = true;
         }
     }
     if !any {
-        let _ = writeln!(out, "| (every condition decided: no option is ruled out or undecided) | | | | | | | |");
+        let _ = writeln!(out, "| (every condition decided: no option is ruled out or undecided) | | | | | | | | | |");
     }
     out
 }
@@ -153,28 +162,87 @@ fn why_not_chosen(choice: &Choice, option: &str) -> Option<String> {
     Some(reason.unwrap_or_else(|| "ruled out".to_string()))
 }
 
+/// What one rule needs: met now, this many, more than the search, or never (with why).
+enum RuleNeed {
+    Met,
+    Size(Size),
+    Never(String),
+}
+
+impl RuleNeed {
+    fn text(&self) -> String {
+        match self {
+            RuleNeed::Met => "met".into(),
+            RuleNeed::Size(n) => n.to_string(),
+            RuleNeed::Never(why) => format!("not reachable ({why})"),
+        }
+    }
+}
+
+/// The mean rule's need of `u`; `None` with fewer than 2 accuracy losses.
+fn mean_rule(u: &Unsettled, budget: f64) -> Option<RuleNeed> {
+    let upper = upper_bound(&u.loss)?;
+    if upper < budget {
+        return Some(RuleNeed::Met);
+    }
+    let m = mean(&u.loss);
+    Some(match groups_under_size(m, sd(&u.loss)?, budget) {
+        Some(n) => RuleNeed::Size(n),
+        None => RuleNeed::Never(format!("mean {m:.2} accuracy points is not under the budget")),
+    })
+}
+
+/// The rate rule's need of `u`.
+fn rate_rule(u: &Unsettled, rules: &Rules) -> RuleNeed {
+    if u.rate_bound < rules.catastrophe_budget_pct {
+        return RuleNeed::Met;
+    }
+    match runs_under_rate(u.catastrophes, u.runs as u64, rules.catastrophe_budget_pct / 100.0) {
+        Some(n) => RuleNeed::Size(Size::Exactly(n)),
+        None => {
+            RuleNeed::Never(format!("{} of {} runs catastrophic is not under {}%", u.catastrophes, u.runs, rules.catastrophe_budget_pct))
+        }
+    }
+}
+
+/// The larger of two sizes.
+fn larger(a: Size, b: Size) -> Size {
+    match (a, b) {
+        (Size::Exactly(x), Size::Exactly(y)) => Size::Exactly(x.max(y)),
+        (m @ Size::MoreThan(_), _) | (_, m @ Size::MoreThan(_)) => m,
+    }
+}
+
 /// One line of the admissibility table.
-fn admission_line(u: &Unsettled, budget: f64, count: &str) -> String {
+fn admission_line(u: &Unsettled, rules: &Rules, count: &str) -> String {
     let fmt = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |x| format!("{x:.2}"));
     let (m, s, upper) = ((!u.loss.is_empty()).then(|| mean(&u.loss)), sd(&u.loss), upper_bound(&u.loss));
-    let needed = match (m, s, upper) {
-        _ if u.failed > 0 => format!("none: {} of {} runs failed, and a failed run is never admissible", u.failed, u.runs),
-        (_, _, Some(b)) if b < budget => "admissible now".to_string(),
-        (Some(m), Some(s), _) => match groups_under_size(m, s, budget) {
-            Some(n) => format!("{n} {count}"),
-            None => format!("not reachable: mean {m:.2} accuracy points is not under the budget"),
-        },
-        _ => "n/a: fewer than 2 accuracy losses".to_string(),
+    let rate = rate_rule(u, rules);
+    let needed = match mean_rule(u, rules.budget_points) {
+        None => "n/a: fewer than 2 accuracy losses".to_string(),
+        Some(RuleNeed::Met) if matches!(rate, RuleNeed::Met) => "admissible now".to_string(),
+        Some(mean) => {
+            let both = format!("mean rule: {}; rate rule: {}", mean.text(), rate.text());
+            match (&mean, &rate) {
+                (RuleNeed::Never(_), _) | (_, RuleNeed::Never(_)) => format!("not reachable ({both})"),
+                (RuleNeed::Size(a), RuleNeed::Size(b)) => format!("{} {count} ({both})", larger(*a, *b)),
+                (RuleNeed::Size(n), RuleNeed::Met) | (RuleNeed::Met, RuleNeed::Size(n)) => format!("{n} {count} ({both})"),
+                (RuleNeed::Met, RuleNeed::Met) => "admissible now".to_string(),
+            }
+        }
     };
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {needed} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} of {} | {:.1} | {needed} |",
         resilab_text::markdown(u.condition),
         resilab_text::markdown(u.option),
         u.why.replace('|', "\\|"),
         u.runs,
         fmt(m),
         fmt(s),
-        fmt(upper)
+        fmt(upper),
+        u.catastrophes,
+        u.runs,
+        u.rate_bound
     )
 }
 
@@ -224,17 +292,43 @@ mod tests {
     }
 
     #[test]
-    fn an_admission_line_gives_the_groups_under_the_budget_or_why_none() {
-        let u = |loss: Vec<f64>, failed| Unsettled { condition: "c", option: "o", why: "w".into(), runs: 9, failed, loss };
+    fn an_admission_line_gives_the_groups_under_both_budgets_or_why_none() {
+        let rules = Rules { budget_points: 0.5, catastrophe_points: 10.0, catastrophe_budget_pct: 10.0, golden_min_pct: 80.0 };
+        let u = |loss: Vec<f64>, runs: usize, k: u64| Unsettled {
+            condition: "c",
+            option: "o",
+            why: "w".into(),
+            runs,
+            catastrophes: k,
+            rate_bound: 100.0 * crate::stats::rate_upper(k, runs as u64).unwrap(),
+            loss,
+        };
+        let needed = |line: &str| line.rsplit('|').nth(1).unwrap().trim().to_string();
         // Mean 0.3, sd 1, 9 runs: its bound above 0.5 now; (1.645 + 0.842)^2 / 0.2^2 = 155 by the
-        // normal approximation, a little more t-based.
+        // normal approximation, a little more t-based. 0 of 9 catastrophes bound the rate at
+        // 28%: the rate rule needs 29 runs, fewer than the mean rule.
         let spread: Vec<f64> = (0..9).map(|i| 0.3 + if i % 2 == 0 { 1.0 } else { -1.0 } * if i == 8 { 0.0 } else { 1.0 }).collect();
-        let line = admission_line(&u(spread.clone(), 0), 0.5, "groups");
-        let n: u64 = line.rsplit('|').nth(1).unwrap().trim().split(' ').next().unwrap().parse().unwrap();
-        assert!((155..165).contains(&n) && line.ends_with(" groups |"), "{line}");
-        assert!(admission_line(&u(spread, 2), 0.5, "groups").contains("none: 2 of 9 runs failed"));
-        assert!(admission_line(&u(vec![0.7, 0.8, 0.6], 0), 0.5, "groups").contains("not reachable: mean 0.70 accuracy points"));
-        assert!(admission_line(&u(vec![0.1, 0.1, 0.1], 0), 0.5, "groups").contains("admissible now"));
-        assert!(admission_line(&u(vec![0.1], 0), 0.5, "groups").contains("n/a: fewer than 2"));
+        let line = admission_line(&u(spread.clone(), 9, 0), &rules, "groups");
+        let n: u64 = needed(&line).split(' ').next().unwrap().parse().unwrap();
+        assert!(
+            (155..165).contains(&n)
+                && needed(&line).ends_with(" groups (mean rule: {n}; rate rule: 29)".replace("{n}", &n.to_string()).as_str()),
+            "{line}"
+        );
+        assert!(line.contains("| 0 of 9 | 28.3 |"), "{line}");
+        // A failed run no longer rules out by itself: 1 catastrophe in 9 is a rate of 11%, at or
+        // above the budget: no number of runs brings its bound under 10%.
+        let line = admission_line(&u(spread, 9, 1), &rules, "groups");
+        assert!(
+            needed(&line).starts_with("not reachable (mean rule: ") && line.contains("rate rule: not reachable (1 of 9 runs catastrophic"),
+            "{line}"
+        );
+        // A small mean, a rare catastrophe: the rate rule alone sets the runs needed.
+        let line = admission_line(&u(vec![0.1; 30], 30, 1), &rules, "groups");
+        let n = crate::stats::runs_under_rate(1, 30, 0.10).unwrap();
+        assert_eq!(needed(&line), format!("{n} groups (mean rule: met; rate rule: {n})"), "{line}");
+        assert!(admission_line(&u(vec![0.7, 0.8, 0.6], 30, 0), &rules, "groups").contains("mean 0.70 accuracy points is not under"));
+        assert_eq!(needed(&admission_line(&u(vec![0.1, 0.1, 0.1], 30, 0), &rules, "groups")), "admissible now");
+        assert!(admission_line(&u(vec![0.1], 30, 0), &rules, "groups").contains("n/a: fewer than 2"));
     }
 }

@@ -375,8 +375,8 @@ pub(crate) struct BitRow {
 pub(crate) struct ChoiceRow {
     /// The condition: the other axes' coordinates.
     pub(crate) condition: String,
-    /// `lossy_forward`, `reinit = respawn (equal)`, `lossy_forward = rollback` (not separated)
-    /// or `undecided` (nothing admissible).
+    /// `lossy_forward`, `reinit = respawn (equal)`, `lossy_forward = rollback` (not separated),
+    /// `undecided` (nothing admissible) or `undecided: golden run at X%`.
     pub(crate) choice: String,
     /// Whether the data decide the condition.
     pub(crate) decided: bool,
@@ -427,7 +427,7 @@ pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
     ("condition", |r| resilab_text::markdown(&r.condition)),
     ("choice", |r| {
         let choice = resilab_text::markdown(&r.choice);
-        if r.decided || r.choice == "undecided" { choice } else { format!("{choice} (undecided)") }
+        if r.decided || r.choice.starts_with("undecided") { choice } else { format!("{choice} (undecided)") }
     }),
     ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
     ("acc. loss (points)", |r| f(r.acc_loss_pts, 2)),

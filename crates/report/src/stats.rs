@@ -2,10 +2,11 @@
 //! z test with Newcombe's interval for a difference of rates, the exact McNemar test and
 //! Newcombe's paired interval for paired rates, Welch's t test for a difference of means, the
 //! paired t test with the Wilcoxon signed-rank test as its check for paired means, one-sided
-//! upper bounds of a mean (non-inferiority), the groups a paired test needs (t-based), and
-//! Holm's adjustment for the many comparisons of one report. Distributions come from `statrs`.
+//! upper bounds of a mean (non-inferiority), exact Clopper–Pearson bounds of a rate (the tail
+//! risk of a study), the groups a paired test needs (t-based), and Holm's adjustment for the
+//! many comparisons of one report. Distributions come from `statrs`.
 
-use statrs::distribution::{ContinuousCDF, DiscreteCDF, Normal, StudentsT};
+use statrs::distribution::{Beta, ContinuousCDF, DiscreteCDF, Normal, StudentsT};
 
 /// z for 95% confidence.
 pub const Z95: f64 = 1.959_963_984_540_054;
@@ -82,6 +83,88 @@ pub fn newcombe(k1: u64, n1: u64, k2: u64, n2: u64) -> Option<(f64, f64)> {
     let lo = d - ((p2 - l2).powi(2) + (u1 - p1).powi(2)).sqrt();
     let hi = d + ((u2 - p2).powi(2) + (p1 - l1).powi(2)).sqrt();
     Some((lo.max(-1.0), hi.min(1.0)))
+}
+
+/// The exact (Clopper–Pearson) lower confidence bound at level `1 - alpha` of a rate seen `k`
+/// times in `n` trials, as a fraction: the `alpha` quantile of Beta(k, n - k + 1), 0 for
+/// `k = 0`. `k` may be fractional (an observed rate carried to another `n`). `None` unless
+/// `0 <= k <= n`, `n > 0` and `alpha` lies in (0, 1).
+pub fn clopper_pearson_lower(k: f64, n: f64, alpha: f64) -> Option<f64> {
+    if !(n > 0.0 && (0.0..=n).contains(&k) && alpha > 0.0 && alpha < 1.0) {
+        return None;
+    }
+    if k == 0.0 {
+        return Some(0.0);
+    }
+    Beta::new(k, n - k + 1.0).ok().map(|b| b.inverse_cdf(alpha))
+}
+
+/// The exact (Clopper–Pearson) upper confidence bound at level `1 - alpha` of a rate seen `k`
+/// times in `n` trials, as a fraction: the `1 - alpha` quantile of Beta(k + 1, n - k), 1 for
+/// `k = n`; for `k = 0` it is `1 - alpha^(1/n)`. `None` as for [`clopper_pearson_lower`].
+pub fn clopper_pearson_upper(k: f64, n: f64, alpha: f64) -> Option<f64> {
+    if !(n > 0.0 && (0.0..=n).contains(&k) && alpha > 0.0 && alpha < 1.0) {
+        return None;
+    }
+    if k == n {
+        return Some(1.0);
+    }
+    Beta::new(k + 1.0, n - k).ok().map(|b| b.inverse_cdf(1.0 - alpha))
+}
+
+/// The two-sided 95% Clopper–Pearson interval of `k` events in `n` runs, as fractions (each
+/// end at 0.025); `None` for `n = 0` or `k > n`.
+pub fn clopper_pearson(k: u64, n: u64) -> Option<(f64, f64)> {
+    let (k, n) = (k as f64, n as f64);
+    Some((clopper_pearson_lower(k, n, ALPHA / 2.0)?, clopper_pearson_upper(k, n, ALPHA / 2.0)?))
+}
+
+/// The one-sided 95% Clopper–Pearson upper bound of `k` events in `n` runs, a fraction (the
+/// catastrophe-rate rule of a study); `None` for `n = 0` or `k > n`.
+pub fn rate_upper(k: u64, n: u64) -> Option<f64> {
+    clopper_pearson_upper(k as f64, n as f64, ALPHA)
+}
+
+/// The runs at which a rate's one-sided 95% Clopper–Pearson upper bound falls below `budget`
+/// (a fraction), when the rate observed is `k` of `n`: with `k = 0`, the fewest runs whose 0
+/// events bound it there, `floor(ln 0.05 / ln(1 - budget)) + 1` (59 for 5%); else the fewest
+/// runs at which the same observed rate `k/n` (events carried as a fraction) is bounded under
+/// it, searched by doubling from `n` and bisecting, up to [`MAX_GROUPS`]. `None` when the rate
+/// is at or above the budget (no number of runs reaches it), beyond the search, or for a
+/// budget outside (0, 1].
+pub fn runs_under_rate(k: u64, n: u64, budget: f64) -> Option<u64> {
+    if !(budget > 0.0 && budget <= 1.0) || n == 0 || k > n {
+        return None;
+    }
+    if k == 0 {
+        if budget >= 1.0 {
+            return Some(1);
+        }
+        let x = ALPHA.ln() / (1.0 - budget).ln();
+        return (x < MAX_GROUPS as f64).then(|| x.floor() as u64 + 1);
+    }
+    let p = k as f64 / n as f64;
+    if p >= budget {
+        return None;
+    }
+    let under = |m: u64| clopper_pearson_upper(p * m as f64, m as f64, ALPHA).is_some_and(|u| u < budget);
+    if under(n) {
+        return Some(n);
+    }
+    let (mut lo, mut hi) = (n, n);
+    while !under(hi) {
+        if hi >= MAX_GROUPS {
+            return None;
+        }
+        lo = hi;
+        hi = hi.saturating_mul(2).min(MAX_GROUPS);
+    }
+    // Not under at lo, under at hi.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if under(mid) { hi = mid } else { lo = mid }
+    }
+    Some(hi)
 }
 
 /// The mean of `v` and its 95% Student t interval; `None` for fewer than two values or a
@@ -563,6 +646,46 @@ mod tests {
         // Rates at the ends still give an interval with width, inside [-1, 1].
         let (lo, hi) = newcombe(0, 30, 30, 30).unwrap();
         assert!(lo > 0.8 && lo < 1.0 && hi == 1.0, "{lo} {hi}");
+    }
+
+    #[test]
+    fn clopper_pearson_matches_published_and_closed_form_values() {
+        // Newcombe (1998), table I, method 5 (exact): 81/263 gives 0.2527 to 0.3676.
+        let (lo, hi) = clopper_pearson(81, 263).unwrap();
+        assert!(close(lo, 0.2527, 5e-5) && close(hi, 0.3676, 5e-5), "{lo} {hi}");
+        // 0 of 30: the one-sided 95% upper bound is 1 - 0.05^(1/30) = 9.503%; two-sided, the
+        // upper end is 1 - 0.025^(1/30) and the lower 0. n of n mirrors it.
+        assert!(close(rate_upper(0, 30).unwrap(), 1.0 - 0.05f64.powf(1.0 / 30.0), 1e-12));
+        let (lo, hi) = clopper_pearson(0, 30).unwrap();
+        assert!(lo == 0.0 && close(hi, 1.0 - 0.025f64.powf(1.0 / 30.0), 1e-12), "{hi}");
+        let (lo, hi) = clopper_pearson(30, 30).unwrap();
+        assert!(close(lo, 0.025f64.powf(1.0 / 30.0), 1e-12) && hi == 1.0, "{lo}");
+        // 1 of 30 and 5 of 20: the binomial tails solved by bisection (exact sums in Python):
+        // one-sided upper 0.148596; two-sided 0.086571 to 0.491046.
+        assert!(close(rate_upper(1, 30).unwrap(), 0.148596, 1e-6), "{:?}", rate_upper(1, 30));
+        let (lo, hi) = clopper_pearson(5, 20).unwrap();
+        assert!(close(lo, 0.086571, 1e-6) && close(hi, 0.491046, 1e-6), "{lo} {hi}");
+        assert!(close(clopper_pearson_lower(5.0, 20.0, 0.05).unwrap(), 0.104081, 1e-6));
+        assert_eq!((clopper_pearson(1, 0), rate_upper(4, 3)), (None, None));
+        // Exact bounds are wider than Wilson's at the ends.
+        assert!(rate_upper(0, 30).unwrap() > 0.0 && clopper_pearson(0, 30).unwrap().1 > wilson(0, 30).unwrap().1);
+    }
+
+    #[test]
+    fn the_runs_a_rate_needs_under_its_budget() {
+        // 0 events bound a rate under 5% from 59 runs (ln 0.05 / ln 0.95 = 58.4), under 10%
+        // from 29 (28.4): 0 of 30 shows 10%, 0 of 28 does not.
+        assert_eq!(runs_under_rate(0, 30, 0.05), Some(59));
+        assert_eq!(runs_under_rate(0, 30, 0.10), Some(29));
+        assert!(rate_upper(0, 29).unwrap() < 0.10 && rate_upper(0, 28).unwrap() >= 0.10);
+        // 1 of 30 (3.3%) under 10%: the fewest runs at which the same rate is bounded there,
+        // and one fewer is not.
+        let n = runs_under_rate(1, 30, 0.10).unwrap();
+        let at = |m: u64| clopper_pearson_upper(m as f64 / 30.0, m as f64, ALPHA).unwrap();
+        assert!(n > 30 && at(n) < 0.10 && at(n - 1) >= 0.10, "{n}");
+        // Already under: the runs at hand; at or above the budget: none.
+        assert_eq!(runs_under_rate(1, 100, 0.10), Some(100));
+        assert_eq!((runs_under_rate(3, 30, 0.10), runs_under_rate(4, 30, 0.10)), (None, None));
     }
 
     #[test]

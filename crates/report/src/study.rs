@@ -17,14 +17,15 @@ use std::path::{Path, PathBuf};
 use resilab_campaign::{Campaign, Hypothesis, HypothesisMetric, Row, Status};
 use serde::Serialize;
 
-pub use crate::choice::{Choice, Needed};
+pub use crate::choice::{Choice, Needed, Rules};
 use crate::md::md_table;
 pub use crate::measures::{HypothesisTest, StudyCell};
 use crate::measures::{
-    acc_points, failed, final_acc_pct, means, overhead_pct, paired_means, paired_rates, pairs, rates, reached, time_to_acc_pct,
+    acc_points, catastrophic, failed, final_acc_pct, means, overhead_pct, paired_means, paired_rates, pairs, rates, reached,
+    time_to_acc_pct,
 };
 use crate::rows::{CHOICE_TABLE, ChoiceRow};
-use crate::stats::{ALPHA, holm, holm_first_level, mean_interval, wilson};
+use crate::stats::{ALPHA, clopper_pearson, holm, holm_first_level, mean_interval, wilson};
 use crate::{Error, Pareto, ParetoPoint, Result};
 
 /// What the study wrote.
@@ -82,7 +83,15 @@ pub(crate) fn group<'a>(campaign: &Campaign, rows: &'a [Row], axis: &str) -> Gro
     out
 }
 
-fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
+/// `k` of `n` as a share in % with its two-sided 95% Clopper–Pearson interval; all `None` for
+/// `n = 0`.
+fn exact_share(k: usize, n: usize) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let cp = clopper_pearson(k as u64, n as u64);
+    ((n > 0).then(|| 100.0 * k as f64 / n as f64), cp.map(|x| 100.0 * x.0), cp.map(|x| 100.0 * x.1))
+}
+
+/// One option's cell; a run losing more than `catastrophe_points` (or failing) is a catastrophe.
+fn cell(condition: &str, option: &str, rows: &[&Row], catastrophe_points: f64) -> StudyCell {
     let of = |f: fn(&Row) -> Option<f64>| mean_interval(&rows.iter().filter_map(|r| f(r)).collect::<Vec<f64>>());
     let (a, o, fa, tt) = (of(acc_points), of(overhead_pct), of(final_acc_pct), of(time_to_acc_pct));
     let seeds: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.seed).collect();
@@ -90,6 +99,11 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
     let w = wilson(k as u64, rows.len() as u64);
     let nf = rows.iter().filter(|r| failed(r)).count();
     let wf = wilson(nf as u64, rows.len() as u64);
+    let losses: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+    let over = losses.iter().filter(|&&l| l > 1.0).count();
+    let (over_pct, over_lo, over_hi) = exact_share(over, losses.len());
+    let cat = rows.iter().filter(|r| catastrophic(r, catastrophe_points)).count();
+    let (cat_pct, cat_lo, cat_hi) = exact_share(cat, rows.len());
     StudyCell {
         condition: condition.to_string(),
         option: option.to_string(),
@@ -102,6 +116,14 @@ fn cell(condition: &str, option: &str, rows: &[&Row]) -> StudyCell {
         acc_loss: a.map(|x| x.0),
         acc_loss_lo: a.map(|x| x.1.0),
         acc_loss_hi: a.map(|x| x.1.1),
+        loss_over_1pt: over,
+        loss_over_1pt_pct: over_pct,
+        loss_over_1pt_lo: over_lo,
+        loss_over_1pt_hi: over_hi,
+        catastrophic: cat,
+        catastrophic_pct: cat_pct,
+        catastrophic_lo: cat_lo,
+        catastrophic_hi: cat_hi,
         sim_overhead: o.map(|x| x.0),
         sim_overhead_lo: o.map(|x| x.1.0),
         sim_overhead_hi: o.map(|x| x.1.1),
@@ -142,7 +164,9 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
     let hs = &campaign.settings.hypotheses;
     let axis = hs.first()?.axis.clone();
     let groups = group(campaign, rows, &axis);
-    let cells: Vec<StudyCell> = groups.iter().flat_map(|(c, opts)| opts.iter().map(move |(o, rs)| cell(c, o, rs))).collect();
+    let rules = Rules::of(&campaign.settings);
+    let cells: Vec<StudyCell> =
+        groups.iter().flat_map(|(c, opts)| opts.iter().map(move |(o, rs)| cell(c, o, rs, rules.catastrophe_points))).collect();
     let paired = campaign.settings.paired_axes();
     let mut tests = Vec::new();
     for h in hs {
@@ -163,8 +187,7 @@ pub fn study(campaign: &Campaign, rows: &[Row]) -> Option<Study> {
         }
         .to_string();
     }
-    let budget = campaign.settings.accuracy_budget_points;
-    let choices = groups.iter().map(|(c, opts)| crate::choice::choose(c, opts, budget, paired.contains(&axis))).collect();
+    let choices = groups.iter().map(|(c, opts)| crate::choice::choose(c, opts, &rules, paired.contains(&axis))).collect();
     Some(Study { cells, tests, choices })
 }
 
@@ -181,19 +204,21 @@ fn detectable_range(of: &[&HypothesisTest], unit: &str) -> String {
 }
 
 /// The rules of the "which strategy when" table, as `report.md` states them beside it.
-fn choice_rules(budget: f64, paired: bool) -> String {
+fn choice_rules(rules: &Rules, paired: bool) -> String {
     let cost_test = if paired {
         "the paired t test of the per-group differences (runs that share a training seed and repetition met the same faults)"
     } else {
         "Welch's t test (the runs of different options are not paired)"
     };
     let groups = if paired { "groups (training seed and repetition, one run of every option each)" } else { "runs per option" };
+    let (budget, cat, rate, floor) = (rules.budget_points, rules.catastrophe_points, rules.catastrophe_budget_pct, rules.golden_min_pct);
+    let zero = crate::stats::runs_under_rate(0, 1, rate / 100.0).map_or_else(|| "no number of".to_string(), |n| n.to_string());
     format!(
-        "Generated from the runs (`which_strategy.csv`), in each condition:\n\n\
-         - **Admissible**: an option with no failed run whose one-sided 95% upper bound (Student t) of the mean accuracy loss against the golden run (runs that completed, points) is below the budget of {budget} points (non-inferiority). A failed run (its strategy gave up) is its own class: it has no accuracy loss and no overhead.\n\
+        "Generated from the runs (`which_strategy.csv`), in each condition, under two budgets: a mean accuracy loss of {budget} points and a catastrophe rate of {rate}% of runs (a catastrophe: a run that failed or lost more than {cat} points).\n\n\
+         - **Admissible**: an option that passes both rules. *Mean rule*: the one-sided 95% upper bound (Student t) of its mean accuracy loss against the golden run (runs that completed, points) is below {budget} points (non-inferiority). *Catastrophe-rate rule*: the one-sided 95% Clopper–Pearson upper bound of its catastrophe rate is below {rate}% ({zero} runs without a catastrophe show it; `cells_study.csv` gives each rate with its exact interval). A failed run (its strategy gave up) has no accuracy loss and no overhead; it counts as a catastrophe, and no longer rules an option out by itself.\n\
          - **Cheaper**: the admissible options are ordered by mean simulated overhead; an option is shown to cost more than the cheapest when {cost_test} gives p < {ALPHA} after Holm's adjustment over that condition's cost comparisons (the cheapest against each other admissible option: that family, per condition).\n\
-         - **Choice**: the cheapest together with every admissible option not shown to cost more, joined by `=`. Options identical to the cheapest in every group (runs matched by training seed and repetition, each difference of overhead and accuracy loss exactly 0) read `(equal)`, and the condition is decided; any other option left beside the cheapest leaves it *undecided*.\n\
-         - **Undecided**: *groups needed* is what a power calculation (80% power, from the observed standard deviations) says would decide it, in {groups}: with nothing admissible, what the most promising option without failed runs needs for its upper bound to fall under the budget (one-sided 0.05, t-based), `not reachable` when its mean loss is at or above the budget; with costs not separated, what the cost test of the cheapest two needs at Holm's strictest level of the condition ({ALPHA}/m for m cost comparisons; t-based for a paired test, normal approximation for Welch's), `not reachable` when their overheads do not differ at all.\n"
+         - **Choice**: the cheapest together with every admissible option not shown to cost more, joined by `=`. Options identical to the cheapest in every group (runs matched by training seed and repetition, each difference of overhead and accuracy loss exactly 0) read `(equal)`, and the condition is decided; any other option left beside the cheapest leaves it *undecided*. A condition whose lowest golden accuracy is below {floor}% reads `undecided: golden run at X%`: a reference that did not learn decides nothing.\n\
+         - **Undecided**: *groups needed* is what would decide it, in {groups}: with nothing admissible, what the most promising option needs for both rules to pass, the larger of the mean rule's (80% power from the observed standard deviation, one-sided 0.05, t-based; `not reachable` when its mean loss is at or above the budget) and the rate rule's (the runs at which the same observed catastrophe rate is bounded under its budget; `not reachable` when the rate is at or above it); with costs not separated, what the cost test of the cheapest two needs at Holm's strictest level of the condition ({ALPHA}/m for m cost comparisons; t-based for a paired test, normal approximation for Welch's), `not reachable` when their overheads do not differ at all.\n"
     )
 }
 
@@ -218,13 +243,13 @@ fn test_rules(campaign: &Campaign, s: &Study) -> String {
 /// The study's section of `report.md`.
 pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     let mut md = String::new();
-    let budget = campaign.settings.accuracy_budget_points;
+    let rules = Rules::of(&campaign.settings);
     let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
     let _ = match axis {
         "recovery.strategy" => writeln!(md, "\n## Which strategy when\n"),
         other => writeln!(md, "\n## Which {} option when\n", resilab_text::markdown(other)),
     };
-    md.push_str(&choice_rules(budget, campaign.settings.paired_axes().iter().any(|a| a == axis)));
+    md.push_str(&choice_rules(&rules, campaign.settings.paired_axes().iter().any(|a| a == axis)));
     md.push('\n');
     let rows: Vec<ChoiceRow> = s.choices.iter().map(ChoiceRow::of).collect();
     md_table(&mut md, &[], &CHOICE_TABLE.iter().collect::<Vec<_>>(), rows.iter().map(|r| (Vec::new(), r)));
@@ -252,7 +277,7 @@ pub fn markdown(campaign: &Campaign, s: &Study) -> String {
     }
     let _ = writeln!(
         md,
-        "\nEvery test with its interval, adjusted p and (paired means) Wilcoxon p is in `comparisons.csv`; per option and condition, the failed share, accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time*.png` each condition's test accuracy against simulated time."
+        "\nEvery test with its interval, adjusted p and (paired means) Wilcoxon p is in `comparisons.csv`; per option and condition, the failed share, the shares losing more than 1 point and of catastrophes (exact intervals), accuracy loss and overhead with 95% intervals are in `cells_study.csv`; `plots/pareto_*.png` show them per condition, and `plots/accuracy_time*.png` each condition's test accuracy against simulated time."
     );
     md
 }
@@ -457,7 +482,12 @@ system_mtbf_steps = 5
         assert!((none.failed_pct.unwrap() - 100.0 / 3.0).abs() < 1e-9 && none.failed_lo.unwrap() > 0.0);
         assert!((none.sim_overhead.unwrap() - 5.0).abs() < 1e-9, "{none:?}");
         assert!((none.acc_loss.unwrap() - 3.0).abs() < 1e-9, "{none:?}");
-        assert!(s.choices[0].ruled_out.contains(&"none (failed runs)".to_string()), "{:?}", s.choices[0]);
+        // Its failed runs count as catastrophes (10 of 30), beside its mean loss.
+        assert!(
+            s.choices[0].ruled_out.iter().any(|r| r.starts_with("none (upper bound 3.00 > 0.5 pt; catastrophes 10/30: rate bound ")),
+            "{:?}",
+            s.choices[0]
+        );
         // cells.csv's cell means leave the failed runs out too.
         let owned: Vec<Row> = rows.iter().filter(|r| r.coords["recovery.strategy"] == "none").cloned().collect();
         let cell = crate::metrics::cells(&owned, |_| 0.25, 0.5);
@@ -526,7 +556,10 @@ system_mtbf_steps = 5
         let s = study(&campaign(""), &rows).unwrap();
         let c = &s.choices[0];
         assert_eq!((c.choice.as_str(), c.decided, c.chosen.len()), ("undecided", false, 0), "{c:?}");
-        assert_eq!(c.needed_for, "rollback under the budget", "{c:?}");
+        assert!(
+            c.needed_for.starts_with("rollback under both budgets (mean rule: ") && c.needed_for.ends_with("; rate rule: met)"),
+            "{c:?}"
+        );
         assert!(matches!(c.groups_needed, Needed::Groups(n) if n > 30), "{c:?}");
         assert_eq!(c.ruled_out.len(), 4, "{c:?}");
         // Every mean loss at or above the budget: not reachable.
@@ -539,6 +572,10 @@ system_mtbf_steps = 5
         let md = markdown(&campaign(""), &study(&campaign(""), &rows).unwrap());
         for rule in [
             "**Admissible**",
+            "a mean accuracy loss of 0.5 points and a catastrophe rate of 10% of runs",
+            "lost more than 10 points",
+            "Clopper–Pearson upper bound of its catastrophe rate is below 10% (29 runs without a catastrophe show it",
+            "below 80% reads `undecided: golden run at X%`",
             "one-sided 95% upper bound",
             "**Cheaper**",
             "paired t test",
@@ -555,5 +592,75 @@ system_mtbf_steps = 5
         let cost = line("rollback costs less than checkpoint-restart");
         assert!(cost.ends_with(" % of golden time."), "{cost}");
         assert!(line("rollback fails less than none").ends_with(" % of runs."), "{md}");
+    }
+
+    /// Rows where lossy forward is cheapest and every option's loss is small; `f` alters them.
+    fn calm(f: impl Fn(&mut Row)) -> Vec<Row> {
+        let mut rows =
+            rows(|g| [(1.0, 5.0), (30.0, 0.0), (10.0 + noise(g, 1), 0.01 * noise(g, 2)), (5.0 + noise(g, 3), 0.01 * noise(g, 4))]);
+        for r in &mut rows {
+            r.metrics.failed = Some(false);
+            f(r);
+        }
+        rows
+    }
+
+    fn lossy_group(r: &Row, g: u64) -> bool {
+        r.coords["recovery.strategy"] == "lossy_forward" && r.index == g
+    }
+
+    #[test]
+    fn no_catastrophe_in_30_is_admissible_at_10_pct_and_one_is_not() {
+        let c = &study(&campaign(""), &calm(|_| ())).unwrap().choices[0];
+        assert_eq!((c.choice.as_str(), c.decided), ("lossy_forward", true), "0 of 30: bound 9.5% < 10%: {c:?}");
+        let s = study(&campaign(""), &calm(|r| r.metrics.failed = Some(lossy_group(r, 7)))).unwrap();
+        let c = &s.choices[0];
+        assert_eq!(c.choice, "rollback", "{c:?}");
+        assert!(c.ruled_out.contains(&"lossy_forward (catastrophes 1/30: rate bound 14.9% >= 10%)".to_string()), "{c:?}");
+        let cell = s.cells.iter().find(|c| c.option == "lossy_forward").unwrap();
+        assert_eq!((cell.catastrophic, cell.loss_over_1pt), (1, 0), "{cell:?}");
+        assert!((cell.catastrophic_pct.unwrap() - 100.0 / 30.0).abs() < 1e-9 && cell.catastrophic_lo.unwrap() > 0.0, "{cell:?}");
+        // Two-sided, 1 of 30: 0.084% to 17.2% (the binomial tails solved by bisection).
+        assert!((cell.catastrophic_hi.unwrap() - 17.2169).abs() < 1e-3, "{cell:?}");
+    }
+
+    #[test]
+    fn a_rare_catastrophe_with_a_small_mean_rules_out_by_its_rate() {
+        // Catastrophes above 2 points: one run of lossy forward loses 2.5, the mean stays under
+        // the budget with its bound (0.23 < 0.5), the rate bound does not (14.9%).
+        let rows = calm(|r| {
+            if lossy_group(r, 4) {
+                r.metrics.acc_loss = Some(0.025);
+            }
+        });
+        let s = study(&campaign("catastrophe_points = 2"), &rows).unwrap();
+        let lossy = s.cells.iter().find(|c| c.option == "lossy_forward").unwrap();
+        assert!(lossy.acc_loss_hi.unwrap() < 0.5 && lossy.loss_over_1pt == 1 && lossy.catastrophic == 1, "{lossy:?}");
+        let c = &s.choices[0];
+        assert_eq!(c.choice, "rollback", "{c:?}");
+        assert!(c.ruled_out.contains(&"lossy_forward (catastrophes 1/30: rate bound 14.9% >= 10%)".to_string()), "{c:?}");
+    }
+
+    #[test]
+    fn a_rate_budget_of_5_pct_needs_59_groups_without_a_catastrophe() {
+        let s = study(&campaign("catastrophe_budget_pct = 5"), &calm(|_| ())).unwrap();
+        let c = &s.choices[0];
+        assert_eq!((c.choice.as_str(), c.decided, c.groups_needed), ("undecided", false, Needed::Groups(59)), "{c:?}");
+        assert!(c.needed_for.ends_with("under both budgets (mean rule: met; rate rule: 59)"), "{c:?}");
+        assert!(c.ruled_out.iter().all(|r| r.contains("catastrophes 0/30: rate bound 9.5% >= 5%")), "{c:?}");
+    }
+
+    #[test]
+    fn a_condition_whose_golden_run_did_not_learn_is_undecided() {
+        let rows = calm(|r| r.metrics.golden_acc = Some(if r.index == 3 { 0.407 } else { 0.9 }));
+        let s = study(&campaign(""), &rows).unwrap();
+        let c = &s.choices[0];
+        assert_eq!((c.choice.as_str(), c.decided, c.chosen.len()), ("undecided: golden run at 40.7%", false, 0), "{c:?}");
+        assert_eq!((c.groups_needed, c.needed_for.as_str()), (Needed::NotReachable, "a golden run of at least 80%"), "{c:?}");
+        let md = markdown(&campaign(""), &s);
+        assert!(md.contains("| undecided: golden run at 40.7% |"), "{md}");
+        // At or above the floor, the runs decide.
+        let rows = calm(|r| r.metrics.golden_acc = Some(0.8));
+        assert_eq!(study(&campaign(""), &rows).unwrap().choices[0].choice, "lossy_forward");
     }
 }
