@@ -146,7 +146,8 @@ pub struct Cell {
     /// Mean accuracy loss vs golden (points), [`acc_loss_pts`] over the runs that have one:
     /// those that completed (a failed run has none), collapsed ones included.
     pub acc_loss: Option<f64>,
-    /// Mean time overhead vs golden (%), measured wall time, over runs that completed.
+    /// Mean time overhead vs golden (%), measured wall time, over runs that completed and took
+    /// no cached steps ([`wall_overhead_frac`]); none when every run took some.
     pub time_overhead_pct: Option<f64>,
     /// Mean overhead in simulated time vs golden (%), over runs that completed (a failed run has
     /// none, never a negative one).
@@ -240,6 +241,17 @@ pub fn classify_replicas(nev: bool, min: f64, max: f64, golden: f64, chance: f64
 /// loss and no overhead; it is counted as a failure (`failed_pct`).
 pub fn failed(r: &Row) -> bool {
     r.metrics.failed == Some(true)
+}
+
+/// A run's wall-time overhead against its golden run, a fraction (`time_overhead_frac`); none
+/// for a run that took cached fault-free steps (`shortcut_prefix_steps` or
+/// `shortcut_remainder_steps` above 0: docs/campaigns.md, "Shortcuts"), whose wall time lacks
+/// steps the golden run's includes, so that the difference would reflect the cache and not a
+/// cost. The report applies it to every row, so re-reporting runs recorded before the runner
+/// left it out gives none too, never a negative overhead made by the cache.
+pub fn wall_overhead_frac(r: &Row) -> Option<f64> {
+    let cached = r.metrics.shortcut_prefix_steps.unwrap_or(0) + r.metrics.shortcut_remainder_steps.unwrap_or(0);
+    r.metrics.time_overhead.filter(|_| cached == 0)
 }
 
 /// The accuracy loss of one run against its golden run, in points (`golden - final`): the one
@@ -445,7 +457,7 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
         nev_vs_ev: String::new(),
         worst_margin_pct: 100.0 * margin(0.5, n),
         acc_loss: mean(&ok.iter().filter_map(|r| acc_loss_pts(r)).collect::<Vec<_>>()),
-        time_overhead_pct: mean(&completed(&|r| r.metrics.time_overhead.map(|t| 100.0 * t))),
+        time_overhead_pct: mean(&completed(&|r| wall_overhead_frac(r).map(|t| 100.0 * t))),
         sim_overhead_pct: mean(&completed(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t))),
         steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
         steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
@@ -516,6 +528,27 @@ mod tests {
                 ..Metrics::default()
             },
         }
+    }
+
+    #[test]
+    fn a_run_that_took_cached_steps_has_no_wall_overhead() {
+        let timed = |prefix: u64, remainder: u64, overhead: f64| {
+            let mut r = row("a", "r", Status::Ok, 0.8, false, false);
+            (r.metrics.shortcut_prefix_steps, r.metrics.shortcut_remainder_steps) = (Some(prefix), Some(remainder));
+            r.metrics.time_overhead = Some(overhead);
+            r
+        };
+        // The cache made these runs 60% faster than their golden run: no overhead, not -60%.
+        for r in [timed(12, 0, -0.6), timed(0, 3, -0.6)] {
+            assert_eq!(wall_overhead_frac(&r), None, "{:?}", r.metrics);
+            assert_eq!(cells(&[r], |_| 0.1, 0.5)[0].time_overhead_pct, None);
+        }
+        // Without cached steps (or rows without the columns) the measured overhead stands.
+        let c = cells(&[timed(0, 0, 0.25), timed(12, 0, -0.6)], |_| 0.1, 0.5);
+        assert!(c[0].time_overhead_pct.is_some_and(|t| (t - 25.0).abs() < 1e-9), "{:?}", c[0].time_overhead_pct);
+        let mut old = timed(0, 0, 0.1);
+        (old.metrics.shortcut_prefix_steps, old.metrics.shortcut_remainder_steps) = (None, None);
+        assert_eq!(wall_overhead_frac(&old), Some(0.1));
     }
 
     #[test]

@@ -196,7 +196,9 @@ pub struct Summary {
     pub golden: Option<crate::golden::Golden>,
     /// Golden final test accuracy minus this run's.
     pub acc_loss_vs_golden: Option<f64>,
-    /// `(wall_s - golden wall_s) / golden wall_s`.
+    /// `(wall_s - golden wall_s) / golden wall_s`; absent for a run that failed or took cached
+    /// steps (`shortcut_prefix_steps` or `shortcut_remainder_steps` above 0), whose wall time
+    /// reflects the cache, not a cost.
     pub time_overhead_vs_golden: Option<f64>,
     /// Distance of the final parameters from the golden run's.
     pub final_param_distance: Option<f64>,

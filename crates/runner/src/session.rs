@@ -673,7 +673,12 @@ impl<'a> Session<'a> {
             collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
             final_state_extreme: health != Health::Sound,
             acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
-            time_overhead_vs_golden: self.golden.as_ref().filter(|_| !t.failed).map(|g| (wall_s - g.wall_s) / g.wall_s),
+            // Cached steps make the wall time no cost: none then (docs/metrics.md).
+            time_overhead_vs_golden: self
+                .golden
+                .as_ref()
+                .filter(|_| !t.failed && self.shortcut_prefix == 0 && self.shortcut_remainder == 0)
+                .map(|g| (wall_s - g.wall_s) / g.wall_s),
             final_param_distance: self.final_distance,
             golden: self.golden,
             provenance: self.opts.provenance.clone(),

@@ -33,11 +33,11 @@ impl Summary {
             ));
             if let (Some(g), Some(loss)) = (&s.golden, s.acc_loss_vs_golden) {
                 lines.push(format!(
-                    "golden run: test accuracy {:.4} ({:+.4} here), wall {:.1} s ({:+.1}% here); {}",
+                    "golden run: test accuracy {:.4} ({:+.4} here), wall {:.1} s ({} here); {}",
                     g.final_test_acc,
                     -loss,
                     g.wall_s,
-                    100.0 * s.time_overhead_vs_golden.unwrap_or(0.0),
+                    s.time_overhead_vs_golden.map_or_else(|| "n/a".to_string(), |t| format!("{:+.1}%", 100.0 * t)),
                     g.dir.display()
                 ));
             }
