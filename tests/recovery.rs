@@ -292,6 +292,8 @@ fn the_simulated_clock_charges_each_strategy_what_it_did_after_a_crash() {
     assert_eq!(f(&lossy, "simulated_transfer_s"), f(&rollback, "simulated_transfer_s"));
     let restart = go("checkpoint_restart");
     assert_eq!(f(&restart, "simulated_relaunch_s"), 0.5, "one relaunch");
+    // A process died: the restart relaunches the job, even though in-place reloads are on.
+    assert_eq!((restart["relaunches"].as_u64(), restart["in_place_reloads"].as_u64()), (Some(1), Some(0)), "{restart}");
     // Every strategy that goes on waits once for the failure detector. Rollback and lossy
     // forward rebuild the communicator twice (without worker 1, then with its respawn);
     // checkpoint-restart's relaunch sets up a new one.
@@ -302,6 +304,44 @@ fn the_simulated_clock_charges_each_strategy_what_it_did_after_a_crash() {
     assert!(lost > 0.3 * step_s && lost < 0.7 * step_s, "{lost} vs a step of {step_s}");
     assert_eq!(f(&restart, "simulated_transfer_s"), 0.0, "every worker reloads the checkpoint");
     assert!(f(&restart, "simulated_s") > f(&rollback, "simulated_s") && f(&rollback, "simulated_s") > f(&lossy, "simulated_s"));
+}
+
+/// A silent flip (worker 1's weights at step 5, no NaN) found by the replica digests at the
+/// same step, while every process is alive: checkpoint-restart reloads the step-3 checkpoint in
+/// place (the read and the lost step charged, no relaunch), as real jobs do. With
+/// `recovery.in_place_reload = false` the same restart relaunches the job, and costs exactly one
+/// relaunch more.
+#[test]
+fn a_silent_flip_found_by_the_digests_reloads_the_checkpoint_in_place_without_a_relaunch() {
+    let dir = tempfile::tempdir().unwrap();
+    let detect = "[detect]\ndivergence_every = 5\n";
+    let silent = "[[fault]]\ntarget = \"weights\"\nat_step = 5\nworker = 1\ninjection_tries = 10\nfirst_bit = 20\nlast_bit = 30\nlocations_to_corrupt = [\"model/layer1\"]\n";
+    let go =
+        |name: &str, extra: &str| train_with(dir.path(), name, "", &format!("{silent}\n{}\n{detect}", under("checkpoint_restart", extra)));
+    let f = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k}: {s}"));
+    let counts = |s: &serde_json::Value| (s["relaunches"].as_u64(), s["in_place_reloads"].as_u64());
+    let alive = go("in-place", "");
+    assert_eq!(alive["status"], "completed", "{alive}");
+    assert_eq!(alive["detections"][0]["kind"], "replica_divergence", "{}", alive["detections"]);
+    assert_eq!((&alive["restarts"][0]["at_step"], &alive["restarts"][0]["to_step"]), (&5.into(), &3.into()));
+    assert_eq!(counts(&alive), (Some(0), Some(1)), "{alive}");
+    assert_eq!(f(&alive, "simulated_relaunch_s"), 0.0, "no process died: no relaunch");
+    assert_eq!((f(&alive, "simulated_detect_s"), f(&alive, "simulated_rebuild_s")), (0.0, 0.0), "found by a check, not a timeout");
+    // The reload reads the checkpoint at storage bandwidth: one read of the state beside the
+    // writes, each as long as the golden run's writes.
+    let golden = train_with(dir.path(), "golden", "", &format!("[parallel.compute]\ngflops = 20.0\n\n{detect}"));
+    let write_s = f(&golden, "simulated_storage_s") / f(&golden, "checkpoints");
+    let storage = f(&alive, "simulated_storage_s");
+    let expected = (f(&alive, "checkpoints") + 1.0) * write_s;
+    assert!(write_s > 0.0 && (storage - expected).abs() < 1e-9 * expected, "{storage} vs {expected}");
+    assert!(f(&alive, "simulated_s") > f(&golden, "simulated_s") + write_s, "the read and the lost step are charged");
+    // A runtime that cannot reload in place relaunches for the same restart.
+    let relaunched = go("relaunched", "in_place_reload = false\n");
+    assert_eq!(counts(&relaunched), (Some(1), Some(0)), "{relaunched}");
+    assert_eq!(f(&relaunched, "simulated_relaunch_s"), 0.5);
+    let more = f(&relaunched, "simulated_s") - f(&alive, "simulated_s");
+    assert!((more - 0.5).abs() < 1e-9, "one relaunch more: {more}");
+    assert_eq!(relaunched["final_params_digest"], alive["final_params_digest"], "the same training either way");
 }
 
 /// Rollback keeps one step's copy. A silent flip (worker 1's weights at step 2, no NaN) found

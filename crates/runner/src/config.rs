@@ -168,6 +168,12 @@ pub fn default_relaunch_s() -> f64 {
     300.0
 }
 
+/// `recovery.in_place_reload` when the configuration gives none: a job that is alive reloads
+/// a checkpoint in place.
+pub fn default_in_place_reload() -> bool {
+    true
+}
+
 /// The `[recovery]` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -194,12 +200,22 @@ pub struct RecoveryConfig {
     /// (NSDI'24, docs/recovery.md).
     #[serde(default = "default_rebuild_s")]
     pub rebuild_s: f64,
-    /// Simulated seconds to relaunch the job at every restart from a checkpoint
-    /// (checkpoint-restart and reinit: rescheduling, process start, communicator setup),
-    /// charged after the detection and before the checkpoint read. Default 300: DLRover's
-    /// measured recovery of thousand-GPU jobs (docs/recovery.md).
+    /// Simulated seconds to relaunch the job (rescheduling, process start, communicator
+    /// setup) at a restart from a checkpoint after a process died: a crash under
+    /// checkpoint-restart (or a fallback to a checkpoint), or a worker lost for good under
+    /// `reinit`; charged after the detection and before the checkpoint read. A restart while
+    /// every process is alive reloads in place instead (`in_place_reload`). Default 300:
+    /// DLRover's measured recovery of thousand-GPU jobs (docs/recovery.md).
     #[serde(default = "default_relaunch_s")]
     pub relaunch_s: f64,
+    /// A restart from a checkpoint while the job is alive (damage found by a check: a silent
+    /// flip in the replicas' digests, a NaN/Inf, a loss spike) reloads the checkpoint in the
+    /// running processes: the read and the steps since the checkpoint, no relaunch (`true`,
+    /// default, as real jobs do). `false`: the runtime cannot reload in place, so every restart
+    /// from a checkpoint relaunches the job (`relaunch_s`), as resilab did before; for
+    /// reproducing earlier numbers.
+    #[serde(default = "default_in_place_reload")]
+    pub in_place_reload: bool,
     /// What the job does once a worker is lost for good (`[[fault]]` crashes with
     /// `permanent = true`), after the step's own recovery: `respawn` (default: a spare takes
     /// its place as a copy of a healthy replica), `reinit` (every worker restarts from the
@@ -228,6 +244,7 @@ impl Default for RecoveryConfig {
     }
 }
 
+            in_place_reload: default_in_place_reload(),
 impl RecoveryConfig {
     /// Checks the values; errors name the key.
     pub fn validate(&self) -> Result<()> {

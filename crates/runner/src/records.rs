@@ -81,7 +81,7 @@ pub struct Summary {
     /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
     /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
     /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
-    /// writes, the relaunches and reloads of restarts, respawned workers' state transfers, the
+    /// writes, the relaunches and reads of restarts, respawned workers' state transfers, the
     /// failure detector's timeouts after crashes and the communicator rebuilds.
     pub simulated_s: f64,
     /// Modelled communication time within `simulated_s`.
@@ -97,9 +97,15 @@ pub struct Summary {
     /// Within `simulated_s`: the part of each step that a crash cut short before a restart
     /// from a checkpoint (a rollback's abandoned attempts are in `simulated_redo_s`).
     pub simulated_crash_lost_s: f64,
-    /// Within `simulated_s`: job relaunches of restarts from a checkpoint
-    /// (`recovery.relaunch_s` each).
+    /// Within `simulated_s`: job relaunches of restarts from a checkpoint after a process died
+    /// (`recovery.relaunch_s` each, `relaunches` of them).
     pub simulated_relaunch_s: f64,
+    /// Restarts from a checkpoint that relaunched the job: a process died (a crash in the
+    /// step, or a worker lost for good under `reinit`), or `recovery.in_place_reload = false`.
+    pub relaunches: u64,
+    /// Restarts from a checkpoint that reloaded it in the running processes (the job was
+    /// alive: damage found by a check), paying the read and the lost steps, no relaunch.
+    pub in_place_reloads: u64,
     /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
     /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
     pub simulated_detect_s: f64,

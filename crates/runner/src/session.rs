@@ -66,6 +66,10 @@ struct Tally {
     storage_s: f64,
     crash_lost_s: f64,
     relaunch_s: f64,
+    /// Restarts from a checkpoint that relaunched the job (a process had died).
+    relaunches: u64,
+    /// Restarts from a checkpoint that reloaded it in the running processes.
+    in_place_reloads: u64,
     /// Failure detection: `recovery.detect_timeout_s` per step with crashes the job went on after.
     detect_s: f64,
     /// Communicator rebuilds: `recovery.rebuild_s` per membership change of a job that goes on.
@@ -126,6 +130,8 @@ pub(crate) struct Session<'a> {
     logged_faults: usize,
     /// The guard's detections already charged on the simulated clock.
     charged_detections: usize,
+    /// A process died (a crash) in the step just taken: a restart after it relaunches the job.
+    crashed: bool,
     tally: Tally,
     window: Window,
     last_eval: Option<Evaluation>,
@@ -209,6 +215,7 @@ impl<'a> Session<'a> {
             faults_file: None,
             logged_faults: 0,
             charged_detections: 0,
+            crashed: false,
             tally: Tally::default(),
             window: Window::default(),
             last_eval: None,
@@ -324,6 +331,7 @@ impl<'a> Session<'a> {
             .filter(|d| d.kind == Detection::Crash)
             .map(|d| crash_charges(&d.decision))
             .fold(CrashCharges::default(), CrashCharges::or);
+        self.crashed = new.iter().any(|d| d.kind == Detection::Crash);
         self.charged_detections = rec.guard.detections.len();
         let r = &self.cfg.recovery;
         let detect = if charges.detect { r.detect_timeout_s } else { 0.0 };
@@ -362,7 +370,9 @@ impl<'a> Session<'a> {
     /// back to the damage: restarting cannot clear it.
     ///
     /// `damage`: the restart clears damage (the strategy's restart); otherwise it replaces a
-    /// worker lost for good (reinit), and always goes to the newest checkpoint.
+    /// worker lost for good (reinit), and always goes to the newest checkpoint. The restart
+    /// relaunches the job ([`Self::charge_restart`]) when a process died, and otherwise reloads
+    /// in place.
     fn restart(&mut self, trainer: &mut Trainer, rec: &mut Recovery, damage: bool) -> Result<bool> {
         let at_step = trainer.step + 1;
         let t = Instant::now();
@@ -390,19 +400,33 @@ impl<'a> Session<'a> {
             }
         };
         trainer.restore(&state)?;
-        let relaunch = self.cfg.recovery.relaunch_s;
-        self.tally.relaunch_s += relaunch;
-        self.tally.sim_s += relaunch;
-        if from.is_some() {
-            let read_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
-            self.tally.storage_s += read_s;
-            self.tally.sim_s += read_s;
-        }
+        self.charge_restart(trainer, from.is_some(), !damage || self.crashed);
         rec.guard.supervise(&mut rec.faults).respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
         self.bar.set_position(trainer.step);
         Ok(true)
+    }
+
+    /// Charges a restart: the job's relaunch (`recovery.relaunch_s`) when `died` (a process
+    /// died: a crash in the step, or a worker lost for good under reinit) or when the runtime
+    /// cannot reload in place (`recovery.in_place_reload = false`), and otherwise nothing for
+    /// the reload itself; then the checkpoint read at storage bandwidth when `read` (not the
+    /// initial state). The steps since the checkpoint are charged as they are computed again.
+    fn charge_restart(&mut self, trainer: &Trainer, read: bool, died: bool) {
+        if died || !self.cfg.recovery.in_place_reload {
+            let relaunch = self.cfg.recovery.relaunch_s;
+            self.tally.relaunches += 1;
+            self.tally.relaunch_s += relaunch;
+            self.tally.sim_s += relaunch;
+        } else {
+            self.tally.in_place_reloads += 1;
+        }
+        if read {
+            let read_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
+            self.tally.storage_s += read_s;
+            self.tally.sim_s += read_s;
+        }
     }
 
     fn checkpoint_if_due(&mut self, trainer: &Trainer, s: &StepStats) -> Result<()> {
@@ -635,6 +659,8 @@ impl<'a> Session<'a> {
             simulated_storage_s: t.storage_s,
             simulated_crash_lost_s: t.crash_lost_s,
             simulated_relaunch_s: t.relaunch_s,
+            relaunches: t.relaunches,
+            in_place_reloads: t.in_place_reloads,
             simulated_detect_s: t.detect_s,
             simulated_rebuild_s: t.rebuild_s,
             simulated_transfer_s: t.transfer_s,
