@@ -179,6 +179,13 @@ pub struct Metrics {
     [T] steps_lost: Option<u64>,
     /// Steps computed again (redone plus lost).
     [T] steps_recomputed: Option<u64>,
+    /// Restarts from a checkpoint that relaunched the job (a process died, or the runtime
+    /// cannot reload in place): `recovery.relaunch_s` each (`train` runs; empty in runs
+    /// recorded before this column).
+    [T] relaunches: Option<u64>,
+    /// Restarts from a checkpoint that reloaded it in the running processes (the job was
+    /// alive), no relaunch (`train` runs; empty in runs recorded before this column).
+    [T] in_place_reloads: Option<u64>,
     /// fp16 runs: steps whose update the loss scaler skipped, their gradients holding an
     /// infinity or a NaN (empty without a loss scaler).
     [T] overflow_steps: Option<u64>,
@@ -275,6 +282,8 @@ impl From<&Summary> for Metrics {
             detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
             steps_lost: Some(s.steps_lost),
             steps_recomputed: Some(s.steps_recomputed),
+            relaunches: Some(s.relaunches),
+            in_place_reloads: Some(s.in_place_reloads),
             overflow_steps: s.scaler_skipped_faults.map(|_| s.overflow_steps),
             scaler_skipped_faults: s.scaler_skipped_faults,
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
