@@ -228,6 +228,12 @@ pub struct RecoveryConfig {
     /// the learning rate with it, by the linear scaling rule).
     #[serde(default)]
     pub shrink_batch: BatchRule,
+    /// Allow `relaunch_s` below `rebuild_s` (default `false`: refused). A relaunch starts a new
+    /// job, whose communicator initialisation at the same scale is a rebuild, so a relaunch
+    /// cheaper than a rebuild pairs constants from two systems; set this only to say that the
+    /// pairing is deliberate (docs/recovery.md, "Cost profiles").
+    #[serde(default)]
+    pub relaunch_below_rebuild: bool,
 }
 
 impl Default for RecoveryConfig {
@@ -238,13 +244,14 @@ impl Default for RecoveryConfig {
             detect_timeout_s: default_detect_timeout_s(),
             rebuild_s: default_rebuild_s(),
             relaunch_s: default_relaunch_s(),
+            in_place_reload: default_in_place_reload(),
             on_permanent_loss: LossPolicy::default(),
             shrink_batch: BatchRule::default(),
+            relaunch_below_rebuild: false,
         }
     }
 }
 
-            in_place_reload: default_in_place_reload(),
 impl RecoveryConfig {
     /// Checks the values; errors name the key.
     pub fn validate(&self) -> Result<()> {
@@ -252,6 +259,12 @@ impl RecoveryConfig {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::Config(format!("recovery.{key} = {v} must be a finite number of seconds >= 0")));
             }
+        }
+        if self.relaunch_s < self.rebuild_s && !self.relaunch_below_rebuild {
+            return Err(Error::Config(format!(
+                "recovery.relaunch_s = {} s is below recovery.rebuild_s = {} s: a relaunch contains the new job's communicator initialisation, so it cannot cost less than a rebuild of the same system; take both from one cost profile (docs/recovery.md), or set recovery.relaunch_below_rebuild = true to pair them deliberately",
+                self.relaunch_s, self.rebuild_s
+            )));
         }
         Ok(())
     }
@@ -787,9 +800,23 @@ mod tests {
                 let e = RunConfig::from_toml(MIN, &[format!("recovery.{key}={bad}")], "t").unwrap_err().to_string();
                 assert!(e.contains(&format!("recovery.{key} = ")) && e.contains("must be a finite number of seconds >= 0"), "{e}");
             }
-            let ok = RunConfig::from_toml(MIN, &[format!("recovery.{key}=0")], "t").unwrap();
+            // A relaunch of 0 s needs a rebuild of 0 s too (below).
+            let ok = RunConfig::from_toml(MIN, &[format!("recovery.{key}=0"), "recovery.rebuild_s=0".into()], "t").unwrap();
             assert!(ok.to_toml().contains(&format!("{key} = 0")), "{}", ok.to_toml());
         }
+    }
+
+    #[test]
+    fn a_relaunch_cheaper_than_a_rebuild_is_refused_naming_both_keys_unless_deliberate() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = RunConfig::from_toml(MIN, &set(&["recovery.rebuild_s=1047", "recovery.relaunch_s=300"]), "t").unwrap_err().to_string();
+        assert!(e.contains("recovery.relaunch_s = 300 s is below recovery.rebuild_s = 1047 s"), "{e}");
+        assert!(e.contains("recovery.relaunch_below_rebuild = true"), "{e}");
+        // Equal is allowed (a relaunch that is only the new job's initialisation), and the key
+        // makes the pairing deliberate.
+        RunConfig::from_toml(MIN, &set(&["recovery.rebuild_s=300", "recovery.relaunch_s=300"]), "t").unwrap();
+        let ok = RunConfig::from_toml(MIN, &set(&["recovery.rebuild_s=1047", "recovery.relaunch_s=300", "recovery.relaunch_below_rebuild=true"]), "t").unwrap();
+        assert!(ok.recovery.relaunch_below_rebuild);
     }
 
     #[test]
