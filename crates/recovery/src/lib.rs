@@ -14,6 +14,10 @@
 //! restarts from the checkpoint. When no healthy replica exists (one worker, or all damaged), re-syncing is impossible and
 //! the policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
 //! (or the initial state).
+//!
+//! A restart from a checkpoint relaunches the job only when a process died (a crash in that
+//! step); while every process is alive (damage found by a check) the runner reloads the
+//! checkpoint in place, paying the read and the lost steps (`recovery.in_place_reload`).
 
 pub mod detect;
 mod guard;
@@ -133,7 +137,8 @@ pub enum Decision {
         /// The decisions.
         steps: Vec<Decision>,
     },
-    /// Reload the newest verified checkpoint (or the initial state) on every worker.
+    /// Reload the newest verified checkpoint (or the initial state) on every worker: in the
+    /// running processes when none died, otherwise after relaunching the job.
     RestartFromCheckpoint,
     /// Try the next older checkpoint.
     FallBackToOlderCheckpoint,
@@ -187,7 +192,10 @@ fn resync_or_restart(ranks: Vec<usize>, situation: &Situation) -> Decision {
 /// What a job pays beyond its step's timeline once its survivors must learn of a crash: the
 /// failure detector's timeout, and the communicator rebuilt without the lost rank. The runner
 /// charges `recovery.detect_timeout_s` and `recovery.rebuild_s` for them; a relaunch is the
-/// restart's own charge.
+/// restart's own charge, paid only where a process died (a crash, or a worker lost for good
+/// under `reinit`): a restart from a checkpoint while every process is alive (damage found by
+/// a check) reloads it in place, with neither a detection nor a relaunch
+/// (`recovery.in_place_reload`).
 ///
 /// | decision about a crash | detection | rebuild |
 /// |---|---|---|
