@@ -7,6 +7,8 @@
 //! by 1/N. The sum is either in rank order or as a ring all-reduce does it (see
 //! [`AllReduceKind::Ring`]). Floating-point addition is not associative, so these choices change
 //! the low bits of the result and decide whether a huge value in one worker's gradient overflows.
+//! Under `train.reduction_order = "seeded"` the contributions are taken in a drawn order
+//! ([`OrderDraw`]) per step, attempt and bucket; the fixed order is rank order.
 
 use burn::backend::DispatchDevice;
 use burn::prelude::*;
@@ -15,6 +17,7 @@ use resilab_kernels::Error as KernelError;
 use resilab_kernels::reduce::{Order, average, sum};
 use resilab_models::Kernels;
 
+use crate::order::OrderDraw;
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
 
 /// DDP's first bucket (PyTorch's `_DEFAULT_FIRST_BUCKET_BYTES`).
@@ -66,14 +69,15 @@ impl ReducePlan {
         self.buckets.iter().map(|b| b.iter().map(|(_, n)| 4 * *n as u64).sum()).collect()
     }
 
-    /// Averages `contributions` (one per participating worker, in rank order). Parameters
-    /// missing from a contribution are left out of the result.
+    /// Averages `contributions` (one per participating worker, in rank order) in the fixed
+    /// order. Parameters missing from a contribution are left out of the result.
     pub fn reduce(&self, contributions: Vec<Grads>) -> Grads {
-        self.reduce_buckets(contributions, 0..self.buckets.len())
+        self.reduce_buckets(contributions, 0..self.buckets.len(), OrderDraw::Fixed)
     }
 
-    /// [`ReducePlan::reduce`] of the buckets `range` only: their parameters' averages.
-    pub fn reduce_buckets(&self, contributions: Vec<Grads>, range: std::ops::Range<usize>) -> Grads {
+    /// [`ReducePlan::reduce`] of the buckets `range` only, each summed in the order `draw`
+    /// gives it (by its index in the plan): their parameters' averages.
+    pub fn reduce_buckets(&self, contributions: Vec<Grads>, range: std::ops::Range<usize>, draw: OrderDraw) -> Grads {
         let k = contributions.len();
         let mut out = Grads::new();
         let buckets = self.buckets.get(range.clone()).unwrap_or_default();
@@ -89,36 +93,57 @@ impl ReducePlan {
             }
             return buckets.iter().flatten().filter_map(|(name, _)| only.remove_entry(name)).collect();
         }
-        for bucket in buckets {
+        for (i, bucket) in buckets.iter().enumerate() {
             let present: Vec<&(String, usize)> =
                 bucket.iter().filter(|(name, _)| contributions.iter().all(|g| g.contains_key(name))).collect();
             if present.is_empty() {
                 continue;
             }
-            if let Some(averaged) = fused_average(&mut contributions, &present, self) {
-                out.extend(averaged);
-                continue;
-            }
-            let flats: Vec<Tensor<1>> = contributions
-                .iter_mut()
-                .map(|g| {
-                    let parts: Vec<Tensor<1>> = present.iter().filter_map(|(name, _)| g.remove(name)).collect();
-                    let flat = concat(parts);
-                    if self.predivide && k > 1 { flat.div_scalar(k as f64) } else { flat }
-                })
-                .collect();
-            let mut sum = match self.kind {
-                AllReduceKind::RankOrder => sum_in_order(&flats, 0, None),
-                AllReduceKind::Ring => ring_sum(&flats),
+            let averaged = match draw.permutation(k, range.start + i) {
+                None => self.reduce_bucket(&mut contributions, &present),
+                Some(order) => {
+                    // The contributions in the drawn order, put back by rank afterwards.
+                    let mut ordered: Vec<Grads> = order.iter().map(|&r| std::mem::take(&mut contributions[r])).collect();
+                    let averaged = self.reduce_bucket(&mut ordered, &present);
+                    for (g, &r) in ordered.into_iter().zip(&order) {
+                        contributions[r] = g;
+                    }
+                    averaged
+                }
             };
-            if !self.predivide && k > 1 {
-                sum = sum.mul_scalar(1.0 / k as f64);
-            }
-            let mut offset = 0;
-            for (name, n) in present {
-                out.insert(name.clone(), sum.clone().slice(offset..offset + n));
-                offset += n;
-            }
+            out.extend(averaged);
+        }
+        out
+    }
+
+    /// The average of the `present` parameters of one bucket over `contributions` (at least
+    /// two), summed in their order: the fused pass where it applies, else tensor operations
+    /// (the same bits). Takes those parameters out of the contributions.
+    fn reduce_bucket(&self, contributions: &mut [Grads], present: &[&(String, usize)]) -> Vec<(String, Tensor<1>)> {
+        let k = contributions.len();
+        if let Some(averaged) = fused_average(contributions, present, self) {
+            return averaged;
+        }
+        let flats: Vec<Tensor<1>> = contributions
+            .iter_mut()
+            .map(|g| {
+                let parts: Vec<Tensor<1>> = present.iter().filter_map(|(name, _)| g.remove(name)).collect();
+                let flat = concat(parts);
+                if self.predivide { flat.div_scalar(k as f64) } else { flat }
+            })
+            .collect();
+        let mut sum = match self.kind {
+            AllReduceKind::RankOrder => sum_in_order(&flats, 0, None),
+            AllReduceKind::Ring => ring_sum(&flats),
+        };
+        if !self.predivide {
+            sum = sum.mul_scalar(1.0 / k as f64);
+        }
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(present.len());
+        for (name, n) in present {
+            out.push((name.clone(), sum.clone().slice(offset..offset + n)));
+            offset += n;
         }
         out
     }
@@ -317,12 +342,72 @@ mod tests {
         let cfg = ParallelConfig { workers: 2, bucket_mb: Some(8.0 / (1024.0 * 1024.0)), ..ParallelConfig::default() };
         let plan = ReducePlan::new(&[("a".to_string(), 2), ("b".to_string(), 2)], &cfg, Kernels::Burn);
         assert_eq!(plan.buckets.len(), 2, "b first, then a");
-        let first = plan.reduce_buckets(vec![g(1.0), g(3.0)], 0..1);
+        let first = plan.reduce_buckets(vec![g(1.0), g(3.0)], 0..1, OrderDraw::Fixed);
         assert_eq!(first.keys().collect::<Vec<_>>(), ["b"]);
         assert_eq!(first["b"].clone().into_data().try_to_vec::<f32>().unwrap(), [20.0, 20.0]);
-        let alone = plan.reduce_buckets(vec![g(5.0)], 1..2);
+        let alone = plan.reduce_buckets(vec![g(5.0)], 1..2, OrderDraw::Fixed);
         assert_eq!(alone.keys().collect::<Vec<_>>(), ["a"]);
-        assert!(plan.reduce_buckets(vec![g(5.0)], 2..2).is_empty());
+        assert!(plan.reduce_buckets(vec![g(5.0)], 2..2, OrderDraw::Fixed).is_empty());
+    }
+
+    /// Three workers' contributions of three elements: in element `e`, worker `e` holds 1 and
+    /// the others 1e8 and -1e8, so the element's sum is 1 when worker `e` is added last and 0
+    /// when the 1 meets 1e8 first (lost to rounding). The sums show which worker came last.
+    const LAST_SHOWS: [&[f32]; 3] = [&[1.0, 1e8, -1e8], &[1e8, 1.0, 1e8], &[-1e8, -1e8, 1.0]];
+
+    fn reduce_drawn(cfg: &ParallelConfig, kernels: Kernels, per_worker: &[&[f32]], draw: OrderDraw) -> Vec<f32> {
+        let plan = ReducePlan::new(&[("w".to_string(), per_worker[0].len())], cfg, kernels);
+        let out = plan.reduce_buckets(per_worker.iter().map(|v| grads(v)).collect(), 0..1, draw);
+        out["w"].clone().into_data().try_to_vec::<f32>().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_seeded_order_repeats_for_the_same_draw_and_varies_with_the_attempt() {
+        let horovod =
+            ParallelConfig { workers: 3, sync: SyncKind::Horovod, allreduce: AllReduceKind::RankOrder, ..ParallelConfig::default() };
+        let ring = ParallelConfig { allreduce: AllReduceKind::Ring, ..horovod.clone() };
+        let ddp = ParallelConfig { sync: SyncKind::Ddp, ..horovod.clone() };
+        for cfg in [&horovod, &ring, &ddp] {
+            let at = |attempt| reduce_drawn(cfg, Kernels::Burn, &LAST_SHOWS, OrderDraw::Seeded { seed: 11, step: 4, attempt });
+            let sums: Vec<Vec<f32>> = (0..8).map(at).collect();
+            // The same (seed, step, attempt): the same bits.
+            for (attempt, s) in sums.iter().enumerate() {
+                assert_eq!(at(attempt as u32), *s);
+            }
+            // Attempts of one step sum in different orders and round differently.
+            let distinct: std::collections::BTreeSet<Vec<u32>> = sums.iter().map(|s| s.iter().map(|x| x.to_bits()).collect()).collect();
+            assert!(distinct.len() > 1, "{sums:?}");
+            assert!(sums[1..].iter().any(|s| *s != sums[0]), "a redo rounds otherwise than the first execution: {sums:?}");
+        }
+        // The fixed order is rank order: worker 2 last, so only element 2 keeps its 1.
+        assert_eq!(reduce_drawn(&horovod, Kernels::Burn, &LAST_SHOWS, OrderDraw::Fixed), [0.0, 0.0, 1.0 / 3.0]);
+    }
+
+    #[test]
+    fn two_contributions_sum_to_the_same_bits_in_either_order() {
+        // a + b == b + a in IEEE arithmetic: with two workers a seeded order changes nothing.
+        let w: [&[f32]; 2] = [&[0.1, 1e8, -3.7e-5], &[0.2, 1.0, 7.1e3]];
+        let cfg = ParallelConfig { workers: 2, allreduce: AllReduceKind::RankOrder, ..ParallelConfig::default() };
+        let fixed = reduce_drawn(&cfg, Kernels::Burn, &w, OrderDraw::Fixed);
+        for attempt in 0..4 {
+            assert_eq!(reduce_drawn(&cfg, Kernels::Burn, &w, OrderDraw::Seeded { seed: 3, step: 1, attempt }), fixed);
+        }
+    }
+
+    #[test]
+    fn the_fused_pass_sums_in_the_drawn_order_too() {
+        for allreduce in [AllReduceKind::Ring, AllReduceKind::RankOrder] {
+            for sync in [SyncKind::Ddp, SyncKind::Horovod] {
+                let cfg = ParallelConfig { workers: 3, sync, allreduce, ..ParallelConfig::default() };
+                for attempt in 0..6 {
+                    let draw = OrderDraw::Seeded { seed: 2, step: 9, attempt };
+                    let tensor = reduce_drawn(&cfg, Kernels::Burn, &LAST_SHOWS, draw);
+                    let fused = reduce_drawn(&cfg, Kernels::Resilab, &LAST_SHOWS, draw);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&tensor), bits(&fused), "{allreduce:?} {sync:?} attempt {attempt}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod fused;
 mod grads;
 mod hooks;
 mod optim;
+mod order;
 mod parallel;
 mod pass;
 mod pipeline;
@@ -27,6 +28,7 @@ pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring
 pub use grads::{Grads, named_grads};
 pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
 pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState};
+pub use order::{OrderDraw, ReductionOrder};
 pub use parallel::{
     AllReduceKind, Balance, BatchRule, Broadcast, ComputeConfig, DEFAULT_BUCKET_MB, NetworkConfig, ParallelConfig, ParallelMode,
     PipeSchedule, SyncKind,

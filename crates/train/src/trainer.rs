@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::allreduce::{broadcast_s, ring_allreduce_s};
 use crate::hooks::{Control, Hooks, NoHooks, Point};
+use crate::order::{Executions, OrderDraw, ReductionOrder};
 use crate::pipeline::{Op, stage_ops, stage_ranges};
 use crate::scaler::{LossScaleConfig, LossScaler};
 use crate::timeline::{StepCosts, Timeline};
@@ -66,6 +67,15 @@ pub struct TrainConfig {
     /// `precision = "fp16"` only.
     #[serde(default)]
     pub loss_scale: LossScaleConfig,
+    /// `fixed` (default) or `seeded`: the order in which the data-parallel all-reduce sums the
+    /// workers' contributions, fixed or drawn per step and per attempt of that step (see
+    /// [`ReductionOrder`]). Left out of a stored configuration when fixed.
+    #[serde(default, skip_serializing_if = "ReductionOrder::is_fixed")]
+    pub reduction_order: ReductionOrder,
+    /// The seed of the seeded order's draws; default: the run's seed. Only with
+    /// `reduction_order = "seeded"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction_seed: Option<u64>,
 }
 
 impl Default for TrainConfig {
@@ -80,6 +90,8 @@ impl Default for TrainConfig {
             augment: false,
             precision: Precision::Fp32,
             loss_scale: LossScaleConfig::default(),
+            reduction_order: ReductionOrder::Fixed,
+            reduction_seed: None,
         }
     }
 }
@@ -116,6 +128,11 @@ impl TrainConfig {
             return Err(Error::Config("train.epochs = 0 must be >= 1 (or set train.steps instead)".into()));
         }
         self.loss_scale.validate()?;
+        if let (ReductionOrder::Fixed, Some(seed)) = (self.reduction_order, self.reduction_seed) {
+            return Err(Error::Config(format!(
+                "train.reduction_seed = {seed} draws the seeded summation order, but train.reduction_order = \"fixed\": set train.reduction_order = \"seeded\" or remove train.reduction_seed"
+            )));
+        }
         for (key, v) in [
             ("train.batch_size", self.batch_size as u64),
             ("train.eval_batch_size", self.eval_batch_size as u64),
@@ -427,6 +444,9 @@ pub struct Trainer {
     /// How the batch is sized once data-parallel workers were removed for good (`None`: no
     /// worker was removed).
     shrunk: Option<BatchRule>,
+    /// How many times each step index has been executed in this run (the seeded summation
+    /// order's attempt number).
+    executions: Executions,
 }
 
 mod data;
@@ -510,6 +530,11 @@ impl Trainer {
         optimizer.validate()?;
         schedule.validate()?;
         parallel.validate(config.batch_size)?;
+        if config.reduction_order == ReductionOrder::Seeded && parallel.mode == ParallelMode::Pipeline {
+            return Err(Error::Config(
+                "train.reduction_order = \"seeded\" draws the order of the data-parallel all-reduce; a pipeline (parallel.mode = \"pipeline\") has none: use \"fixed\"".into(),
+            ));
+        }
         let world = parallel.world();
         let net = net.with_precision(config.precision);
         if config.batch_size == 0 || config.batch_size > data.train.len() {
@@ -556,6 +581,7 @@ impl Trainer {
             update_estimate_s: None,
             world0: world,
             shrunk: None,
+            executions: Executions::default(),
         })
     }
 
@@ -577,6 +603,27 @@ impl Trainer {
     /// Whether the run is complete.
     pub fn done(&self) -> bool {
         self.step >= self.total_steps()
+    }
+
+    /// The seed of the seeded summation order: `train.reduction_seed`, or the run's seed.
+    pub fn reduction_seed(&self) -> u64 {
+        self.config.reduction_seed.unwrap_or(self.seed)
+    }
+
+    /// How many times step `step` (1-based) has been executed in this run, redone and
+    /// recomputed executions included; a step up to a state put in by [`Trainer::restore`]
+    /// counts at least once.
+    pub fn executions(&self, step: u64) -> u32 {
+        self.executions.of(step)
+    }
+
+    /// Counts a new execution of step `step` and returns the order its all-reduce sums in.
+    fn order_draw(&mut self, step: u64) -> OrderDraw {
+        let attempt = self.executions.begin(step);
+        match self.config.reduction_order {
+            ReductionOrder::Fixed => OrderDraw::Fixed,
+            ReductionOrder::Seeded => OrderDraw::Seeded { seed: self.reduction_seed(), step, attempt },
+        }
     }
 
     /// The device training runs on.
@@ -861,6 +908,15 @@ mod config_tests {
         assert!(err(&TrainConfig { epochs: Some(0), ..default.clone() }).contains("train.epochs = 0"));
         assert!(err(&TrainConfig { eval_every: Some(0), ..default.clone() }).contains("train.eval_every = 0"));
         assert!(err(&TrainConfig { batch_size: 0, ..default }).contains("train.batch_size = 0"));
+    }
+
+    #[test]
+    fn a_reduction_seed_needs_the_seeded_order() {
+        let fixed = TrainConfig { reduction_seed: Some(3), ..TrainConfig::default() };
+        assert!(
+            err(&fixed).starts_with("train.reduction_seed = 3 draws the seeded summation order, but train.reduction_order = \"fixed\"")
+        );
+        TrainConfig { reduction_order: ReductionOrder::Seeded, ..fixed }.validate().unwrap();
     }
 
     #[test]

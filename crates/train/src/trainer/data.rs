@@ -11,6 +11,7 @@ use super::plan::{DataPlan, modelled_bucket_updates};
 use super::{Flow, Phase, StepStats, Tally, Topology, Trainer, broadcast_buffers, early, sync};
 use crate::allreduce::{broadcast_s, ring_allreduce_s};
 use crate::hooks::{Control, Crash, Ctx, Hooks, LossInfo, Point};
+use crate::order::OrderDraw;
 use crate::timeline::{StepCosts, Timeline};
 use crate::{Error, Grads, Result, SyncKind};
 
@@ -42,6 +43,7 @@ impl Trainer {
         };
         let layout = Arc::clone(layout);
         let (n, step, lr) = (self.workers.len(), self.step + 1, self.lr());
+        let draw = self.order_draw(step);
         let scales: Vec<Option<f32>> = self.workers.iter().map(crate::Worker::loss_scale).collect();
         let loss_scale = scales.first().copied().flatten().map(f64::from);
         let precisions: Vec<_> = self.workers.iter().map(|w| w.net.precision).collect();
@@ -68,7 +70,7 @@ impl Trainer {
         let crashed = phase!(self.crashes(hooks, &ctx, &live, &place, timeline.end_s));
         // The gradients move to the all-reduce (a second holder would make it copy them).
         let grads = passes.iter_mut().map(|p| p.as_mut().map(|p| std::mem::take(&mut p.grads))).collect();
-        let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref());
+        let (reduced, reduce_bytes) = reduce(&layout, grads, crashed.as_ref(), draw);
         let next = self.next_cursor(cursor, global.len());
         let (update_s, overflows) = phase!(self.apply_updates(hooks, &ctx, &reduced, crashed.as_ref(), next));
         let survivors =
@@ -319,22 +321,22 @@ impl Trainer {
 
 /// The all-reduce of the contributions (`None`: the worker did not contribute): every bucket
 /// over every contributor, or, after a crash, the buckets completed before it over every
-/// contributor (the crashed workers' gradients are in them) and the rest over the survivors.
-/// Returns the averages and the bytes sent.
-fn reduce(layout: &DataPlan, contributions: Vec<Option<Grads>>, crashed: Option<&Crashed>) -> (Grads, u64) {
+/// contributor (the crashed workers' gradients are in them) and the rest over the survivors,
+/// each bucket summed in the order `draw` gives it. Returns the averages and the bytes sent.
+fn reduce(layout: &DataPlan, contributions: Vec<Option<Grads>>, crashed: Option<&Crashed>, draw: OrderDraw) -> (Grads, u64) {
     let (plan, bytes) = (&layout.plan, &layout.bucket_bytes);
     let sent = |range: std::ops::Range<usize>, k: usize| -> u64 { bytes[range].iter().map(|b| 2 * (k as u64).saturating_sub(1) * b).sum() };
     let nb = plan.buckets.len();
     let Some(c) = crashed else {
         let all: Vec<Grads> = contributions.into_iter().flatten().collect();
         let k = all.len();
-        return (plan.reduce(all), sent(0..nb, k));
+        return (plan.reduce_buckets(all, 0..nb, draw), sent(0..nb, k));
     };
     let survivors: Vec<Grads> =
         contributions.iter().enumerate().filter(|(r, _)| !c.ranks.contains(r)).filter_map(|(_, g)| g.clone()).collect();
     let all: Vec<Grads> = contributions.into_iter().flatten().collect();
     let (k_all, k_surv) = (all.len(), survivors.len());
-    let mut out = plan.reduce_buckets(all, 0..c.completed);
-    out.extend(plan.reduce_buckets(survivors, c.completed..nb));
+    let mut out = plan.reduce_buckets(all, 0..c.completed, draw);
+    out.extend(plan.reduce_buckets(survivors, c.completed..nb, draw));
     (out, sent(0..c.completed, k_all) + sent(c.completed..nb, k_surv))
 }

@@ -73,6 +73,7 @@ impl Trainer {
             s.restore_into(w, &device)?;
         }
         self.step = state.step;
+        self.executions.reached(state.step);
         Ok(())
     }
 
