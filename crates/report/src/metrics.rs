@@ -249,9 +249,17 @@ pub fn failed(r: &Row) -> bool {
 /// steps the golden run's includes, so that the difference would reflect the cache and not a
 /// cost. The report applies it to every row, so re-reporting runs recorded before the runner
 /// left it out gives none too, never a negative overhead made by the cache.
+///
+/// None either where the record cannot say that the run computed what its golden run did: a
+/// row recorded before `shortcut_remainder_steps` existed (its prefix column present), whose
+/// run may have rejoined the golden trajectory and taken the rest from the cache; and a
+/// `restart` run stopped at its collapse (`collapse_step`), whose wall time covers fewer steps
+/// than its golden run's.
 pub fn wall_overhead_frac(r: &Row) -> Option<f64> {
-    let cached = r.metrics.shortcut_prefix_steps.unwrap_or(0) + r.metrics.shortcut_remainder_steps.unwrap_or(0);
-    r.metrics.time_overhead.filter(|_| cached == 0)
+    let m = &r.metrics;
+    let unknown = m.shortcut_prefix_steps.is_some() && m.shortcut_remainder_steps.is_none();
+    let cached = m.shortcut_prefix_steps.unwrap_or(0) + m.shortcut_remainder_steps.unwrap_or(0);
+    m.time_overhead.filter(|_| cached == 0 && !unknown && m.collapse_step.is_none())
 }
 
 /// The accuracy loss of one run against its golden run, in points (`golden - final`): the one
@@ -549,6 +557,15 @@ mod tests {
         let mut old = timed(0, 0, 0.1);
         (old.metrics.shortcut_prefix_steps, old.metrics.shortcut_remainder_steps) = (None, None);
         assert_eq!(wall_overhead_frac(&old), Some(0.1));
+        // A prefix column without the remainder's: whether the run took cached steps at its
+        // end is unknown, so no overhead.
+        let mut unknown = timed(0, 0, -0.6);
+        unknown.metrics.shortcut_remainder_steps = None;
+        assert_eq!(wall_overhead_frac(&unknown), None);
+        // A restart run stopped at its collapse computed fewer steps than its golden run.
+        let mut stopped = timed(0, 0, -0.7);
+        stopped.metrics.collapse_step = Some(2);
+        assert_eq!(wall_overhead_frac(&stopped), None);
     }
 
     #[test]
