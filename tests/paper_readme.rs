@@ -214,7 +214,7 @@ fn the_readmes_strategy_table_is_the_studys_report() {
 
 #[test]
 fn the_readmes_permanent_loss_table_is_the_studys_report() {
-    readme_has_the_study("permanent-loss", "## Which `recovery` option when", 6);
+    readme_has_the_study("permanent-loss", "## Which recovery option when", 6);
 }
 
 /// Every row of the generated table under `heading` in `results/paper/<study>/report.md`, and
