@@ -219,7 +219,11 @@ fn admission_line(u: &Unsettled, rules: &Rules, count: &str) -> String {
     let (m, s, upper) = ((!u.loss.is_empty()).then(|| mean(&u.loss)), sd(&u.loss), upper_bound(&u.loss));
     let rate = rate_rule(u, rules);
     let needed = match mean_rule(u, rules.budget_points) {
-        None => "n/a: fewer than 2 accuracy losses".to_string(),
+        // Too few losses for the mean rule: the rate rule can still say that nothing will do.
+        None => match &rate {
+            RuleNeed::Never(_) => format!("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: {})", rate.text()),
+            _ => "n/a: fewer than 2 accuracy losses".to_string(),
+        },
         Some(RuleNeed::Met) if matches!(rate, RuleNeed::Met) => "admissible now".to_string(),
         Some(mean) => {
             let both = format!("mean rule: {}; rate rule: {}", mean.text(), rate.text());
@@ -330,5 +334,8 @@ mod tests {
         assert!(admission_line(&u(vec![0.7, 0.8, 0.6], 30, 0), &rules, "groups").contains("mean 0.70 accuracy points is not under"));
         assert_eq!(needed(&admission_line(&u(vec![0.1, 0.1, 0.1], 30, 0), &rules, "groups")), "admissible now");
         assert!(admission_line(&u(vec![0.1], 30, 0), &rules, "groups").contains("n/a: fewer than 2"));
+        // Every run failed: no loss for the mean rule, and a rate no number of runs brings under.
+        let all_failed = admission_line(&u(Vec::new(), 30, 30), &rules, "groups");
+        assert!(needed(&all_failed).starts_with("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: not reachable"), "{all_failed}");
     }
 }
