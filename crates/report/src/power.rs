@@ -336,6 +336,9 @@ mod tests {
         assert!(admission_line(&u(vec![0.1], 30, 0), &rules, "groups").contains("n/a: fewer than 2"));
         // Every run failed: no loss for the mean rule, and a rate no number of runs brings under.
         let all_failed = admission_line(&u(Vec::new(), 30, 30), &rules, "groups");
-        assert!(needed(&all_failed).starts_with("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: not reachable"), "{all_failed}");
+        assert!(
+            needed(&all_failed).starts_with("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: not reachable"),
+            "{all_failed}"
+        );
     }
 }

@@ -815,7 +815,12 @@ mod tests {
         // Equal is allowed (a relaunch that is only the new job's initialisation), and the key
         // makes the pairing deliberate.
         RunConfig::from_toml(MIN, &set(&["recovery.rebuild_s=300", "recovery.relaunch_s=300"]), "t").unwrap();
-        let ok = RunConfig::from_toml(MIN, &set(&["recovery.rebuild_s=1047", "recovery.relaunch_s=300", "recovery.relaunch_below_rebuild=true"]), "t").unwrap();
+        let ok = RunConfig::from_toml(
+            MIN,
+            &set(&["recovery.rebuild_s=1047", "recovery.relaunch_s=300", "recovery.relaunch_below_rebuild=true"]),
+            "t",
+        )
+        .unwrap();
         assert!(ok.recovery.relaunch_below_rebuild);
     }
 
