@@ -94,8 +94,14 @@ fn power_answers_at_half_a_point_on_the_committed_recovery_study_in_seconds() {
             );
         }
         // none fails at its crashes: a catastrophe rate no number of groups brings under 10%.
-        assert!(lines.iter().any(|l| l.contains("| none | fewer than 2 accuracy losses; catastrophes 30/30: rate bound 100.0% >= 10% |")), "{adm}");
-        assert!(lines.iter().any(|l| l.contains("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: not reachable")), "{adm}");
+        assert!(
+            lines.iter().any(|l| l.contains("| none | fewer than 2 accuracy losses; catastrophes 30/30: rate bound 100.0% >= 10% |")),
+            "{adm}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: not reachable")),
+            "{adm}"
+        );
         assert!(lines.iter().any(|l| l.contains("not reachable (mean rule: not reachable (mean ")), "{adm}");
     }
     let o = run(&["campaign", "--status", s(&copy)]);
