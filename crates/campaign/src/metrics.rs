@@ -222,6 +222,15 @@ pub struct Metrics {
     [T] sim_s: Option<f64>,
     /// Simulated seconds of its golden run.
     [T] golden_sim_s: Option<f64>,
+    /// With `train.golden_ensemble` K > 1: the mean final test accuracy of the golden
+    /// ensemble, what `acc_loss` is measured against (`golden_acc` is member 0's, the run's
+    /// own golden run); empty without an ensemble and in runs recorded before this column.
+    #[serde(rename = "golden_ensemble_mean_acc_frac", default)]
+    [T] golden_ensemble_mean_acc: Option<f64>,
+    /// With an ensemble: the sample standard deviation of its members' final test accuracies
+    /// (the fault-free runs' run-to-run noise); empty otherwise.
+    #[serde(rename = "golden_ensemble_sd_frac", default)]
+    [T] golden_ensemble_sd: Option<f64>,
     /// Simulated seconds at the first evaluation that reached the golden run's final accuracy
     /// (`train` runs; empty: never reached).
     [T] time_to_golden_acc_s: Option<f64>,
@@ -295,6 +304,8 @@ impl From<&Summary> for Metrics {
             sim_overhead: s.simulated_overhead_vs_golden,
             sim_s: Some(s.simulated_s),
             golden_sim_s: golden.and_then(|g| g.simulated_s),
+            golden_ensemble_mean_acc: s.golden_ensemble_mean_acc_frac,
+            golden_ensemble_sd: s.golden_ensemble_sd_frac,
             time_to_golden_acc_s: s.simulated_s_to_golden_acc,
             workers_end: Some(s.workers.at_end as u64),
             permanent_losses: Some(s.workers.permanent_losses),

@@ -140,7 +140,9 @@ fn tests(a: &Side, b: &Side, chance: &dyn Fn(&Row) -> f64, tolerance_points: f64
 /// ended with, as `cells.csv` has it), and over every run with a collapsed one at chance;
 /// else the raw accuracy (%): ACC (the runs that completed and did not collapse) and ACC all.
 fn accuracy(a: &Side, b: &Side, golden: bool, chance: &dyn Fn(&Row) -> f64, out: &mut Vec<Tested>) {
-    let loss = |r: &Row, acc: f64| if golden { r.metrics.golden_acc.map(|g| 100.0 * (g - acc)) } else { Some(100.0 * acc) };
+    // Against the golden ensemble's mean where the run had one, as its `acc_loss` is.
+    let reference = |r: &Row| r.metrics.golden_ensemble_mean_acc.or(r.metrics.golden_acc);
+    let loss = |r: &Row, acc: f64| if golden { reference(r).map(|g| 100.0 * (g - acc)) } else { Some(100.0 * acc) };
     let survivors = |s: &Side| -> Vec<f64> {
         match golden {
             true => s.rows.iter().filter_map(|r| acc_loss_pts(r)).collect(),

@@ -25,7 +25,59 @@ pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     g.fault_seed = crate::config::default_fault_seed();
     g.checkpoint = Default::default();
     g.name = Some("golden".into());
+    // The ensemble is the faulty run's reference, not part of any golden run: member 0 is the
+    // golden run a run without an ensemble has, under the same key.
+    g.train.golden_ensemble = 1;
     g
+}
+
+/// Added to the reduction seed once per ensemble member (wrapping): odd, so that members
+/// `1..K` of a run get `K - 1` distinct seeds, none the run's own (2^64 / gcd = 2^64 steps
+/// before one repeats). The 64-bit golden ratio's odd integer.
+pub const ENSEMBLE_SEED_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The configurations of `cfg`'s golden ensemble (`train.golden_ensemble` of them): member 0
+/// is `cfg` itself (its golden run is the run's own, same reduction seed), member `k` has
+/// `train.reduction_seed = seed + k * ENSEMBLE_SEED_STEP` (wrapping), where `seed` is the
+/// run's reduction seed (`train.reduction_seed`, default the run's `seed`).
+pub fn ensemble_configs(cfg: &RunConfig) -> Vec<RunConfig> {
+    let base = cfg.train.reduction_seed.unwrap_or(cfg.seed);
+    (0..u64::from(cfg.train.golden_ensemble.max(1)))
+        .map(|k| {
+            let mut m = cfg.clone();
+            if k > 0 {
+                m.train.reduction_seed = Some(base.wrapping_add(k.wrapping_mul(ENSEMBLE_SEED_STEP)));
+            }
+            m
+        })
+        .collect()
+}
+
+/// What a faulty run's golden ensemble measured: each member's final test accuracy (member 0
+/// first), their mean and sample standard deviation (fractions).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ensemble {
+    /// Each member's final test accuracy, member 0 (the run's own golden run) first.
+    pub accs: Vec<f64>,
+    /// Each member's directory in the cache.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Ensemble {
+    /// The members' mean final accuracy: what the accuracy loss is measured against.
+    pub fn mean(&self) -> f64 {
+        self.accs.iter().sum::<f64>() / self.accs.len().max(1) as f64
+    }
+
+    /// The sample standard deviation of the members' final accuracies (n - 1; 0 for one member).
+    pub fn sd(&self) -> f64 {
+        let n = self.accs.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.accs.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
 }
 
 /// The cache key of `cfg`'s golden run on `platform` (the backend and device, since different
@@ -173,6 +225,33 @@ fn remove_stale(root: &Path, key: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ensemble_members_differ_only_in_their_reduction_seed_and_member_0_is_the_runs_golden_run() {
+        let text = "seed = 7\n[model]\narch = \"resnet\"\ndepth = 8\n[train]\nreduction_order = \"seeded\"\ngolden_ensemble = 3\n";
+        let mut cfg = RunConfig::from_toml(text, &[], "t.toml").unwrap();
+        let members = ensemble_configs(&cfg);
+        assert_eq!(members.len(), 3);
+        let seeds: Vec<Option<u64>> = members.iter().map(|m| m.train.reduction_seed).collect();
+        assert_eq!(
+            seeds,
+            [None, Some(7u64.wrapping_add(ENSEMBLE_SEED_STEP)), Some(7u64.wrapping_add(2u64.wrapping_mul(ENSEMBLE_SEED_STEP)))]
+        );
+        let keys: std::collections::BTreeSet<String> = members.iter().map(|m| key(m, "cpu")).collect();
+        assert_eq!(keys.len(), 3, "three distinct golden runs");
+        // Member 0's golden run is the one the run has without an ensemble.
+        let k0 = key(&members[0], "cpu");
+        cfg.train.golden_ensemble = 1;
+        assert_eq!(k0, key(&cfg, "cpu"));
+        assert_eq!(ensemble_configs(&cfg).len(), 1);
+    }
+
+    #[test]
+    fn an_ensembles_spread_is_the_sample_standard_deviation() {
+        let e = Ensemble { accs: vec![0.5, 0.6, 0.7], dirs: Vec::new() };
+        assert!((e.mean() - 0.6).abs() < 1e-12 && (e.sd() - 0.1).abs() < 1e-12);
+        assert_eq!(Ensemble { accs: vec![0.5], dirs: Vec::new() }.sd(), 0.0);
+    }
 
     #[test]
     fn stale_temporaries_of_a_key_are_removed_and_live_ones_kept() {

@@ -200,8 +200,24 @@ pub struct Summary {
     pub final_state_extreme: bool,
     /// The golden run compared with (runs with faults).
     pub golden: Option<crate::golden::Golden>,
-    /// Golden final test accuracy minus this run's.
+    /// Golden final test accuracy minus this run's: the golden run's (`golden`), or with
+    /// `train.golden_ensemble` K > 1 the ensemble's mean (`golden_ensemble_mean_acc_frac`).
     pub acc_loss_vs_golden: Option<f64>,
+    /// With `train.golden_ensemble` K > 1: each member's final test accuracy, member 0 (the
+    /// run's own golden run, `golden`) first; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden_ensemble_accs_frac: Option<Vec<f64>>,
+    /// With an ensemble: the members' mean final test accuracy, what `acc_loss_vs_golden` is
+    /// measured against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden_ensemble_mean_acc_frac: Option<f64>,
+    /// With an ensemble: the sample standard deviation (n - 1) of the members' final test
+    /// accuracies, a fraction: the run-to-run noise of the fault-free runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden_ensemble_sd_frac: Option<f64>,
+    /// With an ensemble: each member's directory in the golden cache, member 0 first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden_ensemble_dirs: Option<Vec<PathBuf>>,
     /// `(wall_s - golden wall_s) / golden wall_s`; absent for a run that failed or took cached
     /// steps (`shortcut_prefix_steps` or `shortcut_remainder_steps` above 0), whose wall time
     /// reflects the cache, not a cost.

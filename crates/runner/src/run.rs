@@ -13,6 +13,7 @@ use resilab_models::{Compute, DatasetPath, InputShape, Net, init_parameters};
 use resilab_recovery::Guard;
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 
+use crate::golden::Ensemble;
 use crate::records::{Resumed, RunOptions, Summary};
 use crate::session::{Dirs, Recovery, Session};
 use crate::{Error, Result, RunConfig};
@@ -124,7 +125,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let mut rec = make_recovery(cfg, &trainer)?;
     // The golden run comes before anything is written here: a run stopped while it computes
     // leaves this directory as it found it.
-    let golden = golden_run(cfg, opts)?;
+    let (golden, ensemble) = golden_run(cfg, opts)?.map_or((None, None), |(g, e)| (Some(g), e));
     let ckpt_root = cfg.checkpoint.root(out);
     let mut watch = crate::files::Watch::default();
     watch.add(out)?;
@@ -144,7 +145,7 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     let mut session = Session::open(cfg, opts, &trainer, Dirs { ckpt_root, watch: watch.clone() }, golden, resumed.is_some())?;
     session.fast_forward(&mut trainer, &mut rec)?;
     session.run(&mut trainer, &mut rec)?;
-    let summary = session.finish(&mut trainer, &mut rec, &split, resumed)?;
+    let summary = with_ensemble(session.finish(&mut trainer, &mut rec, &split, resumed)?, ensemble);
     let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
     watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;
@@ -280,30 +281,61 @@ fn copied_paths(trainer: &Trainer) -> Vec<DatasetPath> {
     params.filter(resilab_models::ParamInfo::has_weight_copy).map(|p| DatasetPath::Model(p.name)).collect()
 }
 
-/// The golden (fault-free) run of a configuration with faults, computed into the cache once.
-fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<crate::golden::Golden>> {
+/// The golden (fault-free) run of a configuration with faults, computed into the cache once,
+/// and with `train.golden_ensemble` K > 1 the ensemble it belongs to: member 0 that golden run,
+/// members 1..K golden runs differing only in their reduction seed, each cached like any golden
+/// run ([`crate::golden::ensemble_configs`]).
+fn golden_run(cfg: &RunConfig, opts: &RunOptions) -> Result<Option<(crate::golden::Golden, Option<Ensemble>)>> {
     let Some(root) = opts.golden.as_ref().filter(|_| opts.compare_fault_free || !cfg.faults.is_empty()) else { return Ok(None) };
     let platform = opts.provenance.platform();
-    let golden = crate::golden::ensure(cfg, &platform, root, |gcfg, dir| {
-        if opts.progress {
-            eprintln!("resilab: computing the golden (fault-free) run into {}", root.display());
-        }
-        let o = RunOptions {
-            out: dir.to_path_buf(),
-            compute: opts.compute.clone(),
-            provenance: opts.provenance.clone(),
-            progress: opts.progress,
-            resume: None,
-            probe: Box::new(|_: &Path| Ok(())),
-            golden: None,
-            compare_fault_free: false,
-            record_states: true,
-            record_samples: false,
-            shortcuts: false,
-            record_steps: opts.shortcuts,
-            data: opts.data.clone(),
-        };
-        train(gcfg, &o).map(|_| ())
-    })?;
-    Ok(Some(golden))
+    let members = crate::golden::ensemble_configs(cfg);
+    let mut goldens = Vec::with_capacity(members.len());
+    for (k, m) in members.iter().enumerate() {
+        goldens.push(crate::golden::ensure(m, &platform, root, |gcfg, dir| {
+            if opts.progress {
+                let which = if members.len() > 1 { format!(" (ensemble member {k} of {})", members.len()) } else { String::new() };
+                eprintln!("resilab: computing the golden (fault-free) run{which} into {}", root.display());
+            }
+            train(gcfg, &golden_options(opts, dir)).map(|_| ())
+        })?);
+    }
+    let ensemble = (goldens.len() > 1).then(|| Ensemble {
+        accs: goldens.iter().map(|g| g.final_test_acc).collect(),
+        dirs: goldens.iter().map(|g| g.dir.clone()).collect(),
+    });
+    Ok(goldens.into_iter().next().map(|g| (g, ensemble)))
+}
+
+/// How a golden run of a run with `opts` trains into `dir`: saving its states, and its step
+/// cache where the run takes shortcuts.
+fn golden_options(opts: &RunOptions, dir: &Path) -> RunOptions {
+    RunOptions {
+        out: dir.to_path_buf(),
+        compute: opts.compute.clone(),
+        provenance: opts.provenance.clone(),
+        progress: opts.progress,
+        resume: None,
+        probe: Box::new(|_: &Path| Ok(())),
+        golden: None,
+        compare_fault_free: false,
+        record_states: true,
+        record_samples: false,
+        shortcuts: false,
+        record_steps: opts.shortcuts,
+        data: opts.data.clone(),
+    }
+}
+
+/// `summary` measured against a golden ensemble: the accuracy loss against the members' mean
+/// final accuracy, and the members' accuracies, mean and spread recorded (`golden` stays
+/// member 0, the run's own golden run).
+fn with_ensemble(mut summary: Summary, ensemble: Option<Ensemble>) -> Summary {
+    if let Some(e) = ensemble {
+        summary.acc_loss_vs_golden = Some(e.mean() - summary.final_test_acc);
+        summary.golden_ensemble_mean_acc_frac = Some(e.mean());
+        summary.golden_ensemble_sd_frac = Some(e.sd());
+        summary.golden_ensemble_accs_frac = Some(e.accs);
+        summary.golden_ensemble_dirs = Some(e.dirs);
+    }
+    summary
 }

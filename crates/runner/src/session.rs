@@ -699,6 +699,11 @@ impl<'a> Session<'a> {
             collapsed: health == Health::NonFinite || !self.last_loss.is_finite(),
             final_state_extreme: health != Health::Sound,
             acc_loss_vs_golden: self.golden.as_ref().map(|g| g.final_test_acc - eval.accuracy),
+            // Filled by the caller from the golden ensemble, where there is one.
+            golden_ensemble_accs_frac: None,
+            golden_ensemble_mean_acc_frac: None,
+            golden_ensemble_sd_frac: None,
+            golden_ensemble_dirs: None,
             // Cached steps make the wall time no cost: none then (docs/metrics.md).
             time_overhead_vs_golden: self
                 .golden

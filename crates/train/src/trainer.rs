@@ -76,6 +76,20 @@ pub struct TrainConfig {
     /// `reduction_order = "seeded"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduction_seed: Option<u64>,
+    /// Golden runs in the fault-free reference of a run with faults: 1 (default), or K > 1
+    /// runs differing only in `reduction_seed` (only with `reduction_order = "seeded"`), whose
+    /// mean final accuracy the accuracy loss is measured against. Read by the runner; left out
+    /// of a stored configuration when 1.
+    #[serde(default = "default_golden_ensemble", skip_serializing_if = "is_one")]
+    pub golden_ensemble: u32,
+}
+
+fn default_golden_ensemble() -> u32 {
+    1
+}
+
+fn is_one(k: &u32) -> bool {
+    *k == 1
 }
 
 impl Default for TrainConfig {
@@ -92,6 +106,7 @@ impl Default for TrainConfig {
             loss_scale: LossScaleConfig::default(),
             reduction_order: ReductionOrder::Fixed,
             reduction_seed: None,
+            golden_ensemble: default_golden_ensemble(),
         }
     }
 }
@@ -133,7 +148,14 @@ impl TrainConfig {
                 "train.reduction_seed = {seed} draws the seeded summation order, but train.reduction_order = \"fixed\": set train.reduction_order = \"seeded\" or remove train.reduction_seed"
             )));
         }
+        if self.golden_ensemble > 1 && self.reduction_order.is_fixed() {
+            return Err(Error::Config(format!(
+                "train.golden_ensemble = {} needs golden runs that differ, but train.reduction_order = \"fixed\" makes them bit-identical: set train.reduction_order = \"seeded\" or train.golden_ensemble = 1",
+                self.golden_ensemble
+            )));
+        }
         for (key, v) in [
+            ("train.golden_ensemble", u64::from(self.golden_ensemble)),
             ("train.batch_size", self.batch_size as u64),
             ("train.eval_batch_size", self.eval_batch_size as u64),
             ("train.log_every", self.log_every),
