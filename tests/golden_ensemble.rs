@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{TINY, assert_clean_error, csv_records, finished_campaign, train_config_with, train_with, write};
+use common::{Args, TINY, assert_clean_error, csv_records, finished_campaign, run_args, train_config_with, train_with, write};
 
 /// Worker 1 crashes in step 5: checkpoint-restart reloads step 3 and recomputes steps 4 and 5.
 const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n\n[recovery]\nstrategy = \"checkpoint_restart\"\n";
@@ -66,6 +66,17 @@ fn a_seeded_run_is_measured_against_its_ensembles_mean_and_records_its_spread() 
     assert_eq!(k1["golden"]["dir"], s["golden"]["dir"]);
     assert_eq!(k1["final_params_digest"], s["final_params_digest"], "the ensemble changes the reference, not the run");
     assert!((k1["acc_loss_vs_golden"].as_f64().unwrap() - (accs[0] - final_acc)).abs() < 1e-12);
+    // `resilab compare` says what its losses are measured against.
+    let cfg = d.join("k3.toml");
+    let out = d.join("compare");
+    let sets: Vec<&str> =
+        SHARPER.iter().chain(&["train.reduction_order=\"seeded\"", "train.golden_ensemble=3"]).flat_map(|s| ["--set", s]).collect();
+    let args = Args::command("compare", &cfg, &out).golden(&d.join("golden-cache")).args(["--strategies", "checkpoint_restart"]).args(sets);
+    let o = run_args(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = std::fs::read_to_string(out.join("table.txt")).unwrap();
+    let line = format!("golden ensemble: 3 runs differing only in train.reduction_seed, mean test accuracy {:.2}%", 100.0 * mean);
+    assert!(table.starts_with(&line), "{table}");
 }
 
 #[test]
