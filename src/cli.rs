@@ -160,6 +160,12 @@ pub(crate) struct ReportArgs {
     /// comparisons.csv, the N-EV factor study's pooled tests. Nothing else is written.
     #[arg(long, conflicts_with_all = ["out", "power"])]
     pub(crate) paper: bool,
+    /// Re-price every run of a `train` campaign at another recovery constant, from the events
+    /// each run paid for (no run trained again): `recovery.detect_timeout_s`,
+    /// `recovery.rebuild_s` or `recovery.relaunch_s`, in seconds; repeatable. The overheads in
+    /// simulated time and the study's choices follow the new prices; report.md states them.
+    #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with_all = ["power", "paper"])]
+    pub(crate) set: Vec<String>,
 }
 
 #[derive(Args)]

@@ -46,6 +46,7 @@ const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n";
 /// Names that are no accuracy, overhead, time or count, or a count named by what it counts
 /// (runs, seeds, faults, ...), in the report's and `compare`'s files.
 const NOT_A_QUANTITY: &[&str] = &[
+    "id",
     "strategy",
     "status",
     "actions",

@@ -186,6 +186,12 @@ pub struct Metrics {
     /// Restarts from a checkpoint that reloaded it in the running processes (the job was
     /// alive), no relaunch (`train` runs; empty in runs recorded before this column).
     [T] in_place_reloads: Option<u64>,
+    /// Times the run was charged `recovery.detect_timeout_s` (a step with crashes the job went
+    /// on after; `train` runs; empty in runs recorded before this column).
+    [T] detect_charges: Option<u64>,
+    /// Communicator rebuilds charged, `recovery.rebuild_s` each (`train` runs; empty in runs
+    /// recorded before this column).
+    [T] rebuilds: Option<u64>,
     /// fp16 runs: steps whose update the loss scaler skipped, their gradients holding an
     /// infinity or a NaN (empty without a loss scaler).
     [T] overflow_steps: Option<u64>,
@@ -293,6 +299,8 @@ impl From<&Summary> for Metrics {
             steps_recomputed: Some(s.steps_recomputed),
             relaunches: Some(s.relaunches),
             in_place_reloads: Some(s.in_place_reloads),
+            detect_charges: Some(s.detect_charges),
+            rebuilds: Some(s.rebuilds),
             overflow_steps: s.scaler_skipped_faults.map(|_| s.overflow_steps),
             scaler_skipped_faults: s.scaler_skipped_faults,
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),

@@ -14,7 +14,7 @@ use crate::format::{label, share_point};
 use crate::md::{MdColumn, md_table};
 use crate::metrics::{ACC_EPS, Cell, Share, cells};
 use crate::plots::{Bars, Interval, LineChart, Scatter, Series, save};
-use crate::{compare, figures, metrics, rows, stats, study};
+use crate::{compare, figures, metrics, price, rows, stats, study};
 
 /// `cells.csv`: the grid's axes, then each cell's [`rows::CellRow`].
 fn cells_csv(axes: &[String], cells: &[Cell]) -> Result<String> {
@@ -214,6 +214,7 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "fields.csv",
     "cells_study.csv",
     "which_strategy.csv",
+    "priced.csv",
     "plots",
     resilab_runner::files::LOCK_FILE,
 ];
@@ -225,16 +226,37 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
 /// `out`'s place in one rename, so a failure (a full disk) leaves the earlier report, or
 /// nothing, never a part of one. `out` must be new, empty or hold an earlier report.
 pub fn report(dir: &Path, out: &Path) -> Result<Written> {
+    report_priced(dir, out, &price::Overrides::default())
+}
+
+/// [`report`] with every `train` run re-priced at the recovery constants `set` changes
+/// ([`price::reprice`]): the overheads in simulated time and the study's choices follow the new
+/// prices, `report.md` states them against the recorded ones, and `priced.csv` gives each run's
+/// simulated seconds both ways. Without a change, [`report`] itself.
+pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<Written> {
     resilab_campaign::output::check_out_dir(out, "--out")?;
-    let (campaign, rows) = load(dir)?;
+    let (campaign, recorded) = load(dir)?;
+    let (rows, priced) = if set.is_empty() {
+        (recorded, None)
+    } else {
+        let (rows, pairs) = price::reprice(&campaign, &recorded, set)?;
+        let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs) };
+        (rows, Some(note))
+    };
     let created = !out.exists();
     let lock = resilab_runner::files::lock_dir(out, "--out")?;
-    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows));
+    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, priced.as_ref()));
     if written.is_err() && created {
         resilab_campaign::output::remove_if_bare(out);
     }
     drop(lock);
     written
+}
+
+/// What a re-priced report adds: `priced.csv` and its paragraph of `report.md`.
+struct Priced {
+    csv: String,
+    md: String,
 }
 
 /// Fails when `out` holds something a report does not write (the report replaces it whole),
@@ -266,7 +288,7 @@ fn check_report_dir(out: &Path) -> Result<()> {
 
 /// Writes the report of `campaign`'s `rows` (from `dir`) beside `out` and puts it in `out`'s
 /// place; the files returned are named in `out`.
-fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Result<Written> {
+fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>) -> Result<Written> {
     let staging = resilab_campaign::output::staging_dir(out)?;
     let io = |source| Error::Io { path: staging.clone(), source };
     // Left by a report that was killed: ours, since `out` is locked.
@@ -274,7 +296,7 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> R
         std::fs::remove_dir_all(&staging).map_err(io)?;
     }
     std::fs::create_dir(&staging).map_err(io)?;
-    let written = write_report(dir, &staging, campaign, rows).and_then(|w| {
+    let written = write_report(dir, &staging, campaign, rows, priced).and_then(|w| {
         resilab_campaign::output::sync_tree(&staging)?;
         resilab_campaign::output::replace_dir(&staging, out)?;
         Ok(w)
@@ -292,12 +314,16 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> R
 }
 
 /// Writes the report of `campaign`'s `rows` (from `dir`) into `out`.
-fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row]) -> Result<Written> {
+fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>) -> Result<Written> {
     let facts = RunFacts::of(campaign, rows);
     let tol = campaign.settings.rwc_tolerance_points;
     let cells = cells(rows, |r| facts.chance(r), tol);
     let mut written = Written { cells: cells.len(), runs: rows.len(), files: Vec::new() };
     let (mut md, pareto) = tables(campaign, rows, &cells, out, &mut written)?;
+    if let Some(p) = priced {
+        written.files.push(write(&out.join("priced.csv"), &p.csv)?);
+        md.push_str(&p.md);
+    }
     let study = pareto.is_some();
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;

@@ -57,6 +57,10 @@ pub enum Error {
         /// What is wrong with it.
         what: String,
     },
+    /// `--set` could not re-price the runs (a key it does not re-price, a bad value, a run
+    /// recorded without the counts it needs).
+    #[error("{0}")]
+    Price(String),
     /// `--power` was not a positive difference.
     #[error("--power {0}: expected a positive difference (points for rates and accuracy losses, % for overheads)")]
     Power(f64),

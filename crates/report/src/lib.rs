@@ -20,11 +20,12 @@ pub mod metrics;
 mod paper;
 pub mod plots;
 mod power;
+pub mod price;
 mod rows;
 pub mod stats;
 pub mod study;
 
-pub use campaign::report;
+pub use campaign::{report, report_priced};
 pub use compare::{Comparison, MIN_SEEDS, comparisons};
 pub use error::{Error, Result};
 pub use files::Written;

@@ -476,6 +476,22 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
     csv_text(w)
 }
 
+/// A row of `priced.csv` (written by `report --set`): one run's simulated time and overhead
+/// as recorded and as re-priced.
+#[derive(Debug, Default, serde::Serialize)]
+pub(crate) struct PricedRow {
+    /// The run's id (`runs.csv`'s).
+    pub(crate) id: String,
+    /// Its simulated seconds as recorded.
+    pub(crate) recorded_sim_s: Option<f64>,
+    /// Its simulated seconds re-priced.
+    pub(crate) sim_s: Option<f64>,
+    /// Its overhead in simulated time against its golden run as recorded, a fraction.
+    pub(crate) recorded_sim_overhead_frac: Option<f64>,
+    /// Its overhead re-priced.
+    pub(crate) sim_overhead_frac: Option<f64>,
+}
+
 /// A row of `fields.csv`: one word, target and bit field.
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct FieldRow {
@@ -544,6 +560,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("fields.csv", columns::<FieldRow>()?),
         ("cells_study.csv", columns::<StudyCell>()?),
         ("which_strategy.csv", columns::<ChoiceRow>()?),
+        ("priced.csv", columns::<PricedRow>()?),
     ])
 }
 

@@ -109,9 +109,13 @@ pub struct Summary {
     /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
     /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
     pub simulated_detect_s: f64,
+    /// Times `recovery.detect_timeout_s` was charged (`simulated_detect_s` is this many of it).
+    pub detect_charges: u64,
     /// Within `simulated_s`: communicator rebuilds (`recovery.rebuild_s` each): without the
     /// lost rank when rollback or lossy forward went on, and when a respawned replica joined.
     pub simulated_rebuild_s: f64,
+    /// Communicator rebuilds charged (`simulated_rebuild_s` is this many `recovery.rebuild_s`).
+    pub rebuilds: u64,
     /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
     /// network's bandwidth.
     pub simulated_transfer_s: f64,

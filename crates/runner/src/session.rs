@@ -72,8 +72,12 @@ struct Tally {
     in_place_reloads: u64,
     /// Failure detection: `recovery.detect_timeout_s` per step with crashes the job went on after.
     detect_s: f64,
+    /// Times `recovery.detect_timeout_s` was charged.
+    detect_charges: u64,
     /// Communicator rebuilds: `recovery.rebuild_s` per membership change of a job that goes on.
     rebuild_s: f64,
+    /// Times `recovery.rebuild_s` was charged.
+    rebuilds: u64,
     transfer_s: f64,
     losses: LossTally,
     /// Why the run failed, when it did.
@@ -338,7 +342,9 @@ impl<'a> Session<'a> {
         let rebuilds = u32::from(charges.rebuild) + u32::from(rec.guard.take_joins() > 0);
         let rebuild = f64::from(rebuilds) * r.rebuild_s;
         self.tally.detect_s += detect;
+        self.tally.detect_charges += u64::from(charges.detect);
         self.tally.rebuild_s += rebuild;
+        self.tally.rebuilds += u64::from(rebuilds);
         self.tally.sim_s += detect + rebuild;
     }
 
@@ -662,7 +668,9 @@ impl<'a> Session<'a> {
             relaunches: t.relaunches,
             in_place_reloads: t.in_place_reloads,
             simulated_detect_s: t.detect_s,
+            detect_charges: t.detect_charges,
             simulated_rebuild_s: t.rebuild_s,
+            rebuilds: t.rebuilds,
             simulated_transfer_s: t.transfer_s,
             // A run that failed stopped early: its simulated time is no cost of recovery.
             simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).filter(|_| !t.failed).map(|g| (t.sim_s - g) / g),
