@@ -66,11 +66,15 @@ fn a_seeded_run_is_measured_against_its_ensembles_mean_and_records_its_spread() 
     assert_eq!(k1["golden"]["dir"], s["golden"]["dir"]);
     assert_eq!(k1["final_params_digest"], s["final_params_digest"], "the ensemble changes the reference, not the run");
     assert!((k1["acc_loss_vs_golden"].as_f64().unwrap() - (accs[0] - final_acc)).abs() < 1e-12);
-    // `resilab compare` says what its losses are measured against.
+    // `resilab train` and `resilab compare` say what their losses are measured against.
     let cfg = d.join("k3.toml");
-    let out = d.join("compare");
     let sets: Vec<&str> =
         SHARPER.iter().chain(&["train.reduction_order=\"seeded\"", "train.golden_ensemble=3"]).flat_map(|s| ["--set", s]).collect();
+    let o = run_args(Args::train(&cfg, &d.join("k3-again")).golden(&d.join("golden-cache")).args(sets.clone()));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let said = format!("golden ensemble of 3: mean test accuracy {mean:.4}, SD {sd:.4}, member 0 {:.4} (", accs[0]);
+    assert!(stdout.contains(&said), "{stdout}");
+    let out = d.join("compare");
     let args = Args::command("compare", &cfg, &out).golden(&d.join("golden-cache")).args(["--strategies", "checkpoint_restart"]).args(sets);
     let o = run_args(args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

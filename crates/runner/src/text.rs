@@ -32,9 +32,17 @@ impl Summary {
                 s.status
             ));
             if let (Some(g), Some(loss)) = (&s.golden, s.acc_loss_vs_golden) {
+                // With an ensemble the loss is against its mean: name it, its spread and member 0.
+                let reference = match (&s.golden_ensemble_accs_frac, s.golden_ensemble_mean_acc_frac, s.golden_ensemble_sd_frac) {
+                    (Some(accs), Some(mean), Some(sd)) => format!(
+                        "golden ensemble of {}: mean test accuracy {mean:.4}, SD {sd:.4}, member 0 {:.4}",
+                        accs.len(),
+                        g.final_test_acc
+                    ),
+                    _ => format!("golden run: test accuracy {:.4}", g.final_test_acc),
+                };
                 lines.push(format!(
-                    "golden run: test accuracy {:.4} ({:+.4} here), wall {:.1} s ({} here); {}",
-                    g.final_test_acc,
+                    "{reference} ({:+.4} here), wall {:.1} s ({} here); {}",
                     -loss,
                     g.wall_s,
                     s.time_overhead_vs_golden.map_or_else(|| "n/a".to_string(), |t| format!("{:+.1}%", 100.0 * t)),
