@@ -572,7 +572,8 @@ mod tests {
         // (rollback and lossy forward, twice): each turn solves one equation. Lossy forward
         // against checkpoint-restart, whose steady costs are the same checkpoints:
         // R* = delay + 2B + X - kT/2 - C, and B* = (kT/2 + R + C - delay - X) / 2.
-        let c = cfg(&format!("{TINY}[recovery]\ndetect_timeout_s = 7.0\nrebuild_s = 2.0\nrelaunch_s = 1.0\nrelaunch_below_rebuild = true\n"));
+        let c =
+            cfg(&format!("{TINY}[recovery]\ndetect_timeout_s = 7.0\nrebuild_s = 2.0\nrelaunch_s = 1.0\nrelaunch_below_rebuild = true\n"));
         let (mtbf, interval) = (Some(1e5), Interval::Steps(40));
         let p = project(&c, 8, &Job::failing(None, mtbf), interval).unwrap_or_else(|e| panic!("{e}"));
         let (cr, lf) = (row(&p, Strategy::CheckpointRestart), row(&p, Strategy::LossyForward));
