@@ -147,22 +147,28 @@ pub fn runs_under_rate(k: u64, n: u64, budget: f64) -> Option<u64> {
     if p >= budget {
         return None;
     }
-    let under = |m: u64| clopper_pearson_upper(p * m as f64, m as f64, ALPHA).is_some_and(|u| u < budget);
-    if under(n) {
-        return Some(n);
+    smallest_from(n, |m| clopper_pearson_upper(p * m as f64, m as f64, ALPHA).is_some_and(|u| u < budget))
+}
+
+/// The smallest `n >= start` for which `enough` holds, where `enough` turns true once and stays
+/// so: `start` itself, or found by doubling from it and bisecting; `None` beyond
+/// [`MAX_GROUPS`].
+fn smallest_from(start: u64, enough: impl Fn(u64) -> bool) -> Option<u64> {
+    if enough(start) {
+        return Some(start);
     }
-    let (mut lo, mut hi) = (n, n);
-    while !under(hi) {
+    let (mut lo, mut hi) = (start, start);
+    while !enough(hi) {
         if hi >= MAX_GROUPS {
             return None;
         }
         lo = hi;
         hi = hi.saturating_mul(2).min(MAX_GROUPS);
     }
-    // Not under at lo, under at hi.
+    // Not enough at lo, enough at hi.
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if under(mid) { hi = mid } else { lo = mid }
+        if enough(mid) { hi = mid } else { lo = mid }
     }
     Some(hi)
 }
@@ -432,25 +438,9 @@ fn t_groups(q: f64, s: f64, margin: f64) -> Option<Size> {
     }
     let z = Normal::standard();
     let normal = ((z.inverse_cdf(q) + z.inverse_cdf(POWER)) * s / margin).powi(2);
-    let Size::Exactly(mut lo) = Size::of(normal) else { return Some(Size::MoreThan(MAX_GROUPS)) };
+    let Size::Exactly(start) = Size::of(normal) else { return Some(Size::MoreThan(MAX_GROUPS)) };
     let enough = |n: u64| t_sum(q, n).is_some_and(|t| n as f64 >= (t * s / margin).powi(2));
-    if enough(lo) {
-        return Some(Size::Exactly(lo));
-    }
-    let mut hi = lo;
-    while !enough(hi) {
-        if hi >= MAX_GROUPS {
-            return Some(Size::MoreThan(MAX_GROUPS));
-        }
-        lo = hi;
-        hi = hi.saturating_mul(2).min(MAX_GROUPS);
-    }
-    // Not enough at lo, enough at hi.
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if enough(mid) { hi = mid } else { lo = mid }
-    }
-    Some(Size::Exactly(hi))
+    Some(smallest_from(start, enough).map_or(Size::MoreThan(MAX_GROUPS), Size::Exactly))
 }
 
 /// Groups a paired t test at two-sided level `alpha` needs to find a mean difference `d` with
