@@ -429,9 +429,7 @@ impl<'a> Session<'a> {
             self.tally.in_place_reloads += 1;
         }
         if read {
-            let read_s = trainer.parallel.compute.storage_s(trainer.state_bytes());
-            self.tally.storage_s += read_s;
-            self.tally.sim_s += read_s;
+            self.charge_storage(trainer, trainer.state_bytes());
         }
     }
 
@@ -457,9 +455,15 @@ impl<'a> Session<'a> {
     fn charge_checkpoint(&mut self, trainer: &Trainer, state_bytes: u64) {
         self.tally.checkpoints += 1;
         self.tally.checkpoint_bytes += state_bytes;
-        let write_s = trainer.parallel.compute.storage_s(state_bytes);
-        self.tally.storage_s += write_s;
-        self.tally.sim_s += write_s;
+        self.charge_storage(trainer, state_bytes);
+    }
+
+    /// Charges moving `bytes` of state to or from storage (a checkpoint's write or read) at the
+    /// storage bandwidth on the simulated clock.
+    fn charge_storage(&mut self, trainer: &Trainer, bytes: u64) {
+        let s = trainer.parallel.compute.storage_s(bytes);
+        self.tally.storage_s += s;
+        self.tally.sim_s += s;
     }
 
     /// Checkpoint faults due after step `s`: each corrupts the newest checkpoint's file of its
