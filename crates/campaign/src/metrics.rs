@@ -192,6 +192,12 @@ pub struct Metrics {
     /// Communicator rebuilds charged, `recovery.rebuild_s` each (`train` runs; empty in runs
     /// recorded before this column).
     [T] rebuilds: Option<u64>,
+    /// Simulated seconds of the checkpoint reads and recomputed steps after relaunches, until
+    /// the job was back at the step it had reached: in `sim_s` unless the relaunch's figure
+    /// covered them (`recovery.relaunch_covers_redo`); what re-pricing at a profile whose
+    /// relaunch does (or does not) cover them takes off (or adds) (`train` runs; empty in runs
+    /// recorded before this column).
+    [T] relaunch_redo_s: Option<f64>,
     /// fp16 runs: steps whose update the loss scaler skipped, their gradients holding an
     /// infinity or a NaN (empty without a loss scaler).
     [T] overflow_steps: Option<u64>,
@@ -301,6 +307,7 @@ impl From<&Summary> for Metrics {
             in_place_reloads: Some(s.in_place_reloads),
             detect_charges: Some(s.detect_charges),
             rebuilds: Some(s.rebuilds),
+            relaunch_redo_s: Some(s.simulated_relaunch_redo_s),
             overflow_steps: s.scaler_skipped_faults.map(|_| s.overflow_steps),
             scaler_skipped_faults: s.scaler_skipped_faults,
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),

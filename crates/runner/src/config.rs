@@ -234,6 +234,23 @@ pub struct RecoveryConfig {
     /// pairing is deliberate (docs/recovery.md, "Cost profiles").
     #[serde(default)]
     pub relaunch_below_rebuild: bool,
+    /// A cost profile (`megascale-optimised`, `megascale-unoptimised`; docs/recovery.md, "Cost
+    /// profiles"): one real system's detection, rebuild and relaunch, each times
+    /// `profile_scale`, fill `detect_timeout_s`, `rebuild_s`, `relaunch_s` and
+    /// `relaunch_covers_redo` where the configuration gives none (a key given overrides its
+    /// constant alone). Unset (default): those keys' own defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Simulated seconds per second of the profile (default 1): the modelled step's length over
+    /// the real job's, to charge a real system's costs to a small model's steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_scale: Option<f64>,
+    /// The relaunch's figure already contains the checkpoint read and the recomputation of the
+    /// steps lost since the checkpoint ("back to the progress before the crash"): after a
+    /// relaunch, those are computed but not charged again (default `false`; a profile that
+    /// says so sets it).
+    #[serde(default)]
+    pub relaunch_covers_redo: bool,
 }
 
 impl Default for RecoveryConfig {
@@ -248,6 +265,9 @@ impl Default for RecoveryConfig {
             on_permanent_loss: LossPolicy::default(),
             shrink_batch: BatchRule::default(),
             relaunch_below_rebuild: false,
+            profile: None,
+            profile_scale: None,
+            relaunch_covers_redo: false,
         }
     }
 }
@@ -259,6 +279,19 @@ impl RecoveryConfig {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::Config(format!("recovery.{key} = {v} must be a finite number of seconds >= 0")));
             }
+        }
+        if let Some(name) = &self.profile
+            && resilab_recovery::profile::profile(name).is_none()
+        {
+            return Err(Error::Config(format!(
+                "recovery.profile = {name:?} is not a cost profile; the profiles are {}",
+                resilab_recovery::profile::names()
+            )));
+        }
+        if let Some(scale) = self.profile_scale
+            && !(scale.is_finite() && scale > 0.0 && self.profile.is_some())
+        {
+            return Err(Error::Config(format!("recovery.profile_scale = {scale} must be a finite number above 0, with recovery.profile")));
         }
         if self.relaunch_s < self.rebuild_s && !self.relaunch_below_rebuild {
             return Err(Error::Config(format!(
@@ -412,13 +445,14 @@ impl RunConfig {
     /// `--set` has no line in the file, so its error reads `{origin} (with --set overrides):
     /// {dotted key}: {message}`.
     pub fn from_toml(text: &str, overrides: &[String], origin: &str) -> Result<Self> {
-        let c: Self = if overrides.is_empty() {
+        let mut table = toml_table(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        let profiled = crate::cost_profile::fill(&mut table).map_err(|e| Error::within(origin, e))?;
+        let c: Self = if overrides.is_empty() && !profiled {
             toml_from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?
         } else {
-            let mut table = toml_table(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
-            for o in overrides {
-                apply_override(&mut table, o)?;
-            }
             toml_from_table(table).map_err(|e| match toml_from_str::<Self>(text) {
                 // The same error in the file alone: it has a line there.
                 Err(f) if f.key == e.key && f.message == e.message => Error::Config(format!("{origin}: {f}")),
@@ -431,7 +465,8 @@ impl RunConfig {
 
     /// Deserialises and validates an already assembled table (a campaign's base with its grid
     /// options, say); `origin` names it in errors, which name the dotted key but no line.
-    pub fn from_table(table: toml::Table, origin: &str) -> Result<Self> {
+    pub fn from_table(mut table: toml::Table, origin: &str) -> Result<Self> {
+        crate::cost_profile::fill(&mut table).map_err(|e| Error::within(origin, e))?;
         let c: Self = toml_from_table(table).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
         c.validate().map_err(|e| Error::within(origin, e))?;
         Ok(c)
@@ -804,6 +839,21 @@ mod tests {
             let ok = RunConfig::from_toml(MIN, &[format!("recovery.{key}=0"), "recovery.rebuild_s=0".into()], "t").unwrap();
             assert!(ok.to_toml().contains(&format!("{key} = 0")), "{}", ok.to_toml());
         }
+    }
+
+    #[test]
+    fn a_cost_profile_fills_the_constants_it_is_not_overridden_in_and_round_trips() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let text = format!("{MIN}[recovery]\nprofile = \"megascale-optimised\"\nprofile_scale = 0.001\n");
+        let c = RunConfig::from_toml(&text, &set(&["recovery.detect_timeout_s=0.01"]), "t").unwrap();
+        let r = &c.recovery;
+        assert_eq!((r.detect_timeout_s, r.rebuild_s, r.relaunch_s, r.relaunch_covers_redo), (0.01, 0.03, 0.9, true));
+        // The stored configuration holds the profile and the constants it charged: read back, the same.
+        assert_eq!(RunConfig::from_toml(&c.to_toml(), &[], "stored").unwrap().recovery, c.recovery);
+        let e = RunConfig::from_toml(&text.replace("optimised", "fast"), &[], "t").unwrap_err().to_string();
+        assert!(e.contains("recovery.profile = \"megascale-fast\" is not a cost profile"), "{e}");
+        let e = RunConfig::from_toml(MIN, &set(&["recovery.profile_scale=2"]), "t").unwrap_err().to_string();
+        assert!(e.contains("recovery.profile_scale is set without recovery.profile"), "{e}");
     }
 
     #[test]

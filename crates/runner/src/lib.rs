@@ -4,6 +4,7 @@ pub mod advise;
 pub mod bench;
 pub mod compare;
 mod config;
+mod cost_profile;
 mod eval;
 pub mod files;
 pub mod golden;

@@ -106,6 +106,11 @@ pub struct Summary {
     /// Restarts from a checkpoint that reloaded it in the running processes (the job was
     /// alive: damage found by a check), paying the read and the lost steps, no relaunch.
     pub in_place_reloads: u64,
+    /// The checkpoint reads and recomputed steps after relaunches, until the job was back at the
+    /// step it had reached: within `simulated_s`, unless the relaunch's figure covers them
+    /// (`recovery.relaunch_covers_redo`); recorded either way, so that a run can be re-priced
+    /// at a profile whose relaunch does or does not cover them.
+    pub simulated_relaunch_redo_s: f64,
     /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
     /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
     pub simulated_detect_s: f64,

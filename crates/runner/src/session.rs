@@ -70,6 +70,10 @@ struct Tally {
     relaunches: u64,
     /// Restarts from a checkpoint that reloaded it in the running processes.
     in_place_reloads: u64,
+    /// Simulated seconds of the checkpoint reads and recomputed steps after relaunches, until
+    /// the job was back at the step it had reached: charged, or covered by the relaunch
+    /// (`recovery.relaunch_covers_redo`) and so not in `sim_s`.
+    relaunch_redo_s: f64,
     /// Failure detection: `recovery.detect_timeout_s` per step with crashes the job went on after.
     detect_s: f64,
     /// Times `recovery.detect_timeout_s` was charged.
@@ -136,6 +140,9 @@ pub(crate) struct Session<'a> {
     charged_detections: usize,
     /// A process died (a crash) in the step just taken: a restart after it relaunches the job.
     crashed: bool,
+    /// After a relaunch, the step the job had reached before it: the steps up to it are the
+    /// relaunch's redo.
+    redo_until: u64,
     tally: Tally,
     window: Window,
     last_eval: Option<Evaluation>,
@@ -220,6 +227,7 @@ impl<'a> Session<'a> {
             logged_faults: 0,
             charged_detections: 0,
             crashed: false,
+            redo_until: 0,
             tally: Tally::default(),
             window: Window::default(),
             last_eval: None,
@@ -352,7 +360,13 @@ impl<'a> Session<'a> {
         let t = &mut self.tally;
         t.redos += u64::from(s.redos);
         self.last_loss = s.loss;
-        t.sim_s += s.sim_s;
+        let redo = s.step <= self.redo_until;
+        if redo {
+            t.relaunch_redo_s += s.sim_s;
+        }
+        if !(redo && self.cfg.recovery.relaunch_covers_redo) {
+            t.sim_s += s.sim_s;
+        }
         t.snapshot_s += s.snapshot_s;
         t.redo_s += s.redo_s;
         t.comm_s += s.comm_s;
@@ -406,7 +420,7 @@ impl<'a> Session<'a> {
             }
         };
         trainer.restore(&state)?;
-        self.charge_restart(trainer, from.is_some(), !damage || self.crashed);
+        self.charge_restart(trainer, at_step, from.is_some(), !damage || self.crashed);
         rec.guard.supervise(&mut rec.faults).respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
@@ -414,22 +428,31 @@ impl<'a> Session<'a> {
         Ok(true)
     }
 
-    /// Charges a restart: the job's relaunch (`recovery.relaunch_s`) when `died` (a process
-    /// died: a crash in the step, or a worker lost for good under reinit) or when the runtime
-    /// cannot reload in place (`recovery.in_place_reload = false`), and otherwise nothing for
-    /// the reload itself; then the checkpoint read at storage bandwidth when `read` (not the
-    /// initial state). The steps since the checkpoint are charged as they are computed again.
-    fn charge_restart(&mut self, trainer: &Trainer, read: bool, died: bool) {
-        if died || !self.cfg.recovery.in_place_reload {
+    /// Charges a restart at `at_step`: the job's relaunch (`recovery.relaunch_s`) when `died`
+    /// (a process died: a crash in the step, or a worker lost for good under reinit) or when
+    /// the runtime cannot reload in place (`recovery.in_place_reload = false`), and otherwise
+    /// nothing for the reload itself; then the checkpoint read at storage bandwidth when `read`
+    /// (not the initial state). The steps since the checkpoint are charged as they are computed
+    /// again, except after a relaunch whose figure covers them (`recovery.relaunch_covers_redo`).
+    fn charge_restart(&mut self, trainer: &Trainer, at_step: u64, read: bool, died: bool) {
+        let relaunch = died || !self.cfg.recovery.in_place_reload;
+        if relaunch {
             let relaunch = self.cfg.recovery.relaunch_s;
             self.tally.relaunches += 1;
             self.tally.relaunch_s += relaunch;
             self.tally.sim_s += relaunch;
+            self.redo_until = self.redo_until.max(at_step - 1);
         } else {
             self.tally.in_place_reloads += 1;
         }
         if read {
-            self.charge_storage(trainer, trainer.state_bytes());
+            let bytes = trainer.state_bytes();
+            if relaunch {
+                self.tally.relaunch_redo_s += trainer.parallel.compute.storage_s(bytes);
+            }
+            if !(relaunch && self.cfg.recovery.relaunch_covers_redo) {
+                self.charge_storage(trainer, bytes);
+            }
         }
     }
 
@@ -671,6 +694,7 @@ impl<'a> Session<'a> {
             simulated_relaunch_s: t.relaunch_s,
             relaunches: t.relaunches,
             in_place_reloads: t.in_place_reloads,
+            simulated_relaunch_redo_s: t.relaunch_redo_s,
             simulated_detect_s: t.detect_s,
             detect_charges: t.detect_charges,
             simulated_rebuild_s: t.rebuild_s,
