@@ -166,6 +166,16 @@ pub(crate) struct ReportArgs {
     /// simulated time and the study's choices follow the new prices; report.md states them.
     #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with_all = ["power", "paper"])]
     pub(crate) set: Vec<String>,
+    /// Re-price every run at a cost profile (megascale-optimised, megascale-unoptimised;
+    /// docs/recovery.md, "Cost profiles"): its detection, rebuild and relaunch, each times
+    /// --price-scale, and whether its relaunch covers the checkpoint read and the recomputed
+    /// steps; --set then overrides one constant at a time.
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["power", "paper"])]
+    pub(crate) price: Option<String>,
+    /// Simulated seconds per second of the --price profile (the modelled step over the real
+    /// job's); default: each run's recovery.profile_scale (an error where a run has none).
+    #[arg(long, value_name = "S", requires = "price")]
+    pub(crate) price_scale: Option<f64>,
 }
 
 #[derive(Args)]

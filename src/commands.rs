@@ -362,7 +362,10 @@ pub(crate) fn report(args: ReportArgs) -> Result<()> {
         return Ok(());
     }
     let out = args.out.unwrap_or_else(|| args.dir.join("report"));
-    let set = resilab_report::price::Overrides::parse(&args.set)?;
+    let mut set = resilab_report::price::Overrides::parse(&args.set)?;
+    if let Some(name) = &args.price {
+        set = set.with_profile(name, args.price_scale)?;
+    }
     let w = resilab_report::report_priced(&args.dir, &out, &set)?;
     println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());
     Ok(())

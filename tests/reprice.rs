@@ -102,7 +102,48 @@ fn runs_repriced_from_their_events_equal_the_runs_rerun_at_the_new_constants() {
         "cells",
     );
     let md = std::fs::read_to_string(priced.join("report.md")).unwrap();
-    assert!(md.contains("## Re-priced") && md.contains("| 0.2 | 0.1 | 0.5 | 0.7 | 0.3 | 2 |"), "{md}");
+    assert!(md.contains("## Re-priced") && md.contains("| 0.2 | 0.1 | 0.5 | no | 0.7 | 0.3 | 2 | no |"), "{md}");
+}
+
+/// A cost profile whose relaunch covers the checkpoint read and the steps recomputed after it
+/// (`--price megascale-unoptimised`): the runs recorded at separate constants, re-priced at the
+/// profile, equal the runs rerun with `recovery.profile` set, whose relaunches charge no redo.
+#[test]
+fn runs_repriced_at_a_profile_equal_the_runs_rerun_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at_a = finished_campaign(tmp.path(), "a", &CAMPAIGN.replace("PRICES", RECORDED), &[]);
+    let profile = r#"profile = "megascale-unoptimised", profile_scale = 0.001"#;
+    let at_p = finished_campaign(tmp.path(), "p", &CAMPAIGN.replace("PRICES", profile), &[]);
+    let (runs_a, runs_p) = (csv_records(&at_a.join("runs.csv")), csv_records(&at_p.join("runs.csv")));
+    let of = |runs: &[BTreeMap<String, String>], column: &str| {
+        runs.iter().map(|r| (r["id"].clone(), r[column].clone())).collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(of(&runs_a, "digest"), of(&runs_p, "digest"), "the same events");
+    assert_eq!(of(&runs_a, "relaunch_redo_s"), of(&runs_p, "relaunch_redo_s"), "the same redo, charged or covered");
+    let redo: f64 = runs_a.iter().map(|r| r["relaunch_redo_s"].parse::<f64>().unwrap()).sum();
+    assert!(redo > 0.0, "checkpoint-restart recomputes steps after its relaunches: {runs_a:?}");
+
+    let priced = tmp.path().join("priced");
+    let o = report(&at_a, &priced, &["--price", "megascale-unoptimised", "--price-scale", "0.001"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_close(&floats(&priced.join("priced.csv"), "id", "sim_s"), &floats(&at_p.join("runs.csv"), "id", "sim_s"), "simulated seconds");
+    let md = std::fs::read_to_string(priced.join("report.md")).unwrap();
+    assert!(
+        md.contains("cost profile `megascale-unoptimised`") && md.contains("| 0.2 | 0.1 | 0.5 | no | 0.6 | 1.047 | 1.917 | yes |"),
+        "{md}"
+    );
+    // Back from the profile to separate constants: the redo is charged again.
+    let back = tmp.path().join("back");
+    let o = report(
+        &at_p,
+        &back,
+        &["--set", "recovery.detect_timeout_s=0.2", "--set", "recovery.rebuild_s=0.1", "--set", "recovery.relaunch_s=0.5"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let still_covered = floats(&back.join("priced.csv"), "id", "sim_s");
+    let recorded = floats(&at_a.join("runs.csv"), "id", "sim_s");
+    assert!(still_covered.iter().any(|(k, v)| (v - recorded[k]).abs() > 1e-9), "--set keeps the profile's covering: {still_covered:?}");
+    assert_clean_error(&report(&at_a, &back, &["--price", "megascale-unoptimised"]), &["--price-scale"]);
 }
 
 #[test]
