@@ -117,6 +117,10 @@ pub struct Choice {
     pub acc_loss: Option<f64>,
     /// The one-sided 95% upper bound of that loss, points.
     pub acc_loss_upper: Option<f64>,
+    /// The fault-free runs' own spread: the largest standard deviation, points, of the final
+    /// test accuracies of the condition's golden ensembles (`train.golden_ensemble`), what the
+    /// budget on accuracy loss is to be read against; `None` without ensembles.
+    pub golden_sd: Option<f64>,
     /// Groups (seed, rep) among the condition's runs.
     pub groups: usize,
     /// Groups a power calculation says would decide an undecided condition.
@@ -201,7 +205,10 @@ pub(crate) fn choose(condition: &str, options: &[(String, Vec<&Row>)], rules: &R
         admissible.sort_by(|x, y| x.overhead.total_cmp(&y.overhead));
         separate(&mut c, &admissible, paired);
     }
-    let golden = options.iter().flat_map(|(_, rs)| rs.iter().filter_map(|r| r.metrics.golden_acc)).fold(f64::INFINITY, f64::min);
+    let all = || options.iter().flat_map(|(_, rs)| rs.iter());
+    c.golden_sd = all().filter_map(|r| r.metrics.golden_ensemble_sd).map(|sd| 100.0 * sd).reduce(f64::max);
+    // The reference the losses are measured against: the ensemble's mean where there is one.
+    let golden = all().filter_map(|r| r.metrics.golden_ensemble_mean_acc.or(r.metrics.golden_acc)).fold(f64::INFINITY, f64::min);
     if 100.0 * golden < rules.golden_min_pct {
         golden_too_low(&mut c, 100.0 * golden, rules.golden_min_pct);
     }

@@ -391,6 +391,11 @@ pub(crate) struct ChoiceRow {
     /// The one-sided 95% upper bound of that loss, points.
     #[serde(serialize_with = "fixed::<3, _>")]
     pub(crate) acc_loss_upper_pts: Option<f64>,
+    /// The golden ensembles' spread: the largest standard deviation of their members' final
+    /// test accuracies over the condition's ensembles, points; empty without
+    /// `train.golden_ensemble`.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) golden_sd_pts: Option<f64>,
     /// Groups (training seed and repetition) among the condition's runs.
     pub(crate) groups: u64,
     /// Groups a power calculation says would decide an undecided condition: a count, `not
@@ -413,6 +418,7 @@ impl ChoiceRow {
             sim_overhead_pct: c.sim_overhead,
             acc_loss_pts: c.acc_loss,
             acc_loss_upper_pts: c.acc_loss_upper,
+            golden_sd_pts: c.golden_sd,
             groups: c.groups as u64,
             groups_needed: c.groups_needed.text(),
             needed_for: c.needed_for.clone(),
@@ -432,6 +438,7 @@ pub(crate) const CHOICE_TABLE: &[MdColumn<ChoiceRow>] = &[
     ("sim. overhead %", |r| f(r.sim_overhead_pct, 2)),
     ("acc. loss (points)", |r| f(r.acc_loss_pts, 2)),
     ("upper bound (points)", |r| f(r.acc_loss_upper_pts, 2)),
+    ("golden SD (points)", |r| if r.golden_sd_pts.is_some() { f(r.golden_sd_pts, 2) } else { "n/a".into() }),
     ("groups", |r| r.groups.to_string()),
     ("groups needed", |r| if r.groups_needed.is_empty() { String::new() } else { format!("{} ({})", r.groups_needed, r.needed_for) }),
     ("ruled out", |r| resilab_text::markdown(&r.ruled_out)),

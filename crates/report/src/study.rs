@@ -217,7 +217,8 @@ fn choice_rules(rules: &Rules, paired: bool) -> String {
         "Generated from the runs (`which_strategy.csv`), in each condition, under two budgets: a mean accuracy loss of {budget} points and a catastrophe rate of {rate}% of runs (a catastrophe: a run that failed or lost more than {cat} points).\n\n\
          - **Admissible**: an option that passes both rules. *Mean rule*: the one-sided 95% upper bound (Student t) of its mean accuracy loss against the golden run (runs that completed, points) is below {budget} points (non-inferiority). *Catastrophe-rate rule*: the one-sided 95% Clopper–Pearson upper bound of its catastrophe rate is below {rate}% ({zero} runs without a catastrophe show it; `cells_study.csv` gives each rate with its exact interval). A failed run (its strategy gave up) has no accuracy loss and no overhead; it counts as a catastrophe, and no longer rules an option out by itself.\n\
          - **Cheaper**: the admissible options are ordered by mean simulated overhead; an option is shown to cost more than the cheapest when {cost_test} gives p < {ALPHA} after Holm's adjustment over that condition's cost comparisons (the cheapest against each other admissible option: that family, per condition).\n\
-         - **Choice**: the cheapest together with every admissible option not shown to cost more, joined by `=`. Options identical to the cheapest in every group (runs matched by training seed and repetition, each difference of overhead and accuracy loss exactly 0) read `(equal)`, and the condition is decided; any other option left beside the cheapest leaves it *undecided*. A condition whose lowest golden accuracy is below {floor}% reads `undecided: golden run at X%`: a reference that did not learn decides nothing.\n\
+         - **Choice**: the cheapest together with every admissible option not shown to cost more, joined by `=`. Options identical to the cheapest in every group (runs matched by training seed and repetition, each difference of overhead and accuracy loss exactly 0) read `(equal)`, and the condition is decided; any other option left beside the cheapest leaves it *undecided*. A condition whose lowest golden accuracy (the golden ensemble's mean, with `train.golden_ensemble`) is below {floor}% reads `undecided: golden run at X%`: a reference that did not learn decides nothing.\n\
+         - **Golden SD**: beside the budget, the fault-free runs' own run-to-run spread: with `train.golden_ensemble` K > 1 (K golden runs differing only in the order of their all-reduce sums, `train.reduction_order = \"seeded\"`), the largest standard deviation of the members' final test accuracies over the condition's ensembles, points; accuracy losses are measured against the ensemble's mean. `n/a`: no ensemble, one golden run per seed, whose own noise is not measured.\n\
          - **Undecided**: *groups needed* is what would decide it, in {groups}: with nothing admissible, what the most promising option needs for both rules to pass, the larger of the mean rule's (80% power from the observed standard deviation, one-sided 0.05, t-based; `not reachable` when its mean loss is at or above the budget) and the rate rule's (the runs at which the same observed catastrophe rate is bounded under its budget; `not reachable` when the rate is at or above it); with costs not separated, what the cost test of the cheapest two needs at Holm's strictest level of the condition ({ALPHA}/m for m cost comparisons; t-based for a paired test, normal approximation for Welch's), `not reachable` when their overheads do not differ at all.\n"
     )
 }
@@ -662,5 +663,20 @@ system_mtbf_steps = 5
         // At or above the floor, the runs decide.
         let rows = calm(|r| r.metrics.golden_acc = Some(0.8));
         assert_eq!(study(&campaign(""), &rows).unwrap().choices[0].choice, "lossy_forward");
+    }
+
+    #[test]
+    fn the_golden_ensembles_spread_stands_beside_the_budget_and_its_mean_is_the_floors_reference() {
+        let md = markdown(&campaign(""), &study(&campaign(""), &calm(|_| ())).unwrap());
+        assert!(md.contains("| golden SD (points) |") && md.contains("| 30 |") && md.contains("| n/a |"), "{md}");
+        let rows = calm(|r| {
+            r.metrics.golden_ensemble_sd = Some(if r.index == 2 { 0.004 } else { 0.0015 });
+            // Member 0 learned, the ensemble's mean did not: the mean is the reference.
+            r.metrics.golden_ensemble_mean_acc = Some(if r.index == 5 { 0.62 } else { 0.9 });
+        });
+        let s = study(&campaign(""), &rows).unwrap();
+        let c = &s.choices[0];
+        assert_eq!((c.golden_sd, c.choice.as_str()), (Some(0.4), "undecided: golden run at 62.0%"), "{c:?}");
+        assert!(markdown(&campaign(""), &s).contains("| 0.40 |"));
     }
 }
