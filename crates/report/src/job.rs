@@ -106,9 +106,12 @@ impl Study {
         }
         let cells: Vec<CellRow> = rows(&dir.join("cells_study.csv"))?;
         let choices: Vec<ChoiceRow> = rows(&dir.join("which_strategy.csv"))?;
+        // A study without a rebuild axis charges every run its base's rebuild (a cost profile's).
+        let campaign = resilab_campaign::Campaign::stored(dir).map_err(|e| bad("campaign.toml", e.to_string()))?;
+        let base_rebuild = campaign.run(0).map_err(|e| bad("campaign.toml", e.to_string()))?.config.recovery.rebuild_s;
         let mut conditions: Vec<(String, Point)> = Vec::new();
         for c in &choices {
-            let point = condition_point(&c.condition, &mtbf, &step_s)
+            let point = condition_point(&c.condition, &mtbf, &step_s, base_rebuild)
                 .ok_or_else(|| bad("which_strategy.csv", format!("condition {:?} is not on the study's grid", c.condition)))?;
             conditions.push((c.condition.clone(), point));
         }
@@ -239,8 +242,9 @@ fn study_steps(runs: &Path, steps: i64) -> Result<BTreeMap<u64, f64>> {
     Ok(sums.into_iter().map(|(w, (s, n))| (w, s / n as f64 / steps as f64)).collect())
 }
 
-/// The point of a condition such as `fault=mtbf 20, parallel.workers=4, recovery.rebuild_s=0.911`.
-fn condition_point(condition: &str, mtbf: &BTreeMap<String, f64>, step_s: &BTreeMap<u64, f64>) -> Option<Point> {
+/// The point of a condition such as `fault=mtbf 20, parallel.workers=4, recovery.rebuild_s=0.911`;
+/// `base_rebuild` where the condition names no rebuild.
+fn condition_point(condition: &str, mtbf: &BTreeMap<String, f64>, step_s: &BTreeMap<u64, f64>, base_rebuild: f64) -> Option<Point> {
     let mut parts = BTreeMap::new();
     for part in condition.split(", ") {
         let (k, v) = part.split_once('=')?;
@@ -248,7 +252,7 @@ fn condition_point(condition: &str, mtbf: &BTreeMap<String, f64>, step_s: &BTree
     }
     let workers: u64 = parts.get("parallel.workers")?.parse().ok()?;
     let step = *step_s.get(&workers)?;
-    let rebuild: f64 = parts.get("recovery.rebuild_s")?.parse().ok()?;
+    let rebuild: f64 = parts.get("recovery.rebuild_s").map_or(Some(base_rebuild), |r| r.parse().ok())?;
     let m = *mtbf.get(*parts.get("fault")?)?;
     Some(Point { workers: workers as f64, crashes_per_step: 1.0 / m, rebuild_steps: rebuild / step })
 }
@@ -261,9 +265,11 @@ mod tests {
     fn conditions_are_read_onto_the_study_axes() {
         let mtbf = BTreeMap::from([("mtbf 20".to_string(), 20.0)]);
         let steps = BTreeMap::from([(4u64, 0.002)]);
-        let p = condition_point("fault=mtbf 20, parallel.workers=4, recovery.rebuild_s=0.911", &mtbf, &steps);
+        let p = condition_point("fault=mtbf 20, parallel.workers=4, recovery.rebuild_s=0.911", &mtbf, &steps, 1.0);
         assert_eq!(p, Some(Point { workers: 4.0, crashes_per_step: 0.05, rebuild_steps: 455.5 }));
-        assert_eq!(condition_point("fault=mtbf 80, parallel.workers=4, recovery.rebuild_s=0.911", &mtbf, &steps), None);
+        assert_eq!(condition_point("fault=mtbf 80, parallel.workers=4, recovery.rebuild_s=0.911", &mtbf, &steps, 1.0), None);
+        let base = condition_point("fault=mtbf 20, parallel.workers=4", &mtbf, &steps, 0.0261);
+        assert_eq!(base.map(|p| p.rebuild_steps), Some(13.05), "the base's rebuild where the grid has none");
         let near = Point { workers: 8.0, crashes_per_step: 0.05, rebuild_steps: 455.5 };
         assert!((near.distance(&p.unwrap_or(near)) - 2f64.ln()).abs() < 1e-12);
     }

@@ -64,6 +64,10 @@ struct Setup {
     workers: Values,
     gflops: Values,
     costs: [Values; 3],
+    /// `recovery.profile` with its `profile_scale`, per distinct pair.
+    profiles: Vec<(String, Option<f64>)>,
+    /// `train.golden_ensemble`.
+    ensembles: Values,
     test_images: Option<usize>,
 }
 
@@ -88,10 +92,16 @@ fn setup(campaign: &Campaign) -> Result<Setup> {
         let steps = c.train.steps.map_or_else(|| "its epochs".to_string(), |n| format!("{n} steps"));
         s.steps.add(format!("{steps} at a global batch of {}", c.train.batch_size));
         workers.push(c.parallel.workers);
+        s.ensembles.add(c.train.golden_ensemble.to_string());
         s.gflops.add(c.parallel.compute.gflops.map_or("measured".into(), |g| fmt_g(g, 3)));
         let r = &c.recovery;
         for (v, x) in s.costs.iter_mut().zip([r.detect_timeout_s, r.rebuild_s, r.relaunch_s]) {
             v.add(format!("{} s", fmt_g(x, 3)));
+        }
+        if let Some(p) = r.profile.clone().map(|p| (p, r.profile_scale))
+            && !s.profiles.contains(&p)
+        {
+            s.profiles.push(p);
         }
     }
     workers.sort_unstable();
@@ -112,17 +122,27 @@ fn spread(v: &mut [f64]) -> Option<(f64, f64, f64)> {
     Some((v[0], median, v[n - 1]))
 }
 
-/// The golden runs' final accuracies (%) and fault-free step times (ms), one per golden run.
-fn golden(dir: &Path, steps: f64) -> Result<(Vec<f64>, Vec<f64>)> {
+/// One per golden run: its final accuracy (%), its fault-free step time (ms) and, with a
+/// golden ensemble, the ensemble's standard deviation of final accuracies (points).
+struct Goldens {
+    accs: Vec<f64>,
+    step_ms: Vec<f64>,
+    sds: Vec<f64>,
+}
+
+fn golden(dir: &Path, steps: f64) -> Result<Goldens> {
     let runs = Table::read(&dir.join("runs.csv"))?;
-    let mut by_key: BTreeMap<String, (f64, Option<f64>)> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, (f64, Option<f64>, Option<f64>)> = BTreeMap::new();
+    let optional = |r: &super::read::Rec, column: &str| if r.has(column) { r.float(column).map(Some) } else { Ok(None) };
     for r in runs.rows().filter(|r| r.has("golden_key") && r.has("golden_acc_frac")) {
-        let sim = if r.has("golden_sim_s") { Some(r.float("golden_sim_s")?) } else { None };
-        by_key.insert(r.field("golden_key")?.to_string(), (100.0 * r.float("golden_acc_frac")?, sim));
+        let (sim, sd) = (optional(&r, "golden_sim_s")?, optional(&r, "golden_ensemble_sd_frac")?);
+        by_key.insert(r.field("golden_key")?.to_string(), (100.0 * r.float("golden_acc_frac")?, sim, sd.map(|sd| 100.0 * sd)));
     }
-    let accs = by_key.values().map(|v| v.0).collect();
-    let step_ms = by_key.values().filter_map(|v| v.1).map(|s| 1e3 * s / steps).collect();
-    Ok((accs, step_ms))
+    Ok(Goldens {
+        accs: by_key.values().map(|v| v.0).collect(),
+        step_ms: by_key.values().filter_map(|v| v.1).map(|s| 1e3 * s / steps).collect(),
+        sds: by_key.values().filter_map(|v| v.2).collect(),
+    })
 }
 
 /// Per metric, the detectable differences of its tests (finite and above zero: a test whose
@@ -158,7 +178,7 @@ pub(super) fn paragraph(dir: &Path, name: &str) -> Result<String> {
     let campaign = Campaign::stored(dir)?;
     let s = setup(&campaign)?;
     let steps = campaign.run(0)?.config.train.steps.map_or(f64::NAN, |n| n as f64);
-    let (mut accs, mut step_ms) = golden(dir, steps)?;
+    let Goldens { mut accs, mut step_ms, mut sds } = golden(dir, steps)?;
     step_ms.retain(|v| v.is_finite());
     let mut text = format!(
         "**What this rests on.** Each run trains {} for {} on {}, on {} simulated data-parallel workers at a modelled {} GFLOP/s each",
@@ -175,16 +195,47 @@ pub(super) fn paragraph(dir: &Path, name: &str) -> Result<String> {
     if let Some((lo, _, hi)) = spread(&mut accs) {
         text += &format!(" Its {} golden runs end at {}% test accuracy.", accs.len(), joined(fixed(lo, 1), fixed(hi, 1)));
     }
+    if let Some((lo, _, hi)) = spread(&mut sds) {
+        text += &format!(
+            " Each is the first of a golden ensemble of {} fault-free runs that differ only in the order of their all-reduce sums (`train.reduction_order = \"seeded\"`, as a GPU leaves it free), whose final accuracies have a standard deviation of {} points; accuracy losses are measured against each ensemble's mean.",
+            s.ensembles.or(),
+            range(lo, hi, 2)
+        );
+    }
     if let Some((lo, _, hi)) = spread(&mut step_ms) {
         text += &format!(" A fault-free step takes {} ms of simulated time.", range(lo, hi, 3));
     }
-    let costs: Vec<String> = SOURCES.iter().zip(&s.costs).map(|((what, src), v)| format!("{what} {} ({src})", v.or())).collect();
-    text += &format!(
-        " What a crash costs beyond its step, in those seconds, with the published figure of a real job that `configs/paper/{name}.toml` scales to its step: {}.",
-        costs.join("; ")
-    );
+    text += &costs(&s, name);
     text += &groups_and_detectable(dir)?;
     Ok(text)
+}
+
+/// What a crash costs: the cost profile the runs name, with each figure's source, or else
+/// each constant with the published figure it stands for.
+fn costs(s: &Setup, name: &str) -> String {
+    let profile = match s.profiles.as_slice() {
+        [(p, scale)] => resilab_recovery::profile::profile(p).map(|p| (p, scale.unwrap_or(1.0))),
+        _ => None,
+    };
+    let Some((p, scale)) = profile else {
+        let costs: Vec<String> = SOURCES.iter().zip(&s.costs).map(|((what, src), v)| format!("{what} {} ({src})", v.or())).collect();
+        return format!(
+            " What a crash costs beyond its step, in those seconds, with the published figure of a real job that `configs/paper/{name}.toml` scales to its step: {}.",
+            costs.join("; ")
+        );
+    };
+    let figures = [("detection", p.detect), ("communicator rebuild", p.rebuild), ("relaunch", p.relaunch)];
+    let costs: Vec<String> =
+        figures.iter().zip(&s.costs).map(|((what, f), v)| format!("{what} {} ({} s: {})", v.or(), fmt_g(f.seconds, 4), f.source)).collect();
+    let covers =
+        if p.relaunch_covers_redo { "; the relaunch's figure covers the checkpoint read and the steps recomputed after it" } else { "" };
+    format!(
+        " What a crash costs beyond its step, in those seconds: the cost profile `{}` ({}), each figure times {} simulated seconds per second (`recovery.profile_scale`): {}{covers}.",
+        p.name,
+        p.system,
+        fmt_g(scale, 3),
+        costs.join("; ")
+    )
 }
 
 /// The groups per condition and, per metric, the detectable differences.
