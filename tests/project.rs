@@ -49,6 +49,26 @@ fn simulate(dir: &Path, strategy: &str, seed: u64) -> (f64, f64) {
     (s["simulated_overhead_vs_golden"].as_f64().unwrap(), s["faults_injected"].as_f64().unwrap())
 }
 
+/// The summary of the run [`simulate`] wrote.
+fn summary(dir: &Path, strategy: &str, seed: u64) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join(format!("{strategy}-{seed}/summary.json"))).unwrap()).unwrap()
+}
+
+/// A strategy's mean overhead over its runs as a line in `recovery.rebuild_s` (the runs
+/// re-priced from their events, `resilab report --set`): `(at the recorded rebuild, per second
+/// of rebuild)`, each run's overhead moving by its rebuilds over its golden run's seconds.
+fn overhead_line(dir: &Path, strategy: &str) -> (f64, f64) {
+    let runs: Vec<(f64, f64)> = (1..=RUNS)
+        .map(|seed| {
+            let s = summary(dir, strategy, seed);
+            let golden = s["golden"]["simulated_s"].as_f64().unwrap();
+            (s["simulated_overhead_vs_golden"].as_f64().unwrap(), s["rebuilds"].as_f64().unwrap() / golden)
+        })
+        .collect();
+    let n = runs.len() as f64;
+    (runs.iter().map(|r| r.0).sum::<f64>() / n, runs.iter().map(|r| r.1).sum::<f64>() / n)
+}
+
 /// `resilab project`'s rows for the configuration, with `set` overrides.
 fn projected(dir: &Path, set: &[&str]) -> Vec<Value> {
     let cfg = config(dir, "none");
@@ -129,6 +149,34 @@ fn shared_step_allowance(projected: f64, steady: f64) -> f64 {
     (projected - steady) * (1.0 - (1.0 - (-r).exp()) / r)
 }
 
+/// The rebuild at which checkpoint-restart and lossy forward cost the same: read from the runs
+/// in `dir` re-priced at every rebuild (their mean overheads are lines in it), and as `resilab
+/// project` prints it (the turn of `recovery.rebuild_s` from lossy forward to
+/// checkpoint-restart). The two must agree within 10%.
+fn assert_break_even_agrees(dir: &Path) {
+    let recorded = 0.001;
+    let ((a_cr, b_cr), (a_lf, b_lf)) = (overhead_line(dir, "checkpoint_restart"), overhead_line(dir, "lossy_forward"));
+    assert!(b_lf > 0.0 && b_cr == 0.0, "lossy forward rebuilds at each crash, checkpoint-restart relaunches: {b_lf} {b_cr}");
+    let from_runs = recorded + (a_cr - a_lf) / (b_lf - b_cr);
+    let cfg = config(dir, "none");
+    let (n, mtbf, every) = (WORKERS.to_string(), MTBF_STEPS.to_string(), EVERY.to_string());
+    let args =
+        ["project", "--config", cfg.to_str().unwrap(), "--workers", &n, "--system-mtbf-steps", &mtbf, "--interval-steps", &every, "--json"];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let turn = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["key"] == "recovery.rebuild_s").unwrap();
+    let stretches = turn["stretches"].as_array().unwrap();
+    let edge = stretches
+        .windows(2)
+        .find(|w| w[0]["cheapest"] == "lossy_forward" && w[1]["cheapest"] == "checkpoint_restart")
+        .map(|w| w[0]["to"].as_f64().unwrap())
+        .unwrap_or_else(|| panic!("no turn from lossy forward to checkpoint-restart: {turn}"));
+    let what = format!("break-even rebuild: {from_runs:.6} s from the re-priced runs, {edge:.6} s projected");
+    assert!((from_runs - edge).abs() <= 0.1 * edge, "{what}");
+    eprintln!("{what}");
+}
+
 #[test]
 fn projected_overheads_match_simulated_runs_with_random_crashes() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,6 +199,7 @@ fn projected_overheads_match_simulated_runs_with_random_crashes() {
         assert!((e.adjusted - w).abs() > tolerance, "{what}: the projection without detection and rebuilds ({w:.4}) passes too");
         eprintln!("{what}: tolerance {tolerance:.5}; without detection and rebuilds {w:.4}");
     }
+    assert_break_even_agrees(dir.path());
 }
 
 /// `resilab project --json` for `configs/recovery.toml` with `extra` flags: its rows.

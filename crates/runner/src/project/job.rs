@@ -39,15 +39,16 @@ pub struct Request {
 }
 
 impl Request {
-    /// The job the request describes.
-    fn job(&self) -> Job {
+    /// The job the request describes, its relaunch covering the redo as its profile says (or,
+    /// without one, as `cfg`'s `recovery.relaunch_covers_redo` does).
+    fn job(&self, cfg: &RunConfig) -> Job {
         Job {
             node_mtbf_s: Some(self.node_mtbf_years * 365.25 * 86_400.0),
             system_mtbf_steps: self.system_mtbf_steps,
             gpus_per_node: self.gpus_per_node,
             step_s: self.step_s,
             length_s: self.job_days * 86_400.0,
-            relaunch_covers_redo: self.profile.is_some_and(|p| p.relaunch_covers_redo),
+            relaunch_covers_redo: self.profile.map_or(cfg.recovery.relaunch_covers_redo, |p| p.relaunch_covers_redo),
         }
     }
 
@@ -84,7 +85,7 @@ pub fn report(cfg: &RunConfig, request: &Request, json: bool) -> Result<(String,
     validate(request)?;
     let shape_only = request.step_s.is_some() && cfg.parallel.compute.gflops.is_none();
     let cfg = request.modelled(cfg);
-    let (job, interval) = (request.job(), request.interval());
+    let (job, interval) = (request.job(&cfg), request.interval());
     let (assumed, warned) = (assumptions(&cfg, request, shape_only), warnings(&cfg, request));
     let mut lines = Vec::new();
     if json {
