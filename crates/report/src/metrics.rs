@@ -147,7 +147,8 @@ pub struct Cell {
     /// those that completed (a failed run has none), collapsed ones included.
     pub acc_loss: Option<f64>,
     /// Mean time overhead vs golden (%), measured wall time, over runs that completed and took
-    /// no cached steps ([`wall_overhead_frac`]); none when every run took some.
+    /// no cached steps ([`wall_overhead_frac`]), where it stands out of the timing noise
+    /// ([`beyond_timing_noise`]); none when every run took some, or within the noise.
     pub time_overhead_pct: Option<f64>,
     /// Mean overhead in simulated time vs golden (%), over runs that completed (a failed run has
     /// none, never a negative one).
@@ -260,6 +261,26 @@ pub fn wall_overhead_frac(r: &Row) -> Option<f64> {
     let unknown = m.shortcut_prefix_steps.is_some() && m.shortcut_remainder_steps.is_none();
     let cached = m.shortcut_prefix_steps.unwrap_or(0) + m.shortcut_remainder_steps.unwrap_or(0);
     m.time_overhead.filter(|_| cached == 0 && !unknown && m.collapse_step.is_none())
+}
+
+/// The mean of a cell's wall-time overheads (%) where it stands out of the timing noise, else
+/// `None`. Each overhead compares a run's wall time with its golden run's single timing, taken
+/// on a machine shared with the campaign's other worker process: that one timing is a draw from
+/// the same noise as the runs'. So the mean is shown only when the golden timing lies outside
+/// the 95% prediction interval of one more run drawn as the runs were:
+/// `|mean| > t(0.975, n-1) s sqrt(1 + 1/n)`, `s` the runs' standard deviation. With fewer than
+/// 2 runs the noise is unknown and nothing is shown. A cell of runs that did the golden run's work (a restart or an
+/// eval of the same steps) then reads empty instead of a negative overhead that only the noise
+/// made.
+pub fn beyond_timing_noise(overheads: &[f64]) -> Option<f64> {
+    let n = overheads.len();
+    let m = mean(overheads)?;
+    if n < 2 {
+        return None;
+    }
+    let s = (overheads.iter().map(|o| (o - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let half = crate::stats::t_quantile(0.975, (n - 1) as f64) * s * (1.0 + 1.0 / n as f64).sqrt();
+    (m.abs() > half).then_some(m)
 }
 
 /// The accuracy loss of one run against its golden run, in points (`golden - final`): the one
@@ -465,7 +486,7 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
         nev_vs_ev: String::new(),
         worst_margin_pct: 100.0 * margin(0.5, n),
         acc_loss: mean(&ok.iter().filter_map(|r| acc_loss_pts(r)).collect::<Vec<_>>()),
-        time_overhead_pct: mean(&completed(&|r| wall_overhead_frac(r).map(|t| 100.0 * t))),
+        time_overhead_pct: beyond_timing_noise(&completed(&|r| wall_overhead_frac(r).map(|t| 100.0 * t))),
         sim_overhead_pct: mean(&completed(&|r| r.metrics.sim_overhead.map(|t| 100.0 * t))),
         steps_lost: mean(&vals(&|r| r.metrics.steps_lost.map(|s| s as f64), true)),
         steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
@@ -552,7 +573,7 @@ mod tests {
             assert_eq!(cells(&[r], |_| 0.1, 0.5)[0].time_overhead_pct, None);
         }
         // Without cached steps (or rows without the columns) the measured overhead stands.
-        let c = cells(&[timed(0, 0, 0.25), timed(12, 0, -0.6)], |_| 0.1, 0.5);
+        let c = cells(&[timed(0, 0, 0.25), timed(0, 0, 0.26), timed(0, 0, 0.24), timed(12, 0, -0.6)], |_| 0.1, 0.5);
         assert!(c[0].time_overhead_pct.is_some_and(|t| (t - 25.0).abs() < 1e-9), "{:?}", c[0].time_overhead_pct);
         let mut old = timed(0, 0, 0.1);
         (old.metrics.shortcut_prefix_steps, old.metrics.shortcut_remainder_steps) = (None, None);
@@ -640,5 +661,17 @@ mod tests {
         rows[1].metrics.restart_step = Some(4106);
         let c = &cells(&rows, |_| 0.1, 0.5)[0];
         assert_eq!((c.ok, c.nan.count, c.nev.count, c.step_altered.count), (2, 1, 1, 1));
+    }
+
+    #[test]
+    fn a_wall_overhead_within_the_runs_own_timing_noise_is_not_shown() {
+        // Runs spread 20 points around -5%: the golden run's one timing lies inside their noise.
+        assert_eq!(beyond_timing_noise(&[-25.0, 15.0, -10.0, 0.0]), None);
+        // Runs spread 2 points around 30%: it does not. t(0.975, 3) = 3.182, s = 1.826,
+        // sqrt(1 + 1/4) = 1.118: half-width 6.5 points.
+        assert_eq!(beyond_timing_noise(&[28.0, 30.0, 32.0, 30.0]), Some(30.0));
+        assert_eq!(beyond_timing_noise(&[-28.0, -30.0, -32.0, -30.0]), Some(-30.0), "a real speed-up is shown");
+        assert_eq!(beyond_timing_noise(&[30.0]), None, "one run: no noise to judge by");
+        assert_eq!(beyond_timing_noise(&[]), None);
     }
 }
