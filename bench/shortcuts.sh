@@ -8,13 +8,14 @@
 # once the golden runs exist: each campaign reports how long its golden runs took first (with
 # the shortcut they also record the step cache), and that time is given too.
 # Writes results/bench/shortcuts.csv (one row per mode).
-# Knobs: CONFIG (default configs/paper/recovery.toml: 4 strategies x 4, 8, 16 workers x 2 rebuild
-# costs x 3 fault rates, 128 steps a run), SET (extra `--set` arguments, default: 2 training
+# Knobs: CONFIG (default results/paper/recovery/campaign.toml, the committed recovery study's
+# configuration: 4 strategies x 4, 8, 16 workers x 2 rebuild costs x 3 fault rates, 128 steps a
+# run), SET (extra `--set` arguments, default: 2 training
 # seeds, 1 repetition, 144 runs), JOBS (default 2), THREADS (per process, default 1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CONFIG="${CONFIG:-$ROOT/configs/paper/recovery.toml}"
+CONFIG="${CONFIG:-$ROOT/results/paper/recovery/campaign.toml}"
 JOBS="${JOBS:-2}"
 THREADS="${THREADS:-1}"
 DEFAULT_SET='--set campaign.repetitions=1 --set campaign.seeds=[1,2]'
