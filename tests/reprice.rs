@@ -105,6 +105,43 @@ fn runs_repriced_from_their_events_equal_the_runs_rerun_at_the_new_constants() {
     assert!(md.contains("## Re-priced") && md.contains("| 0.2 | 0.1 | 0.5 | no | 0.7 | 0.3 | 2 | no |"), "{md}");
 }
 
+/// `break_even.csv`: the rebuild at which checkpoint-restart and lossy forward cost the same,
+/// read from the runs' events; re-pricing the runs at it gives the two options the same mean
+/// overhead, and rollback and lossy forward, which rebuild alike, have none.
+#[test]
+fn the_break_even_a_report_reads_from_the_runs_equalises_their_repriced_overheads() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A study (its hypothesis names the compared axis), two runs an option (a cell's mean
+    // overhead needs two).
+    let hypothesis = "timeout_s = 300\n\n[[campaign.hypothesis]]\nname = \"lossy forward costs less\"\nmetric = \"sim_overhead\"\na = \"checkpoint_restart\"\nb = \"lossy_forward\"\n";
+    let dir = finished_campaign(
+        tmp.path(),
+        "a",
+        &CAMPAIGN.replace("PRICES", RECORDED).replace("timeout_s = 300\n", hypothesis).replace("repetitions = 1", "repetitions = 2"),
+        &[],
+    );
+    let plain = tmp.path().join("plain");
+    assert!(report(&dir, &plain, &[]).status.success());
+    let rows = csv_records(&plain.join("break_even.csv"));
+    let find = |a: &str, b: &str| rows.iter().find(|r| r["key"] == "recovery.rebuild_s" && r["a"] == a && r["b"] == b).unwrap();
+    assert_eq!(find("rollback", "lossy_forward")["break_even_s"], "", "{rows:?}");
+    let even = find("checkpoint_restart", "lossy_forward");
+    let x: f64 = even["break_even_s"].parse().unwrap();
+    assert!(x > 0.1 && even["priced_s"] == "0.1", "{even:?}");
+    assert_eq!((even["cheaper_below"].as_str(), even["cheaper_above"].as_str()), ("lossy_forward", "checkpoint_restart"));
+    let at = tmp.path().join("at");
+    let o = report(&dir, &at, &["--set", &format!("recovery.rebuild_s={x}")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cells = floats(&at.join("cells_study.csv"), "option", "sim_overhead_pct");
+    let (cr, lf) = (cells["checkpoint_restart"], cells["lossy_forward"]);
+    assert!(
+        (cr - lf).abs() <= 1e-9 * cr.abs(),
+        "at the break-even {x} s: checkpoint-restart {cr}%, lossy forward {lf}%: {}",
+        std::fs::read_to_string(at.join("cells_study.csv")).unwrap()
+    );
+    assert!(std::fs::read_to_string(plain.join("report.md")).unwrap().contains("`break_even.csv` gives"));
+}
+
 /// A cost profile whose relaunch covers the checkpoint read and the steps recomputed after it
 /// (`--price megascale-unoptimised`): the runs recorded at separate constants, re-priced at the
 /// profile, equal the runs rerun with `recovery.profile` set, whose relaunches charge no redo.

@@ -215,6 +215,7 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "cells_study.csv",
     "which_strategy.csv",
     "priced.csv",
+    "break_even.csv",
     "plots",
     resilab_runner::files::LOCK_FILE,
 ];
@@ -239,8 +240,8 @@ pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<W
     let (rows, priced) = if set.is_empty() {
         (recorded, None)
     } else {
-        let (rows, pairs) = price::reprice(&campaign, &recorded, set)?;
-        let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs) };
+        let (rows, pairs, in_use) = price::reprice(&campaign, &recorded, set)?;
+        let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs), in_use };
         (rows, Some(note))
     };
     let created = !out.exists();
@@ -253,10 +254,12 @@ pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<W
     written
 }
 
-/// What a re-priced report adds: `priced.csv` and its paragraph of `report.md`.
+/// What a re-priced report adds: `priced.csv` and its paragraph of `report.md`, and the
+/// constants each run is priced at (by grid index).
 struct Priced {
     csv: String,
     md: String,
+    in_use: BTreeMap<u64, price::Prices>,
 }
 
 /// Fails when `out` holds something a report does not write (the report replaces it whole),
@@ -325,6 +328,9 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
         md.push_str(&p.md);
     }
     let study = pareto.is_some();
+    if study && campaign.settings.kind == Kind::Train {
+        break_even(campaign, rows, priced, out, &mut md, &mut written)?;
+    }
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
     // Axes with one option say nothing in a label; the first varying axis picks the colour.
@@ -361,6 +367,37 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
     plots_markdown(&mut md, &figures, out, &mut written);
     written.files.push(write(&out.join("report.md"), &md)?);
     Ok(written)
+}
+
+/// `break_even.csv` of a `train` study ([`crate::breakeven`]), each run priced as recorded or as
+/// `priced` re-priced it, and its sentence in `report.md`; nothing for runs recorded before
+/// the counts of priced events.
+fn break_even(
+    campaign: &Campaign,
+    rows: &[Row],
+    priced: Option<&Priced>,
+    out: &Path,
+    md: &mut String,
+    written: &mut Written,
+) -> Result<()> {
+    let prices = match priced {
+        Some(p) => p.in_use.clone(),
+        None => rows.iter().map(|r| Ok((r.index, price::Prices::of(&campaign.run(r.index)?.config.recovery)))).collect::<Result<_>>()?,
+    };
+    let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
+    let lines = crate::breakeven::rows(&study::group(campaign, rows, axis), &prices);
+    if lines.is_empty() {
+        // Runs recorded before the counts of priced events: no line to read.
+        return Ok(());
+    }
+    let csv = crate::rows::table::<crate::breakeven::BreakEven, _>(&[], lines.iter().map(|l| (Vec::new(), l)))?;
+    written.files.push(write(&out.join("break_even.csv"), &csv)?);
+    let _ = writeln!(
+        md,
+        "
+`break_even.csv` gives, per condition and pair of options, the value of each recovery constant at which their mean overheads in simulated time would be equal, the others held: read from the runs' own events (each run's overhead is a line in each constant), not from a cost model, and empty where the constant moves both alike."
+    );
+    Ok(())
 }
 
 /// Every pairwise comparison of a campaign without hypotheses, as its report tests them.

@@ -4,6 +4,7 @@
 //! `report.md`; every pairwise difference with its own test in `comparisons.csv`; and plots in
 //! PNG and SVG under `plots/`.
 
+mod breakeven;
 mod campaign;
 mod choice;
 pub mod compare;

@@ -230,11 +230,15 @@ pub fn reprice_row(row: &Row, recorded: Prices, new: Prices) -> Result<Row> {
 /// The constants a run was recorded at, and those it is re-priced at.
 pub type PricePair = (Prices, Prices);
 
+/// A campaign's runs re-priced: the rows, the distinct pairs of constants, and each run's new
+/// constants by grid index.
+pub type Repriced = (Vec<Row>, Vec<PricePair>, std::collections::BTreeMap<u64, Prices>);
+
 /// The runs of a campaign re-priced at `set`: each run's recorded constants from its own
 /// configuration (the base's, or its grid point's), the changed ones from `set`. Refused for a
 /// campaign that is not `train`, and where the new pair puts a relaunch below a rebuild without
 /// the run's `recovery.relaunch_below_rebuild`.
-pub fn reprice(campaign: &Campaign, rows: &[Row], set: &Overrides) -> Result<(Vec<Row>, Vec<PricePair>)> {
+pub fn reprice(campaign: &Campaign, rows: &[Row], set: &Overrides) -> Result<Repriced> {
     if campaign.settings.kind != Kind::Train {
         return Err(Error::Price(format!(
             "--set re-prices the recovery constants of `train` campaigns; this campaign is `{}`",
@@ -242,6 +246,7 @@ pub fn reprice(campaign: &Campaign, rows: &[Row], set: &Overrides) -> Result<(Ve
         )));
     }
     let mut pairs: Vec<PricePair> = Vec::new();
+    let mut in_use = std::collections::BTreeMap::new();
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let cfg = campaign.run(r.index)?.config;
@@ -256,9 +261,10 @@ pub fn reprice(campaign: &Campaign, rows: &[Row], set: &Overrides) -> Result<(Ve
         if !pairs.contains(&(recorded, new)) {
             pairs.push((recorded, new));
         }
+        in_use.insert(r.index, new);
         out.push(reprice_row(r, recorded, new)?);
     }
-    Ok((out, pairs))
+    Ok((out, pairs, in_use))
 }
 
 /// `priced.csv`: each run of `recorded` beside itself in `priced` (the same order).
