@@ -93,6 +93,9 @@ const NOT_A_QUANTITY: &[&str] = &[
     "nev_vs_ev_p",
     "nev_vs_ev_p_holm",
     "nan",
+    "key",
+    "cheaper_below",
+    "cheaper_above",
 ];
 
 /// Whether column `i` of `header` names its unit: a unit suffix (`_frac`, `_pct`, `_pts`, `_s`,

@@ -24,17 +24,19 @@ pub(crate) struct BreakEven {
     /// The constant moved: `recovery.detect_timeout_s`, `recovery.rebuild_s` or
     /// `recovery.relaunch_s`.
     pub(crate) key: String,
-    /// The two options, in grid order.
+    /// The first of the two options, in grid order.
     pub(crate) a: String,
+    /// The second.
     pub(crate) b: String,
     /// The constant as the runs are priced (recorded, or as `--price`/`--set` put it), seconds.
     pub(crate) priced_s: Option<f64>,
     /// Where their mean overheads are equal, seconds; empty where the lines are parallel (the
     /// constant moves both alike) or cross only below 0.
     pub(crate) break_even_s: Option<f64>,
-    /// The option of lower mean overhead below it (the one that pays the constant more often),
-    /// and above it; the same option both ways when the lines do not cross at 0 or above.
+    /// The option of lower mean overhead below it (the one that pays the constant more often);
+    /// without a crossing at 0 or above, the lower one at every value from 0.
     pub(crate) cheaper_below: String,
+    /// The option of lower mean overhead above it (without a crossing, `cheaper_below`).
     pub(crate) cheaper_above: String,
 }
 

@@ -568,6 +568,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("cells_study.csv", columns::<StudyCell>()?),
         ("which_strategy.csv", columns::<ChoiceRow>()?),
         ("priced.csv", columns::<PricedRow>()?),
+        ("break_even.csv", columns::<crate::breakeven::BreakEven>()?),
     ])
 }
 
