@@ -10,35 +10,11 @@
 use std::collections::BTreeMap;
 
 use resilab_campaign::Row;
-use serde::Serialize;
 
 use crate::measures::overhead_pct;
 use crate::price::{KEYS, Prices};
+use crate::rows::BreakEven;
 use crate::study::Groups;
-
-/// One row of `break_even.csv`.
-#[derive(Debug, Default, Serialize)]
-pub(crate) struct BreakEven {
-    /// The condition: the other axes' coordinates.
-    pub(crate) condition: String,
-    /// The constant moved: `recovery.detect_timeout_s`, `recovery.rebuild_s` or
-    /// `recovery.relaunch_s`.
-    pub(crate) key: String,
-    /// The first of the two options, in grid order.
-    pub(crate) a: String,
-    /// The second.
-    pub(crate) b: String,
-    /// The constant as the runs are priced (recorded, or as `--price`/`--set` put it), seconds.
-    pub(crate) priced_s: Option<f64>,
-    /// Where their mean overheads are equal, seconds; empty where the lines are parallel (the
-    /// constant moves both alike) or cross only below 0.
-    pub(crate) break_even_s: Option<f64>,
-    /// The option of lower mean overhead below it (the one that pays the constant more often);
-    /// without a crossing at 0 or above, the lower one at every value from 0.
-    pub(crate) cheaper_below: String,
-    /// The option of lower mean overhead above it (without a crossing, `cheaper_below`).
-    pub(crate) cheaper_above: String,
-}
 
 /// An option's mean overhead (%) at the priced constant and its change per second of the
 /// constant `key` (an index of [`KEYS`]), over its runs that completed and hold the count; `None`

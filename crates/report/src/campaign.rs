@@ -390,7 +390,7 @@ fn break_even(
         // Runs recorded before the counts of priced events: no line to read.
         return Ok(());
     }
-    let csv = crate::rows::table::<crate::breakeven::BreakEven, _>(&[], lines.iter().map(|l| (Vec::new(), l)))?;
+    let csv = crate::rows::table::<crate::rows::BreakEven, _>(&[], lines.iter().map(|l| (Vec::new(), l)))?;
     written.files.push(write(&out.join("break_even.csv"), &csv)?);
     let _ = writeln!(
         md,

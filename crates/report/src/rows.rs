@@ -483,6 +483,30 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
     csv_text(w)
 }
 
+/// One row of `break_even.csv` ([`crate::breakeven`]).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct BreakEven {
+    /// The condition: the other axes' coordinates.
+    pub(crate) condition: String,
+    /// The constant moved: `recovery.detect_timeout_s`, `recovery.rebuild_s` or
+    /// `recovery.relaunch_s`.
+    pub(crate) key: String,
+    /// The first of the two options, in grid order.
+    pub(crate) a: String,
+    /// The second.
+    pub(crate) b: String,
+    /// The constant as the runs are priced (recorded, or as `--price`/`--set` put it), seconds.
+    pub(crate) priced_s: Option<f64>,
+    /// Where their mean overheads are equal, seconds; empty where the lines are parallel (the
+    /// constant moves both alike) or cross only below 0.
+    pub(crate) break_even_s: Option<f64>,
+    /// The option of lower mean overhead below it (the one that pays the constant more often);
+    /// without a crossing at 0 or above, the lower one at every value from 0.
+    pub(crate) cheaper_below: String,
+    /// The option of lower mean overhead above it (without a crossing, `cheaper_below`).
+    pub(crate) cheaper_above: String,
+}
+
 /// A row of `priced.csv` (written by `report --set`): one run's simulated time and overhead
 /// as recorded and as re-priced.
 #[derive(Debug, Default, serde::Serialize)]
@@ -568,7 +592,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("cells_study.csv", columns::<StudyCell>()?),
         ("which_strategy.csv", columns::<ChoiceRow>()?),
         ("priced.csv", columns::<PricedRow>()?),
-        ("break_even.csv", columns::<crate::breakeven::BreakEven>()?),
+        ("break_even.csv", columns::<BreakEven>()?),
     ])
 }
 
