@@ -109,6 +109,12 @@ pub fn names() -> String {
 }
 
 impl Profile {
+    /// Detection, rebuild and relaunch in seconds, each times `scale` (simulated seconds per
+    /// second of the profile): the constants a run or a re-pricing is charged at.
+    pub fn scaled(&self, scale: f64) -> [f64; 3] {
+        [self.detect.seconds * scale, self.rebuild.seconds * scale, self.relaunch.seconds * scale]
+    }
+
     /// The profile in lines: its system, then each constant with its value, kind and source.
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![format!("cost profile {}: {}", self.name, self.system)];

@@ -49,12 +49,8 @@ impl Prices {
 
     /// A profile's constants, each times `scale`.
     fn of_profile(p: &Profile, scale: f64) -> Self {
-        Self {
-            detect_timeout_s: p.detect.seconds * scale,
-            rebuild_s: p.rebuild.seconds * scale,
-            relaunch_s: p.relaunch.seconds * scale,
-            covers_redo: p.relaunch_covers_redo,
-        }
+        let [detect_timeout_s, rebuild_s, relaunch_s] = p.scaled(scale);
+        Self { detect_timeout_s, rebuild_s, relaunch_s, covers_redo: p.relaunch_covers_redo }
     }
 
     fn values(&self) -> [f64; 3] {
@@ -181,12 +177,12 @@ pub fn repriced_overhead(recorded: f64, sim_s: f64, new_s: f64, golden_s: f64) -
     if new_s == sim_s { recorded } else { recorded + (new_s - sim_s) / golden_s }
 }
 
-/// The count `column` of a run, needed when its constant changed (`delta` not 0): an error
-/// naming the column when the run was recorded before it.
-fn count(r: &Row, column: &str, value: Option<u64>, delta: f64) -> Result<u64> {
+/// The count `column` of a run, `needed` when its constant changed (or, for relaunches, the
+/// covering of the redo): an error naming the column when the run was recorded before it.
+fn count(r: &Row, column: &str, value: Option<u64>, needed: bool) -> Result<u64> {
     match value {
         Some(v) => Ok(v),
-        None if delta == 0.0 => Ok(0),
+        None if !needed => Ok(0),
         None => Err(missing(r, column)),
     }
 }
@@ -206,16 +202,16 @@ pub fn reprice_row(row: &Row, recorded: Prices, new: Prices) -> Result<Row> {
     let Some(sim_s) = row.metrics.sim_s else { return Ok(out) };
     let m = &row.metrics;
     let [dd, db, dl] = [0, 1, 2].map(|i| new.values()[i] - recorded.values()[i]);
-    let covering_changed = if recorded.covers_redo == new.covers_redo { 0.0 } else { 1.0 };
-    let relaunches = count(row, "relaunches", m.relaunches, dl + covering_changed)?;
+    let covering_changed = recorded.covers_redo != new.covers_redo;
+    let relaunches = count(row, "relaunches", m.relaunches, dl != 0.0 || covering_changed)?;
     let relaunch_redo_s = match m.relaunch_redo_s {
         Some(s) => s,
-        None if covering_changed == 0.0 || relaunches == 0 => 0.0,
+        None if !covering_changed || relaunches == 0 => 0.0,
         None => return Err(missing(row, "relaunch_redo_s")),
     };
     let charges = Charges {
-        detect: count(row, "detect_charges", m.detect_charges, dd)?,
-        rebuilds: count(row, "rebuilds", m.rebuilds, db)?,
+        detect: count(row, "detect_charges", m.detect_charges, dd != 0.0)?,
+        rebuilds: count(row, "rebuilds", m.rebuilds, db != 0.0)?,
         relaunches,
         relaunch_redo_s,
     };
@@ -366,6 +362,12 @@ mod tests {
         assert!(e.contains("run r1") && e.contains("`rebuilds`"), "{e}");
         let priced = reprice_row(&row, AT, relaunch).unwrap();
         assert_eq!((priced.metrics.sim_s, priced.metrics.sim_overhead), (Some(140.0), Some(0.75)));
+        // A relaunch 1 s cheaper that now covers the redo still needs the relaunches counted.
+        let mut uncounted = row.clone();
+        uncounted.metrics.relaunches = None;
+        let covering = Prices { relaunch_s: 299.0, covers_redo: true, ..AT };
+        let e = reprice_row(&uncounted, AT, covering).unwrap_err().to_string();
+        assert!(e.contains("`relaunches`"), "{e}");
         // A failed run has no overhead, re-priced or not.
         row.metrics.sim_overhead = None;
         assert_eq!(reprice_row(&row, AT, relaunch).unwrap().metrics.sim_overhead, None);

@@ -280,13 +280,8 @@ impl RecoveryConfig {
                 return Err(Error::Config(format!("recovery.{key} = {v} must be a finite number of seconds >= 0")));
             }
         }
-        if let Some(name) = &self.profile
-            && resilab_recovery::profile::profile(name).is_none()
-        {
-            return Err(Error::Config(format!(
-                "recovery.profile = {name:?} is not a cost profile; the profiles are {}",
-                resilab_recovery::profile::names()
-            )));
+        if let Some(name) = &self.profile {
+            crate::cost_profile::lookup(name)?;
         }
         if let Some(scale) = self.profile_scale
             && !(scale.is_finite() && scale > 0.0 && self.profile.is_some())

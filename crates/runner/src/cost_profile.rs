@@ -11,12 +11,20 @@ use crate::{Error, Result};
 
 /// The keys a profile fills when the configuration gives none, with the profile's value.
 fn filled(p: &Profile, scale: f64) -> [(&'static str, toml::Value); 4] {
+    let [detect, rebuild, relaunch] = p.scaled(scale);
     [
-        ("detect_timeout_s", toml::Value::Float(p.detect.seconds * scale)),
-        ("rebuild_s", toml::Value::Float(p.rebuild.seconds * scale)),
-        ("relaunch_s", toml::Value::Float(p.relaunch.seconds * scale)),
+        ("detect_timeout_s", toml::Value::Float(detect)),
+        ("rebuild_s", toml::Value::Float(rebuild)),
+        ("relaunch_s", toml::Value::Float(relaunch)),
         ("relaunch_covers_redo", toml::Value::Boolean(p.relaunch_covers_redo)),
     ]
+}
+
+/// The profile called `name`; an error naming `recovery.profile` and the known profiles where
+/// there is none (for a table before deserialisation and a configuration after it alike).
+pub(crate) fn lookup(name: &str) -> Result<&'static Profile> {
+    profile::profile(name)
+        .ok_or_else(|| Error::Config(format!("recovery.profile = {name:?} is not a cost profile; the profiles are {}", profile::names())))
 }
 
 /// Fills `[recovery]`'s constants from `recovery.profile` where the table gives none. Returns
@@ -38,9 +46,7 @@ pub(crate) fn fill(table: &mut toml::Table) -> Result<bool> {
         Some(toml::Value::String(s)) => s.clone(),
         Some(other) => return Err(Error::Config(format!("recovery.profile = {other}: expected a profile's name ({})", profile::names()))),
     };
-    let p = profile::profile(&name).ok_or_else(|| {
-        Error::Config(format!("recovery.profile = {name:?} is not a cost profile; the profiles are {}", profile::names()))
-    })?;
+    let p = lookup(&name)?;
     if !(scale.is_finite() && scale > 0.0) {
         return Err(Error::Config(format!(
             "recovery.profile_scale = {scale} must be a finite number above 0 (simulated seconds per second of the profile)"
