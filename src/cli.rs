@@ -176,6 +176,13 @@ pub(crate) struct ReportArgs {
     /// job's); default: each run's recovery.profile_scale (an error where a run has none).
     #[arg(long, value_name = "S", requires = "price")]
     pub(crate) price_scale: Option<f64>,
+    /// Price the "which strategy when" table of a `train` study at these real jobs instead of
+    /// its campaign's `[[campaign.job]]`: a TOML file of `[[job]]` tables (name, gpus,
+    /// gpus_per_node, step_s, failures_per_1000_node_days, source; docs/recovery.md, "Priced at
+    /// real jobs"). The accuracy side stays the runs'; the cost side is the runs' cost per fault
+    /// at the job's step and failure rate.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["power", "paper"])]
+    pub(crate) at_jobs: Option<PathBuf>,
 }
 
 #[derive(Args)]

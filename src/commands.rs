@@ -366,6 +366,9 @@ pub(crate) fn report(args: ReportArgs) -> Result<()> {
     if let Some(name) = &args.price {
         set = set.with_profile(name, args.price_scale)?;
     }
+    if let Some(file) = &args.at_jobs {
+        set = set.with_jobs(resilab_report::read_jobs(file)?);
+    }
     let w = resilab_report::report_priced(&args.dir, &out, &set)?;
     println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());
     Ok(())

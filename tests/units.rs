@@ -48,6 +48,7 @@ const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n";
 const NOT_A_QUANTITY: &[&str] = &[
     "id",
     "strategy",
+    "job",
     "status",
     "actions",
     "collapsed",

@@ -113,6 +113,12 @@ pub struct Settings {
     /// undecided ("golden run at X%"): a reference that did not learn decides nothing.
     #[serde(default = "default_golden_min")]
     pub golden_min_pct: f64,
+    /// With hypotheses: real jobs the "which strategy when" table is priced at as well
+    /// (`[[campaign.job]]`): the accuracy side from the runs, the cost side re-priced at the
+    /// runs' cost profile scaled to the job's step and scaled to the job's failure rate. They
+    /// decide no run.
+    #[serde(default, rename = "job", skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<resilab_recovery::job::Job>,
     /// Grid axes whose options meet the same faults (common random numbers): a run's fault
     /// seed leaves these axes out, so the runs that differ only in them form a paired group.
     /// Unset: the axes of the hypotheses. `[]`: every run draws its own faults.
@@ -356,6 +362,12 @@ fn check_budgets(s: &Settings) -> std::result::Result<(), String> {
     }
     if !(0.0..=100.0).contains(&s.golden_min_pct) {
         return Err(format!("campaign.golden_min_pct: must lie in [0, 100], not {}", s.golden_min_pct));
+    }
+    for (i, j) in s.jobs.iter().enumerate() {
+        j.validate(&format!("campaign.job[{i}]"))?;
+    }
+    if !s.jobs.is_empty() && s.hypotheses.is_empty() {
+        return Err("campaign.job: a job prices the \"which strategy when\" table, which needs [[campaign.hypothesis]]".into());
     }
     Ok(())
 }
@@ -877,6 +889,17 @@ model = { resnet = { arch = "resnet" }, vgg = { arch = "vgg", depth = 11 } }
             let e = Campaign::parse(SMALL, &[format!("campaign.{key}={bad}")], "c.toml").unwrap_err().to_string();
             assert!(e.contains(&format!("campaign.{key}: must")), "{key}={bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_job_needs_hypotheses_and_names_its_bad_key() {
+        let job = "\n[[campaign.job]]\nname = \"big\"\ngpus = 1024\nstep_s = 1.0\nfailures_per_1000_node_days = 3.8\n";
+        let e = Campaign::parse(&format!("{SMALL}{job}"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("campaign.job") && e.contains("campaign.hypothesis"), "{e}");
+        let e = Campaign::parse(&format!("{SMALL}{}", job.replace("gpus = 1024", "gpus = 0")), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("campaign.job[0].gpus"), "{e}");
+        let e = Campaign::parse(&format!("{SMALL}{job}gpu_count = 3\n"), &[], "c.toml").unwrap_err().to_string();
+        assert!(e.contains("gpu_count"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 
 pub mod detect;
 mod guard;
+pub mod job;
 pub mod profile;
 mod supervised;
 

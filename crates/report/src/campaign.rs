@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use resilab_campaign::{Campaign, Kind, Row, Status};
+use resilab_recovery::job::Job;
 
 use crate::compare::{Comparison, comparisons};
 use crate::error::{Error, Result};
@@ -216,6 +217,7 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "which_strategy.csv",
     "priced.csv",
     "break_even.csv",
+    "which_strategy_jobs.csv",
     "plots",
     resilab_runner::files::LOCK_FILE,
 ];
@@ -241,12 +243,16 @@ pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<W
         (recorded, None)
     } else {
         let (rows, pairs, in_use) = price::reprice(&campaign, &recorded, set)?;
-        let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs), in_use };
+        let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs), in_use, profile: set.profile() };
         (rows, Some(note))
     };
     let created = !out.exists();
     let lock = resilab_runner::files::lock_dir(out, "--out")?;
-    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, priced.as_ref()));
+    let jobs = set.jobs().unwrap_or(&campaign.settings.jobs);
+    if set.jobs().is_some() && (campaign.settings.hypotheses.is_empty() || campaign.settings.kind != Kind::Train) {
+        return Err(Error::Price("--at-jobs prices the \"which strategy when\" table of a `train` study: this campaign states no [[campaign.hypothesis]] or is not `train`".into()));
+    }
+    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, priced.as_ref(), jobs));
     if written.is_err() && created {
         resilab_campaign::output::remove_if_bare(out);
     }
@@ -260,6 +266,8 @@ struct Priced {
     csv: String,
     md: String,
     in_use: BTreeMap<u64, price::Prices>,
+    /// `--price`'s profile.
+    profile: Option<&'static resilab_recovery::profile::Profile>,
 }
 
 /// Fails when `out` holds something a report does not write (the report replaces it whole),
@@ -291,7 +299,7 @@ fn check_report_dir(out: &Path) -> Result<()> {
 
 /// Writes the report of `campaign`'s `rows` (from `dir`) beside `out` and puts it in `out`'s
 /// place; the files returned are named in `out`.
-fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>) -> Result<Written> {
+fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>, jobs: &[Job]) -> Result<Written> {
     let staging = resilab_campaign::output::staging_dir(out)?;
     let io = |source| Error::Io { path: staging.clone(), source };
     // Left by a report that was killed: ours, since `out` is locked.
@@ -299,7 +307,7 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], pric
         std::fs::remove_dir_all(&staging).map_err(io)?;
     }
     std::fs::create_dir(&staging).map_err(io)?;
-    let written = write_report(dir, &staging, campaign, rows, priced).and_then(|w| {
+    let written = write_report(dir, &staging, campaign, rows, priced, jobs).and_then(|w| {
         resilab_campaign::output::sync_tree(&staging)?;
         resilab_campaign::output::replace_dir(&staging, out)?;
         Ok(w)
@@ -316,8 +324,9 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], pric
     }
 }
 
-/// Writes the report of `campaign`'s `rows` (from `dir`) into `out`.
-fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>) -> Result<Written> {
+/// Writes the report of `campaign`'s `rows` (from `dir`) into `out`, a study's table priced at
+/// `jobs` as well.
+fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>, jobs: &[Job]) -> Result<Written> {
     let facts = RunFacts::of(campaign, rows);
     let tol = campaign.settings.rwc_tolerance_points;
     let cells = cells(rows, |r| facts.chance(r), tol);
@@ -329,7 +338,18 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
     }
     let study = pareto.is_some();
     if study && campaign.settings.kind == Kind::Train {
-        break_even(campaign, rows, priced, out, &mut md, &mut written)?;
+        let prices = match priced {
+            Some(p) => p.in_use.clone(),
+            None => {
+                rows.iter().map(|r| Ok((r.index, price::Prices::of(&campaign.run(r.index)?.config.recovery)))).collect::<Result<_>>()?
+            }
+        };
+        break_even(campaign, rows, &prices, out, &mut md, &mut written)?;
+        if !jobs.is_empty() {
+            let (profile, verdicts) = crate::jobs::verdicts(campaign, rows, &prices, priced.and_then(|p| p.profile), jobs)?;
+            written.files.push(write(&out.join("which_strategy_jobs.csv"), &crate::jobs::csv(&verdicts)?)?);
+            md.push_str(&crate::jobs::markdown(profile, &verdicts));
+        }
     }
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots).map_err(|source| Error::Io { path: plots.clone(), source })?;
@@ -369,23 +389,19 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
     Ok(written)
 }
 
-/// `break_even.csv` of a `train` study ([`crate::breakeven`]), each run priced as recorded or as
-/// `priced` re-priced it, and its sentence in `report.md`; nothing for runs recorded before
-/// the counts of priced events.
+/// `break_even.csv` of a `train` study ([`crate::breakeven`]), each run priced at `prices` (by
+/// grid index: as recorded or re-priced), and its sentence in `report.md`; nothing for runs
+/// recorded before the counts of priced events.
 fn break_even(
     campaign: &Campaign,
     rows: &[Row],
-    priced: Option<&Priced>,
+    prices: &BTreeMap<u64, price::Prices>,
     out: &Path,
     md: &mut String,
     written: &mut Written,
 ) -> Result<()> {
-    let prices = match priced {
-        Some(p) => p.in_use.clone(),
-        None => rows.iter().map(|r| Ok((r.index, price::Prices::of(&campaign.run(r.index)?.config.recovery)))).collect::<Result<_>>()?,
-    };
     let axis = campaign.settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
-    let lines = crate::breakeven::rows(&study::group(campaign, rows, axis), &prices);
+    let lines = crate::breakeven::rows(&study::group(campaign, rows, axis), prices);
     if lines.is_empty() {
         // Runs recorded before the counts of priced events: no line to read.
         return Ok(());

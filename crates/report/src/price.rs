@@ -79,6 +79,8 @@ pub struct Overrides {
     values: [Option<f64>; 3],
     /// `--price`: the profile, and `--price-scale` (else each run's `recovery.profile_scale`).
     profile: Option<(&'static Profile, Option<f64>)>,
+    /// `--at-jobs`: the jobs a study's table is priced at, instead of its `[[campaign.job]]`.
+    jobs: Option<Vec<resilab_recovery::job::Job>>,
 }
 
 impl Overrides {
@@ -101,7 +103,7 @@ impl Overrides {
             }
             values[i] = Some(v);
         }
-        Ok(Self { values, profile: None })
+        Ok(Self { values, profile: None, jobs: None })
     }
 
     /// With `--price NAME` (a cost profile, docs/recovery.md) and `--price-scale S` (simulated
@@ -116,6 +118,22 @@ impl Overrides {
         }
         self.profile = Some((p, scale));
         Ok(self)
+    }
+
+    /// With `--at-jobs`: the jobs to price a study's table at.
+    pub fn with_jobs(mut self, jobs: Vec<resilab_recovery::job::Job>) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// `--at-jobs`' jobs, if given.
+    pub fn jobs(&self) -> Option<&[resilab_recovery::job::Job]> {
+        self.jobs.as_deref()
+    }
+
+    /// `--price`'s profile, if given.
+    pub fn profile(&self) -> Option<&'static Profile> {
+        self.profile.map(|(p, _)| p)
     }
 
     /// Whether no constant is changed.

@@ -593,6 +593,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("which_strategy.csv", columns::<ChoiceRow>()?),
         ("priced.csv", columns::<PricedRow>()?),
         ("break_even.csv", columns::<BreakEven>()?),
+        ("which_strategy_jobs.csv", std::iter::once("job".to_string()).chain(columns::<ChoiceRow>()?).collect()),
     ])
 }
 
