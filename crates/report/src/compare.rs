@@ -206,6 +206,7 @@ pub fn comparisons(
                 for ob in &options[i + 1..] {
                     let (Some(a), Some(b)) = (at(oa), at(ob)) else { continue };
                     for Tested { metric, test, values: (va, vb), n: (na, nb), t, spread } in tests(a, b, chance, tolerance_points) {
+                        let (ci_lo, ci_hi) = crate::stats::within_bounds(metric, t.ci);
                         let label = f.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
                         out.push(Comparison {
                             axis: axis.clone(),
@@ -220,8 +221,8 @@ pub fn comparisons(
                             n_b: nb,
                             seeds: a.seeds.min(b.seeds),
                             diff: t.diff,
-                            ci_lo: t.ci.0,
-                            ci_hi: t.ci.1,
+                            ci_lo,
+                            ci_hi,
                             p: t.p,
                             p_holm: f64::NAN,
                             verdict: String::new(),

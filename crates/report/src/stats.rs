@@ -588,6 +588,16 @@ impl Spread {
     }
 }
 
+/// The interval `ci` of a difference in `metric`, cut to the values such a difference can take:
+/// a difference of two accuracies (or accuracy losses) or of two shares of runs lies within
+/// [-100, 100] (points or %), so an interval past that (Welch's on a few runs) is cut there;
+/// the cut interval keeps every value the difference can have, and so its coverage. Overheads,
+/// seconds and steps are left as they are.
+pub fn within_bounds(metric: &str, ci: (f64, f64)) -> (f64, f64) {
+    let bounded = matches!(difference_unit(metric), "accuracy points" | "% of runs");
+    if bounded { (ci.0.clamp(-100.0, 100.0), ci.1.clamp(-100.0, 100.0)) } else { ci }
+}
+
 /// The unit of a difference of `metric` (a report's column name) in which every "detectable"
 /// and "needed" figure is stated: accuracy in points (`acc_loss_pts`, `acc_pct`), overheads
 /// and times to accuracy in % of the golden run's time (`sim_overhead_pct`,
@@ -721,6 +731,14 @@ mod tests {
         let all = two_proportions(0, 3, 3, 3).unwrap();
         assert!(all.ci.0 > 0.0 && all.ci.1 <= 1.0 && all.ci.0 < 1.0, "{:?}", all.ci);
         assert!(two_proportions(5, 0, 1, 3).is_none());
+    }
+
+    #[test]
+    fn a_difference_of_accuracies_or_shares_keeps_within_its_bounds() {
+        assert_eq!(within_bounds("acc_loss_pts", (-137.5, 15.5)), (-100.0, 15.5));
+        assert_eq!(within_bounds("acc_all_pct", (20.0, 104.9)), (20.0, 100.0));
+        assert_eq!(within_bounds("failed_pct", (-101.0, 3.0)), (-100.0, 3.0));
+        assert_eq!(within_bounds("sim_overhead_pct", (-130.0, 400.0)), (-130.0, 400.0), "an overhead has no upper bound");
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn test(h: &Hypothesis, condition: &str, a: &[&Row], b: &[&Row], paired: bool) -
     t.hypothesis = h.name.clone();
     t.condition = condition.to_string();
     t.metric = h.metric.column();
+    (t.ci_lo, t.ci_hi) = crate::stats::within_bounds(t.metric, (t.ci_lo, t.ci_hi));
     t.a = h.a.clone();
     t.b = h.b.clone();
     Some(t)
