@@ -91,6 +91,7 @@ fn a_job_prices_the_runs_cost_per_fault_at_its_step_and_failure_rate() {
     assert_eq!(at.len(), 3 * study.len(), "{at:?}");
     let md = std::fs::read_to_string(at_jobs.join("report.md")).unwrap();
     assert!(md.contains("## Priced at real jobs") && md.contains("### Which strategy when: twice"), "{md}");
+    assert!(md.contains("| condition | golden SD (points) | the runs' own prices | own | twice | slow |"), "{md}");
     for ((_, condition), s) in &study {
         let of = |name: &str| &at[&(name.to_string(), condition.clone())];
         // At the runs' own step and rate: the study's table.

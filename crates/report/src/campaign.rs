@@ -346,9 +346,9 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
         };
         break_even(campaign, rows, &prices, out, &mut md, &mut written)?;
         if !jobs.is_empty() {
-            let (profile, verdicts) = crate::jobs::verdicts(campaign, rows, &prices, priced.and_then(|p| p.profile), jobs)?;
+            let verdicts = crate::jobs::verdicts(campaign, rows, &prices, priced.and_then(|p| p.profile), jobs)?;
             written.files.push(write(&out.join("which_strategy_jobs.csv"), &crate::jobs::csv(&verdicts)?)?);
-            md.push_str(&crate::jobs::markdown(profile, &verdicts));
+            md.push_str(&crate::jobs::markdown(&verdicts));
         }
     }
     let plots = out.join("plots");

@@ -37,6 +37,16 @@ pub(crate) struct AtJob<'a> {
     pub(crate) choices: Vec<Choice>,
 }
 
+/// The verdicts at the jobs, beside the study's own (its runs at their prices).
+pub(crate) struct Verdicts<'a> {
+    /// The profile the jobs are priced at.
+    pub(crate) profile: &'static Profile,
+    /// The study's choices, per condition.
+    pub(crate) study: Vec<Choice>,
+    /// Each job's.
+    pub(crate) jobs: Vec<AtJob<'a>>,
+}
+
 /// Crashes per step that `cfg`'s random arrivals bring (`system_mtbf_steps`: one a mean time;
 /// `mtbf_steps`: one per rank it may hit).
 pub(crate) fn crashes_per_step(cfg: &RunConfig) -> f64 {
@@ -102,12 +112,13 @@ pub(crate) fn verdicts<'a>(
     prices: &BTreeMap<u64, Prices>,
     priced: Option<&'static Profile>,
     jobs: &'a [Job],
-) -> Result<(&'static Profile, Vec<AtJob<'a>>)> {
+) -> Result<Verdicts<'a>> {
     let settings = &campaign.settings;
     let axis = settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
     let p = profile_of(campaign, rows, priced)?;
     let rules = Rules::of(settings);
     let paired = settings.paired_axes().iter().any(|a| a == axis);
+    let study = crate::study::group(campaign, rows, axis).iter().map(|(c, opts)| choose(c, opts, &rules, paired)).collect();
     let mut out = Vec::new();
     for job in jobs {
         let mut at = Vec::with_capacity(rows.len());
@@ -120,17 +131,43 @@ pub(crate) fn verdicts<'a>(
         let choices = groups.iter().map(|(c, opts)| choose(c, opts, &rules, paired)).collect();
         out.push(AtJob { job, choices });
     }
-    Ok((p, out))
+    Ok(Verdicts { profile: p, study, jobs: out })
 }
 
 /// `which_strategy_jobs.csv`: `which_strategy.csv`'s columns after the job's name.
-pub(crate) fn csv(verdicts: &[AtJob]) -> Result<String> {
-    let lines = verdicts.iter().flat_map(|v| v.choices.iter().map(|c| (vec![v.job.name.clone()], ChoiceRow::of(c))));
+pub(crate) fn csv(v: &Verdicts) -> Result<String> {
+    let lines = v.jobs.iter().flat_map(|v| v.choices.iter().map(|c| (vec![v.job.name.clone()], ChoiceRow::of(c))));
     crate::rows::table::<ChoiceRow, _>(&["job".to_string()], lines)
 }
 
-/// `report.md`'s section: the rule, the jobs, and each job's table.
-pub(crate) fn markdown(p: &Profile, verdicts: &[AtJob]) -> String {
+/// A choice in one cell: `lossy_forward (0.37%)`, `a = b (undecided, 0.37%)`, `undecided`.
+fn in_brief(c: &Choice) -> String {
+    let choice = resilab_text::markdown(&c.choice);
+    match (c.sim_overhead, c.decided) {
+        (Some(o), true) => format!("{choice} ({o:.2}%)"),
+        (Some(o), false) => format!("{choice} (undecided, {o:.2}%)"),
+        (None, _) => choice,
+    }
+}
+
+/// The conditions' choices side by side: the study's, then each job's, each with the cheapest
+/// chosen option's mean overhead.
+fn side_by_side(v: &Verdicts) -> String {
+    let mut md = String::new();
+    let names: Vec<String> = v.jobs.iter().map(|j| resilab_text::markdown(&j.job.name)).collect();
+    let _ = writeln!(md, "| condition | golden SD (points) | the runs' own prices | {} |", names.join(" | "));
+    let _ = writeln!(md, "|{}|", vec!["---"; 3 + names.len()].join("|"));
+    for (i, c) in v.study.iter().enumerate() {
+        let sd = c.golden_sd.map_or_else(|| "n/a".to_string(), |s| format!("{s:.2}"));
+        let at: Vec<String> = v.jobs.iter().map(|j| j.choices.get(i).map_or_else(String::new, in_brief)).collect();
+        let _ = writeln!(md, "| {} | {sd} | {} | {} |", resilab_text::markdown(&c.condition), in_brief(c), at.join(" | "));
+    }
+    md
+}
+
+/// `report.md`'s section: the rule, the jobs, the choices side by side, and each job's table.
+pub(crate) fn markdown(v: &Verdicts) -> String {
+    let (p, verdicts) = (v.profile, &v.jobs);
     let mut md = format!(
         "\n## Priced at real jobs\n\nThe table above at each job of `[[campaign.job]]` (`which_strategy_jobs.csv`): the accuracy side from the runs as they are (many faults per run, so that effects show); the cost side at the job. Each run is re-priced at the cost profile `{}` ({}) scaled to the job's step (a constant of X s costs X / step of the job's steps, and as many of the run's own fault-free steps), and its overhead scaled by the job's failures per step over the run's crashes per step: the runs' cost per fault at the job's rate, each crash with the study's own mix of silent flips. The choice is the same rule on these overheads. What stays the study's: the costs paid without faults (checkpoint writes, rollback's copy), which scale with the faults here (`resilab project` prices a job's own), and the work lost per reload in place, at the study's checkpoint interval.\n\n",
         p.name, p.system
@@ -155,6 +192,11 @@ pub(crate) fn markdown(p: &Profile, verdicts: &[AtJob]) -> String {
             resilab_text::markdown(j.source.as_deref().unwrap_or("not given"))
         );
     }
+    let _ = writeln!(
+        md,
+        "\nThe choices side by side (each with the mean overhead of the cheapest chosen option, % of the fault-free time; the accuracy columns are the table above's):\n"
+    );
+    md.push_str(&side_by_side(v));
     for v in verdicts {
         let _ = writeln!(md, "\n### Which strategy when: {}\n", resilab_text::markdown(&v.job.name));
         let rows: Vec<ChoiceRow> = v.choices.iter().map(ChoiceRow::of).collect();
