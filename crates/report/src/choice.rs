@@ -22,7 +22,7 @@
 //!   set leaves the condition *undecided*;
 //! - an undecided condition states the groups that would decide it: with nothing admissible,
 //!   the groups the most promising option needs for both rules to pass, the larger of the mean
-//!   rule's (80% power from the observed standard deviation, [`crate::stats::groups_under`])
+//!   rule's (80% power from the observed standard deviation, [`crate::stats::groups_under_size`])
 //!   and the rate rule's (the runs at which the same observed rate is bounded under its budget,
 //!   [`crate::stats::runs_under_rate`]), `not reachable` when no option can reach both; with
 //!   costs not separated, the groups the cost test of the cheapest two needs at Holm's strictest
@@ -35,7 +35,7 @@ use std::collections::BTreeSet;
 use resilab_campaign::{Row, Settings};
 
 use crate::measures::{HypothesisTest, acc_points, catastrophic, group_key, mean, means, overhead_pct, paired_means, pairs};
-use crate::stats::{ALPHA, groups_under, holm, holm_first_level, rate_upper, runs_under_rate, sd, upper_bound};
+use crate::stats::{ALPHA, Size, groups_under_size, holm, holm_first_level, rate_upper, runs_under_rate, sd, upper_bound};
 
 /// The budgets a choice is held to: the campaign's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -263,51 +263,76 @@ fn separate(c: &mut Choice, adm: &[Candidate], paired: bool) {
     }
 }
 
-/// What one rule needs of an option: met now, this many groups, or never.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Need {
+/// What one rule needs of an option: met now, this many groups (or more than the search,
+/// [`crate::stats::MAX_GROUPS`]), or never, with why. The one reading of both rules' needs:
+/// `which_strategy.csv`'s "groups needed" and `report --power`'s admissibility table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RuleNeed {
     Met,
-    Groups(u64),
-    Never,
+    Size(Size),
+    Never(String),
 }
 
-impl Need {
-    fn text(self) -> String {
+impl RuleNeed {
+    /// As `needed_for` says it: `met`, the count, or `not reachable`.
+    fn short(&self) -> String {
         match self {
-            Need::Met => "met".into(),
-            Need::Groups(n) => n.to_string(),
-            Need::Never => "not reachable".into(),
+            RuleNeed::Met => "met".into(),
+            RuleNeed::Size(n) => n.to_string(),
+            RuleNeed::Never(_) => "not reachable".into(),
         }
     }
 
-    /// The groups at which this rule passes: 0 when met now.
-    fn groups(self) -> Option<u64> {
+    /// The same, with why a rule is never met.
+    pub(crate) fn text(&self) -> String {
         match self {
-            Need::Met => Some(0),
-            Need::Groups(n) => Some(n),
-            Need::Never => None,
+            RuleNeed::Never(why) => format!("not reachable ({why})"),
+            other => other.short(),
+        }
+    }
+
+    /// The groups at which this rule passes: 0 when met now; `None` never or beyond the search.
+    fn groups(&self) -> Option<u64> {
+        match self {
+            RuleNeed::Met => Some(0),
+            RuleNeed::Size(n) => n.exactly(),
+            RuleNeed::Never(_) => None,
         }
     }
 }
 
-/// The mean rule's need of `rows`: met, the groups at which the upper bound falls under the
-/// budget (80% power), or never (the mean at or above it); `None` without a spread.
-fn mean_need(rows: &[&Row], budget: f64) -> Option<Need> {
-    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-    if upper_bound(&loss).is_some_and(|u| u < budget) {
-        return Some(Need::Met);
+/// The mean rule's need of the accuracy losses `loss`: met, the groups at which the upper bound
+/// falls under `budget` (80% power at the observed mean and spread), or never (the mean at or
+/// above it); `None` with fewer than 2 losses.
+pub(crate) fn mean_rule(loss: &[f64], budget: f64) -> Option<RuleNeed> {
+    if upper_bound(loss)? < budget {
+        return Some(RuleNeed::Met);
     }
-    Some(groups_under(mean(&loss), sd(&loss)?, budget).map_or(Need::Never, Need::Groups))
+    let m = mean(loss);
+    Some(match groups_under_size(m, sd(loss)?, budget) {
+        Some(n) => RuleNeed::Size(n),
+        None => RuleNeed::Never(format!("mean {m:.2} accuracy points is not under the budget")),
+    })
 }
 
-/// The rate rule's need of `rows`: met, the runs at which the same observed catastrophe rate
-/// is bounded under its budget, or never (the rate at or above it).
-fn rate_need(rows: &[&Row], rules: &Rules) -> Option<Need> {
-    let (k, bound) = rules.catastrophes(rows)?;
+/// The rate rule's need of `runs` runs with `catastrophes` of them, their rate bounded at
+/// `bound` %: met, the runs at which the same observed rate is bounded under its budget, or
+/// never (the rate at or above it).
+pub(crate) fn rate_rule(catastrophes: u64, runs: u64, bound: f64, rules: &Rules) -> RuleNeed {
     if bound < rules.catastrophe_budget_pct {
-        return Some(Need::Met);
+        return RuleNeed::Met;
     }
-    Some(runs_under_rate(k, rows.len() as u64, rules.catastrophe_budget_pct / 100.0).map_or(Need::Never, Need::Groups))
+    match runs_under_rate(catastrophes, runs, rules.catastrophe_budget_pct / 100.0) {
+        Some(n) => RuleNeed::Size(Size::Exactly(n)),
+        None => RuleNeed::Never(format!("{catastrophes} of {runs} runs catastrophic is not under {}%", rules.catastrophe_budget_pct)),
+    }
+}
+
+/// Both rules' needs of `rows`; `None` without a spread or without runs.
+fn needs(rows: &[&Row], rules: &Rules) -> Option<(RuleNeed, RuleNeed)> {
+    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+    let (k, bound) = rules.catastrophes(rows)?;
+    Some((mean_rule(&loss, rules.budget_points)?, rate_rule(k, rows.len() as u64, bound, rules)))
 }
 
 /// Nothing admissible: the groups the most promising option needs for both rules to pass (the
@@ -315,21 +340,21 @@ fn rate_need(rows: &[&Row], rules: &Rules) -> Option<Need> {
 /// what each rule needs.
 fn nothing_admissible(c: &mut Choice, options: &[(String, Vec<&Row>)], rules: &Rules) {
     c.choice = "undecided".into();
-    let mut best: Option<(u64, &str, Need, Need)> = None;
-    let mut nearest: Option<(f64, &str, Need, Need)> = None;
+    let mut best: Option<(u64, &str, RuleNeed, RuleNeed)> = None;
+    let mut nearest: Option<(f64, &str, RuleNeed, RuleNeed)> = None;
     for (option, rows) in options {
-        let (Some(m), Some(r)) = (mean_need(rows, rules.budget_points), rate_need(rows, rules)) else { continue };
+        let Some((m, r)) = needs(rows, rules) else { continue };
         let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-        if nearest.is_none_or(|(x, ..)| mean(&loss) < x) {
-            nearest = Some((mean(&loss), option, m, r));
+        if nearest.as_ref().is_none_or(|(x, ..)| mean(&loss) < *x) {
+            nearest = Some((mean(&loss), option, m.clone(), r.clone()));
         }
         if let (Some(a), Some(b)) = (m.groups(), r.groups())
-            && best.is_none_or(|(x, ..)| a.max(b) < x)
+            && best.as_ref().is_none_or(|(x, ..)| a.max(b) < *x)
         {
             best = Some((a.max(b), option, m, r));
         }
     }
-    let what = |o: &str, m: Need, r: Need| format!("{o} under both budgets (mean rule: {}; rate rule: {})", m.text(), r.text());
+    let what = |o: &str, m: RuleNeed, r: RuleNeed| format!("{o} under both budgets (mean rule: {}; rate rule: {})", m.short(), r.short());
     (c.groups_needed, c.needed_for) = match (best, nearest) {
         (Some((n, o, m, r)), _) => (Needed::Groups(n), what(o, m, r)),
         (None, Some((_, o, m, r))) => (Needed::NotReachable, what(o, m, r)),

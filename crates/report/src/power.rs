@@ -15,8 +15,9 @@ use std::path::Path;
 
 use resilab_campaign::{Campaign, Row};
 
+use crate::choice::{RuleNeed, mean_rule, rate_rule};
 use crate::measures::{acc_points, mean};
-use crate::stats::{Size, Spread, difference_unit, groups_under_size, holm_first_level, runs_under_rate, sd, upper_bound};
+use crate::stats::{Size, Spread, difference_unit, holm_first_level, sd, upper_bound};
 use crate::study::{Choice, Rules, Study};
 use crate::{Error, Result};
 
@@ -162,49 +163,6 @@ fn why_not_chosen(choice: &Choice, option: &str) -> Option<String> {
     Some(reason.unwrap_or_else(|| "ruled out".to_string()))
 }
 
-/// What one rule needs: met now, this many, more than the search, or never (with why).
-enum RuleNeed {
-    Met,
-    Size(Size),
-    Never(String),
-}
-
-impl RuleNeed {
-    fn text(&self) -> String {
-        match self {
-            RuleNeed::Met => "met".into(),
-            RuleNeed::Size(n) => n.to_string(),
-            RuleNeed::Never(why) => format!("not reachable ({why})"),
-        }
-    }
-}
-
-/// The mean rule's need of `u`; `None` with fewer than 2 accuracy losses.
-fn mean_rule(u: &Unsettled, budget: f64) -> Option<RuleNeed> {
-    let upper = upper_bound(&u.loss)?;
-    if upper < budget {
-        return Some(RuleNeed::Met);
-    }
-    let m = mean(&u.loss);
-    Some(match groups_under_size(m, sd(&u.loss)?, budget) {
-        Some(n) => RuleNeed::Size(n),
-        None => RuleNeed::Never(format!("mean {m:.2} accuracy points is not under the budget")),
-    })
-}
-
-/// The rate rule's need of `u`.
-fn rate_rule(u: &Unsettled, rules: &Rules) -> RuleNeed {
-    if u.rate_bound < rules.catastrophe_budget_pct {
-        return RuleNeed::Met;
-    }
-    match runs_under_rate(u.catastrophes, u.runs as u64, rules.catastrophe_budget_pct / 100.0) {
-        Some(n) => RuleNeed::Size(Size::Exactly(n)),
-        None => {
-            RuleNeed::Never(format!("{} of {} runs catastrophic is not under {}%", u.catastrophes, u.runs, rules.catastrophe_budget_pct))
-        }
-    }
-}
-
 /// The larger of two sizes.
 fn larger(a: Size, b: Size) -> Size {
     match (a, b) {
@@ -217,8 +175,8 @@ fn larger(a: Size, b: Size) -> Size {
 fn admission_line(u: &Unsettled, rules: &Rules, count: &str) -> String {
     let fmt = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |x| format!("{x:.2}"));
     let (m, s, upper) = ((!u.loss.is_empty()).then(|| mean(&u.loss)), sd(&u.loss), upper_bound(&u.loss));
-    let rate = rate_rule(u, rules);
-    let needed = match mean_rule(u, rules.budget_points) {
+    let rate = rate_rule(u.catastrophes, u.runs as u64, u.rate_bound, rules);
+    let needed = match mean_rule(&u.loss, rules.budget_points) {
         // Too few losses for the mean rule: the rate rule can still say that nothing will do.
         None => match &rate {
             RuleNeed::Never(_) => format!("not reachable (mean rule: fewer than 2 accuracy losses; rate rule: {})", rate.text()),
