@@ -9,9 +9,9 @@
 # the shortcut they also record the step cache), and that time is given too.
 # Writes results/bench/shortcuts.csv (one row per mode).
 # Knobs: CONFIG (default results/paper/recovery/campaign.toml, the committed recovery study's
-# configuration: 4 strategies x 4, 8, 16 workers x 2 rebuild costs x 3 fault rates, 128 steps a
-# run), SET (extra `--set` arguments, default: 2 training
-# seeds, 1 repetition, 144 runs), JOBS (default 2), THREADS (per process, default 1).
+# configuration: 4 strategies x 4, 8, 16 workers x 3 fault rates, golden ensembles of 5, 128
+# steps a run), SET (extra `--set` arguments, default: 2 training
+# seeds, 1 repetition, 72 runs), JOBS (default 2), THREADS (per process, default 1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

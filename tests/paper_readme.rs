@@ -217,6 +217,28 @@ fn the_readmes_permanent_loss_table_is_the_studys_report() {
     readme_has_the_study("permanent-loss", "## Which recovery option when", 6);
 }
 
+/// The recovery study's choices priced at its two real jobs, side by side with its own, as its
+/// report generated them; and the same at the other cost profile (`resilab report
+/// results/paper/recovery --price megascale-unoptimised --out results/paper/recovery/unoptimised`):
+/// the README's two job tables are those reports', line for line.
+#[test]
+fn the_readmes_job_tables_are_the_reports() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for (dir, profile) in
+        [("results/paper/recovery", "megascale-optimised"), ("results/paper/recovery/unoptimised", "megascale-unoptimised")]
+    {
+        let report = std::fs::read_to_string(root().join(dir).join("report.md")).unwrap();
+        let section = report.split("## Priced at real jobs").nth(1).expect("the report prices its jobs");
+        assert!(section.contains(&format!("the cost profile `{profile}`")), "{section}");
+        let side = section.split("side by side").nth(1).and_then(|s| s.split("\n### ").next()).expect("the table side by side");
+        let rows: Vec<&str> = side.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 1 + 9, "{side}");
+        for row in rows {
+            assert!(readme.lines().any(|l| l == row), "README.md lacks {dir}'s line {row:?}");
+        }
+    }
+}
+
 /// Every row of the generated table under `heading` in `results/paper/<study>/report.md`, and
 /// each of its `hypotheses` verdict lines, appear verbatim in the README.
 fn readme_has_the_study(study: &str, heading: &str, hypotheses: usize) {

@@ -67,9 +67,9 @@ fn power_answers_at_half_a_point_on_the_committed_recovery_study_in_seconds() {
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(took < Duration::from_secs(10), "{took:?}");
-        // 108 tests, each with what it detects now and what it needs, both with their units.
+        // 54 tests, each with what it detects now and what it needs, both with their units.
         let tests: Vec<&str> = text.lines().filter(|l| l.contains("] | ")).collect();
-        assert_eq!(tests.len(), 108, "{text}");
+        assert_eq!(tests.len(), 54, "{text}");
         for l in &tests {
             let unit = ["% of golden time", "accuracy points", "% of runs"]
                 .into_iter()
@@ -108,8 +108,8 @@ fn power_answers_at_half_a_point_on_the_committed_recovery_study_in_seconds() {
     let status = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
-        status.contains("2160 of 2160 recorded (2160 ok), complete")
-            && status.contains("all: 2160 of 2160 runs recorded (0 not ok), 0 missing"),
+        status.contains("1080 of 1080 recorded (1080 ok), complete")
+            && status.contains("all: 1080 of 1080 runs recorded (0 not ok), 0 missing"),
         "{status}"
     );
 }
@@ -120,7 +120,7 @@ fn a_report_of_the_committed_study_reaches_its_committed_verdicts() {
     let copy = committed_recovery(tmp.path());
     let o = run(&["report", s(&copy)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("2160 runs in 72 cells"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("1080 runs in 36 cells"), "{}", String::from_utf8_lossy(&o.stdout));
     // Into <dir>/report: the committed files are untouched.
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper/recovery");
     for f in ["report.md", "cells.csv", "runs.csv", "which_strategy.csv"] {
@@ -134,8 +134,17 @@ fn a_report_of_the_committed_study_reaches_its_committed_verdicts() {
     assert_eq!(pick(&copy.join("report/which_strategy.csv"), &choice), pick(&committed.join("which_strategy.csv"), &choice));
     let verdict = ["hypothesis", "condition", "n_pairs", "verdict"];
     assert_eq!(pick(&copy.join("report/comparisons.csv"), &verdict), pick(&committed.join("comparisons.csv"), &verdict));
+    // The priced tables too, at the runs' profile and re-priced at the other one.
+    let unoptimised = copy.join("unoptimised-again");
+    let o = run(&["report", s(&copy), "--price", "megascale-unoptimised", "--out", s(&unoptimised)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (made, kept) in [(copy.join("report"), committed.clone()), (unoptimised, committed.join("unoptimised"))] {
+        for f in ["which_strategy.csv", "which_strategy_jobs.csv"] {
+            assert_eq!(std::fs::read(made.join(f)).unwrap(), std::fs::read(kept.join(f)).unwrap(), "{} {f}", kept.display());
+        }
+    }
     let md = std::fs::read_to_string(copy.join("report/report.md")).unwrap();
-    assert!(md.contains("2160 runs recorded of 2160"), "{md}");
+    assert!(md.contains("1080 runs recorded of 1080"), "{md}");
     assert!(md.contains("smallest paired difference detectable at 80% power: 0.01 to 0.20 accuracy points."), "{md}");
     assert!(md.contains("no `runs/`"), "the missing accuracy curves are said: {md}");
 }

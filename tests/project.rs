@@ -159,19 +159,8 @@ fn assert_break_even_agrees(dir: &Path) {
     assert!(b_lf > 0.0 && b_cr == 0.0, "lossy forward rebuilds at each crash, checkpoint-restart relaunches: {b_lf} {b_cr}");
     let from_runs = recorded + (a_cr - a_lf) / (b_lf - b_cr);
     let cfg = config(dir, "none");
-    let (n, mtbf, every) = (WORKERS.to_string(), MTBF_STEPS.to_string(), EVERY.to_string());
-    let args =
-        ["project", "--config", cfg.to_str().unwrap(), "--workers", &n, "--system-mtbf-steps", &mtbf, "--interval-steps", &every, "--json"];
-    let o = run(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8_lossy(&o.stdout);
-    let turn = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["key"] == "recovery.rebuild_s").unwrap();
-    let stretches = turn["stretches"].as_array().unwrap();
-    let edge = stretches
-        .windows(2)
-        .find(|w| w[0]["cheapest"] == "lossy_forward" && w[1]["cheapest"] == "checkpoint_restart")
-        .map(|w| w[0]["to"].as_f64().unwrap())
-        .unwrap_or_else(|| panic!("no turn from lossy forward to checkpoint-restart: {turn}"));
+    let (mtbf, every) = (MTBF_STEPS.to_string(), EVERY.to_string());
+    let edge = projected_turn(&cfg, &WORKERS.to_string(), &["--system-mtbf-steps", &mtbf, "--interval-steps", &every]);
     let what = format!("break-even rebuild: {from_runs:.6} s from the re-priced runs, {edge:.6} s projected");
     assert!((from_runs - edge).abs() <= 0.1 * edge, "{what}");
     eprintln!("{what}");
@@ -248,4 +237,62 @@ fn an_unknown_profile_names_the_known_ones() {
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("--profile megascale: no such cost profile (known: megascale-optimised, megascale-unoptimised)"), "{e}");
+}
+
+/// The rebuild at which `resilab project` puts the turn from lossy forward to
+/// checkpoint-restart for `workers` on the run configuration `cfg`, with `extra` flags.
+fn projected_turn(cfg: &Path, workers: &str, extra: &[&str]) -> f64 {
+    let mut args = vec!["project", "--config", cfg.to_str().unwrap(), "--workers", workers, "--json", "--no-study"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let turn = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["key"] == "recovery.rebuild_s").unwrap();
+    let stretches = turn["stretches"].as_array().unwrap();
+    stretches
+        .windows(2)
+        .find(|w| w[0]["cheapest"] == "lossy_forward" && w[1]["cheapest"] == "checkpoint_restart")
+        .map(|w| w[0]["to"].as_f64().unwrap())
+        .unwrap_or_else(|| panic!("no turn from lossy forward to checkpoint-restart: {turn}"))
+}
+
+/// The committed recovery study's break-evens (`break_even.csv`: the rebuild at which
+/// checkpoint-restart and lossy forward cost the same, read from its 1,080 runs' events) against
+/// `resilab project` for the same job: each condition's run configuration, its workers and job
+/// MTBF, the study's cost profile, and the study's step in the profile's seconds (its golden
+/// runs' simulated step over `recovery.profile_scale`). Within 10% wherever the runs cross.
+#[test]
+fn the_committed_studys_break_evens_are_projects() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper/recovery");
+    let campaign = resilab_campaign::Campaign::stored(&dir).unwrap();
+    let runs = common::csv_records(&dir.join("runs.csv"));
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for row in common::csv_records(&dir.join("break_even.csv")) {
+        let pair = (row["key"].as_str(), row["a"].as_str(), row["b"].as_str());
+        if pair != ("recovery.rebuild_s", "checkpoint_restart", "lossy_forward") || row["break_even_s"].is_empty() {
+            continue;
+        }
+        let from_runs: f64 = row["break_even_s"].parse().unwrap();
+        let condition = &row["condition"];
+        let of =
+            |r: &std::collections::BTreeMap<String, String>| format!("fault={}, parallel.workers={}", r["fault"], r["parallel.workers"]);
+        let run_row = runs.iter().find(|r| &of(r) == condition && r["recovery.strategy"] == "lossy_forward").unwrap();
+        let mut cfg = campaign.run(run_row["index"].parse().unwrap()).unwrap().config;
+        // A campaign's fault seed is a 64-bit hash, past what a TOML integer holds; the
+        // projection draws no fault.
+        cfg.fault_seed = 0;
+        let mtbf = cfg.faults.entries().iter().find_map(|e| e.system_mtbf_steps).unwrap();
+        let scale = cfg.recovery.profile_scale.unwrap();
+        let step_s = run_row["golden_sim_s"].parse::<f64>().unwrap() / cfg.train.steps.unwrap() as f64 / scale;
+        let path = write(tmp.path(), "run.toml", &cfg.to_toml());
+        let workers = run_row["parallel.workers"].clone();
+        let flags = ["--step-s", &step_s.to_string(), "--system-mtbf-steps", &mtbf.to_string(), "--profile", "megascale-optimised"];
+        let projected = projected_turn(&path, &workers, &flags) * scale;
+        let what = format!("{condition}: break-even rebuild {from_runs:.5} s from the runs, {projected:.5} s projected");
+        assert!((from_runs - projected).abs() <= 0.1 * projected, "{what}");
+        eprintln!("{what}");
+        checked += 1;
+    }
+    assert!(checked >= 6, "{checked} conditions cross");
 }

@@ -278,7 +278,7 @@ mod tests {
     fn the_committed_recovery_study_places_a_large_job_outside_it() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/paper/recovery");
         let s = Study::read(&dir).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.conditions.len(), 18);
+        assert_eq!(s.conditions.len(), 9);
         let job = Point { workers: 1024.0, crashes_per_step: 1.0 / 10_000.0, rebuild_steps: 30.0 };
         let text = s.against(&job);
         assert!(text.contains("outside the study: 1024 workers, 64.0x the most studied (16)"), "{text}");

@@ -196,6 +196,9 @@ pub(super) fn paragraph(dir: &Path, name: &str) -> Result<String> {
         text += &format!(" Its {} golden runs end at {}% test accuracy.", accs.len(), joined(fixed(lo, 1), fixed(hi, 1)));
     }
     if let Some((lo, _, hi)) = spread(&mut sds) {
+        // An ensemble whose members all ended at the same accuracy has a deviation of 0, which
+        // its floating-point computation leaves at about 1e-14 points.
+        let (lo, hi) = (if lo < 1e-9 { 0.0 } else { lo }, if hi < 1e-9 { 0.0 } else { hi });
         text += &format!(
             " Each is the first of a golden ensemble of {} fault-free runs that differ only in the order of their all-reduce sums (`train.reduction_order = \"seeded\"`, as a GPU leaves it free), whose final accuracies have a standard deviation of {} points; accuracy losses are measured against each ensemble's mean.",
             s.ensembles.or(),
