@@ -121,4 +121,10 @@ fn a_bad_jobs_file_is_refused_naming_its_key() {
     let typo = write(tmp.path(), "typo.toml", &job("j", 1.0, 3.0).replace("step_s", "step_seconds"));
     assert_clean_error(&args(&typo), &["typo.toml", "step_seconds"]);
     assert!(!out.exists(), "nothing written");
+    // A campaign without hypotheses has no table to price: refused before --out is made.
+    let good = write(tmp.path(), "good.toml", &job("j", 1.0, 3.0));
+    let nev = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/paper/nev");
+    let o = run(&["report", nev.to_str().unwrap(), "--out", out.to_str().unwrap(), "--at-jobs", good.to_str().unwrap()]);
+    assert_clean_error(&o, &["--at-jobs", "campaign.hypothesis"]);
+    assert!(!out.exists(), "nothing written");
 }

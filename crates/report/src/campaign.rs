@@ -246,12 +246,12 @@ pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<W
         let note = Priced { csv: price::priced_csv(&recorded, &rows)?, md: price::markdown(set, &pairs), in_use, profile: set.profile() };
         (rows, Some(note))
     };
-    let created = !out.exists();
-    let lock = resilab_runner::files::lock_dir(out, "--out")?;
     let jobs = set.jobs().unwrap_or(&campaign.settings.jobs);
     if set.jobs().is_some() && (campaign.settings.hypotheses.is_empty() || campaign.settings.kind != Kind::Train) {
         return Err(Error::Price("--at-jobs prices the \"which strategy when\" table of a `train` study: this campaign states no [[campaign.hypothesis]] or is not `train`".into()));
     }
+    let created = !out.exists();
+    let lock = resilab_runner::files::lock_dir(out, "--out")?;
     let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, priced.as_ref(), jobs));
     if written.is_err() && created {
         resilab_campaign::output::remove_if_bare(out);

@@ -328,13 +328,6 @@ pub(crate) fn rate_rule(catastrophes: u64, runs: u64, bound: f64, rules: &Rules)
     }
 }
 
-/// Both rules' needs of `rows`; `None` without a spread or without runs.
-fn needs(rows: &[&Row], rules: &Rules) -> Option<(RuleNeed, RuleNeed)> {
-    let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
-    let (k, bound) = rules.catastrophes(rows)?;
-    Some((mean_rule(&loss, rules.budget_points)?, rate_rule(k, rows.len() as u64, bound, rules)))
-}
-
 /// Nothing admissible: the groups the most promising option needs for both rules to pass (the
 /// larger of the two rules' needs; among the options, the fewest), or `not reachable`, naming
 /// what each rule needs.
@@ -343,8 +336,9 @@ fn nothing_admissible(c: &mut Choice, options: &[(String, Vec<&Row>)], rules: &R
     let mut best: Option<(u64, &str, RuleNeed, RuleNeed)> = None;
     let mut nearest: Option<(f64, &str, RuleNeed, RuleNeed)> = None;
     for (option, rows) in options {
-        let Some((m, r)) = needs(rows, rules) else { continue };
         let loss: Vec<f64> = rows.iter().filter_map(|r| acc_points(r)).collect();
+        let (Some((k, bound)), Some(m)) = (rules.catastrophes(rows), mean_rule(&loss, rules.budget_points)) else { continue };
+        let r = rate_rule(k, rows.len() as u64, bound, rules);
         if nearest.as_ref().is_none_or(|(x, ..)| mean(&loss) < *x) {
             nearest = Some((mean(&loss), option, m.clone(), r.clone()));
         }

@@ -85,15 +85,12 @@ fn at_job(row: &Row, cfg: &RunConfig, recorded: Prices, p: &Profile, job: &Job) 
 }
 
 /// The profile a job prices at: `priced`'s (`--price`), else the runs' own `recovery.profile`
-/// (one for all).
-fn profile_of(campaign: &Campaign, rows: &[Row], priced: Option<&'static Profile>) -> Result<&'static Profile> {
+/// (one for all `configs`).
+fn profile_of(configs: &[RunConfig], priced: Option<&'static Profile>) -> Result<&'static Profile> {
     if let Some(p) = priced {
         return Ok(p);
     }
-    let mut names = std::collections::BTreeSet::new();
-    for r in rows {
-        names.insert(campaign.run(r.index)?.config.recovery.profile);
-    }
+    let names: std::collections::BTreeSet<&Option<String>> = configs.iter().map(|c| &c.recovery.profile).collect();
     match names.into_iter().collect::<Vec<_>>().as_slice() {
         [Some(name)] => profile::profile(name).ok_or_else(|| Error::Price(format!("recovery.profile = {name:?} is not a cost profile"))),
         _ => Err(Error::Price(
@@ -115,17 +112,18 @@ pub(crate) fn verdicts<'a>(
 ) -> Result<Verdicts<'a>> {
     let settings = &campaign.settings;
     let axis = settings.hypotheses.first().map_or("recovery.strategy", |h| h.axis.as_str());
-    let p = profile_of(campaign, rows, priced)?;
+    // Each run's configuration, built once for every job.
+    let configs = rows.iter().map(|r| Ok(campaign.run(r.index)?.config)).collect::<Result<Vec<RunConfig>>>()?;
+    let p = profile_of(&configs, priced)?;
     let rules = Rules::of(settings);
     let paired = settings.paired_axes().iter().any(|a| a == axis);
     let study = crate::study::group(campaign, rows, axis).iter().map(|(c, opts)| choose(c, opts, &rules, paired)).collect();
     let mut out = Vec::new();
     for job in jobs {
         let mut at = Vec::with_capacity(rows.len());
-        for r in rows {
-            let cfg = campaign.run(r.index)?.config;
+        for (r, cfg) in rows.iter().zip(&configs) {
             let recorded = prices.get(&r.index).copied().unwrap_or_else(|| Prices::of(&cfg.recovery));
-            at.push(at_job(r, &cfg, recorded, p, job)?);
+            at.push(at_job(r, cfg, recorded, p, job)?);
         }
         let groups = crate::study::group(campaign, &at, axis);
         let choices = groups.iter().map(|(c, opts)| choose(c, opts, &rules, paired)).collect();
