@@ -97,6 +97,8 @@ const NOT_A_QUANTITY: &[&str] = &[
     "key",
     "cheaper_below",
     "cheaper_above",
+    "outcome",
+    "outcomes",
 ];
 
 /// Whether column `i` of `header` names its unit: a unit suffix (`_frac`, `_pct`, `_pts`, `_s`,

@@ -135,6 +135,14 @@ pub struct Metrics {
     [R] collapse_step: Option<u64>,
     /// Training collapsed: NaN/Inf in the state or the loss at the end (the NaN column).
     [ALL] collapsed: Option<bool>,
+    /// The outcome class of the run's training curve against its golden run's (`train` runs
+    /// with a golden run: `no_fault`, `masked`, `immediate_nan`, `slow_degrade`,
+    /// `sharp_slow_degrade`, `sharp_degrade`, `low_test_acc`, `failed`; docs/metrics.md,
+    /// "Outcome classes"); empty in runs recorded before this column.
+    [T] outcome: Option<String>,
+    /// The step from which the run stayed harmed to its end (the outcome's onset); empty for
+    /// `no_fault` and `masked`.
+    [T] outcome_onset_step: Option<u64>,
     /// Values (or bytes) the injection changed.
     [ALL] values_corrupted: Option<u64>,
     /// Of those, values left NaN/Inf/extreme by the injection itself.
@@ -296,6 +304,8 @@ impl From<&Summary> for Metrics {
             ev_injected: Some(s.values_non_finite_or_extreme > 0),
             // A run whose strategy gave up is `failed`, its own class: not a NaN.
             collapsed: Some(s.collapsed),
+            outcome: s.outcome.map(|o| o.name().to_string()),
+            outcome_onset_step: s.outcome_onset_step,
             values_corrupted: Some(s.values_corrupted as u64),
             non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
             faults: Some(s.faults_injected as u64),

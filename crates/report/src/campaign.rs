@@ -183,6 +183,9 @@ fn markdown(c: &Campaign, axes: &[String], cells: &[Cell], runs: usize, by_statu
         s.rwc_tolerance_points,
         ACC_EPS
     );
+    if cells.iter().any(|c| !c.outcomes.is_empty()) {
+        md.push_str(crate::outcomes::RULE);
+    }
     let cell_rows: Vec<rows::CellRow> = cells.iter().map(rows::CellRow::of).collect();
     // Columns empty in every cell are left out.
     let cols: Vec<_> = rows::CELL_TABLE.iter().filter(|(_, show)| cell_rows.iter().any(|r| !show(r).is_empty())).collect();
@@ -218,6 +221,7 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "priced.csv",
     "break_even.csv",
     "which_strategy_jobs.csv",
+    "outcomes.csv",
     "plots",
     resilab_runner::files::LOCK_FILE,
 ];
@@ -484,6 +488,9 @@ fn tables(
         *by_status.entry(r.status.name().to_string()).or_insert(0u64) += 1;
     }
     written.files.push(write(&out.join("cells.csv"), &cells_csv(&axes, cells)?)?);
+    if let Some(text) = crate::outcomes::csv(&axes, cells)? {
+        written.files.push(write(&out.join("outcomes.csv"), &text)?);
+    }
     let mut md = markdown(campaign, &axes, cells, rows.len(), &by_status);
     let Some(s) = study::study(campaign, rows) else {
         let diffs = pairwise(campaign, rows);

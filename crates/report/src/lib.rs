@@ -19,6 +19,7 @@ mod jobs;
 mod md;
 mod measures;
 pub mod metrics;
+mod outcomes;
 mod paper;
 pub mod plots;
 mod power;

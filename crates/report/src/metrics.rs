@@ -161,6 +161,9 @@ pub struct Cell {
     pub detection_latency: Option<f64>,
     /// Mean step after the restart at which the state first held a NaN/Inf, over the runs where it did.
     pub collapse_step: Option<f64>,
+    /// `train` runs: the `ok` runs of each outcome class, by name (docs/metrics.md, "Outcome
+    /// classes"); empty for runs recorded before the class.
+    pub outcomes: BTreeMap<String, u64>,
 }
 
 pub(crate) fn mean(v: &[f64]) -> Option<f64> {
@@ -497,7 +500,18 @@ fn cell(coords: Vec<(String, String)>, rows: &[&Row], chance: &impl Fn(&Row) -> 
         steps_recomputed: mean(&vals(&|r| r.metrics.steps_recomputed.map(|s| s as f64), true)),
         detection_latency: mean(&vals(&|r| r.metrics.detection_latency, true)),
         collapse_step: mean(&vals(&|r| r.metrics.collapse_step.map(|s| s as f64), true)),
+        outcomes: outcome_counts(&ok),
     }
+}
+
+/// The `ok` runs of each outcome class, by name (runs recorded before the column have none and
+/// are not counted).
+fn outcome_counts(ok: &[&Row]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for o in ok.iter().filter_map(|r| r.metrics.outcome.as_ref()) {
+        *counts.entry(o.clone()).or_insert(0) += 1;
+    }
+    counts
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
+use resilab_runner::outcome::Outcome;
 use serde::{Serialize, Serializer};
 
 use crate::choice::Choice;
@@ -91,6 +92,9 @@ pub(crate) struct CellRow {
     ev_injected_lo: Option<f64>,
     #[serde(serialize_with = "fixed::<2, _>")]
     ev_injected_hi: Option<f64>,
+    /// `train` runs: the outcome classes' counts, `class:count` pairs `;`-separated (their
+    /// shares with exact intervals in `outcomes.csv`).
+    outcomes: String,
     /// RWC: restart without change (a share).
     rwc: u64,
     #[serde(serialize_with = "fixed::<2, _>")]
@@ -228,6 +232,7 @@ impl CellRow {
             ev_injected_pct: Some(c.ev_injected.pct),
             ev_injected_lo: Some(c.ev_injected.lo_pct),
             ev_injected_hi: Some(c.ev_injected.hi_pct),
+            outcomes: outcome_summary(&c.outcomes),
             rwc: c.rwc.count,
             rwc_pct: Some(c.rwc.pct),
             rwc_lo: Some(c.rwc.lo_pct),
@@ -294,6 +299,7 @@ pub(crate) const CELL_TABLE: &[MdColumn<CellRow>] = &[
     ("N-EV", |r| share_md(Some(r.nev), [r.nev_pct, r.nev_lo, r.nev_hi])),
     ("EV injected", |r| share_md(Some(r.ev_injected), [r.ev_injected_pct, r.ev_injected_lo, r.ev_injected_hi])),
     ("N-EV vs EV injected", |r| r.nev_vs_ev_p_holm.map_or(String::new(), |p| format!("{} (p {p:.2})", r.nev_vs_ev))),
+    ("outcomes", |r| outcomes_md(&r.outcomes)),
     ("RWC", |r| share_md(Some(r.rwc), [r.rwc_pct, r.rwc_lo, r.rwc_hi])),
     ("AccR", |r| share_md(Some(r.accr), [r.accr_pct, r.accr_lo, r.accr_hi])),
     ("TF", |r| share_md(Some(r.tf), [r.tf_pct, r.tf_lo, r.tf_hi])),
@@ -483,6 +489,47 @@ pub(crate) fn table<T: Serialize + Default, R: Borrow<T>>(
     csv_text(w)
 }
 
+/// `cells.csv`'s `outcomes`: `class:count` pairs `;`-separated, in the classes' order
+/// ([`Outcome::ALL`]; a name resilab does not know last).
+pub(crate) fn outcome_summary(counts: &BTreeMap<String, u64>) -> String {
+    ordered_outcomes(counts).map(|(name, n)| format!("{name}:{n}")).collect::<Vec<_>>().join(";")
+}
+
+/// `report.md`'s cell column of the classes: `class count` pairs, `, `-separated, names with
+/// spaces.
+pub(crate) fn outcomes_md(text: &str) -> String {
+    text.split(';').filter(|p| !p.is_empty()).map(|p| p.replace([':', '_'], " ")).collect::<Vec<_>>().join(", ")
+}
+
+/// `counts` in the classes' order ([`Outcome::ALL`]; names resilab does not know last, by name).
+pub(crate) fn ordered_outcomes(counts: &BTreeMap<String, u64>) -> impl Iterator<Item = (&str, u64)> {
+    let rank = |name: &str| Outcome::parse(name).and_then(|o| Outcome::ALL.iter().position(|a| *a == o)).unwrap_or(usize::MAX);
+    let mut v: Vec<(&str, u64)> = counts.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    v.sort_by_key(|(name, _)| (rank(name), name.to_string()));
+    v.into_iter()
+}
+
+/// One line of `outcomes.csv` after the grid's axes: an outcome class in a cell
+/// ([`crate::outcomes`]).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct OutcomeRow {
+    /// The class (`masked`, `immediate_nan`, ...).
+    pub(crate) outcome: String,
+    /// Runs of the cell that have a class: the share's base.
+    pub(crate) runs: u64,
+    /// Runs of this class.
+    pub(crate) count: u64,
+    /// Their share, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) count_pct: Option<f64>,
+    /// Lower end of its exact (Clopper–Pearson) 95% interval, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) lo_pct: Option<f64>,
+    /// Upper end, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) hi_pct: Option<f64>,
+}
+
 /// One row of `break_even.csv` ([`crate::breakeven`]).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct BreakEven {
@@ -593,6 +640,7 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("which_strategy.csv", columns::<ChoiceRow>()?),
         ("priced.csv", columns::<PricedRow>()?),
         ("break_even.csv", columns::<BreakEven>()?),
+        ("outcomes.csv", columns::<OutcomeRow>()?),
         ("which_strategy_jobs.csv", std::iter::once("job".to_string()).chain(columns::<ChoiceRow>()?).collect()),
     ])
 }

@@ -76,6 +76,9 @@ pub struct StrategyRow {
     pub steps_recomputed: u64,
     /// NaN/Inf in the state or last loss at the end.
     pub collapsed: bool,
+    /// The outcome class of the run's curve against the golden run's (docs/metrics.md,
+    /// "Outcome classes"); empty without a golden run.
+    pub outcome: Option<crate::outcome::Outcome>,
     /// Measured wall time.
     pub wall_s: f64,
     /// Measured wall-time overhead against the golden run, a fraction of its time.
@@ -104,6 +107,7 @@ impl StrategyRow {
             steps_lost: s.steps_lost,
             steps_recomputed: s.steps_recomputed,
             collapsed: s.collapsed,
+            outcome: s.outcome,
             wall_s: s.wall_s,
             time_overhead_frac: s.time_overhead_vs_golden,
             sim_overhead_frac: s.simulated_overhead_vs_golden,
@@ -179,7 +183,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
     }
     let _ = writeln!(
         t,
-        "{:<20} {:<9} {:>10} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>9} {:>7} {:>9}  what it did",
+        "{:<20} {:<9} {:>10} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:<18} {:>10} {:>9} {:>7} {:>9}  what it did",
         "strategy",
         "status",
         "test acc %",
@@ -190,6 +194,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
         "lost",
         "recomp",
         "collapsed",
+        "outcome",
         "sim ovh",
         "steps ovh",
         "wall s",
@@ -198,7 +203,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
     for r in rows {
         let _ = writeln!(
             t,
-            "{:<20} {:<9} {:>10.2} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:>10} {:>8.1}% {:>7.1} {:>9}  {}",
+            "{:<20} {:<9} {:>10.2} {:>12} {:>6} {:>6} {:>8} {:>5} {:>7} {:>9} {:<18} {:>10} {:>8.1}% {:>7.1} {:>9}  {}",
             r.strategy,
             r.status,
             100.0 * r.final_test_acc_frac,
@@ -209,6 +214,7 @@ pub fn table(rows: &[StrategyRow], golden: Option<&Golden>, test_images: usize) 
             r.steps_lost,
             r.steps_recomputed,
             r.collapsed,
+            r.outcome.map_or("-", |o| o.name()),
             pct(r.sim_overhead_frac, 2),
             100.0 * r.step_overhead_frac,
             r.wall_s,

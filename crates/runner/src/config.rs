@@ -12,6 +12,7 @@ use resilab_recovery::{DetectConfig, LossPolicy, Strategy};
 use resilab_train::{BatchRule, OptimizerConfig, ParallelConfig, ParallelMode, ScheduleConfig, TrainConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::outcome::OutcomeConfig;
 use crate::{Error, Result};
 
 /// Compute backend.
@@ -115,6 +116,10 @@ pub struct RunConfig {
     /// How `resilab import` maps another framework's parameter names onto the model's.
     #[serde(default, skip_serializing_if = "ImportConfig::is_empty")]
     pub import: ImportConfig,
+    /// The thresholds that read a faulty run's curve into its outcome class (docs/metrics.md,
+    /// "Outcome classes"); they decide nothing in training.
+    #[serde(default, skip_serializing_if = "OutcomeConfig::is_default")]
+    pub outcome: OutcomeConfig,
 }
 
 /// The `[import]` section: read by `resilab import` only.
@@ -496,6 +501,7 @@ impl RunConfig {
         self.data.validate()?;
         self.checkpoint.validate().map_err(Error::Config)?;
         self.recovery.validate()?;
+        self.outcome.validate()?;
         self.train.check_sizes(&self.data)?;
         self.check_losses()?;
         self.check_across_sections()?;

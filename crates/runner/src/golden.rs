@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::{Error, Result, RunConfig};
 
 /// The configuration whose run is `cfg`'s golden run: faults, recovery, detectors, fault seed,
-/// checkpoints and the name removed.
+/// checkpoints, the outcome thresholds and the name removed.
 pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     let mut g = cfg.clone();
     g.faults = resilab_faults::Faults::default();
@@ -24,6 +24,7 @@ pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     g.detect = Default::default();
     g.fault_seed = crate::config::default_fault_seed();
     g.checkpoint = Default::default();
+    g.outcome = Default::default();
     g.name = Some("golden".into());
     // The ensemble is the faulty run's reference, not part of any golden run: member 0 is the
     // golden run a run without an ensemble has, under the same key.

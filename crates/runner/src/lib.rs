@@ -9,6 +9,7 @@ mod eval;
 pub mod files;
 pub mod golden;
 pub mod interrupt;
+pub mod outcome;
 pub mod platform;
 pub mod project;
 mod records;

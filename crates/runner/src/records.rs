@@ -233,6 +233,19 @@ pub struct Summary {
     pub time_overhead_vs_golden: Option<f64>,
     /// Distance of the final parameters from the golden run's.
     pub final_param_distance: Option<f64>,
+    /// The step of the run's first fault; absent when none struck.
+    pub first_fault_step: Option<u64>,
+    /// The first step of the run's final timeline whose training loss was NaN/Inf (one that a
+    /// restart went back before is not counted); absent when there was none.
+    pub first_non_finite_step: Option<u64>,
+    /// With a golden run: the outcome class of the run's curve against the golden run's
+    /// (`no_fault`, `masked`, `immediate_nan`, ...: docs/metrics.md, "Outcome classes").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<crate::outcome::Outcome>,
+    /// With an outcome: the step from which the run stayed harmed to its end
+    /// ([`crate::outcome::Classified::onset_step`]); absent for `no_fault` and `masked`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome_onset_step: Option<u64>,
     /// Where the numbers came from.
     pub provenance: Provenance,
 }

@@ -14,6 +14,7 @@ use resilab_recovery::Guard;
 use resilab_train::{OptimizerConfig, ParallelMode, TrainSpec, TrainState, Trainer};
 
 use crate::golden::Ensemble;
+use crate::outcome::{Curve, OutcomeConfig};
 use crate::records::{Resumed, RunOptions, Summary};
 use crate::session::{Dirs, Recovery, Session};
 use crate::{Error, Result, RunConfig};
@@ -146,9 +147,28 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     session.fast_forward(&mut trainer, &mut rec)?;
     session.run(&mut trainer, &mut rec)?;
     let summary = with_ensemble(session.finish(&mut trainer, &mut rec, &split, resumed)?, ensemble);
+    let summary = with_outcome(summary, &out.join("metrics.csv"), &cfg.outcome)?;
     let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
     watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;
+    Ok(summary)
+}
+
+/// `summary` with its outcome class, read from its `metrics.csv` at `metrics` and its golden
+/// run's (member 0 of an ensemble); unchanged without a golden run.
+fn with_outcome(mut summary: Summary, metrics: &Path, t: &OutcomeConfig) -> Result<Summary> {
+    let (Some(golden), Some(acc_loss)) = (&summary.golden, summary.acc_loss_vs_golden) else { return Ok(summary) };
+    let facts = crate::outcome::RunFacts {
+        first_fault_step: summary.first_fault_step,
+        failed: summary.status == crate::RunStatus::Failed,
+        collapsed: summary.collapsed,
+        first_non_finite_step: summary.first_non_finite_step,
+        last_step: summary.steps,
+        acc_loss_points: acc_loss * 100.0,
+    };
+    let c = crate::outcome::classify(&facts, &Curve::read(metrics)?, &Curve::read(&golden.dir.join("metrics.csv"))?, t);
+    summary.outcome = Some(c.outcome);
+    summary.outcome_onset_step = c.onset_step;
     Ok(summary)
 }
 

@@ -88,6 +88,17 @@ struct Tally {
     failure: Option<String>,
     /// Simulated seconds at the first evaluation that reached the golden run's final accuracy.
     time_to_golden_acc_s: Option<f64>,
+    /// The first step of the final timeline whose training loss was NaN/Inf.
+    first_non_finite_step: Option<u64>,
+}
+
+impl Tally {
+    /// A restart went back to `step`: a NaN/Inf loss after it is no longer in the timeline.
+    fn went_back_to(&mut self, step: u64) {
+        if self.first_non_finite_step.is_some_and(|n| n > step) {
+            self.first_non_finite_step = None;
+        }
+    }
 }
 
 /// Training loss and accuracy summed since the last `metrics.csv` row.
@@ -360,6 +371,9 @@ impl<'a> Session<'a> {
         let t = &mut self.tally;
         t.redos += u64::from(s.redos);
         self.last_loss = s.loss;
+        if !s.loss.is_finite() && t.first_non_finite_step.is_none() {
+            t.first_non_finite_step = Some(s.step);
+        }
         let redo = s.step <= self.redo_until;
         if redo {
             t.relaunch_redo_s += s.sim_s;
@@ -423,6 +437,7 @@ impl<'a> Session<'a> {
         self.charge_restart(trainer, at_step, from.is_some(), !damage || self.crashed);
         rec.guard.supervise(&mut rec.faults).respawn_all();
         self.tally.steps_lost += at_step - 1 - trainer.step;
+        self.tally.went_back_to(trainer.step);
         self.tally.restarts.push(Restart { at_step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
         self.bar.set_position(trainer.step);
         Ok(true)
@@ -510,6 +525,7 @@ impl<'a> Session<'a> {
             let (state, from) = self.reload_struck(trainer, rec, &dir, &event, s.step)?;
             trainer.restore(&state)?;
             self.tally.steps_lost += s.step - trainer.step;
+            self.tally.went_back_to(trainer.step);
             self.tally.restarts.push(Restart { at_step: s.step, from, to_step: trainer.step, seconds: t.elapsed().as_secs_f64() });
             restarted = true;
         }
@@ -747,6 +763,11 @@ impl<'a> Session<'a> {
                 .filter(|_| !t.failed && self.shortcut_prefix == 0 && self.shortcut_remainder == 0)
                 .map(|g| (wall_s - g.wall_s) / g.wall_s),
             final_param_distance: self.final_distance,
+            first_fault_step: rec.faults.logged().iter().map(|l| l.event.step).min(),
+            first_non_finite_step: t.first_non_finite_step,
+            // Filled by the caller, which has the golden run's curve and the ensemble.
+            outcome: None,
+            outcome_onset_step: None,
             golden: self.golden,
             provenance: self.opts.provenance.clone(),
         })
