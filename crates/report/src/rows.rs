@@ -674,7 +674,7 @@ mod tests {
         let mut lines = text.lines();
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
         let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-        assert_eq!(header.len(), 1 + 72);
+        assert_eq!(header.len(), 1 + 73);
         assert_eq!(header[..5], ["model", "runs", "ok", "not_ok", "seeds"]);
         assert_eq!(header.last(), Some(&"collapse_after_steps"));
         assert_eq!(row.len(), header.len());

@@ -173,6 +173,10 @@ impl Curve {
         let csv_err = |source| Error::Csv { path: path.to_path_buf(), source };
         let mut reader = csv::Reader::from_path(path).map_err(csv_err)?;
         let headers = reader.headers().map_err(csv_err)?.clone();
+        if headers.is_empty() {
+            // A run that stopped before its first row wrote no header either: no curve.
+            return Ok(Curve::default());
+        }
         let col = |name: &str| headers.iter().position(|h| h == name);
         let (Some(step), Some(loss), Some(train), Some(test)) = (col("step"), col("loss"), col("train_acc"), col("test_acc")) else {
             return Err(Error::Golden(format!("{}: no step, loss, train_acc or test_acc column", path.display())));
@@ -369,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn a_curve_reads_back_from_metrics_csv_with_its_last_row_per_step_and_nan_windows_marked() {
+    fn a_curve_reads_back_from_metrics_csv_with_its_last_row_per_step_nan_windows_marked_and_none_from_an_empty_file() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("metrics.csv");
         let text = "step,epoch,loss,train_acc,test_acc,test_loss,lr\n10,0,1.0,0.5,,,0.1\n20,0,1.0,0.6,0.55,1.0,0.1\n20,0,NaN,0.1,0.2,9.0,0.1\n30,0,inf,0.1,,,0.1\n";
@@ -377,6 +381,11 @@ mod tests {
         let c = Curve::read(&p).unwrap();
         assert_eq!(c.train_acc, BTreeMap::from([(10, Some(0.5)), (20, None), (30, None)]));
         assert_eq!(c.test_acc, BTreeMap::from([(20, 0.2)]));
+        // A run that stopped before its first row left an empty file.
+        std::fs::write(&p, "").unwrap();
+        assert_eq!(Curve::read(&p).unwrap(), Curve::default());
+        std::fs::write(&p, "step,loss\n1,2.0\n").unwrap();
+        assert!(Curve::read(&p).unwrap_err().to_string().contains("no step, loss, train_acc or test_acc column"));
     }
 
     #[test]
