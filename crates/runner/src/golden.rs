@@ -7,7 +7,6 @@
 //! so processes that ask for the same golden run at once never see a half-written one: each
 //! computes it, the first rename wins and the others use the winner's.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use resilab_train::{TrainState, WorkerState};
@@ -99,9 +98,9 @@ pub struct Golden {
     pub wall_s: f64,
     /// Its simulated time (absent in summaries written before it was recorded).
     pub simulated_s: Option<f64>,
-    /// Test accuracy at each evaluated step.
+    /// Its training and test accuracy curve (`metrics.csv`).
     #[serde(skip)]
-    pub curve: BTreeMap<u64, f64>,
+    pub curve: crate::outcome::Curve,
 }
 
 impl Golden {
@@ -112,15 +111,7 @@ impl Golden {
         let v: serde_json::Value =
             serde_json::from_slice(&text).map_err(|source| Error::Json { what: path.display().to_string(), source })?;
         let num = |k: &str| v[k].as_f64().ok_or_else(|| Error::Golden(format!("{}: no {k}", path.display())));
-        let metrics = dir.join("metrics.csv");
-        let mut curve = BTreeMap::new();
-        let mut reader = csv::Reader::from_path(&metrics).map_err(|e| Error::Csv { path: metrics.clone(), source: e })?;
-        for row in reader.records() {
-            let row = row.map_err(|e| Error::Csv { path: metrics.clone(), source: e })?;
-            if let (Some(step), Some(acc)) = (row.get(0).and_then(|s| s.parse().ok()), row.get(4).and_then(|s| s.parse().ok())) {
-                curve.insert(step, acc);
-            }
-        }
+        let curve = crate::outcome::Curve::read(&dir.join("metrics.csv"))?;
         Ok(Self {
             dir: dir.to_path_buf(),
             final_test_acc: num("final_test_acc")?,

@@ -275,8 +275,7 @@ fn train_gaps(fault: u64, run: &Curve, golden: &Curve) -> Vec<(u64, f64)> {
 
 /// The first step of the last stretch of `gaps` at or above `points` that reaches the end.
 fn stays_from(gaps: &[(u64, f64)], points: f64) -> Option<u64> {
-    let kept = gaps.iter().rev().take_while(|&&(_, g)| g >= points).count();
-    (kept > 0).then(|| gaps[gaps.len() - kept].0)
+    last_stretch(gaps, |g| g >= points)
 }
 
 /// The first evaluation at or after `fault` from which the run's test accuracy stayed more than
@@ -284,7 +283,12 @@ fn stays_from(gaps: &[(u64, f64)], points: f64) -> Option<u64> {
 fn test_onset(fault: u64, run: &Curve, golden: &Curve, points: f64) -> Option<u64> {
     let gaps: Vec<(u64, f64)> =
         run.test_acc.range(fault..).filter_map(|(&s, &a)| golden.test_acc.get(&s).map(|g| (s, (g - a) * 100.0))).collect();
-    let kept = gaps.iter().rev().take_while(|&&(_, g)| g > points).count();
+    last_stretch(&gaps, |g| g > points)
+}
+
+/// The first step of the stretch at the end of `gaps` whose every gap meets `harmed`.
+fn last_stretch(gaps: &[(u64, f64)], harmed: impl Fn(f64) -> bool) -> Option<u64> {
+    let kept = gaps.iter().rev().take_while(|&&(_, g)| harmed(g)).count();
     (kept > 0).then(|| gaps[gaps.len() - kept].0)
 }
 

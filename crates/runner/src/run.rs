@@ -154,8 +154,8 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     Ok(summary)
 }
 
-/// `summary` with its outcome class, read from its `metrics.csv` at `metrics` and its golden
-/// run's (member 0 of an ensemble); unchanged without a golden run.
+/// `summary` with its outcome class, read from its `metrics.csv` at `metrics` against its golden
+/// run's curve (member 0 of an ensemble); unchanged without a golden run.
 fn with_outcome(mut summary: Summary, metrics: &Path, t: &OutcomeConfig) -> Result<Summary> {
     let (Some(golden), Some(acc_loss)) = (&summary.golden, summary.acc_loss_vs_golden) else { return Ok(summary) };
     let facts = crate::outcome::RunFacts {
@@ -166,7 +166,7 @@ fn with_outcome(mut summary: Summary, metrics: &Path, t: &OutcomeConfig) -> Resu
         last_step: summary.steps,
         acc_loss_points: acc_loss * 100.0,
     };
-    let c = crate::outcome::classify(&facts, &Curve::read(metrics)?, &Curve::read(&golden.dir.join("metrics.csv"))?, t);
+    let c = crate::outcome::classify(&facts, &Curve::read(metrics)?, &golden.curve, t);
     summary.outcome = Some(c.outcome);
     summary.outcome_onset_step = c.onset_step;
     Ok(summary)

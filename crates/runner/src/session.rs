@@ -648,7 +648,7 @@ impl<'a> Session<'a> {
         if let (Some(g), Some(w)) = (&self.golden, self.compare.as_mut()) {
             let distance = g.state_at(step, &whole).map(|gs| crate::golden::param_distance(&whole, &gs));
             self.final_distance = distance;
-            let golden_acc = g.curve.get(&step).copied();
+            let golden_acc = g.curve.test_acc.get(&step).copied();
             let row = CompareRow {
                 step,
                 test_acc: e.accuracy,
