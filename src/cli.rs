@@ -183,6 +183,19 @@ pub(crate) struct ReportArgs {
     /// at the job's step and failure rate.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["power", "paper"])]
     pub(crate) at_jobs: Option<PathBuf>,
+    /// Also score every detector from the signals the runs recorded (detect.record_signals):
+    /// its runs' own detections are made again from their signals.csv and checked, then each
+    /// detector is swept over its thresholds, without training again: recall on the harmed runs
+    /// before the harm's onset, precision, false alarms per 1,000 steps in the golden runs and
+    /// the masked ones, latency and measured cost per step (detectors.csv), the setting that
+    /// meets --false-alarm-budget (detector_choice.csv), what it catches of each outcome class
+    /// (detector_classes.csv) and plots/detectors.png.
+    #[arg(long, conflicts_with_all = ["power", "paper"])]
+    pub(crate) detectors: bool,
+    /// With --detectors: the false alarms per 1,000 fault-free steps a detector's chosen
+    /// setting may raise, as the one-sided 95% upper bound over the golden runs' steps.
+    #[arg(long, value_name = "N", default_value_t = 1.0, requires = "detectors")]
+    pub(crate) false_alarm_budget: f64,
 }
 
 #[derive(Args)]

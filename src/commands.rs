@@ -369,7 +369,8 @@ pub(crate) fn report(args: ReportArgs) -> Result<()> {
     if let Some(file) = &args.at_jobs {
         set = set.with_jobs(resilab_report::read_jobs(file)?);
     }
-    let w = resilab_report::report_priced(&args.dir, &out, &set)?;
+    let detectors = args.detectors.then_some(resilab_report::DetectorOptions { budget_per_1000_steps: args.false_alarm_budget });
+    let w = resilab_report::report_with(&args.dir, &out, &set, detectors.as_ref())?;
     println!("{} runs in {} cells -> {} ({} files)", w.runs, w.cells, out.join("report.md").display(), w.files.len());
     Ok(())
 }

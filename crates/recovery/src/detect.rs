@@ -30,7 +30,7 @@ pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
 /// extreme-value threshold of docs/metrics.md, 1e10 by default): two reductions per tensor on the
 /// device, one read-back of two numbers in all.
 pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> bool {
-    sum_and_max(tensors).is_none_or(|(s, m)| s.is_finite() && f64::from(m) <= threshold)
+    !crate::signals::values_alarm(sum_and_max(tensors), threshold)
 }
 
 /// The non-finite and extreme-gradient check on gradients that carry `loss_scale` (fp16):
@@ -38,13 +38,12 @@ pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) 
 /// handle (it skips the step, as in a real fp16 job), and the extreme-value threshold applies
 /// to the unscaled magnitudes.
 pub fn gradients_within(grads: &resilab_train::Grads, loss_scale: Option<f32>, threshold: f64) -> bool {
-    let Some(scale) = loss_scale else { return all_within(grads.values().cloned(), threshold) };
-    sum_and_max(grads.values().cloned()).is_none_or(|(s, m)| !s.is_finite() || f64::from(m) / f64::from(scale) <= threshold)
+    !crate::signals::gradients_alarm(sum_and_max(grads.values().cloned()), loss_scale, threshold)
 }
 
 /// The sum of all values of `tensors` and their largest magnitude, reduced on the device and read
 /// back as two numbers (`None` without tensors; NaN when the read-back fails).
-fn sum_and_max(tensors: impl IntoIterator<Item = Tensor<1>>) -> Option<(f32, f32)> {
+pub(crate) fn sum_and_max(tensors: impl IntoIterator<Item = Tensor<1>>) -> Option<(f32, f32)> {
     let mut acc: Option<(Tensor<1>, Tensor<1>)> = None;
     for t in tensors {
         let (s, m) = (t.clone().sum(), t.abs().max());
@@ -70,9 +69,14 @@ pub fn weights_finite(net: &Net) -> bool {
 
 /// Whether every parameter and buffer of `net` is finite and within `threshold`.
 pub fn weights_within(net: &Net, threshold: f64) -> bool {
+    !crate::signals::values_alarm(weights_reduced(net), threshold)
+}
+
+/// The sum and largest magnitude of `net`'s parameters and buffers ([`sum_and_max`]).
+pub(crate) fn weights_reduced(net: &Net) -> Option<(f32, f32)> {
     let mut tensors = Vec::new();
     for_each_param(net, |_, t| tensors.push(t.without_autodiff()));
-    all_within(tensors, threshold)
+    sum_and_max(tensors)
 }
 
 /// The worst value among some tensors.

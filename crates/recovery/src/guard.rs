@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::detect::LossSpike;
+use crate::signals::{SignalKind, SignalLog, SignalRow};
 use resilab_train::{Control, Ctx, Point, Worker};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +58,13 @@ pub struct DetectConfig {
     /// Compare the replicas' parameter digests every this many steps (data parallel).
     #[serde(default)]
     pub divergence_every: Option<u64>,
+    /// Record every number the detectors threshold, at every step, into the run's
+    /// `signals.csv` (loss, gradient, weight and optimizer-state sums and largest magnitudes,
+    /// and with more than one replica the replicas' digest agreement, computed every step), so
+    /// that `resilab report --detectors` can evaluate other thresholds without training again.
+    /// Costs the reductions the enabled detectors skip and a digest of every replica per step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_signals: bool,
 }
 
 impl Default for DetectConfig {
@@ -68,6 +76,7 @@ impl Default for DetectConfig {
             extreme_threshold: extreme(),
             loss_spike: None,
             divergence_every: None,
+            record_signals: false,
         }
     }
 }
@@ -156,6 +165,8 @@ pub struct Guard {
     /// `(rank, donor)` to re-sync once the donor has taken this step's update.
     pub(crate) resync_now: Vec<(usize, usize)>,
     pub(crate) donors: BTreeMap<usize, Worker>,
+    /// The detectors' signals, recorded while `detect.record_signals` is on.
+    pub signals: Option<SignalLog>,
 }
 
 impl Guard {
@@ -163,7 +174,7 @@ impl Guard {
     pub fn new(strategy: Strategy, detect: DetectConfig, replicas: usize) -> Self {
         Self {
             strategy,
-            detect,
+            detect: detect.clone(),
             detections: Vec::new(),
             pending: None,
             rebalance: false,
@@ -176,6 +187,41 @@ impl Guard {
             resync_next: Vec::new(),
             resync_now: Vec::new(),
             donors: BTreeMap::new(),
+            signals: detect.record_signals.then(SignalLog::default),
+        }
+    }
+
+    /// Records one evaluation of a signal (while recording).
+    pub(crate) fn record(&mut self, ctx: &Ctx, signal: SignalKind, value: f64, max_abs: Option<f64>) {
+        if let Some(log) = &mut self.signals {
+            let micro = ctx.micro_batch;
+            let scale = if signal == SignalKind::Gradients { ctx.loss_scale } else { None };
+            log.rows.push(SignalRow {
+                step: ctx.step,
+                attempt: ctx.attempt,
+                rank: ctx.rank,
+                micro,
+                signal,
+                value,
+                max_abs,
+                scale,
+                ranks: None,
+            });
+        }
+    }
+
+    /// Records a tensor signal's device reduction (sum, largest magnitude; none without values).
+    pub(crate) fn record_reduced(&mut self, ctx: &Ctx, signal: SignalKind, reduced: Option<(f32, f32)>) {
+        if let Some((sum, max)) = reduced {
+            self.record(ctx, signal, f64::from(sum), Some(f64::from(max)));
+        }
+    }
+
+    /// Records the replicas that disagree with the majority digest after a step's updates.
+    pub(crate) fn record_digests(&mut self, ctx: &Ctx, odd: &[usize]) {
+        self.record(ctx, SignalKind::Digests, odd.len() as f64, None);
+        if let Some(row) = self.signals.as_mut().and_then(|l| l.rows.last_mut()) {
+            row.ranks = (!odd.is_empty()).then(|| odd.iter().map(usize::to_string).collect::<Vec<_>>().join(";"));
         }
     }
 

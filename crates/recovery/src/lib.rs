@@ -23,6 +23,7 @@ pub mod detect;
 mod guard;
 pub mod job;
 pub mod profile;
+pub mod signals;
 mod supervised;
 
 pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};

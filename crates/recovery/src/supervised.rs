@@ -9,8 +9,9 @@
 use resilab_faults::FaultInjector;
 use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Timeline, Worker};
 
-use crate::detect::{LossSpike, all_within, digest, gradients_within, weights_within};
+use crate::detect::{LossSpike, digest, sum_and_max, weights_reduced};
 use crate::guard::Guard;
+use crate::signals::{SignalKind, SignalRow, gradients_alarm, loss_alarm, values_alarm};
 use crate::{Decision, Detection, Strategy};
 
 /// A [`Guard`] and the run's [`FaultInjector`] as one set of training hooks.
@@ -43,6 +44,20 @@ impl Supervised<'_> {
     pub fn remove_rank(&mut self, rank: usize) {
         self.faults.remove_rank(rank);
         self.guard.remove_rank(rank);
+        if let Some(log) = &mut self.guard.signals {
+            let step = log.rows.last().map_or(0, |r| r.step);
+            log.rows.push(SignalRow {
+                step,
+                attempt: 0,
+                rank,
+                micro: None,
+                signal: SignalKind::Removed,
+                value: 0.0,
+                max_abs: None,
+                scale: None,
+                ranks: None,
+            });
+        }
     }
 
     /// A checkpoint whose stored digests do not match its data was met while restarting at
@@ -58,12 +73,80 @@ impl Supervised<'_> {
         self.faults.log.iter().map(|l| l.event.step).filter(|&s| s <= step).max().map(|s| step - s)
     }
 
+    /// `reduce()`, timed into the signal costs while recording.
+    fn reduce<T>(&mut self, kind: SignalKind, reduce: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = reduce();
+        if let Some(log) = &mut self.guard.signals {
+            log.costs.add(kind, start.elapsed());
+        }
+        out
+    }
+
+    /// Whether the weights-and-optimizer check fires on `worker` after its update (never while
+    /// `detect.nan_weights` is off); records both reductions while recording.
+    fn state_alarm(&mut self, ctx: &Ctx, worker: &Worker) -> bool {
+        if !(self.guard.detect.nan_weights || self.guard.signals.is_some()) {
+            return false;
+        }
+        let weights = self.reduce(SignalKind::Weights, || weights_reduced(&worker.net));
+        let optim =
+            self.reduce(SignalKind::Optimizer, || sum_and_max(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned())));
+        self.guard.record_reduced(ctx, SignalKind::Weights, weights);
+        self.guard.record_reduced(ctx, SignalKind::Optimizer, optim);
+        let t = self.guard.detect.extreme_threshold;
+        self.guard.detect.nan_weights && (values_alarm(weights, t) || values_alarm(optim, t))
+    }
+
+    /// The replica-divergence check after worker `ctx.rank`'s update: at every
+    /// `detect.divergence_every`-th step (and, while recording, at every step) each replica's
+    /// digest is taken; the last replica compares them, records the agreement and, at a checked
+    /// step, fires on the replicas that disagree with the majority.
+    fn compare_digests(&mut self, ctx: &Ctx, worker: &mut Worker) -> Control {
+        let checked = self.guard.detect.divergence_every.is_some_and(|k| ctx.step.is_multiple_of(k));
+        if self.guard.replicas < 2 || !(checked || self.guard.signals.is_some()) {
+            return Control::Continue;
+        }
+        let d = self.reduce(SignalKind::Digests, || digest(&worker.net));
+        if checked {
+            self.guard.digests.insert(ctx.rank, d);
+        }
+        let recorded = self.guard.signals.as_mut().map(|log| log.digest(ctx.step, ctx.attempt, ctx.rank, d));
+        if ctx.rank + 1 != ctx.world {
+            return Control::Continue;
+        }
+        let all = if checked { std::mem::take(&mut self.guard.digests) } else { recorded.unwrap_or_default() };
+        let odd = disagreeing(&all);
+        self.guard.record_digests(ctx, &odd);
+        if !checked || odd.is_empty() {
+            return Control::Continue;
+        }
+        // The replicas before this one have finished the step: re-sync them before their next
+        // forward pass.
+        let c = self.fire(ctx, Detection::ReplicaDivergence, &odd);
+        for (r, from) in std::mem::take(&mut self.guard.resync_now) {
+            if r == ctx.rank {
+                self.guard.resync(worker, from);
+            } else {
+                self.guard.resync_next.push((r, from, ctx.step));
+            }
+        }
+        c
+    }
+
     /// Records a detection with its latency, asks the strategy and turns the decision into a
     /// control value.
     fn fire(&mut self, ctx: &Ctx, kind: Detection, ranks: &[usize]) -> Control {
         let latency = self.latency(ctx.step);
         self.guard.fire(ctx, kind, ranks, latency)
     }
+}
+
+/// The ranks whose digest differs from the most common one (of digests as common as it, the one
+/// the highest rank holds: `max_by_key` keeps the last maximum).
+fn disagreeing(digests: &std::collections::BTreeMap<usize, u64>) -> Vec<usize> {
+    let majority = digests.values().max_by_key(|d| digests.values().filter(|x| x == d).count());
+    digests.iter().filter(|(_, d)| Some(*d) != majority).map(|(r, _)| *r).collect()
 }
 
 impl Hooks for Supervised<'_> {
@@ -131,8 +214,9 @@ impl Hooks for Supervised<'_> {
         if !matches!(c, Control::Continue) {
             return c;
         }
+        self.guard.record(ctx, SignalKind::Loss, loss.loss, None);
         let rank: Vec<usize> = if ctx.micro_batch.is_some() { Vec::new() } else { vec![ctx.rank] };
-        if self.guard.detect.nan_loss && !(loss.loss.is_finite() && loss.loss.abs() <= self.guard.detect.extreme_threshold) {
+        if self.guard.detect.nan_loss && loss_alarm(loss.loss, self.guard.detect.extreme_threshold) {
             return self.fire(ctx, Detection::NonFiniteLoss, &rank);
         }
         if let Some(s) = &self.guard.detect.loss_spike {
@@ -149,7 +233,12 @@ impl Hooks for Supervised<'_> {
         if !matches!(c, Control::Continue) {
             return c;
         }
-        if self.guard.detect.nan_gradients && !gradients_within(grads, ctx.loss_scale, self.guard.detect.extreme_threshold) {
+        if !(self.guard.detect.nan_gradients || self.guard.signals.is_some()) {
+            return Control::Continue;
+        }
+        let reduced = self.reduce(SignalKind::Gradients, || sum_and_max(grads.values().cloned()));
+        self.guard.record_reduced(ctx, SignalKind::Gradients, reduced);
+        if self.guard.detect.nan_gradients && gradients_alarm(reduced, ctx.loss_scale, self.guard.detect.extreme_threshold) {
             return self.fire(ctx, Detection::NonFiniteGradients, &[ctx.rank]);
         }
         Control::Continue
@@ -164,10 +253,7 @@ impl Hooks for Supervised<'_> {
         if !matches!(c, Control::Continue) {
             return c;
         }
-        if self.guard.detect.nan_weights
-            && !(weights_within(&worker.net, self.guard.detect.extreme_threshold)
-                && all_within(worker.optim.params.values().flat_map(|p| p.buffers.values().cloned()), self.guard.detect.extreme_threshold))
-        {
+        if self.state_alarm(ctx, worker) {
             let c = self.fire(ctx, Detection::NonFiniteWeights, &[ctx.rank]);
             if !matches!(c, Control::Continue) {
                 return c;
@@ -183,32 +269,7 @@ impl Hooks for Supervised<'_> {
             let (_, from) = self.guard.resync_now.remove(i);
             self.guard.resync(worker, from);
         }
-        if let Some(k) = self.guard.detect.divergence_every
-            && self.guard.replicas > 1
-            && ctx.step.is_multiple_of(k)
-        {
-            self.guard.digests.insert(ctx.rank, digest(&worker.net));
-            if ctx.rank + 1 == ctx.world {
-                let all: Vec<(usize, u64)> = std::mem::take(&mut self.guard.digests).into_iter().collect();
-                let majority = all.iter().map(|(_, d)| *d).max_by_key(|d| all.iter().filter(|(_, x)| x == d).count());
-                let odd: Vec<usize> = all.iter().filter(|(_, d)| Some(*d) != majority).map(|(r, _)| *r).collect();
-                if !odd.is_empty() {
-                    // The replicas before this one have finished the step: re-sync them before
-                    // their next forward pass.
-                    let c = self.fire(ctx, Detection::ReplicaDivergence, &odd);
-                    let now = std::mem::take(&mut self.guard.resync_now);
-                    for (r, from) in now {
-                        if r == ctx.rank {
-                            self.guard.resync(worker, from);
-                        } else {
-                            self.guard.resync_next.push((r, from, ctx.step));
-                        }
-                    }
-                    return c;
-                }
-            }
-        }
-        Control::Continue
+        self.compare_digests(ctx, worker)
     }
 
     fn on_message(&mut self, ctx: &Ctx, msg: &mut Message) -> Control {

@@ -9,6 +9,7 @@ use resilab_campaign::{Campaign, Kind, Row, Status};
 use resilab_recovery::job::Job;
 
 use crate::compare::{Comparison, comparisons};
+use crate::detectors::DetectorOptions;
 use crate::error::{Error, Result};
 use crate::files::{Written, write};
 use crate::format::{label, share_point};
@@ -222,6 +223,9 @@ pub(crate) const REPORT_ENTRIES: &[&str] = &[
     "break_even.csv",
     "which_strategy_jobs.csv",
     "outcomes.csv",
+    "detectors.csv",
+    "detector_choice.csv",
+    "detector_classes.csv",
     "plots",
     resilab_runner::files::LOCK_FILE,
 ];
@@ -241,6 +245,13 @@ pub fn report(dir: &Path, out: &Path) -> Result<Written> {
 /// prices, `report.md` states them against the recorded ones, and `priced.csv` gives each run's
 /// simulated seconds both ways. Without a change, [`report`] itself.
 pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<Written> {
+    report_with(dir, out, set, None)
+}
+
+/// [`report_priced`], with `detectors` the detectors scored from the runs' recorded signals
+/// ([`crate::detectors`]): `detectors.csv`, `detector_choice.csv`, `detector_classes.csv`, their
+/// section of `report.md` and `plots/detectors.png`.
+pub fn report_with(dir: &Path, out: &Path, set: &price::Overrides, detectors: Option<&DetectorOptions>) -> Result<Written> {
     resilab_campaign::output::check_out_dir(out, "--out")?;
     let (campaign, recorded) = load(dir)?;
     let (rows, priced) = if set.is_empty() {
@@ -256,7 +267,8 @@ pub fn report_priced(dir: &Path, out: &Path, set: &price::Overrides) -> Result<W
     }
     let created = !out.exists();
     let lock = resilab_runner::files::lock_dir(out, "--out")?;
-    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, priced.as_ref(), jobs));
+    let extras = Extras { priced: priced.as_ref(), jobs, detectors };
+    let written = check_report_dir(out).and_then(|()| staged_report(dir, out, &campaign, &rows, &extras));
     if written.is_err() && created {
         resilab_campaign::output::remove_if_bare(out);
     }
@@ -303,7 +315,15 @@ fn check_report_dir(out: &Path) -> Result<()> {
 
 /// Writes the report of `campaign`'s `rows` (from `dir`) beside `out` and puts it in `out`'s
 /// place; the files returned are named in `out`.
-fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>, jobs: &[Job]) -> Result<Written> {
+/// What a report adds to a campaign's own tables: a re-pricing, the jobs its study's table is
+/// priced at, the detectors' scores.
+struct Extras<'a> {
+    priced: Option<&'a Priced>,
+    jobs: &'a [Job],
+    detectors: Option<&'a DetectorOptions>,
+}
+
+fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], extras: &Extras) -> Result<Written> {
     let staging = resilab_campaign::output::staging_dir(out)?;
     let io = |source| Error::Io { path: staging.clone(), source };
     // Left by a report that was killed: ours, since `out` is locked.
@@ -311,7 +331,7 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], pric
         std::fs::remove_dir_all(&staging).map_err(io)?;
     }
     std::fs::create_dir(&staging).map_err(io)?;
-    let written = write_report(dir, &staging, campaign, rows, priced, jobs).and_then(|w| {
+    let written = write_report(dir, &staging, campaign, rows, extras).and_then(|w| {
         resilab_campaign::output::sync_tree(&staging)?;
         resilab_campaign::output::replace_dir(&staging, out)?;
         Ok(w)
@@ -328,9 +348,9 @@ fn staged_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], pric
     }
 }
 
-/// Writes the report of `campaign`'s `rows` (from `dir`) into `out`, a study's table priced at
-/// `jobs` as well.
-fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], priced: Option<&Priced>, jobs: &[Job]) -> Result<Written> {
+/// Writes the report of `campaign`'s `rows` (from `dir`) into `out`, with what `extras` adds.
+fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], extras: &Extras) -> Result<Written> {
+    let (priced, jobs) = (extras.priced, extras.jobs);
     let facts = RunFacts::of(campaign, rows);
     let tol = campaign.settings.rwc_tolerance_points;
     let cells = cells(rows, |r| facts.chance(r), tol);
@@ -387,6 +407,11 @@ fn write_report(dir: &Path, out: &Path, campaign: &Campaign, rows: &[Row], price
     if let Some((section, field_figures)) = crate::fields::section(rows, &campaign.name(), &plots, out, &mut written)? {
         md.push_str(&section);
         figures.extend(field_figures);
+    }
+    if let Some(o) = extras.detectors {
+        let (section, figure) = crate::detector_report::write_section(dir, campaign, rows, out, o, &mut written)?;
+        md.push_str(&section);
+        figures.push(figure);
     }
     plots_markdown(&mut md, &figures, out, &mut written);
     written.files.push(write(&out.join("report.md"), &md)?);

@@ -530,6 +530,182 @@ pub(crate) struct OutcomeRow {
     pub(crate) hi_pct: Option<f64>,
 }
 
+/// One line of `detectors.csv`: a detector at one setting of its sweep, scored on the runs'
+/// recorded signals ([`crate::detectors`]).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct DetectorRow {
+    /// The detector (`nan_loss`, `loss_spike`, `nan_gradients`, `nan_weights`,
+    /// `replica_divergence`).
+    pub(crate) detector: String,
+    /// Its setting: the threshold, factor or interval.
+    pub(crate) setting: String,
+    /// Runs whose outcome is harm (the base of the recall).
+    pub(crate) harmed: u64,
+    /// Harmed runs in which it fired from the first fault to the outcome's onset.
+    pub(crate) recall: u64,
+    /// Their share of the harmed runs, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_pct: Option<f64>,
+    /// Lower end of its exact (Clopper–Pearson) 95% interval, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_lo: Option<f64>,
+    /// Upper end, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_hi: Option<f64>,
+    /// Runs with faults in which it fired at or after the first fault.
+    pub(crate) alarmed: u64,
+    /// Of those, the share that were harmed, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) precision_pct: Option<f64>,
+    /// Steps of the golden (fault-free) runs.
+    pub(crate) golden_steps: u64,
+    /// Of those, steps with an alarm.
+    pub(crate) golden_alarm_steps: u64,
+    /// Golden alarm steps per 1,000 golden steps.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) false_alarms_golden_per_1000_steps: Option<f64>,
+    /// Its one-sided 95% Clopper–Pearson upper bound.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) false_alarms_golden_per_1000_steps_hi: Option<f64>,
+    /// Steps of the runs whose faults were harmless (`masked`).
+    pub(crate) harmless_steps: u64,
+    /// Of those, steps with an alarm.
+    pub(crate) harmless_alarm_steps: u64,
+    /// Harmless-run alarm steps per 1,000 of their steps.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) false_alarms_harmless_per_1000_steps: Option<f64>,
+    /// Median steps from the first fault to the first alarm, over the harmed runs it caught.
+    #[serde(serialize_with = "fixed::<1, _>")]
+    pub(crate) latency_median_steps: Option<f64>,
+    /// Mean of the same.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) latency_mean_steps: Option<f64>,
+    /// Measured seconds per step (every worker).
+    pub(crate) cost_per_step_s: Option<f64>,
+    /// That cost as a share of the runs' measured training seconds per step, %.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) cost_share_of_step_pct: Option<f64>,
+}
+
+impl DetectorRow {
+    /// Fills the shares and rates from the counts, `alarmed_harmed` the harmed runs among the
+    /// alarmed ones and `latencies` those of the runs caught.
+    pub(crate) fn fill_rates(&mut self, alarmed_harmed: u64, latencies: &[f64]) {
+        let pct = |k: u64, n: u64| (n > 0).then(|| 100.0 * k as f64 / n as f64);
+        let per_1000 = |k: u64, n: u64| (n > 0).then(|| 1000.0 * k as f64 / n as f64);
+        self.recall_pct = pct(self.recall, self.harmed);
+        let ci = crate::stats::clopper_pearson(self.recall, self.harmed);
+        (self.recall_lo, self.recall_hi) = (ci.map(|c| 100.0 * c.0), ci.map(|c| 100.0 * c.1));
+        self.precision_pct = pct(alarmed_harmed, self.alarmed);
+        self.false_alarms_golden_per_1000_steps = per_1000(self.golden_alarm_steps, self.golden_steps);
+        self.false_alarms_golden_per_1000_steps_hi =
+            crate::stats::rate_upper(self.golden_alarm_steps, self.golden_steps).map(|u| 1000.0 * u);
+        self.false_alarms_harmless_per_1000_steps = per_1000(self.harmless_alarm_steps, self.harmless_steps);
+        let mut sorted = latencies.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        self.latency_median_steps = match sorted.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(sorted[n / 2]),
+            n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+        };
+        self.latency_mean_steps = (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64);
+    }
+}
+
+/// One line of `detector_choice.csv`: a detector's setting to deploy under the false-alarm
+/// budget ([`crate::detectors::choose`]).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct DetectorChoiceRow {
+    /// The detector.
+    pub(crate) detector: String,
+    /// `meets` (its golden false alarms' upper bound is within the budget), `undecided` (only
+    /// their point estimate is) or `none meets`.
+    pub(crate) verdict: String,
+    /// The setting chosen (empty when none meets the budget).
+    pub(crate) setting: Option<String>,
+    /// Undecided: the golden steps at which the same rate's upper bound would be within it.
+    pub(crate) golden_steps_needed: Option<u64>,
+    /// Its recall, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_pct: Option<f64>,
+    /// Lower end of its exact 95% interval, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_lo: Option<f64>,
+    /// Upper end, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) recall_hi: Option<f64>,
+    /// Its golden false alarms per 1,000 steps.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) false_alarms_golden_per_1000_steps: Option<f64>,
+    /// Their one-sided 95% upper bound.
+    #[serde(serialize_with = "fixed::<3, _>")]
+    pub(crate) false_alarms_golden_per_1000_steps_hi: Option<f64>,
+    /// Median latency, steps.
+    #[serde(serialize_with = "fixed::<1, _>")]
+    pub(crate) latency_median_steps: Option<f64>,
+    /// Measured seconds per step.
+    pub(crate) cost_per_step_s: Option<f64>,
+}
+
+impl DetectorChoiceRow {
+    pub(crate) fn of(detector: &str, verdict: &str, row: Option<&DetectorRow>, needed: Option<u64>) -> Self {
+        Self {
+            detector: detector.to_string(),
+            verdict: verdict.to_string(),
+            setting: row.map(|r| r.setting.clone()),
+            golden_steps_needed: needed,
+            recall_pct: row.and_then(|r| r.recall_pct),
+            recall_lo: row.and_then(|r| r.recall_lo),
+            recall_hi: row.and_then(|r| r.recall_hi),
+            false_alarms_golden_per_1000_steps: row.and_then(|r| r.false_alarms_golden_per_1000_steps),
+            false_alarms_golden_per_1000_steps_hi: row.and_then(|r| r.false_alarms_golden_per_1000_steps_hi),
+            latency_median_steps: row.and_then(|r| r.latency_median_steps),
+            cost_per_step_s: row.and_then(|r| r.cost_per_step_s),
+        }
+    }
+}
+
+/// One line of `detector_classes.csv`: what share of one outcome class a detector caught at its
+/// chosen setting (harmed classes: in time; others: any alarm at or after the fault).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct DetectorClassRow {
+    /// The detector.
+    pub(crate) detector: String,
+    /// Its setting.
+    pub(crate) setting: String,
+    /// The outcome class.
+    pub(crate) outcome: String,
+    /// Runs of the class.
+    pub(crate) runs: u64,
+    /// Of those, runs in which it fired.
+    pub(crate) caught: u64,
+    /// Their share, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) caught_pct: Option<f64>,
+    /// Lower end of its exact (Clopper–Pearson) 95% interval, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) lo_pct: Option<f64>,
+    /// Upper end, %.
+    #[serde(serialize_with = "fixed::<2, _>")]
+    pub(crate) hi_pct: Option<f64>,
+}
+
+impl DetectorClassRow {
+    pub(crate) fn of(row: &DetectorRow, outcome: &str, runs: u64, caught: u64) -> Self {
+        let ci = crate::stats::clopper_pearson(caught, runs);
+        Self {
+            detector: row.detector.clone(),
+            setting: row.setting.clone(),
+            outcome: outcome.to_string(),
+            runs,
+            caught,
+            caught_pct: (runs > 0).then(|| 100.0 * caught as f64 / runs as f64),
+            lo_pct: ci.map(|c| 100.0 * c.0),
+            hi_pct: ci.map(|c| 100.0 * c.1),
+        }
+    }
+}
+
 /// One row of `break_even.csv` ([`crate::breakeven`]).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct BreakEven {
@@ -641,6 +817,9 @@ pub fn csv_columns() -> Result<Vec<(&'static str, Vec<String>)>> {
         ("priced.csv", columns::<PricedRow>()?),
         ("break_even.csv", columns::<BreakEven>()?),
         ("outcomes.csv", columns::<OutcomeRow>()?),
+        ("detectors.csv", columns::<DetectorRow>()?),
+        ("detector_choice.csv", columns::<DetectorChoiceRow>()?),
+        ("detector_classes.csv", columns::<DetectorClassRow>()?),
         ("which_strategy_jobs.csv", std::iter::once("job".to_string()).chain(columns::<ChoiceRow>()?).collect()),
     ])
 }

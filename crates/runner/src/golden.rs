@@ -20,7 +20,9 @@ pub fn golden_config(cfg: &RunConfig) -> RunConfig {
     let mut g = cfg.clone();
     g.faults = resilab_faults::Faults::default();
     g.recovery = Default::default();
-    g.detect = Default::default();
+    // A run that records its detectors' signals compares them with its golden run's, which
+    // must record them too.
+    g.detect = resilab_recovery::DetectConfig { record_signals: cfg.detect.record_signals, ..Default::default() };
     g.fault_seed = crate::config::default_fault_seed();
     g.checkpoint = Default::default();
     g.outcome = Default::default();

@@ -15,6 +15,7 @@ pub mod project;
 mod records;
 mod run;
 mod session;
+pub mod signals;
 pub mod steps;
 mod text;
 

@@ -181,6 +181,10 @@ pub struct Summary {
     pub values_non_finite_or_extreme: usize,
     /// Every detection, with its step, worker, latency and the strategy's decision.
     pub detections: Vec<DetectionRecord>,
+    /// With `detect.record_signals`: the measured seconds of the detectors' device reductions
+    /// and digests, and how many were computed (the rows are in `signals.csv`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal_costs: Option<resilab_recovery::signals::SignalCosts>,
     /// Restarts from a checkpoint (or from the initial state).
     pub restarts: Vec<Restart>,
     /// Completed steps thrown away by restarts.

@@ -148,6 +148,9 @@ pub fn train(cfg: &RunConfig, opts: &RunOptions) -> Result<Summary> {
     session.run(&mut trainer, &mut rec)?;
     let summary = with_ensemble(session.finish(&mut trainer, &mut rec, &split, resumed)?, ensemble);
     let summary = with_outcome(summary, &out.join("metrics.csv"), &cfg.outcome)?;
+    if let Some(log) = rec.guard.signals.take() {
+        write_atomic(&out.join(crate::signals::SIGNALS_CSV), &crate::signals::to_csv(&log.rows)?)?;
+    }
     let json = serde_json::to_vec_pretty(&summary).map_err(|source| Error::Json { what: "summary.json".into(), source })?;
     watch.check()?;
     write_atomic(&out.join("summary.json"), &json)?;

@@ -740,6 +740,7 @@ impl<'a> Session<'a> {
             values_corrupted: rec.faults.logged().iter().map(|l| l.corrupted).sum(),
             values_non_finite_or_extreme: rec.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
             detections: std::mem::take(&mut rec.guard.detections),
+            signal_costs: rec.guard.signals.as_ref().map(|l| l.costs.clone()),
             restarts: t.restarts,
             steps_lost: t.steps_lost,
             steps_recomputed: t.steps_lost + t.redos,

@@ -79,6 +79,9 @@ impl Session<'_> {
         if opts.record_samples || opts.record_states || opts.record_steps {
             return off("the run records samples, states or steps");
         }
+        if cfg.detect.record_signals {
+            return off("detect.record_signals records every step's signals");
+        }
         if cfg.detect.loss_spike.is_some() {
             return off("detect.loss_spike keeps a history of losses");
         }
