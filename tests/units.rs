@@ -99,6 +99,10 @@ const NOT_A_QUANTITY: &[&str] = &[
     "cheaper_above",
     "outcome",
     "outcomes",
+    "detector",
+    "setting",
+    "harmed",
+    "alarmed",
 ];
 
 /// Whether column `i` of `header` names its unit: a unit suffix (`_frac`, `_pct`, `_pts`, `_s`,

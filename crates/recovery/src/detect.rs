@@ -7,9 +7,34 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
 use burn::prelude::*;
 use resilab_models::{Net, for_each_param};
 use resilab_train::Worker;
+
+/// Whether a loss sets off the NaN/Inf-loss detector: not finite, or above `threshold` in
+/// magnitude.
+pub fn loss_alarm(loss: f64, threshold: f64) -> bool {
+    !(loss.is_finite() && loss.abs() <= threshold)
+}
+
+/// Whether values whose device reductions gave `sum` and `max_abs` set off the NaN/Inf detector:
+/// the sum not finite (a NaN or an infinity reaches it; so does an overflow of huge values) or the
+/// largest magnitude above `threshold`. No values (`None`) never do.
+pub fn values_alarm(reduced: Option<(f32, f32)>, threshold: f64) -> bool {
+    reduced.is_some_and(|(sum, max)| !(sum.is_finite() && f64::from(max) <= threshold))
+}
+
+/// [`values_alarm`] for gradients that carry `scale` (fp16): an infinity or a NaN is then the loss
+/// scaler's to handle (it skips the step), and `threshold` applies to the unscaled magnitudes.
+pub fn gradients_alarm(reduced: Option<(f32, f32)>, scale: Option<f32>, threshold: f64) -> bool {
+    let Some(scale) = scale else { return values_alarm(reduced, threshold) };
+    reduced.is_some_and(|(sum, max)| {
+        let unscaled = f64::from(max) / f64::from(scale);
+        sum.is_finite() && (unscaled > threshold || unscaled.is_nan())
+    })
+}
 
 /// Whether every value of `tensors` is finite: the sum of all values, computed on the device
 /// and read back as one number, is finite. (A sum can also overflow when values are merely
@@ -30,7 +55,7 @@ pub fn all_finite(tensors: impl IntoIterator<Item = Tensor<1>>) -> bool {
 /// extreme-value threshold of docs/metrics.md, 1e10 by default): two reductions per tensor on the
 /// device, one read-back of two numbers in all.
 pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) -> bool {
-    !crate::signals::values_alarm(sum_and_max(tensors), threshold)
+    !values_alarm(sum_and_max(tensors), threshold)
 }
 
 /// The non-finite and extreme-gradient check on gradients that carry `loss_scale` (fp16):
@@ -38,7 +63,7 @@ pub fn all_within(tensors: impl IntoIterator<Item = Tensor<1>>, threshold: f64) 
 /// handle (it skips the step, as in a real fp16 job), and the extreme-value threshold applies
 /// to the unscaled magnitudes.
 pub fn gradients_within(grads: &resilab_train::Grads, loss_scale: Option<f32>, threshold: f64) -> bool {
-    !crate::signals::gradients_alarm(sum_and_max(grads.values().cloned()), loss_scale, threshold)
+    !gradients_alarm(sum_and_max(grads.values().cloned()), loss_scale, threshold)
 }
 
 /// The sum of all values of `tensors` and their largest magnitude, reduced on the device and read
@@ -69,7 +94,7 @@ pub fn weights_finite(net: &Net) -> bool {
 
 /// Whether every parameter and buffer of `net` is finite and within `threshold`.
 pub fn weights_within(net: &Net, threshold: f64) -> bool {
-    !crate::signals::values_alarm(weights_reduced(net), threshold)
+    !values_alarm(weights_reduced(net), threshold)
 }
 
 /// The sum and largest magnitude of `net`'s parameters and buffers ([`sum_and_max`]).
@@ -261,6 +286,69 @@ pub fn state_evidence(workers: &[Worker]) -> StateEvidence {
         }
     }
     e
+}
+
+fn yes() -> bool {
+    true
+}
+fn extreme() -> f64 {
+    1e10
+}
+
+/// Loss-spike detector settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeConfig {
+    /// Losses in the moving average.
+    pub window: usize,
+    /// A loss above `factor` times the average is a spike.
+    pub factor: f64,
+}
+
+/// The `[detect]` section: which detectors run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DetectConfig {
+    /// NaN/Inf or extreme loss (one number per worker, free).
+    #[serde(default = "yes")]
+    pub nan_loss: bool,
+    /// NaN/Inf or extreme values in a worker's gradients (two device reductions per tensor and
+    /// one read-back per worker).
+    #[serde(default = "yes")]
+    pub nan_gradients: bool,
+    /// NaN/Inf or extreme values in a worker's weights and optimizer state after its update.
+    #[serde(default = "yes")]
+    pub nan_weights: bool,
+    /// Magnitude above which a finite value counts as extreme (docs/metrics.md: 1e10).
+    #[serde(default = "extreme")]
+    pub extreme_threshold: f64,
+    /// Loss spike against a moving average, per worker.
+    #[serde(default)]
+    pub loss_spike: Option<SpikeConfig>,
+    /// Compare the replicas' parameter digests every this many steps (data parallel).
+    #[serde(default)]
+    pub divergence_every: Option<u64>,
+    /// Record every number the detectors threshold, at every step, into the run's
+    /// `signals.csv` (loss, gradient, weight and optimizer-state sums and largest magnitudes,
+    /// and with more than one replica the replicas' digest agreement, computed every step), so
+    /// that `resilab report --detectors` can evaluate other thresholds without training again.
+    /// Costs the reductions the enabled detectors skip and a digest of every replica per step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_signals: bool,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        Self {
+            nan_loss: true,
+            nan_gradients: true,
+            nan_weights: true,
+            extreme_threshold: extreme(),
+            loss_spike: None,
+            divergence_every: None,
+            record_signals: false,
+        }
+    }
 }
 
 /// A loss far above its recent average.

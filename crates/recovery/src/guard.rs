@@ -11,75 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::detect::LossSpike;
+use crate::detect::{DetectConfig, LossSpike};
 use crate::signals::{SignalKind, SignalLog, SignalRow};
 use resilab_train::{Control, Ctx, Point, Worker};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{Decision, Detection, Situation, Strategy, decide};
-
-fn yes() -> bool {
-    true
-}
-fn extreme() -> f64 {
-    1e10
-}
-
-/// Loss-spike detector settings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SpikeConfig {
-    /// Losses in the moving average.
-    pub window: usize,
-    /// A loss above `factor` times the average is a spike.
-    pub factor: f64,
-}
-
-/// The `[detect]` section: which detectors run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DetectConfig {
-    /// NaN/Inf or extreme loss (one number per worker, free).
-    #[serde(default = "yes")]
-    pub nan_loss: bool,
-    /// NaN/Inf or extreme values in a worker's gradients (two device reductions per tensor and
-    /// one read-back per worker).
-    #[serde(default = "yes")]
-    pub nan_gradients: bool,
-    /// NaN/Inf or extreme values in a worker's weights and optimizer state after its update.
-    #[serde(default = "yes")]
-    pub nan_weights: bool,
-    /// Magnitude above which a finite value counts as extreme (docs/metrics.md: 1e10).
-    #[serde(default = "extreme")]
-    pub extreme_threshold: f64,
-    /// Loss spike against a moving average, per worker.
-    #[serde(default)]
-    pub loss_spike: Option<SpikeConfig>,
-    /// Compare the replicas' parameter digests every this many steps (data parallel).
-    #[serde(default)]
-    pub divergence_every: Option<u64>,
-    /// Record every number the detectors threshold, at every step, into the run's
-    /// `signals.csv` (loss, gradient, weight and optimizer-state sums and largest magnitudes,
-    /// and with more than one replica the replicas' digest agreement, computed every step), so
-    /// that `resilab report --detectors` can evaluate other thresholds without training again.
-    /// Costs the reductions the enabled detectors skip and a digest of every replica per step.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub record_signals: bool,
-}
-
-impl Default for DetectConfig {
-    fn default() -> Self {
-        Self {
-            nan_loss: true,
-            nan_gradients: true,
-            nan_weights: true,
-            extreme_threshold: extreme(),
-            loss_spike: None,
-            divergence_every: None,
-            record_signals: false,
-        }
-    }
-}
 
 /// One detection.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -26,7 +26,8 @@ pub mod profile;
 pub mod signals;
 mod supervised;
 
-pub use guard::{DetectConfig, DetectionRecord, Guard, SpikeConfig, detections_text};
+pub use detect::{DetectConfig, SpikeConfig};
+pub use guard::{DetectionRecord, Guard, detections_text};
 pub use supervised::Supervised;
 
 use serde::{Deserialize, Serialize};

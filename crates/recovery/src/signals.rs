@@ -2,7 +2,7 @@
 //! (`[detect] record_signals`), and the detectors evaluated again from those numbers alone.
 //!
 //! The guard decides from the same numbers it records, through the same predicates
-//! ([`loss_alarm`], [`values_alarm`], [`gradients_alarm`]), so replaying a run's signals with its
+//! (`detect::loss_alarm`, `values_alarm`, `gradients_alarm`), so replaying a run's signals with its
 //! own `[detect]` settings ([`replay`]) gives exactly the detections it made (the thresholded
 //! kinds: crashes and checkpoint digests have no threshold). Replaying with other settings gives
 //! the detections those settings would have made on the same trajectory, which is exact for a run
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::detect::LossSpike;
-use crate::{DetectConfig, Detection};
+use crate::Detection;
+use crate::detect::{DetectConfig, LossSpike, gradients_alarm, loss_alarm, values_alarm};
 
 /// What a signal row measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -74,29 +74,6 @@ pub struct SignalRow {
     pub scale: Option<f32>,
     /// The disagreeing replicas, `;`-separated (digests).
     pub ranks: Option<String>,
-}
-
-/// Whether a loss sets off the NaN/Inf-loss detector: not finite, or above `threshold` in
-/// magnitude.
-pub fn loss_alarm(loss: f64, threshold: f64) -> bool {
-    !(loss.is_finite() && loss.abs() <= threshold)
-}
-
-/// Whether values whose device reductions gave `sum` and `max_abs` set off the NaN/Inf detector:
-/// the sum not finite (a NaN or an infinity reaches it; so does an overflow of huge values) or the
-/// largest magnitude above `threshold`. No values (`None`) never do.
-pub fn values_alarm(reduced: Option<(f32, f32)>, threshold: f64) -> bool {
-    reduced.is_some_and(|(sum, max)| !(sum.is_finite() && f64::from(max) <= threshold))
-}
-
-/// [`values_alarm`] for gradients that carry `scale` (fp16): an infinity or a NaN is then the loss
-/// scaler's to handle (it skips the step), and `threshold` applies to the unscaled magnitudes.
-pub fn gradients_alarm(reduced: Option<(f32, f32)>, scale: Option<f32>, threshold: f64) -> bool {
-    let Some(scale) = scale else { return values_alarm(reduced, threshold) };
-    reduced.is_some_and(|(sum, max)| {
-        let unscaled = f64::from(max) / f64::from(scale);
-        sum.is_finite() && (unscaled > threshold || unscaled.is_nan())
-    })
 }
 
 /// Measured seconds of the tensor signals' device reductions and digests, and how many times each

@@ -9,9 +9,9 @@
 use resilab_faults::FaultInjector;
 use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Message, Timeline, Worker};
 
-use crate::detect::{LossSpike, digest, sum_and_max, weights_reduced};
+use crate::detect::{LossSpike, digest, gradients_alarm, loss_alarm, sum_and_max, values_alarm, weights_reduced};
 use crate::guard::Guard;
-use crate::signals::{SignalKind, SignalRow, gradients_alarm, loss_alarm, values_alarm};
+use crate::signals::{SignalKind, SignalRow};
 use crate::{Decision, Detection, Strategy};
 
 /// A [`Guard`] and the run's [`FaultInjector`] as one set of training hooks.

@@ -372,3 +372,91 @@ pub(crate) fn spike_window(faulty: &[Faulty]) -> usize {
 pub(crate) fn any_digests(faulty: &[Faulty]) -> bool {
     faulty.iter().any(|f| f.obs.rows.iter().any(|r| r.signal == SignalKind::Digests))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loss(step: u64, value: f64) -> SignalRow {
+        SignalRow { step, attempt: 0, rank: 0, micro: None, signal: SignalKind::Loss, value, max_abs: None, scale: None, ranks: None }
+    }
+
+    /// A run of `steps` steps whose loss is 1 except `high` at the steps listed.
+    fn observed(steps: u64, spikes: &[u64], high: f64) -> Observed {
+        let rows = (1..=steps).map(|s| loss(s, if spikes.contains(&s) { high } else { 1.0 })).collect();
+        Observed { dir: PathBuf::from("run"), detect: DetectConfig::default(), rows, detections: Vec::new(), costs: None, train_s: 1.0 }
+    }
+
+    fn faulty(obs: Observed, outcome: &str, fault: u64, onset: Option<u64>) -> Faulty {
+        let last_step = obs.steps().len() as u64;
+        Faulty { obs, outcome: Some(outcome.into()), first_fault: Some(fault), onset, last_step }
+    }
+
+    fn threshold(t: f64) -> Setting {
+        let config = DetectConfig { nan_gradients: false, nan_weights: false, extreme_threshold: t, ..DetectConfig::default() };
+        Setting { detector: "nan_loss", label: format!("{t}"), config, cost: None }
+    }
+
+    #[test]
+    fn recall_counts_alarms_before_the_onset_and_false_alarms_count_steps() {
+        let runs = [
+            // Caught: an alarm at the fault's step, before the onset.
+            faulty(observed(20, &[5], 50.0), "slow_degrade", 5, Some(8)),
+            // Too late: the alarm comes after the onset.
+            faulty(observed(20, &[12], 50.0), "sharp_degrade", 5, Some(8)),
+            // Before the fault: not a detection of it.
+            faulty(observed(20, &[2], 50.0), "low_test_acc", 5, None),
+            // Harmless, with two alarm steps after its fault.
+            faulty(observed(20, &[6, 7], 50.0), "masked", 5, None),
+        ];
+        let golden = [observed(1000, &[], 0.0), observed(1000, &[300], 50.0)];
+        let s = score(&threshold(10.0), &runs, &golden);
+        let r = &s.row;
+        assert_eq!((r.harmed, r.recall, r.alarmed), (3, 1, 3));
+        assert_eq!(r.recall_pct.map(|p| (p * 100.0).round()), Some(3333.0));
+        assert_eq!(r.precision_pct.map(|p| (p * 100.0).round()), Some(6667.0), "2 of the 3 alarmed runs were harmed");
+        assert_eq!((r.golden_steps, r.golden_alarm_steps, r.harmless_steps, r.harmless_alarm_steps), (2000, 1, 20, 2));
+        assert_eq!(r.false_alarms_golden_per_1000_steps, Some(0.5));
+        assert_eq!(r.false_alarms_harmless_per_1000_steps, Some(100.0));
+        assert_eq!((r.latency_median_steps, r.latency_mean_steps), (Some(0.0), Some(0.0)));
+        assert_eq!(s.classes["sharp_degrade"], (1, 0));
+        assert_eq!(s.classes["masked"], (1, 1));
+        // A threshold above every loss fires nowhere.
+        let quiet = score(&threshold(100.0), &runs, &golden);
+        assert_eq!((quiet.row.recall, quiet.row.golden_alarm_steps, quiet.row.alarmed), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_choice_needs_the_upper_bound_within_the_budget() {
+        let runs = [faulty(observed(20, &[5], 50.0), "slow_degrade", 5, Some(8))];
+        // 0 alarms in 2,000 golden steps: 1.5 per 1,000 bounds the rate, 1 does not.
+        let golden = [observed(2000, &[], 0.0)];
+        let scored = [score(&threshold(10.0), &runs, &golden), score(&threshold(100.0), &runs, &golden)];
+        let loose = choose(&scored, 1.5);
+        assert_eq!((loose[0].verdict.as_str(), loose[0].setting.as_deref()), ("meets", Some("10")));
+        let tight = choose(&scored, 1.0);
+        assert_eq!((tight[0].verdict.as_str(), tight[0].golden_steps_needed), ("undecided", Some(2995)));
+        // Every setting alarms at every golden step: none meets any budget under 1,000.
+        let noisy = [observed(2000, &(1..=2000).collect::<Vec<_>>(), 50.0)];
+        let scored = [score(&threshold(10.0), &runs, &noisy)];
+        assert_eq!(choose(&scored, 1.0)[0].verdict, "none meets");
+    }
+
+    #[test]
+    fn the_sweep_names_each_detector_and_leaves_digests_out_without_them() {
+        let names = |d| sweep(10, d).iter().map(|s| s.detector).collect::<BTreeSet<_>>();
+        assert_eq!(names(false), ["loss_spike", "nan_gradients", "nan_loss", "nan_weights"].into());
+        assert!(names(true).contains("replica_divergence"));
+        assert_eq!(sweep(10, true).len(), 3 * MAGNITUDES.len() + SPIKE_FACTORS.len() + DIGEST_EVERY.len());
+    }
+
+    #[test]
+    fn verify_names_the_run_whose_detections_differ() {
+        let mut run = observed(5, &[3], f64::NAN);
+        run.detections = vec![(3, Some(0), "non_finite_loss".into())];
+        assert_eq!(verify([&run]).unwrap(), (1, 1));
+        run.detections.clear();
+        let e = verify([&run]).unwrap_err().to_string();
+        assert!(e.contains("run") && e.contains("1 detection(s)") && e.contains("it recorded 0"), "{e}");
+    }
+}
