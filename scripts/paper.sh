@@ -22,7 +22,7 @@ if [ "${PAPER_ALLOW_DIRTY:-0}" != 1 ] && git rev-parse --git-dir >/dev/null 2>&1
     echo "paper.sh: the working tree has uncommitted changes (git status); commit them first, or set PAPER_ALLOW_DIRTY=1" >&2
     exit 1
 fi
-PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors precision-training"}
+PRESETS=${PRESETS:-"nev bits precision masks dp-one-flip dp-many-flips recovery permanent-loss pipeline nev-factors precision-training detectors"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 SUFFIX=${SUFFIX:-}
@@ -68,7 +68,10 @@ for p in $PRESETS; do
     echo "paper.sh: $name took $(( $(date +%s) - start )) s"
     # The preset's folder holds only what this script writes into it.
     rm -rf "$out"
-    "$bin" report "$camp" --out "$out"
+    # The detectors study is reported with its detectors scored from the runs' signals.
+    report_args=()
+    if [ "$p" = detectors ]; then report_args=(--detectors); fi
+    "$bin" report "$camp" --out "$out" "${report_args[@]}"
     cp "$camp/campaign.toml" "$camp/campaign.json" "$camp/runs.csv" "$out/"
     if [ -f "$camp/faults.csv" ]; then cp "$camp/faults.csv" "$out/"; fi
     echo "$(( $(date +%s) - start ))" > "$out/wall_s.txt"

@@ -42,7 +42,7 @@ pub(crate) fn write_section(
     written
         .files
         .push(write(&out.join("detector_classes.csv"), &table::<DetectorClassRow, _>(&[], by_class.iter().map(|c| (Vec::new(), c)))?)?);
-    let figure = plot(&scored, &out.join("plots"))?;
+    let figure = plot(&scored, opts.budget_per_1000_steps, &out.join("plots"))?;
     let golden_steps = scored.first().map_or(0, |s| s.row.golden_steps);
     let mut md = String::new();
     let _ = writeln!(
@@ -110,9 +110,10 @@ fn class_table(rows: &[DetectorClassRow]) -> String {
     md
 }
 
-/// `plots/detectors.png` (and SVG): per detector, recall against golden false alarms per 1,000
-/// steps, and precision against recall, one point per setting.
-fn plot(scored: &[Scored], plots: &Path) -> Result<crate::figures::Figure> {
+/// `plots/detectors.png` (and SVG): per detector, recall against the upper bound of its golden
+/// false alarms per 1,000 steps (log scale: the bound is never 0; the budget drawn as a
+/// reference line), and precision against recall, one point per setting.
+fn plot(scored: &[Scored], budget: f64, plots: &Path) -> Result<crate::figures::Figure> {
     std::fs::create_dir_all(plots).map_err(|source| Error::Io { path: plots.to_path_buf(), source })?;
     let detectors: Vec<&str> =
         scored.iter().map(|s| s.row.detector.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
@@ -128,14 +129,7 @@ fn plot(scored: &[Scored], plots: &Path) -> Result<crate::figures::Figure> {
             })
             .collect()
     };
-    let roc = LineChart {
-        title: "recall against false alarms".into(),
-        x_label: "false alarms per 1,000 fault-free steps".into(),
-        y_label: "recall, % of harmed runs caught in time".into(),
-        y_range: Some((0.0, 100.0)),
-        series: series(&|r| r.false_alarms_golden_per_1000_steps, &|r| r.recall_pct),
-        ..LineChart::default()
-    };
+    let roc = roc_chart(series(&|r| r.false_alarms_golden_per_1000_steps_hi, &|r| r.recall_pct), budget);
     let pr = LineChart {
         title: "precision against recall".into(),
         x_label: "recall, %".into(),
@@ -148,4 +142,28 @@ fn plot(scored: &[Scored], plots: &Path) -> Result<crate::figures::Figure> {
     let title = "Detectors at each setting of their sweep (one point per setting)".to_string();
     let files = save(&LineFacets { title: title.clone(), panels: vec![roc, pr], columns: 2 }, &plots.join("detectors"))?;
     Ok((title, files))
+}
+
+/// Recall against the golden false alarms' upper bound, `lines` one per detector, with the budget
+/// drawn as a reference line and half a decade of room either side of the points (those at the
+/// bound of 0 alarms then stand apart from the budget's line).
+fn roc_chart(mut lines: Vec<Series>, budget: f64) -> LineChart {
+    lines.push(Series {
+        label: format!("budget ({budget})"),
+        points: vec![(budget, 0.0, None), (budget, 100.0, None)],
+        reference: true,
+        color: None,
+    });
+    let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)).filter(|x| *x > 0.0);
+    let (lo, hi) = xs.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    LineChart {
+        title: "recall against false alarms".into(),
+        x_label: "false alarms per 1,000 fault-free steps, 95% upper bound".into(),
+        y_label: "recall, % of harmed runs caught in time".into(),
+        y_range: Some((0.0, 100.0)),
+        log_x: true,
+        x_range: (lo <= hi).then(|| (lo.log10() - 0.5, hi.log10() + 0.5)),
+        series: lines,
+        ..LineChart::default()
+    }
 }

@@ -207,7 +207,7 @@ const DIGEST_EVERY: [u64; 6] = [1, 2, 4, 8, 16, 32];
 /// [`DIGEST_EVERY`].
 pub(crate) fn sweep(window: usize, digests: bool) -> Vec<Setting> {
     let off = DetectConfig { nan_loss: false, nan_gradients: false, nan_weights: false, ..DetectConfig::default() };
-    let threshold = |t: f64| if t.is_infinite() { "NaN/Inf only".to_string() } else { format!("|x| > {t:e}") };
+    let threshold = |t: f64| if t.is_infinite() { "NaN/Inf only".to_string() } else { format!("magnitude > {t:e}") };
     let mut out = Vec::new();
     for t in MAGNITUDES {
         let at = DetectConfig { extreme_threshold: t, ..off.clone() };

@@ -77,7 +77,7 @@ pub(crate) fn acc_vs_step(
     palette: &Palette<'_>,
     plots: &Path,
 ) -> Result<Option<Figure>> {
-    let (mut series, mut golden, mut left_out) = (Vec::new(), BTreeMap::new(), 0usize);
+    let (mut series, mut golden, mut left_out) = (Vec::<Series>::new(), BTreeMap::new(), 0usize);
     for c in cells {
         let mut sum: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
         for r in rows.iter().filter(|r| r.coords == c.coords) {
@@ -105,20 +105,37 @@ pub(crate) fn acc_vs_step(
     if series.is_empty() {
         return Ok(None);
     }
-    let points = golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect();
-    series.insert(0, Series { label: "golden (fault-free)".into(), points, reference: true, color: None });
-    let chart = LineChart {
-        title: format!("Test accuracy vs step ({})", campaign.name()),
-        x_label: "training step".into(),
-        y_label: "test accuracy (%)".into(),
-        series,
-        ..LineChart::default()
-    };
+    let points: Vec<_> = golden.iter().map(|(s, a)| (*s as f64, 100.0 * a, None)).collect();
+    let reference = Series { label: "golden (fault-free)".into(), points, reference: true, color: None };
+    let mut title = format!("Test accuracy vs step ({})", campaign.name());
+    // One axis named in every label: named once, in the title, so that the legend keeps room.
+    if let Some(key) = series.first().and_then(|s| s.label.split_once('=')).map(|(k, _)| format!("{k}="))
+        && series.iter().all(|s| s.label.starts_with(&key) && !s.label[key.len()..].contains('='))
+    {
+        title = format!("{title}, by {}", key.trim_end_matches('='));
+        series.iter_mut().for_each(|s| s.label = s.label[key.len()..].to_string());
+    }
+    // At most 8 cells to a panel, each panel with the golden run beneath.
+    let panels: Vec<LineChart> = series
+        .chunks(8)
+        .map(|chunk| LineChart {
+            title: if series.len() > 8 { String::new() } else { title.clone() },
+            x_label: "training step".into(),
+            y_label: "test accuracy (%)".into(),
+            series: std::iter::once(reference.clone()).chain(chunk.iter().cloned()).collect(),
+            ..LineChart::default()
+        })
+        .collect();
     let caption = match left_out {
         0 => "Test accuracy vs step, mean over runs, with the golden run (dashed, beneath)".to_string(),
         n => format!(
             "Test accuracy vs step, mean over runs, with the golden run (dashed, beneath); {n} run(s) left out: not ok, or no accuracy record"
         ),
     };
-    Ok(Some((caption, save(&chart, &plots.join("acc_vs_step"))?)))
+    let stem = plots.join("acc_vs_step");
+    let files = match panels.as_slice() {
+        [one] => save(one, &stem)?,
+        _ => save(&LineFacets { title, panels, columns: 2 }, &stem)?,
+    };
+    Ok(Some((caption, files)))
 }

@@ -175,6 +175,12 @@ pub(super) const PRESETS: &[Preset] = &[
         "one flip in float32, bf16 and fp16 training: gradients, weight copy, activations x sign, exponent, mantissa",
         &[],
     ),
+    preset(
+        "detectors",
+        "He et al. (ISCA 2023): outcome classes; detectors scored by recall, false alarms, latency, cost",
+        "one flip in weights, gradients, optimizer state or activations x sign, exponent top, other exponent, mantissa bits; every detector swept from recorded signals",
+        &[],
+    ),
 ];
 
 /// The N-EV factor study at the short continuation and at the long one, compared by the
