@@ -217,6 +217,21 @@ fn the_readmes_permanent_loss_table_is_the_studys_report() {
     readme_has_the_study("permanent-loss", "## Which recovery option when", 6);
 }
 
+/// The README's detector table is the detectors study's choice table, as its report generated it
+/// (results/paper/detectors/report.md), line for line.
+#[test]
+fn the_readmes_detector_table_is_the_studys_report() {
+    let report = std::fs::read_to_string(root().join("results/paper/detectors/report.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = report.split("## Detectors, scored from recorded signals").nth(1).expect("the report scores its detectors");
+    let table = section.split("| detector | verdict").nth(1).and_then(|s| s.split("\n\n").next()).expect("the choice table");
+    let rows: Vec<&str> = table.lines().skip(2).filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 5, "{table}");
+    for row in rows {
+        assert!(readme.lines().any(|l| l == row), "README.md lacks the detectors study's line {row:?}");
+    }
+}
+
 /// The recovery study's choices priced at its two real jobs, side by side with its own, as its
 /// report generated them; and the same at the other cost profile (`resilab report
 /// results/paper/recovery --price megascale-unoptimised --out results/paper/recovery/unoptimised`):
