@@ -109,9 +109,10 @@ pub struct Guard {
 impl Guard {
     /// A guard for `replicas` data-parallel replicas (1 for a pipeline).
     pub fn new(strategy: Strategy, detect: DetectConfig, replicas: usize) -> Self {
+        let signals = detect.record_signals.then(SignalLog::default);
         Self {
             strategy,
-            detect: detect.clone(),
+            detect,
             detections: Vec::new(),
             pending: None,
             rebalance: false,
@@ -124,26 +125,47 @@ impl Guard {
             resync_next: Vec::new(),
             resync_now: Vec::new(),
             donors: BTreeMap::new(),
-            signals: detect.record_signals.then(SignalLog::default),
+            signals,
         }
     }
 
     /// Records one evaluation of a signal (while recording).
     pub(crate) fn record(&mut self, ctx: &Ctx, signal: SignalKind, value: f64, max_abs: Option<f64>) {
+        let scale = if signal == SignalKind::Gradients { ctx.loss_scale } else { None };
+        self.push_signal(SignalRow {
+            step: ctx.step,
+            attempt: ctx.attempt,
+            rank: ctx.rank,
+            micro: ctx.micro_batch,
+            signal,
+            value,
+            max_abs,
+            scale,
+            ranks: None,
+        });
+    }
+
+    /// Records that worker `rank` left the job for good (while recording), at the step of the
+    /// last row.
+    pub(crate) fn record_removed(&mut self, rank: usize) {
+        let step = self.signals.as_ref().and_then(|l| l.rows.last()).map_or(0, |r| r.step);
+        let row = SignalRow {
+            step,
+            attempt: 0,
+            rank,
+            micro: None,
+            signal: SignalKind::Removed,
+            value: 0.0,
+            max_abs: None,
+            scale: None,
+            ranks: None,
+        };
+        self.push_signal(row);
+    }
+
+    fn push_signal(&mut self, row: SignalRow) {
         if let Some(log) = &mut self.signals {
-            let micro = ctx.micro_batch;
-            let scale = if signal == SignalKind::Gradients { ctx.loss_scale } else { None };
-            log.rows.push(SignalRow {
-                step: ctx.step,
-                attempt: ctx.attempt,
-                rank: ctx.rank,
-                micro,
-                signal,
-                value,
-                max_abs,
-                scale,
-                ranks: None,
-            });
+            log.rows.push(row);
         }
     }
 

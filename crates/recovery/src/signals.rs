@@ -106,16 +106,20 @@ pub struct SignalLog {
 }
 
 impl SignalLog {
-    /// Adds replica `rank`'s digest `d` after its update in `step`'s `attempt`, and returns the
-    /// digests taken in that attempt so far (those of an earlier step or attempt, which a
-    /// replica that crashed or stopped early left, are dropped).
-    pub(crate) fn digest(&mut self, step: u64, attempt: u32, rank: usize, d: u64) -> BTreeMap<usize, u64> {
+    /// Adds replica `rank`'s digest `d` after its update in `step`'s `attempt`; the digests of
+    /// an earlier step or attempt (which a replica that crashed or stopped early left) are
+    /// dropped first.
+    pub(crate) fn digest(&mut self, step: u64, attempt: u32, rank: usize, d: u64) {
         if self.digests_at != (step, attempt) {
             self.digests.clear();
             self.digests_at = (step, attempt);
         }
         self.digests.insert(rank, d);
-        self.digests.clone()
+    }
+
+    /// The digests taken so far in the current step and attempt, leaving none.
+    pub(crate) fn take_digests(&mut self) -> BTreeMap<usize, u64> {
+        std::mem::take(&mut self.digests)
     }
 }
 

@@ -11,7 +11,7 @@ use resilab_train::{Activation, Control, Crash, Ctx, Grads, Hooks, LossInfo, Mes
 
 use crate::detect::{LossSpike, digest, gradients_alarm, loss_alarm, sum_and_max, values_alarm, weights_reduced};
 use crate::guard::Guard;
-use crate::signals::{SignalKind, SignalRow};
+use crate::signals::{SignalKind, SignalLog};
 use crate::{Decision, Detection, Strategy};
 
 /// A [`Guard`] and the run's [`FaultInjector`] as one set of training hooks.
@@ -44,20 +44,7 @@ impl Supervised<'_> {
     pub fn remove_rank(&mut self, rank: usize) {
         self.faults.remove_rank(rank);
         self.guard.remove_rank(rank);
-        if let Some(log) = &mut self.guard.signals {
-            let step = log.rows.last().map_or(0, |r| r.step);
-            log.rows.push(SignalRow {
-                step,
-                attempt: 0,
-                rank,
-                micro: None,
-                signal: SignalKind::Removed,
-                value: 0.0,
-                max_abs: None,
-                scale: None,
-                ranks: None,
-            });
-        }
+        self.guard.record_removed(rank);
     }
 
     /// A checkpoint whose stored digests do not match its data was met while restarting at
@@ -111,11 +98,14 @@ impl Supervised<'_> {
         if checked {
             self.guard.digests.insert(ctx.rank, d);
         }
-        let recorded = self.guard.signals.as_mut().map(|log| log.digest(ctx.step, ctx.attempt, ctx.rank, d));
+        if let Some(log) = &mut self.guard.signals {
+            log.digest(ctx.step, ctx.attempt, ctx.rank, d);
+        }
         if ctx.rank + 1 != ctx.world {
             return Control::Continue;
         }
-        let all = if checked { std::mem::take(&mut self.guard.digests) } else { recorded.unwrap_or_default() };
+        let recorded = self.guard.signals.as_mut().map(SignalLog::take_digests).unwrap_or_default();
+        let all = if checked { std::mem::take(&mut self.guard.digests) } else { recorded };
         let odd = disagreeing(&all);
         self.guard.record_digests(ctx, &odd);
         if !checked || odd.is_empty() {
