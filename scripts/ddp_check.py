@@ -12,7 +12,11 @@ rank is compared with resilab's: each difference is that one step's float32 arit
   1/N, no buffer broadcast, each replica keeping its own BatchNorm statistics);
 - flip: one bit of one element of rank 1's gradient at step 10 (a finite change, and one that
   overflows the next step), flipped in PyTorch by a DDP communication hook before the average;
-- crash-*: rank 1 fails inside step 10 with k of resilab's all-reduce buckets complete, under
+- buckets: DDP's own bucket plan, as its Reducer rebuilds it after the first iteration, against
+  resilab's for every model family at two bucket sizes and at DDP's defaults
+  (scripts/ddp_buckets.py);
+- crash-*: rank 1 fails inside step 10 with k of DDP's all-reduce buckets (DDP's own, of
+  bucket_cap_mb, which must hold what resilab's hold) complete, under
   lossy forward (the hook averages buckets < k over every rank and the rest over the survivors),
   rollback (the step redone over the survivors from the pre-step state) and checkpoint-restart
   (every rank reloads the newest checkpoint, step 9's), for k = 0, 1 and all but one, at 4 and
@@ -57,6 +61,8 @@ except ImportError as e:
     die(f"the Python module {e.name} is missing: run `bash scripts/ddp-check.sh`, which installs what the check needs into PyTorch's virtual environment")
 
 sys.path.insert(0, str(ROOT / "docs" / "pytorch"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import ddp_buckets  # noqa: E402
 import resilab_models  # noqa: E402
 
 # The checkpoint layout this script reads (docs/checkpoint-format.md).
@@ -64,8 +70,10 @@ FORMAT_VERSION = 3
 PER_RANK = 8  # images per rank and step
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 MEAN, STD = 0.5, 0.25
-# Six all-reduce buckets for this model (4 KiB each), so that a crash can fall between them.
+# Four all-reduce buckets for this model (DDP's bucket_cap_mb; each closes once it holds 4 KiB
+# or more), so that a crash can fall between them.
 BUCKET_MB = 0.004
+BUCKETS = 4
 CRASH_STEP, CRASH_STEPS = 10, 12
 # The bounds, from float32 reassociation (see docs/parallel.md, "Checked against PyTorch"): an
 # average of N gradients summed in another order differs by a few ulps (1e-7 relative) of its
@@ -246,16 +254,19 @@ def respawn(model, opt, rank, src, dst):
 class Hook:
     """A DDP communication hook that applies what resilab's check does to the average: DDP's
     division by N before the sum, a bit flip in one rank's gradient, and the survivors-only
-    average of a crash (per parameter, by resilab's bucket plan, whatever DDP's buckets are)."""
+    average of a crash (by DDP's own bucket index). It records which parameters each of DDP's
+    buckets holds."""
 
     def __init__(self, rank, world, names):
         self.rank, self.world, self.names = rank, world, names
         self.flip = None  # (param name, index, xor mask), applied once
-        self.crash = None  # (crashed rank, set of parameters averaged over every rank)
+        self.crash = None  # (crashed rank, buckets averaged over every rank: those before this index)
+        self.seen = {}  # DDP's bucket index: its parameters' names
 
     def on_bucket(self, bucket):
         buffer = bucket.buffer()
         lo, hi = buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * 4
+        self.seen[bucket.index()] = [self.names[p] for p in bucket.parameters()]
         for p, g in zip(bucket.parameters(), bucket.gradients()):
             assert lo <= g.data_ptr() < hi, "a DDP gradient view outside its bucket"
             name = self.names[p]
@@ -263,7 +274,7 @@ class Hook:
                 bits = g.view(-1).view(torch.int32)
                 bits[self.flip[1]] ^= self.flip[2]
                 self.flip = None
-            if self.crash is None or name in self.crash[1]:
+            if self.crash is None or bucket.index() < self.crash[1]:
                 g.div_(self.world)
             elif self.rank == self.crash[0]:
                 g.zero_()
@@ -302,11 +313,16 @@ def dp_rank(rank, world, plan, port):
         names = {p: n for n, p in model.named_parameters()}
         hook = Hook(rank, world, names)
         net = model
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
         if c["sync"] == "ddp":
-            net = DDP(model, broadcast_buffers=True)
+            net = DDP(model, broadcast_buffers=True, bucket_cap_mb=BUCKET_MB)
             if c["hooked"]:
                 net.register_comm_hook(hook, comm_hook)
-        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+            # DDP's first iteration reduces in one bucket; the Reducer then rebuilds its buckets
+            # in the order the gradients became ready. One iteration first, so that every
+            # compared step runs on the rebuilt plan (each step reloads resilab's state).
+            attempt(c, c["first"], rank, net, images, labels)
+            opt.zero_grad(set_to_none=True)
         train_dp(rank, world, c, net, model, opt, hook, images, labels)
     dist.destroy_process_group()
 
@@ -364,14 +380,18 @@ def train_dp(rank, world, c, net, model, opt, hook, images, labels):
             model.load_state_dict(before[0])
             opt.load_state_dict(before[1])
             if c["strategy"] == "rollback":
-                hook.crash = (1, set())  # the redo: every bucket over the survivors
+                hook.crash = (1, 0)  # the redo: every bucket over the survivors
         elif crash and c["strategy"] == "lossy_forward":
-            hook.crash = (1, set(n for b in c["buckets"][:c["crash_k"]] for n in b))
+            hook.crash = (1, c["crash_k"])
         if c["sync"] == "horovod":
             attempt(c, step, rank, model, images, labels)
             horovod_allreduce(model, c["buckets"], world)
         else:
+            hook.seen.clear()
             attempt(c, step, rank, net, images, labels)
+            if c["hooked"]:
+                seen = [hook.seen[i] for i in sorted(hook.seen)]
+                assert seen == c["buckets"], f"{c['name']}, step {step}: DDP's buckets hold {seen}, resilab's {c['buckets']}"
         opt.step()
         opt.zero_grad(set_to_none=True)
         hook.crash = None
@@ -697,21 +717,23 @@ def main():
     init = {k: v for k, v in init_model.state_dict().items() if not k.endswith("num_batches_tracked")}
     safetensors.torch.save_file(init, work / "init.safetensors")
     rows, explained, failures = [], [], []
-    jobs = [(w, data_checks(w, 6)) for w in worlds]
+    jobs = [(w, data_checks(w, BUCKETS)) for w in worlds]
     jobs += [(2, [Check("gpipe-2", 1, 10, mode="pipeline", stages=2, split_at=[2], micro_batches=4)]),
              (4, [Check("gpipe-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4)])]
     jobs = [(w, [c for c in cs if args.only in c.name]) for w, cs in jobs]
     jobs = [j for j in jobs if j[1]]
-    if not jobs:
-        die(f"--only {args.only!r} names no check: they are ddp-4, horovod-4, flip-4, flip-nan-4, crash-<ranks>-k<k>-<strategy>, gpipe-2, gpipe-4")
+    bucket_failures = buckets_check(args.resilab, work, args.only, t0)
+    if not jobs and bucket_failures is None:
+        die(f"--only {args.only!r} names no check: they are buckets-<model>-<MiB>, ddp-4, horovod-4, flip-4, flip-nan-4, crash-<ranks>-k<k>-<strategy>, gpipe-2, gpipe-4")
+    failures += bucket_failures or []
     for world in sorted({w for w, _ in jobs}):
         check_host(world)
     for world, checks in jobs:
         plans, runs = [], []
         for check in checks:
             run_dir, summary, samples, faults = run_resilab(args.resilab, check, work, work / "cifar", work / "init.safetensors")
-            if check.mode == "data" and len(summary["buckets"]) != 6:
-                die(f"{check.name}: resilab made {len(summary['buckets'])} buckets where this check expects 6: update BUCKET_MB")
+            if check.mode == "data" and check.sync == "ddp" and len(summary["buckets"]) != BUCKETS:
+                die(f"{check.name}: resilab made {len(summary['buckets'])} buckets where this check expects {BUCKETS}: update BUCKET_MB or BUCKETS")
             plans.append(plan_for(check, run_dir, samples, summary, faults, work / check.name / "torch"))
             runs.append((check, run_dir))
         # The layout is checked here, before the ranks read it, so an unknown one is one line.
@@ -730,8 +752,20 @@ def main():
     if failures:
         for f in failures[:20]:
             print(f"ddp-check: MISMATCH {f}", file=sys.stderr)
-        die(f"{len(failures)} tensor(s) differ from PyTorch's beyond the bound")
+        die(f"{len(failures)} comparison(s) failed: tensors beyond the bound, or bucket plans that differ")
     print(f"ddp-check: every check agrees with torch.distributed {torch.__version__} ({time.time() - t0:.0f} s)")
+
+
+def buckets_check(binary, work, only, t0):
+    """DDP's own bucket plans against resilab's (scripts/ddp_buckets.py): the failures, or None
+    when `only` names no bucket case."""
+    results = ddp_buckets.check(lambda *a: resilab(binary, *a), work / "buckets", free_port(), only)
+    for name, sizes, failure in results:
+        verdict = "differ from resilab's" if failure else "are resilab's"
+        print(f"ddp-check: {name}: DDP's {len(sizes)} buckets of {sizes} parameters {verdict}", file=sys.stderr)
+    if results:
+        print(f"ddp-check: buckets: compared ({time.time() - t0:.0f} s)", file=sys.stderr)
+    return [f"{name}: {failure}" for name, _, failure in results if failure] if results else None
 
 
 def revision():

@@ -186,3 +186,17 @@ impl Block {
         }
     }
 }
+
+impl Block {
+    /// The block's layers (paths below the block's name) in the order a backward pass reaches
+    /// them, as PyTorch's autograd does for the same module: the layers last to first, and in
+    /// a residual block the main path (`bn2` to `conv1`) before the projection shortcut.
+    pub fn backward_layers(&self) -> &'static [&'static str] {
+        match self {
+            Block::Conv(_) => &["bn", "conv"],
+            Block::Basic(_) => &["bn2", "conv2", "bn1", "conv1", "downsample.bn", "downsample.conv"],
+            Block::PoolHead(_) => &["fc"],
+            Block::MlpHead(_) => &["fc3", "fc2", "fc1"],
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub use kernels::{Compute, Kernels};
 pub use layers::{BN_EPSILON, BN_MOMENTUM, BatchNorm2d, Linear};
 pub use naming::{
     BadDatasetPath, DatasetKind, DatasetPath, LayerKind, NAME_TABLE, OPTIMIZER_STATE_NAMES, ParamInfo, burn_path_to_name, for_each_param,
-    is_trainable, map_params, named_params, update_params,
+    gradient_ready_order, is_trainable, map_params, named_params, update_params,
 };
 pub use net::{Arch, BlockCost, Footprint, InputShape, ModelConfig, Net};
 pub use precision::{Exec, Precision};

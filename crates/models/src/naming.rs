@@ -163,6 +163,30 @@ pub fn named_params(net: &Net) -> Vec<ParamInfo> {
     lister.out
 }
 
+/// Every trainable parameter of `net` in the order a backward pass makes its gradient ready,
+/// as PyTorch's autograd does for the same network (`docs/pytorch/resilab_models.py`; the order
+/// DDP's `Reducer` records in its first iteration and fills its buckets in): the blocks last to
+/// first, each block's layers as [`crate::Block::backward_layers`] lists them, a convolution's
+/// or BatchNorm's weight before its bias (one backward node computes both) and a linear
+/// layer's bias before its weight (`addmm` gives the bias its gradient first).
+/// `scripts/ddp_check.py` compares it with PyTorch's for every model family.
+pub fn gradient_ready_order(net: &Net) -> Vec<ParamInfo> {
+    let params: Vec<ParamInfo> = named_params(net).into_iter().filter(|p| p.trainable).collect();
+    let mut out = Vec::with_capacity(params.len());
+    for (block, name) in net.blocks.iter().zip(&net.block_names).rev() {
+        for layer in block.backward_layers() {
+            let prefix = format!("{name}.{layer}.");
+            let mut leaves: Vec<&ParamInfo> =
+                params.iter().filter(|p| p.name.strip_prefix(&prefix).is_some_and(|leaf| !leaf.contains('.'))).collect();
+            if leaves.first().is_some_and(|p| p.kind == LayerKind::Linear) {
+                leaves.reverse();
+            }
+            out.extend(leaves.into_iter().cloned());
+        }
+    }
+    out
+}
+
 struct Reader<F> {
     path: PathStack,
     f: F,
@@ -364,6 +388,55 @@ impl std::str::FromStr for DatasetPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ready_order(arch: crate::Arch, depth: Option<usize>, batch_norm: Option<bool>) -> (Vec<String>, Vec<String>) {
+        let cfg = crate::ModelConfig { arch, depth, width: 0.25, batch_norm };
+        let net = cfg.build(crate::InputShape { channels: 3, size: 16 }, 10, &Device::flex()).unwrap();
+        let order = gradient_ready_order(&net).into_iter().map(|p| p.name).collect();
+        let trainable = named_params(&net).into_iter().filter(|p| p.trainable).map(|p| p.name).collect();
+        (order, trainable)
+    }
+
+    #[test]
+    fn gradient_ready_order_is_pytorchs_and_holds_every_trainable_parameter_once() {
+        // PyTorch 2.9's autograd on docs/pytorch/resilab_models.py's resnet(8, 0.25), one
+        // post-accumulate-grad hook per parameter.
+        let torch: Vec<String> = "classifier.fc.bias classifier.fc.weight \
+            layer3.0.bn2.weight layer3.0.bn2.bias layer3.0.conv2.weight layer3.0.bn1.weight layer3.0.bn1.bias layer3.0.conv1.weight \
+            layer3.0.downsample.bn.weight layer3.0.downsample.bn.bias layer3.0.downsample.conv.weight \
+            layer2.0.bn2.weight layer2.0.bn2.bias layer2.0.conv2.weight layer2.0.bn1.weight layer2.0.bn1.bias layer2.0.conv1.weight \
+            layer2.0.downsample.bn.weight layer2.0.downsample.bn.bias layer2.0.downsample.conv.weight \
+            layer1.0.bn2.weight layer1.0.bn2.bias layer1.0.conv2.weight layer1.0.bn1.weight layer1.0.bn1.bias layer1.0.conv1.weight \
+            stem.bn.weight stem.bn.bias stem.conv.weight"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(ready_order(crate::Arch::Resnet, Some(8), None).0, torch);
+        // VGG and AlexNet: a convolution's weight before its bias, a linear layer's bias first.
+        let (vgg, _) = ready_order(crate::Arch::Vgg, Some(11), Some(true));
+        assert_eq!(
+            vgg[..6],
+            [
+                "classifier.fc.bias",
+                "classifier.fc.weight",
+                "features.7.bn.weight",
+                "features.7.bn.bias",
+                "features.7.conv.weight",
+                "features.7.conv.bias"
+            ]
+        );
+        let (alexnet, _) = ready_order(crate::Arch::Alexnet, None, Some(false));
+        assert_eq!(alexnet[4..8], ["classifier.fc1.bias", "classifier.fc1.weight", "features.4.conv.weight", "features.4.conv.bias"]);
+        for (arch, depth, bn) in
+            [(crate::Arch::Resnet, Some(20), None), (crate::Arch::Vgg, Some(16), Some(false)), (crate::Arch::Alexnet, None, Some(true))]
+        {
+            let (mut order, mut trainable) = ready_order(arch, depth, bn);
+            assert_eq!(order.len(), trainable.len(), "{arch:?}");
+            order.sort();
+            trainable.sort();
+            assert_eq!(order, trainable, "{arch:?}");
+        }
+    }
 
     #[test]
     fn dataset_paths_write_and_read_back() {

@@ -83,9 +83,16 @@ impl Ensemble {
 }
 
 /// The cache key of `cfg`'s golden run on `platform` (the backend and device, since different
-/// backends give different bits): XXH3-64 of its golden configuration as TOML and the platform.
+/// backends give different bits): XXH3-64 of its golden configuration as TOML and the platform,
+/// and for more than one data-parallel worker the revision of the all-reduce buckets
+/// ([`resilab_train::REDUCE_PLAN_REVISION`]), so that no run meets a golden run whose buckets
+/// summed in other chunks.
 pub fn key(cfg: &RunConfig, platform: &str) -> String {
-    let text = format!("{}\n# platform: {platform}\n", golden_config(cfg).to_toml());
+    let mut text = format!("{}\n# platform: {platform}\n", golden_config(cfg).to_toml());
+    let p = &cfg.parallel;
+    if p.mode == resilab_train::ParallelMode::Data && p.workers > 1 {
+        text += &format!("# all-reduce buckets: r{}\n", resilab_train::REDUCE_PLAN_REVISION);
+    }
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
 }
 
@@ -219,6 +226,18 @@ fn remove_stale(root: &Path, key: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_parallel_key_names_the_all_reduce_buckets_revision() {
+        let without = |cfg: &RunConfig| {
+            let text = format!("{}\n# platform: cpu\n", golden_config(cfg).to_toml());
+            format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+        };
+        let one = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n", &[], "t.toml").unwrap();
+        assert_eq!(key(&one, "cpu"), without(&one), "one worker has no all-reduce");
+        let four = RunConfig::from_toml("[model]\narch = \"resnet\"\ndepth = 8\n[parallel]\nworkers = 4\n", &[], "t.toml").unwrap();
+        assert_ne!(key(&four, "cpu"), without(&four), "the buckets' revision is part of the key");
+    }
 
     #[test]
     fn ensemble_members_differ_only_in_their_reduction_seed_and_member_0_is_the_runs_golden_run() {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use resilab_models::{Arch, InputShape, ModelConfig, Net, for_each_param};
-use resilab_train::{Grads, OptimState, OptimizerConfig, ParallelConfig, ReducePlan, trainable_sizes};
+use resilab_train::{Grads, OptimState, OptimizerConfig, ParallelConfig, ReducePlan, gradient_ready_sizes};
 
 const WORKERS: usize = 8;
 const ROUNDS: usize = 10;
@@ -31,7 +31,7 @@ fn random_grads(net: &Net, device: &Device) -> Grads {
 /// Median milliseconds of (all-reduce, N optimizer updates) per step.
 fn measure(net: &Net, device: &Device, fused: bool) -> (f64, f64) {
     let kernels = if fused { resilab_models::Kernels::Resilab } else { resilab_models::Kernels::Burn };
-    let plan = ReducePlan::new(&trainable_sizes(net), &ParallelConfig { workers: WORKERS, ..ParallelConfig::default() }, kernels);
+    let plan = ReducePlan::new(&gradient_ready_sizes(net), &ParallelConfig { workers: WORKERS, ..ParallelConfig::default() }, kernels);
     let cfg = OptimizerConfig { weight_decay: 5e-4, ..OptimizerConfig::default() };
     let mut nets: Vec<Net> = (0..WORKERS).map(|_| net.clone().with_kernels(kernels)).collect();
     let mut states: Vec<OptimState> = (0..WORKERS).map(|_| OptimState::default()).collect();
@@ -68,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{:<14} {:>9} {:>21} {:>21}", "model", "params", "all-reduce ms (x)", "8 updates ms (x)");
     for (name, cfg) in models {
         let net = cfg.build(InputShape { channels: 3, size: 32 }, 10, &device)?;
-        let params: usize = trainable_sizes(&net).iter().map(|(_, n)| n).sum();
+        let params: usize = gradient_ready_sizes(&net).iter().map(|(_, n)| n).sum();
         // Alternate the two paths so that drift on a shared machine hits both.
         let (mut tensor, mut fused) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
         for _ in 0..3 {

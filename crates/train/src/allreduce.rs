@@ -1,8 +1,10 @@
 //! The all-reduce of a data-parallel step, with its summation order modelled explicitly.
 //!
-//! Gradients are grouped into buckets in reverse parameter order (the order in which backward
-//! produces them): DDP fills buckets of `parallel.bucket_mb` after a first bucket of at most
-//! 1 MiB, Horovod fuses into buffers of `parallel.bucket_mb`. Each bucket is flattened and reduced on its own. DDP divides every
+//! Gradients are grouped into buckets in the order backward makes them ready
+//! ([`resilab_models::gradient_ready_order`]). DDP's `Reducer` fills each bucket until it holds
+//! at least its limit (`parallel.first_bucket_mb` for the first, `parallel.bucket_mb` after);
+//! Horovod fuses tensors into buffers of at most `parallel.bucket_mb`. Each bucket is flattened
+//! and reduced on its own. DDP divides every
 //! contribution by the number of workers first and then sums; Horovod sums and then multiplies
 //! by 1/N. The sum is either in rank order or as a ring all-reduce does it (see
 //! [`AllReduceKind::Ring`]). Floating-point addition is not associative, so these choices change
@@ -20,8 +22,13 @@ use resilab_models::Kernels;
 use crate::order::OrderDraw;
 use crate::{AllReduceKind, Grads, NetworkConfig, ParallelConfig, SyncKind};
 
-/// DDP's first bucket (PyTorch's `_DEFAULT_FIRST_BUCKET_BYTES`).
-pub const DDP_FIRST_BUCKET_BYTES: u64 = 1024 * 1024;
+/// Revision of the buckets [`ReducePlan::new`] makes, bumped whenever the same configuration
+/// gets other buckets: a ring all-reduce sums each bucket in its own chunks, so other buckets
+/// give a multi-worker data-parallel run other bits. Part of such runs' golden cache key.
+/// Revision 1: reverse parameter order, a bucket closed before it would exceed its cap, the first
+/// at most 1 MiB. Revision 2: DDP's `Reducer` (gradient-ready order, a bucket closed once it
+/// holds its cap or more, `parallel.first_bucket_mb`), Horovod's fusion in the ready order.
+pub const REDUCE_PLAN_REVISION: u32 = 2;
 
 /// How gradients are grouped and summed.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,26 +44,32 @@ pub struct ReducePlan {
 }
 
 impl ReducePlan {
-    /// The plan for parameters `params` (`(name, values)` in model order) under `cfg`, reduced
-    /// through `kernels`.
+    /// The plan for parameters `params` (`(name, values)` in the order their gradients become
+    /// ready) under `cfg`, reduced through `kernels`.
+    ///
+    /// DDP (`compute_bucket_assignment_by_size` in PyTorch's `reducer.cpp`, as its `Reducer`
+    /// rebuilds the buckets after the first iteration): a tensor joins the open bucket, and the
+    /// bucket closes once it holds at least its limit, the first's `first_bucket_bytes` and
+    /// every later one's `bucket_bytes`. Horovod's fusion (`FuseResponses`): a tensor joins the
+    /// open buffer only if the buffer stays within `bucket_bytes`. A tensor larger than any limit
+    /// goes alone.
     pub fn new(params: &[(String, usize)], cfg: &ParallelConfig, kernels: Kernels) -> Self {
-        let cap = cfg.bucket_bytes();
-        let first_cap = match cfg.sync {
-            SyncKind::Ddp => DDP_FIRST_BUCKET_BYTES.min(cap),
-            SyncKind::Horovod => cap,
-        };
         let mut buckets: Vec<Vec<(String, usize)>> = Vec::new();
         let mut current: Vec<(String, usize)> = Vec::new();
         let mut bytes = 0u64;
-        for (name, n) in params.iter().rev() {
-            let limit = if buckets.is_empty() { first_cap } else { cap };
+        for (name, n) in params {
+            let limit = if buckets.is_empty() { cfg.first_bucket_bytes() } else { cfg.bucket_bytes() };
             let b = 4 * *n as u64;
-            if !current.is_empty() && bytes + b > limit {
+            if cfg.sync == SyncKind::Horovod && !current.is_empty() && bytes + b > limit {
                 buckets.push(std::mem::take(&mut current));
                 bytes = 0;
             }
             current.push((name.clone(), *n));
             bytes += b;
+            if cfg.sync == SyncKind::Ddp && bytes >= limit {
+                buckets.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
         }
         if !current.is_empty() {
             buckets.push(current);
@@ -279,9 +292,10 @@ pub fn sum_grads(mut parts: Vec<Grads>, kernels: Kernels) -> Grads {
     acc
 }
 
-/// Parameter names and sizes of trainable parameters, in model order.
-pub fn trainable_sizes(net: &resilab_models::Net) -> Vec<(String, usize)> {
-    resilab_models::named_params(net).into_iter().filter(|p| p.trainable).map(|p| (p.name.clone(), p.numel())).collect()
+/// Names and sizes of the trainable parameters, in the order backward makes their gradients
+/// ready (the order of every all-reduce plan).
+pub fn gradient_ready_sizes(net: &resilab_models::Net) -> Vec<(String, usize)> {
+    resilab_models::gradient_ready_order(net).into_iter().map(|p| (p.name.clone(), p.numel())).collect()
 }
 
 #[cfg(test)]
@@ -321,18 +335,27 @@ mod tests {
     }
 
     #[test]
-    fn buckets_follow_reverse_order_and_caps() {
+    fn buckets_close_as_ddps_reducer_and_horovods_fusion_close_them() {
         let mib = 1024 * 1024 / 4;
         let params: Vec<(String, usize)> =
-            [("a", mib / 2), ("b", 70 * mib), ("c", mib / 2), ("d", 3 * mib / 4)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
+            [("d", 3 * mib / 4), ("c", mib / 2), ("b", 70 * mib), ("a", mib / 2)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
         let names =
             |p: &ReducePlan| p.buckets.iter().map(|b| b.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join("")).collect::<Vec<_>>();
-        // DDP: first bucket 1 MiB (d alone, c would overflow it), then 25 MiB buckets; b is
-        // larger than any bucket and goes alone (under Horovod too).
-        let ddp = ParallelConfig { bucket_mb: Some(25.0), ..ParallelConfig::default() };
-        assert_eq!(names(&ReducePlan::new(&params, &ddp, Kernels::Burn)), ["d", "c", "b", "a"]);
+        // DDP without bucket_cap_mb: the first bucket closes at 1 MiB or more (d and c), then
+        // 25 MiB buckets (b, larger, closes its own); a is what is left.
+        let ddp = ParallelConfig { bucket_mb: Some(25.0), first_bucket_mb: Some(1.0), ..ParallelConfig::default() };
+        assert_eq!(names(&ReducePlan::new(&params, &ddp, Kernels::Burn)), ["dc", "b", "a"]);
+        // With bucket_cap_mb only, the first bucket has the same cap: d, c and b in one.
+        let ddp = ParallelConfig { first_bucket_mb: None, ..ddp };
+        assert_eq!(names(&ReducePlan::new(&params, &ddp, Kernels::Burn)), ["dcb", "a"]);
+        // A 1 MiB cap: d alone is under it, d and c reach it.
+        let ddp = ParallelConfig { bucket_mb: Some(1.0), ..ddp };
+        assert_eq!(names(&ReducePlan::new(&params, &ddp, Kernels::Burn)), ["dc", "b", "a"]);
+        // Horovod fuses only what fits: d and c (1.25 MiB) fit 64 MiB, b does not, then b and a.
         let horovod = ParallelConfig { sync: SyncKind::Horovod, bucket_mb: Some(64.0), ..ParallelConfig::default() };
         assert_eq!(names(&ReducePlan::new(&params, &horovod, Kernels::Burn)), ["dc", "b", "a"]);
+        let horovod = ParallelConfig { bucket_mb: Some(1.0), ..horovod };
+        assert_eq!(names(&ReducePlan::new(&params, &horovod, Kernels::Burn)), ["d", "c", "b", "a"]);
     }
 
     #[test]
@@ -340,7 +363,7 @@ mod tests {
         let t = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v; 2], [2]), &Device::flex());
         let g = |v: f32| Grads::from([("a".to_string(), t(v)), ("b".to_string(), t(10.0 * v))]);
         let cfg = ParallelConfig { workers: 2, bucket_mb: Some(8.0 / (1024.0 * 1024.0)), ..ParallelConfig::default() };
-        let plan = ReducePlan::new(&[("a".to_string(), 2), ("b".to_string(), 2)], &cfg, Kernels::Burn);
+        let plan = ReducePlan::new(&[("b".to_string(), 2), ("a".to_string(), 2)], &cfg, Kernels::Burn);
         assert_eq!(plan.buckets.len(), 2, "b first, then a");
         let first = plan.reduce_buckets(vec![g(1.0), g(3.0)], 0..1, OrderDraw::Fixed);
         assert_eq!(first.keys().collect::<Vec<_>>(), ["b"]);

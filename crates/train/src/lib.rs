@@ -24,7 +24,7 @@ mod trainer;
 mod update;
 mod worker;
 
-pub use allreduce::{DDP_FIRST_BUCKET_BYTES, ReducePlan, broadcast_s, chunk, ring_allreduce_s, sum_grads, trainable_sizes};
+pub use allreduce::{REDUCE_PLAN_REVISION, ReducePlan, broadcast_s, chunk, gradient_ready_sizes, ring_allreduce_s, sum_grads};
 pub use grads::{Grads, named_grads};
 pub use hooks::{Activation, Control, Crash, Ctx, Hooks, LossInfo, Message, MessageKind, NoHooks, Point};
 pub use optim::{OptimState, OptimizerConfig, OptimizerKind, ParamState};

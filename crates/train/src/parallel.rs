@@ -24,11 +24,13 @@ pub enum ParallelMode {
 pub enum SyncKind {
     /// PyTorch DDP: rank 0's buffers (BatchNorm running statistics) are broadcast to every
     /// replica before each forward; gradients are divided by the world size before a bucketed
-    /// all-reduce (buckets of `bucket_mb`, the first at most 1 MiB, in reverse parameter order).
+    /// all-reduce (the `Reducer`'s buckets of `bucket_mb`, the first of `first_bucket_mb`, in
+    /// the order gradients become ready).
     #[default]
     Ddp,
-    /// Horovod: buffers are never synchronised after the start; gradients are fused into
-    /// buffers of `bucket_mb`, summed, then multiplied by 1/N.
+    /// Horovod: buffers are never synchronised after the start; gradients are fused, in the
+    /// order they become ready, into buffers of at most `bucket_mb`, summed, then multiplied by
+    /// 1/N.
     Horovod,
 }
 
@@ -96,6 +98,10 @@ impl BatchRule {
 
 /// The all-reduce bucket size when `parallel.bucket_mb` is not given: 64 KiB.
 pub const DEFAULT_BUCKET_MB: f64 = 0.0625;
+
+fn mib_to_bytes(mb: f64) -> u64 {
+    (mb * 1024.0 * 1024.0) as u64
+}
 
 fn one() -> usize {
     1
@@ -218,10 +224,15 @@ pub struct ParallelConfig {
     pub allreduce: AllReduceKind,
     /// All-reduce bucket (DDP's `bucket_cap_mb`) or fusion buffer (Horovod) size in MiB;
     /// default [`DEFAULT_BUCKET_MB`] (64 KiB), scaled to resilab's small models as DDP's 25 MiB
-    /// is to large ones: ResNet-8 has 5 buckets, so their all-reduces overlap the backward
-    /// pass (see [`crate::Timeline`]). PyTorch's own defaults are 25 (DDP) and 64 (Horovod).
+    /// is to large ones, so that the all-reduces overlap the backward pass (see
+    /// [`crate::Timeline`]). PyTorch's own defaults are 25 (DDP) and 64 (Horovod).
     #[serde(default)]
     pub bucket_mb: Option<f64>,
+    /// DDP's first bucket in MiB (`dist._DEFAULT_FIRST_BUCKET_BYTES`); unset: `bucket_mb`, as
+    /// DDP does when `bucket_cap_mb` is given. DDP without `bucket_cap_mb` is `bucket_mb = 25`
+    /// with `first_bucket_mb = 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_bucket_mb: Option<f64>,
     /// Pipeline stages (mode `pipeline`).
     #[serde(default = "one")]
     pub stages: usize,
@@ -262,6 +273,7 @@ impl Default for ParallelConfig {
             sync: SyncKind::Ddp,
             allreduce: AllReduceKind::Ring,
             bucket_mb: None,
+            first_bucket_mb: None,
             stages: 1,
             micro_batches: 1,
             schedule: PipeSchedule::Gpipe,
@@ -294,7 +306,16 @@ impl ParallelConfig {
 
     /// Bucket size in bytes ([`DEFAULT_BUCKET_MB`] unless set).
     pub fn bucket_bytes(&self) -> u64 {
-        (self.bucket_mb.unwrap_or(DEFAULT_BUCKET_MB) * 1024.0 * 1024.0) as u64
+        mib_to_bytes(self.bucket_mb.unwrap_or(DEFAULT_BUCKET_MB))
+    }
+
+    /// The first bucket's size in bytes: `first_bucket_mb` under DDP where set, else
+    /// [`ParallelConfig::bucket_bytes`].
+    pub fn first_bucket_bytes(&self) -> u64 {
+        match (self.sync, self.first_bucket_mb) {
+            (SyncKind::Ddp, Some(mb)) => mib_to_bytes(mb),
+            _ => self.bucket_bytes(),
+        }
     }
 
     /// A short description such as `data x4 (ddp, ring)` or `pipeline 4 stages x 8 micro-batches (gpipe)`.
@@ -339,6 +360,14 @@ impl ParallelConfig {
             && !(mb.is_finite() && mb > 0.0)
         {
             return bad(format!("parallel.bucket_mb = {mb} must be > 0"));
+        }
+        if let Some(mb) = self.first_bucket_mb {
+            if !(mb.is_finite() && mb > 0.0) {
+                return bad(format!("parallel.first_bucket_mb = {mb} must be > 0"));
+            }
+            if self.sync != SyncKind::Ddp {
+                return bad("parallel.first_bucket_mb is DDP's first bucket: it needs sync = \"ddp\"".to_string());
+            }
         }
         let c = &self.compute;
         if !(c.memory_gbps.is_finite() && c.memory_gbps > 0.0) {
@@ -412,6 +441,10 @@ mod tests {
         assert!(p.validate(64).unwrap_err().to_string().contains("split_at has 1"));
         let p = ParallelConfig { mode: ParallelMode::Pipeline, stages: 3, micro_batches: 5, ..ParallelConfig::default() };
         assert!(p.validate(64).unwrap_err().to_string().contains("micro_batches = 5"));
+        let p = ParallelConfig { first_bucket_mb: Some(0.0), ..ParallelConfig::default() };
+        assert!(p.validate(64).unwrap_err().to_string().contains("parallel.first_bucket_mb = 0 must be > 0"));
+        let p = ParallelConfig { first_bucket_mb: Some(1.0), sync: SyncKind::Horovod, ..ParallelConfig::default() };
+        assert!(p.validate(64).unwrap_err().to_string().contains("parallel.first_bucket_mb is DDP's first bucket"));
     }
 
     #[test]
@@ -419,5 +452,8 @@ mod tests {
         let n = NetworkConfig { latency_us: 10.0, bandwidth_gbps: 8.0 };
         assert!((n.send_s(1_000_000) - (10e-6 + 1e-3)).abs() < 1e-12);
         assert_eq!(ParallelConfig::default().bucket_bytes(), 64 * 1024);
+        assert_eq!(ParallelConfig::default().first_bucket_bytes(), 64 * 1024);
+        let ddp = ParallelConfig { bucket_mb: Some(25.0), first_bucket_mb: Some(1.0), ..ParallelConfig::default() };
+        assert_eq!((ddp.bucket_bytes(), ddp.first_bucket_bytes()), (25 << 20, 1 << 20));
     }
 }

@@ -32,8 +32,8 @@ fn kernels(fused: bool) -> resilab_models::Kernels {
 #[test]
 fn the_fused_average_computes_the_tensor_formulas_bits() {
     let device = Device::flex();
-    // Several buckets under DDP's 1 MiB first bucket (the 300,000-value parameter fills one
-    // alone), odd lengths that cut the ring chunks anywhere.
+    // Several buckets of the default 64 KiB (the 300,000-value parameter closes one), odd
+    // lengths that cut the ring chunks anywhere.
     let params: Vec<(String, usize)> =
         [("a", 7usize), ("b", 300_000), ("c", 1), ("d", 40_003), ("e", 5)].iter().map(|(n, k)| (n.to_string(), *k)).collect();
     for workers in [2usize, 3, 8] {

@@ -3,7 +3,7 @@
 
 use resilab_models::{InputShape, Net};
 
-use crate::allreduce::{ReducePlan, trainable_sizes};
+use crate::allreduce::{ReducePlan, gradient_ready_sizes};
 use crate::optim::OptimizerConfig;
 use crate::parallel::ParallelConfig;
 
@@ -22,7 +22,7 @@ pub(super) struct DataPlan {
 impl DataPlan {
     /// The layout of `net` under `parallel`, for images of shape `input`.
     pub(super) fn new(net: &Net, parallel: &ParallelConfig, input: InputShape) -> Self {
-        let plan = ReducePlan::new(&trainable_sizes(net), parallel, net.kernels);
+        let plan = ReducePlan::new(&gradient_ready_sizes(net), parallel, net.kernels);
         let buffer_bytes = resilab_models::named_params(net).iter().filter(|p| !p.trainable).map(|p| 4 * p.numel() as u64).sum();
         let ready_frac = ready_fractions(net, &plan, input);
         Self { bucket_bytes: plan.bucket_bytes(), plan, buffer_bytes, ready_frac }
