@@ -15,7 +15,7 @@ const CRASH: &str = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\n\n[
 
 /// Settings under which the members' rounding differences reach their test accuracies (at
 /// the tiny run's 8 steps, learning rate 0.05 and 64 test images every member scores the same).
-const SHARPER: [&str; 3] = ["optimizer.lr=0.2", "data.test_size=256", "train.steps=24"];
+const SHARPER: [&str; 3] = ["optimizer.lr=0.2", "data.test_size=256", "train.steps=32"];
 
 /// The tiny run with four replicas (so that a sum's order changes its bits), checkpoints every
 /// 3 steps, the crash, [`SHARPER`], and `sets` as `--set` overrides; its golden cache is shared
@@ -101,7 +101,7 @@ timeout_s = 300
 [base]
 data = { source = "synthetic", train_size = 128, test_size = 256, image_size = 16, difficulty = 0.3 }
 model = { arch = "resnet", depth = 8, width = 0.25 }
-train = { steps = 24, batch_size = 32, eval_every = 4, reduction_order = "seeded", golden_ensemble = 3 }
+train = { steps = 32, batch_size = 32, eval_every = 4, reduction_order = "seeded", golden_ensemble = 3 }
 optimizer = { kind = "sgd", lr = 0.2 }
 parallel = { workers = 4 }
 checkpoint = { every_steps = 3 }
