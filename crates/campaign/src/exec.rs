@@ -142,6 +142,7 @@ fn prepare_dir(campaign: &Campaign, opts: &Options) -> Result<Vec<Row>> {
             started: resilab_runner::utc_stamp(),
             revision: opts.revision.clone(),
             shard: Some(shard_text(opts.shard)),
+            all_reduce_buckets: Some(resilab_train::REDUCE_PLAN_REVISION),
         };
         resilab_runner::write_atomic(
             &meta_path,

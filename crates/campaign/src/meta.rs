@@ -18,6 +18,11 @@ pub(crate) struct Meta {
     /// started before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) shard: Option<String>,
+    /// The revision of the data-parallel all-reduce buckets the campaign's runs made
+    /// ([`resilab_train::REDUCE_PLAN_REVISION`]); absent in campaigns started before it was
+    /// recorded (revision 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) all_reduce_buckets: Option<u32>,
 }
 
 /// How a shard is written in `campaign.json`: `I/N`, or `all` for the whole grid.

@@ -78,8 +78,10 @@ fn intro() -> String {
          exact McNemar for paired rates, Welch's t for means), Holm-adjusted over the preset's report, gives p < 0.05 and both cells rest on \
          at least 3 training seeds. A claim lists every comparison it rests on (one per combination of the other grid coordinates).\n\n\
          The numerics column names the backend and kernels revision each preset ran on; the current revision is r{current}, \
-         and a preset on an earlier one is marked *stale* (its bits, not its rules, are out of date).\n\n",
-        current = resilab_kernels::NUMERICS
+         and a preset on an earlier one is marked *stale* (its bits, not its rules, are out of date), as is a data-parallel preset \
+         whose all-reduce buckets were of an earlier revision than r{buckets} (other buckets sum in other chunks).\n\n",
+        current = resilab_kernels::NUMERICS,
+        buckets = resilab_train::REDUCE_PLAN_REVISION
     )
 }
 
@@ -88,9 +90,16 @@ fn summary(root: &Path, sections: &[Section]) -> Result<String> {
     let current = format!("kernels r{}", resilab_kernels::NUMERICS);
     let mut out = String::from("| preset | published | runs (wall time) | numerics | verdicts |\n|---|---|---|---|---|\n");
     for Section { summary: s, .. } in sections {
-        let folder = s.name.split(' ').next().unwrap_or_default();
-        let numerics = read::numerics_of(&root.join(folder))?;
-        let stale = if numerics.contains(&current) { "" } else { " (*stale*)" };
+        let dir = root.join(s.name.split(' ').next().unwrap_or_default());
+        let numerics = read::numerics_of(&dir)?;
+        let buckets = read::meta(&dir)?.all_reduce_buckets.unwrap_or(1);
+        let stale = if !numerics.contains(&current) {
+            " (*stale*)".to_string()
+        } else if buckets < resilab_train::REDUCE_PLAN_REVISION && read::data_parallel(&dir)? {
+            format!(" (*stale*: all-reduce buckets r{buckets})")
+        } else {
+            String::new()
+        };
         let verdicts: Vec<String> = s.verdicts.iter().map(|(t, v)| format!("{t}: **{v}**")).collect();
         out += &format!("| `{}` | {} | {} | {numerics}{stale} | {} |\n", s.name, s.published, s.runs, verdicts.join("; "));
     }

@@ -122,6 +122,29 @@ pub(super) struct Meta {
     pub(super) started: Option<String>,
     /// The code revision that ran it.
     pub(super) revision: Option<String>,
+    /// The revision of the data-parallel all-reduce buckets; absent before it was recorded
+    /// (revision 1).
+    #[serde(default)]
+    pub(super) all_reduce_buckets: Option<u32>,
+}
+
+/// Whether the preset folder `dir`'s campaign trains more than one data-parallel worker
+/// (`campaign.toml`: its base, or a grid over `parallel.workers`), so that its bits depend on
+/// the all-reduce buckets.
+pub(super) fn data_parallel(dir: &Path) -> Result<bool> {
+    let path = dir.join("campaign.toml");
+    if !path.exists() {
+        return Ok(false);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    let doc: toml::Table = toml::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
+    let parallel = doc.get("base").and_then(|b| b.get("parallel"));
+    if parallel.and_then(|p| p.get("mode")).and_then(|m| m.as_str()) == Some("pipeline") {
+        return Ok(false);
+    }
+    let base_workers = parallel.and_then(|p| p.get("workers")).and_then(|w| w.as_integer()).unwrap_or(1);
+    let grid_workers = doc.get("grid").and_then(|g| g.get("parallel.workers")).and_then(|w| w.as_array()).into_iter().flatten();
+    Ok(base_workers > 1 || grid_workers.filter_map(|w| w.as_integer()).any(|w| w > 1))
 }
 
 /// The `campaign.json` of the preset folder `dir`; empty where there is none.
@@ -166,6 +189,22 @@ pub(super) fn numerics(platform: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preset_is_data_parallel_by_its_base_or_its_grid_of_workers() {
+        let dir = tempfile::tempdir().unwrap();
+        let case = |text: &str| {
+            std::fs::write(dir.path().join("campaign.toml"), text).unwrap();
+            data_parallel(dir.path()).unwrap()
+        };
+        assert!(case("[base]\nparallel = { workers = 4, bucket_mb = 0.004 }\n"));
+        assert!(case("[base.parallel]\nworkers = 1\n[grid]\n\"parallel.workers\" = [1, 8]\n"));
+        assert!(!case("[base]\nparallel = { workers = 1 }\n[grid]\n\"parallel.workers\" = [1]\n"));
+        assert!(!case("[base]\nparallel = { mode = \"pipeline\", stages = 4 }\n"));
+        assert!(!case("[base]\nmodel = { arch = \"resnet\" }\n"));
+        std::fs::remove_file(dir.path().join("campaign.toml")).unwrap();
+        assert!(!data_parallel(dir.path()).unwrap(), "no campaign.toml");
+    }
 
     #[test]
     fn numerics_is_the_first_parenthesis() {
