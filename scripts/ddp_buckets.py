@@ -10,8 +10,6 @@ same configuration.
 """
 
 import json
-import subprocess
-from pathlib import Path
 
 import torch
 import torch.distributed as dist

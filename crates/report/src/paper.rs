@@ -91,8 +91,9 @@ fn summary(root: &Path, sections: &[Section]) -> Result<String> {
     let mut out = String::from("| preset | published | runs (wall time) | numerics | verdicts |\n|---|---|---|---|---|\n");
     for Section { summary: s, .. } in sections {
         let dir = root.join(s.name.split(' ').next().unwrap_or_default());
-        let numerics = read::numerics_of(&dir)?;
-        let buckets = read::meta(&dir)?.all_reduce_buckets.unwrap_or(1);
+        let meta = read::meta(&dir)?;
+        let numerics = read::numerics(meta.platform.as_deref());
+        let buckets = meta.all_reduce_buckets.unwrap_or(1);
         let stale = if !numerics.contains(&current) {
             " (*stale*)".to_string()
         } else if buckets < resilab_train::REDUCE_PLAN_REVISION && read::data_parallel(&dir)? {

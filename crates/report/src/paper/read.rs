@@ -128,23 +128,21 @@ pub(super) struct Meta {
     pub(super) all_reduce_buckets: Option<u32>,
 }
 
-/// Whether the preset folder `dir`'s campaign trains more than one data-parallel worker
-/// (`campaign.toml`: its base, or a grid over `parallel.workers`), so that its bits depend on
-/// the all-reduce buckets.
+/// Whether a run of the preset folder `dir`'s campaign trains more than one data-parallel
+/// worker (each run's configuration as the campaign resolves it from `campaign.toml`), so that
+/// its bits depend on the all-reduce buckets; false without a `campaign.toml`.
 pub(super) fn data_parallel(dir: &Path) -> Result<bool> {
-    let path = dir.join("campaign.toml");
-    if !path.exists() {
+    if !dir.join(resilab_campaign::CAMPAIGN_FILE).exists() {
         return Ok(false);
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-    let doc: toml::Table = toml::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
-    let parallel = doc.get("base").and_then(|b| b.get("parallel"));
-    if parallel.and_then(|p| p.get("mode")).and_then(|m| m.as_str()) == Some("pipeline") {
-        return Ok(false);
+    let campaign = resilab_campaign::Campaign::stored(dir)?;
+    for index in 0..campaign.len() {
+        let p = campaign.run(index)?.config.parallel;
+        if p.mode == resilab_train::ParallelMode::Data && p.workers > 1 {
+            return Ok(true);
+        }
     }
-    let base_workers = parallel.and_then(|p| p.get("workers")).and_then(|w| w.as_integer()).unwrap_or(1);
-    let grid_workers = doc.get("grid").and_then(|g| g.get("parallel.workers")).and_then(|w| w.as_array()).into_iter().flatten();
-    Ok(base_workers > 1 || grid_workers.filter_map(|w| w.as_integer()).any(|w| w > 1))
+    Ok(false)
 }
 
 /// The `campaign.json` of the preset folder `dir`; empty where there is none.
@@ -192,18 +190,12 @@ mod tests {
 
     #[test]
     fn a_preset_is_data_parallel_by_its_base_or_its_grid_of_workers() {
-        let dir = tempfile::tempdir().unwrap();
-        let case = |text: &str| {
-            std::fs::write(dir.path().join("campaign.toml"), text).unwrap();
-            data_parallel(dir.path()).unwrap()
-        };
-        assert!(case("[base]\nparallel = { workers = 4, bucket_mb = 0.004 }\n"));
-        assert!(case("[base.parallel]\nworkers = 1\n[grid]\n\"parallel.workers\" = [1, 8]\n"));
-        assert!(!case("[base]\nparallel = { workers = 1 }\n[grid]\n\"parallel.workers\" = [1]\n"));
-        assert!(!case("[base]\nparallel = { mode = \"pipeline\", stages = 4 }\n"));
-        assert!(!case("[base]\nmodel = { arch = \"resnet\" }\n"));
-        std::fs::remove_file(dir.path().join("campaign.toml")).unwrap();
-        assert!(!data_parallel(dir.path()).unwrap(), "no campaign.toml");
+        let paper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/paper");
+        assert!(data_parallel(&paper.join("detectors")).unwrap(), "4 workers in its base");
+        assert!(data_parallel(&paper.join("recovery")).unwrap(), "a grid over parallel.workers");
+        assert!(!data_parallel(&paper.join("pipeline")).unwrap(), "pipeline stages");
+        assert!(!data_parallel(&paper.join("precision-training")).unwrap(), "one worker");
+        assert!(!data_parallel(tempfile::tempdir().unwrap().path()).unwrap(), "no campaign.toml");
     }
 
     #[test]
