@@ -346,12 +346,12 @@ def main():
 
 
 def report(rows, out):
-    header = ("check", "reference", "mutation", "measure", "max_value", "step", "tensor", "bound", "torch", "revision")
+    header = ("check", "reference", "mutation", "measure", "max_value", "step", "tensor", "bound")
     print(f"{'check':<18} {'reference':<12} {'mutation':<9} {'measure':<17} {'max':>9} {'bound':>9}  step  tensor")
     for check, ref, mut, measure, v, step, tensor, bound in rows:
         print(f"{check:<18} {ref:<12} {mut or '-':<9} {measure:<17} {v:9.2e} {bound:9.2e}  {step:>6}  {tensor}")
     if out:
-        ddp.write_rows(out, header, rows)
+        ddp.write_rows(out, header, rows, (torch.__version__, ddp.revision()))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ scripts/ddp-check.sh, which provides PyTorch, h5py and safetensors.
 
 import argparse
 import copy
+import csv
 import json
 import os
 import socket
@@ -523,14 +524,16 @@ class Results:
     notes: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     excused: list = field(default_factory=list)
+    deaths: list = field(default_factory=list)  # DEATHS_HEADER's columns, one per crash check
 
     def __iadd__(self, other):
-        for name in ("rows", "notes", "failures", "excused"):
+        for name in ("rows", "notes", "failures", "excused", "deaths"):
             getattr(self, name).extend(getattr(other, name))
         return self
 
 
 EXCUSED_HEADER = ("check", "step", "tensor", "kind", "rank", "rel_diff", "bound", "elements_beyond", "closest_diff", "closest_torch_move")
+DEATHS_HEADER = ("check", "ranks", "buckets_done", "survivor_error", "detect_s", "rebuild_s", "replacement_start_s", "rejoin_s")
 
 
 @dataclass
@@ -769,7 +772,7 @@ def main():
     ap.add_argument("--resilab", type=Path, default=ROOT / "target" / "release" / "resilab", help="the resilab binary")
     ap.add_argument("--work", type=Path, required=True, help="an empty scratch directory")
     ap.add_argument("--workers", default="4,8", help="data-parallel world sizes (default 4,8)")
-    ap.add_argument("--out", type=Path, help="write the measured differences here (CSV), and beside it FILE_excused.csv: each comparison the ReLU allowance excused")
+    ap.add_argument("--out", type=Path, help="write the measured differences here (CSV), and beside it FILE_excused.csv (each comparison the ReLU allowance excused) and FILE_deaths.csv (what each crash check's survivors saw)")
     ap.add_argument("--only", default="", help="run only the checks whose name contains this text (e.g. gpipe, crash-8)")
     args = ap.parse_args()
     if not args.resilab.is_file():
@@ -810,9 +813,11 @@ def main():
     for world, checks in jobs:
         results += run_job(args.resilab, work, world, checks, (images, labels))
         print(f"ddp-check: {', '.join(c.name for c in checks)}: compared ({time.time() - t0:.0f} s)", file=sys.stderr)
-    report(results.rows, args.out)
+    provenance = (torch.__version__, revision())
+    report(results.rows, args.out, provenance)
     if args.out:
-        write_rows(args.out.with_name(args.out.stem + "_excused.csv"), EXCUSED_HEADER, results.excused)
+        write_rows(args.out.with_name(args.out.stem + "_excused.csv"), EXCUSED_HEADER, results.excused, provenance)
+        write_rows(args.out.with_name(args.out.stem + "_deaths.csv"), DEATHS_HEADER, results.deaths, provenance)
     for e in results.notes:
         print(f"ddp-check: note: {e}", file=sys.stderr)
     if results.failures:
@@ -836,11 +841,11 @@ def run_job(binary, work, world, checks, data):
         runs.append((check, run_dir))
     # The layout is checked here, before the ranks read it, so an unknown one is one line.
     read_worker(Path(plans[0]["imported"]) / "step-00000000" / "worker-0.h5")
+    results = Results()
     if checks[0].crash_k >= 0:
-        crash_job(world, plans, str(work / "data.pt"))
+        results.deaths = crash_job(world, plans, str(work / "data.pt"))
     else:
         launch(dp_rank if checks[0].mode == "data" else pipe_rank, world, {"data": str(work / "data.pt"), "checks": plans})
-    results = Results()
     for (check, run_dir), p in zip(runs, plans):
         results += compare(check, run_dir, work / check.name / "torch", world, p, data)
     control = next((c for c in checks if c.name == CONTROL[0]), None)
@@ -889,17 +894,21 @@ def negative_control(binary, work, check, data):
 
 def crash_job(world, plans, data):
     """The crash checks of one world size with real deaths: DDP's own bucket plan, which must
-    be resilab's, then the job, and what its survivors saw."""
+    be resilab's, then the job; what its survivors saw (DEATHS_HEADER's columns)."""
     ddp = ddp_plan()
     for p in plans:
         differ = ddp_buckets.first_difference(p["buckets"], ddp)
         if differ:
             die(f"{p['name']}: resilab's buckets are not DDP's at bucket_cap_mb = {BUCKET_MB}: {differ}")
+    deaths = []
     for p, (error, detect, rebuild, started, rejoin) in zip(plans, rank_death.run(world, plans, data)):
         joined = f", joined {rejoin:.2f} s" if rejoin is not None else ""
         print(f"ddp-check: {p['name']}: rank 1 killed after {p['crash_k']} of {len(ddp)} buckets; the survivors' all-reduce "
               f"failed {detect:.2f} s later ({error}); rebuilt in {rebuild:.2f} s; the new rank 1 started "
               f"{started:.2f} s after the death{joined}", file=sys.stderr)
+        deaths.append((p["name"], world, p["crash_k"], error, f"{detect:.4f}", f"{rebuild:.4f}", f"{started:.4f}",
+                       "" if rejoin is None else f"{rejoin:.4f}"))
+    return deaths
 
 
 def ddp_plan():
@@ -929,29 +938,30 @@ def revision():
     return r.stdout.strip() if r.returncode == 0 else "unknown"
 
 
-def report(rows, out):
+def report(rows, out, provenance):
     """The table (and the CSV `out`): per check and tensor kind, the largest difference and
     where, the bound it was held to, and how many comparisons the ReLU allowance excused, with
     the largest of them (not in max_rel_diff)."""
-    header = ("check", "kind", "max_rel_diff", "step", "tensor", "rank", "bound", "excused", "excused_max_rel_diff", "torch", "revision")
+    header = ("check", "kind", "max_rel_diff", "step", "tensor", "rank", "bound", "excused", "excused_max_rel_diff")
     width = max(len(r[0]) for r in rows) if rows else 10
     print(f"{'check':<{width}}  {'kind':<8}  max rel diff  step  {'bound':>7}  excused  (tensor, rank)")
     for name, kind, d, step, key, rank, bound, excused, excused_d in rows:
         also = f" (largest {excused_d:.1e})" if excused else ""
         print(f"{name:<{width}}  {kind:<8}  {d:12.2e}  {step:>4}  {bound:7.1e}  {excused:>7}  ({key}, {rank}){also}")
     if out:
-        write_rows(out, header, rows)
+        write_rows(out, header, rows, provenance)
 
 
-def write_rows(out, header, rows):
-    """Writes `rows` under `header` to the CSV file `out`, each followed by PyTorch's version and
-    the revision (read before the file is rewritten, which dirties the tree)."""
-    extra = (torch.__version__, revision())
+def write_rows(out, header, rows, provenance):
+    """Writes `rows` under `header` to the CSV file `out`, each followed by `provenance`:
+    PyTorch's version and the revision (read before any file is rewritten, which dirties the
+    tree)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as f:
-        f.write(",".join(header) + "\n")
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow((*header, "torch", "revision"))
         for r in rows:
-            f.write(",".join(str(v) for v in (*r, *extra)) + "\n")
+            w.writerow((*r, *provenance))
 
 
 if __name__ == "__main__":
