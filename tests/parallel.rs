@@ -162,6 +162,28 @@ fn pipeline_checkpoints_one_file_per_stage_and_resumes_exactly() {
 }
 
 #[test]
+fn a_crashed_pipeline_stage_restarts_from_the_checkpoint_under_every_strategy() {
+    // A stage has no replica (stage 0 holds other blocks): rollback and lossy forward cannot
+    // respawn it from one, and restart from the checkpoint as checkpoint-restart does.
+    let dir = tempfile::tempdir().unwrap();
+    let crash = "[[fault]]\ntarget = \"crash\"\nat_step = 6\nworker = 1\n";
+    let text =
+        format!("{TINY}\n[checkpoint]\nevery_steps = 4\n\n[parallel]\nmode = \"pipeline\"\nstages = 2\nmicro_batches = 2\n\n{crash}");
+    let cfg = write(dir.path(), "pipe.toml", &text);
+    let mut digests = Vec::new();
+    for strategy in ["checkpoint_restart", "rollback", "lossy_forward"] {
+        let out = dir.path().join(strategy);
+        let s = train(&cfg, &out, &["--set", &format!("recovery.strategy=\"{strategy}\"")]);
+        assert_eq!(s["status"], "completed", "{strategy}");
+        let restarts = s["restarts"].as_array().unwrap();
+        assert_eq!(restarts.len(), 1, "{strategy}: {restarts:?}");
+        assert_eq!(restarts[0]["to_step"], 4, "{strategy}");
+        digests.push(s["final_params_digest"].clone());
+    }
+    assert!(digests.iter().all(|d| *d == digests[0]), "the same restart, the same weights: {digests:?}");
+}
+
+#[test]
 fn bad_parallel_settings_name_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o");

@@ -11,8 +11,9 @@
 //! | worker r crashed | fail the run | restart from checkpoint (r respawned) | redo the step without r, respawn r from a healthy replica | drop r this step, respawn r from a healthy replica next step |
 //!
 //! Damage found again in a step that rollback already redid was not transient: rollback then
-//! restarts from the checkpoint. When no healthy replica exists (one worker, or all damaged), re-syncing is impossible and
-//! the policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
+//! restarts from the checkpoint. When no healthy replica exists (one worker, a pipeline, whose
+//! stages hold different blocks, or every replica damaged), re-syncing is impossible and the
+//! policy falls back: `lossy_forward` and `rollback` then restart from the newest checkpoint
 //! (or the initial state).
 //!
 //! A restart from a checkpoint relaunches the job only when a process died (a crash in that
@@ -102,8 +103,13 @@ pub struct Situation {
 }
 
 impl Situation {
-    /// The lowest-ranked replica not known to be damaged.
+    /// The lowest-ranked replica not known to be damaged, when the damaged workers have
+    /// replicas: never with one replica (a single worker, or a pipeline, whose stage s is worker
+    /// s and holds other blocks than stage 0).
     pub fn healthy(&self) -> Option<usize> {
+        if self.replicas < 2 {
+            return None;
+        }
         (0..self.replicas).find(|r| !self.unhealthy.contains(r))
     }
 }
@@ -412,6 +418,15 @@ mod tests {
         let alone = Situation { replicas: 1, unhealthy: vec![0], redos: 0 };
         assert_eq!(charges(Strategy::Rollback, &alone), detect);
         assert_eq!(charges(Strategy::LossyForward, &alone), detect);
+        // A pipeline's stage 1: stage 0 holds other blocks, so it is no replica to copy.
+        let stage = Situation { replicas: 1, unhealthy: vec![1], redos: 0 };
+        for strategy in [Strategy::Rollback, Strategy::LossyForward] {
+            assert_eq!(decide(strategy, Detection::Crash, &[1], &stage), D::RestartFromCheckpoint, "{strategy:?}");
+        }
+        for damage in [Detection::NonFiniteWeights, Detection::NonFiniteGradients] {
+            assert_eq!(decide(Strategy::LossyForward, damage, &[1], &stage), D::RestartFromCheckpoint, "{damage:?}");
+        }
+        assert_eq!(decide(Strategy::Rollback, Detection::NonFiniteWeights, &[1], &stage), D::RedoStep { without: vec![] });
         assert_eq!(crash_charges(&D::Both { steps: vec![D::DropContribution { ranks: vec![1] }, D::RestartFromCheckpoint] }), detect);
         assert_eq!(neither.or(detect).or(both), both);
     }
