@@ -212,6 +212,22 @@ fn damage_stored_in_a_checkpoint_before_its_detection_sends_the_next_restart_fur
     assert_eq!(restart["final_params_digest"], golden["final_params_digest"], "the rerun from the start met no fault");
 }
 
+#[test]
+fn a_second_crash_soon_after_a_restart_goes_back_to_the_newest_checkpoint_only() {
+    // Two workers crash in step 5, the second later in the step: the first stops the step and
+    // the job restarts from step 3's checkpoint; the second strikes in the next step run, step 4,
+    // before the run is past step 5 again. A crash leaves no damage in the checkpoint, so the
+    // second restart goes to step 3's checkpoint again, not further back.
+    let dir = tempfile::tempdir().unwrap();
+    let crashes = "[[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 0\nat_fraction = 0.1\n\n\
+                   [[fault]]\ntarget = \"crash\"\nat_step = 5\nworker = 1\nat_fraction = 0.9\n";
+    let s = train(dir.path(), "twice", &format!("{crashes}\n[recovery]\nstrategy = \"checkpoint_restart\"\n"));
+    assert_eq!(s["status"], "completed", "{s}");
+    let restarts = s["restarts"].as_array().unwrap();
+    let at: Vec<(u64, u64)> = restarts.iter().map(|r| (r["at_step"].as_u64().unwrap(), r["to_step"].as_u64().unwrap())).collect();
+    assert_eq!(at, [(5, 3), (4, 3)], "{restarts:?}");
+}
+
 /// Buckets of 4 KiB: the tiny model's gradients go in several buckets, as ResNet-8's do at the
 /// default size.
 const SMALL_BUCKETS: &str = "bucket_mb = 0.004\n";

@@ -151,6 +151,9 @@ pub(crate) struct Session<'a> {
     charged_detections: usize,
     /// A process died (a crash) in the step just taken: a restart after it relaunches the job.
     crashed: bool,
+    /// Whether the last step's detections found damage (anything but a crash), which a restart
+    /// that came back to it must look for in the checkpoint it loaded.
+    damage_found: bool,
     /// After a relaunch, the step the job had reached before it: the steps up to it are the
     /// relaunch's redo.
     redo_until: u64,
@@ -238,6 +241,7 @@ impl<'a> Session<'a> {
             logged_faults: 0,
             charged_detections: 0,
             crashed: false,
+            damage_found: false,
             redo_until: 0,
             tally: Tally::default(),
             window: Window::default(),
@@ -355,6 +359,7 @@ impl<'a> Session<'a> {
             .map(|d| crash_charges(&d.decision))
             .fold(CrashCharges::default(), CrashCharges::or);
         self.crashed = new.iter().any(|d| d.kind == Detection::Crash);
+        self.damage_found = new.iter().any(|d| d.kind != Detection::Crash);
         self.charged_detections = rec.guard.detections.len();
         let r = &self.cfg.recovery;
         let detect = if charges.detect { r.detect_timeout_s } else { 0.0 };
@@ -401,7 +406,9 @@ impl<'a> Session<'a> {
     /// state that restart loaded (a checkpoint written between a silent fault and its late
     /// detection): this restart goes to a checkpoint older than that one, and so on down to the
     /// initial state. Returns `false`, and restores nothing, when the initial state itself led
-    /// back to the damage: restarting cannot clear it.
+    /// back to the damage: restarting cannot clear it. A crash is no such damage (a process
+    /// died; the state it left is sound): a restart for crashes alone goes to the newest
+    /// checkpoint, however soon after the last restart it comes.
     ///
     /// `damage`: the restart clears damage (the strategy's restart); otherwise it replaces a
     /// worker lost for good (reinit), and always goes to the newest checkpoint. The restart
@@ -410,7 +417,7 @@ impl<'a> Session<'a> {
     fn restart(&mut self, trainer: &mut Trainer, rec: &mut Recovery, damage: bool) -> Result<bool> {
         let at_step = trainer.step + 1;
         let t = Instant::now();
-        let recurred = self.tally.restarts.last().filter(|r| damage && at_step <= r.at_step).map(|r| r.to_step);
+        let recurred = self.tally.restarts.last().filter(|r| damage && self.damage_found && at_step <= r.at_step).map(|r| r.to_step);
         let template = trainer.snapshot();
         let probe = self.opts.probe.as_ref();
         let has_any = resilab_checkpoint::list(&self.ckpt_root).is_ok_and(|l| !l.is_empty());
