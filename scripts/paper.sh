@@ -72,6 +72,11 @@ for p in $PRESETS; do
     report_args=()
     if [ "$p" = detectors ]; then report_args=(--detectors); fi
     "$bin" report "$camp" --out "$out" "${report_args[@]}"
+    # The recovery study is also priced at MegaScale's costs before its fixes: the same runs
+    # re-priced exactly (docs/recovery.md, "Priced at real jobs").
+    if [ "$p" = recovery ]; then
+        "$bin" report "$camp" --price megascale-unoptimised --out "$out/unoptimised"
+    fi
     cp "$camp/campaign.toml" "$camp/campaign.json" "$camp/runs.csv" "$out/"
     if [ -f "$camp/faults.csv" ]; then cp "$camp/faults.csv" "$out/"; fi
     echo "$(( $(date +%s) - start ))" > "$out/wall_s.txt"
