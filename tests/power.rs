@@ -145,7 +145,7 @@ fn a_report_of_the_committed_study_reaches_its_committed_verdicts() {
     }
     let md = std::fs::read_to_string(copy.join("report/report.md")).unwrap();
     assert!(md.contains("1080 runs recorded of 1080"), "{md}");
-    assert!(md.contains("smallest paired difference detectable at 80% power: 0.01 to 0.20 accuracy points."), "{md}");
+    assert!(md.contains("smallest paired difference detectable at 80% power: 0.02 to 0.26 accuracy points."), "{md}");
     assert!(md.contains("no `runs/`"), "the missing accuracy curves are said: {md}");
 }
 
