@@ -6,7 +6,7 @@
 # checkpoint-restart at three crash points and 4 and 8 ranks (the survivors rebuild their gloo
 # group; scripts/rank_death.py), and GPipe and 1F1B pipelines. Uses the PyTorch of the tch
 # virtual environment (made by scripts/setup.sh --tch when missing) and the release binary;
-# about 5 minutes on 2 cores. Extra arguments go to ddp_check.py (--only NAME, --workers 4,
+# about 4 minutes on 2 cores. Extra arguments go to ddp_check.py (--only NAME, --workers 4,
 # --out FILE.csv).
 #
 #   cargo build --release && bash scripts/ddp-check.sh
