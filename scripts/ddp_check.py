@@ -283,8 +283,7 @@ class Hook:
             assert lo <= g.data_ptr() < hi, "a DDP gradient view outside its bucket"
             name = self.names[p]
             if self.flip and self.flip[0] == name:
-                bits = g.view(-1).view(torch.int32)
-                bits[self.flip[1]] ^= self.flip[2]
+                flip_bits(g, self.flip[1], self.flip[2])
                 self.flip = None
             g.div_(self.world)
         return dist.all_reduce(buffer, async_op=True).get_future().then(lambda f: f.value()[0])
@@ -294,18 +293,32 @@ def comm_hook(hook, bucket):
     return hook.on_bucket(bucket)
 
 
+def flip_bits(tensor, index, mask):
+    """XORs `mask` into the float32 bits of `tensor`'s element `index` (flat), in place."""
+    tensor.view(-1).view(torch.int32)[index] ^= mask
+
+
+def bucket_all_reduce(sources, targets, divide_by=None, scale_by=None):
+    """One fused all-reduce over the current group: `sources` flattened, divided by `divide_by`
+    first (DDP), summed, then times `scale_by` (Horovod), and written into `targets` in order."""
+    flat = torch.cat([t.reshape(-1) for t in sources])
+    if divide_by is not None:
+        flat.div_(divide_by)
+    dist.all_reduce(flat)
+    if scale_by is not None:
+        flat.mul_(scale_by)
+    offset = 0
+    for t in targets:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
 def horovod_allreduce(model, buckets, world):
     """Horovod's averaging: each fusion buffer (resilab's buckets) summed, then scaled by 1/N."""
     params = dict(model.named_parameters())
     for bucket in buckets:
         grads = [params[n].grad for n in bucket]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat.mul_(1.0 / world)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        bucket_all_reduce(grads, grads, scale_by=1.0 / world)
 
 
 def dp_rank(rank, world, plan, port):
@@ -380,7 +393,7 @@ def train_dp(rank, world, c, net, model, opt, hook, images, labels):
             attempt(c, step, rank, model, images, labels)
             if hook.flip:  # Horovod has no hook: the flip goes into the gradient before the sum
                 name, index, mask = hook.flip
-                dict(model.named_parameters())[name].grad.view(-1).view(torch.int32)[index] ^= mask
+                flip_bits(dict(model.named_parameters())[name].grad, index, mask)
                 hook.flip = None
             horovod_allreduce(model, c["buckets"], world)
         else:
@@ -794,8 +807,10 @@ def main():
     init = {k: v for k, v in init_model.state_dict().items() if not k.endswith("num_batches_tracked")}
     safetensors.torch.save_file(init, work / "init.safetensors")
     results = Results()
-    jobs = [(w, [c for c in data_checks(w, BUCKETS) if c.crash_k < 0]) for w in worlds]
-    jobs += [(w, [c for c in data_checks(w, BUCKETS) if c.crash_k >= 0]) for w in worlds]
+    # Per world size, its hooked and plain checks in one job, its crash checks in another.
+    by_world = [(w, data_checks(w, BUCKETS)) for w in worlds]
+    jobs = [(w, [c for c in cs if c.crash_k < 0]) for w, cs in by_world]
+    jobs += [(w, [c for c in cs if c.crash_k >= 0]) for w, cs in by_world]
     # At 3 ranks dividing by N is inexact: Horovod's sum-then-scale is told apart (horovod_probe.py).
     jobs += [(3, [Check("horovod-3", 3, 20, sync="horovod", probe=True),
                   Check("horovod-flip-3", 3, 20, sync="horovod", fault=flip(5), first=CRASH_STEP)])]

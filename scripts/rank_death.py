@@ -47,8 +47,7 @@ RENDEZVOUS_S = 300  # how long a group's members wait for each other to arrive
 JOB_S = 900  # the whole job, before the launcher gives up
 
 
-def victim_rank():
-    return 1
+VICTIM = 1  # the rank that dies in each crash step
 
 
 def first_line(error):
@@ -104,13 +103,7 @@ class Rank:
         group in one all-reduce, and written back as the parameter's gradient."""
         params = dict(model.named_parameters())
         source = grads or {n: params[n].grad for n in bucket}
-        flat = torch.cat([source[n].reshape(-1) for n in bucket]).div_(size)
-        dist.all_reduce(flat)
-        offset = 0
-        for n in bucket:
-            g = params[n].grad
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        dc.bucket_all_reduce([source[n] for n in bucket], [params[n].grad for n in bucket], divide_by=size)
 
     def step(self, c, step, model, opt, members):
         self.forward_backward(c, step, model)
@@ -141,7 +134,7 @@ class Rank:
     def survive(self, c, i, model, opt):
         """A survivor of the crash step: the step until an all-reduce fails, then the strategy."""
         step, everyone = dc.CRASH_STEP, list(range(self.world))
-        survivors = [r for r in everyone if r != victim_rank()]
+        survivors = [r for r in everyone if r != VICTIM]
         before = dc.snapshot(model, opt)
         self.forward_backward(c, step, model)
         self.store.add(f"c{i}/done", 1)
@@ -198,9 +191,9 @@ class Rank:
                 if self.group != f"c{i}/rejoined":
                     self.join(f"c{i}/rejoined", everyone)
                     self.store.set(f"c{i}/rejoined/{self.rank}", repr(time.time()))
-                dc.respawn(model, opt, self.rank, 0, victim_rank())  # the new rank 1: a copy of rank 0
+                dc.respawn(model, opt, self.rank, 0, VICTIM)  # the new rank 1: a copy of rank 0
             if step == dc.CRASH_STEP and entry == "start":
-                if self.rank == victim_rank():
+                if self.rank == VICTIM:
                     self.die(c, i, model)
                 self.survive(c, i, model, opt)
             else:
@@ -266,10 +259,10 @@ def supervise(procs, plans, start, world):
     any other failure stops the job."""
     deaths, t0 = 0, time.time()
     while True:
-        victim = procs[victim_rank()]
+        victim = procs[VICTIM]
         if victim.exitcode == -signal.SIGKILL and deaths < len(plans):
             entry = "restart" if plans[deaths]["strategy"] == "checkpoint_restart" else "rejoin"
-            procs[victim_rank()] = start(victim_rank(), (deaths, entry))
+            procs[VICTIM] = start(VICTIM, (deaths, entry))
             deaths += 1
             continue
         failed = [(r, p.exitcode) for r, p in procs.items() if p.exitcode not in (None, 0)]
@@ -292,10 +285,10 @@ def facts(store, i, world, c):
     lossy forward or rollback, its rejoin (from the death to the slowest member of the group
     with the new rank 1)."""
     death = float(store.get(f"c{i}/death"))
-    rows = [store.get(f"c{i}/survivor/{r}").decode().split(",", 2) for r in range(world) if r != victim_rank()]
+    rows = [store.get(f"c{i}/survivor/{r}").decode().split(",", 2) for r in range(world) if r != VICTIM]
     errors, rebuilt = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
     rejoined = None
     if c["strategy"] != "checkpoint_restart":
-        rejoined = max(float(store.get(f"c{i}/rejoined/{r}")) for r in range(world) if r != victim_rank()) - death
+        rejoined = max(float(store.get(f"c{i}/rejoined/{r}")) for r in range(world) if r != VICTIM) - death
     started = float(store.get(f"c{i}/replaced")) - death
     return rows[0][2], max(errors) - death, max(rebuilt) - max(errors), started, rejoined
