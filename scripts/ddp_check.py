@@ -27,7 +27,12 @@ rank is compared with resilab's: each difference is that one step's float32 arit
   many, must fail;
 - gpipe-*, 1f1b-4: resilab's GPipe over 2 and 4 stages and its 1F1B over 4 against
   torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B on the same split and
-  micro-batches.
+  micro-batches;
+- pipe-crash-4-*: stage 1 of a 4-stage GPipe killed in step 10's forward passes: the survivors'
+  pipeline messages fail, they rebuild the group with a new process for the dead stage, and
+  every stage reloads the checkpoint and redoes the step, which is what resilab does under
+  each strategy (a stage has no replica); a negative control, survivors that keep the dead
+  step's BatchNorm updates, must fail (scripts/stage_death.py).
 
 Both sides start from weights made here and imported with `resilab import`, and read the
 per-rank batches resilab recorded (`train --record-samples`). Run it through
@@ -409,46 +414,63 @@ def train_dp(rank, world, c, net, model, opt, hook, images, labels):
 
 
 def pipe_rank(rank, world, plan, port):
-    """One pipeline stage of a GPipe check."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
+    """One pipeline stage of a GPipe or 1F1B check."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     images, labels = torch.load(plan["data"])
     c = plan["checks"][0]
     model = make_model()
-    blocks = c["stages"][rank]
-    stage_module = Blocks(model, blocks)
-    opt = torch.optim.SGD(stage_module.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    module = Blocks(model, c["stages"][rank])
+    opt = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    schedule = pipeline_schedule(c, rank, world, model, module)
+    for step in range(1, c["steps"] + 1):
+        load_state(model, opt, state_dir(c, step - 1) / f"worker-{rank}.h5")
+        pipe_step(c, step, rank, world, schedule, images, labels)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        save_stage(c, step, rank, model, opt)
+    dist.destroy_process_group()
+
+
+def pipeline_schedule(c, rank, world, model, module):
+    """Stage `rank` of check `c`'s pipeline over the current process group: PyTorch's
+    `PipelineStage` for `module` (the stage's blocks, in training mode) in a GPipe or 1F1B
+    schedule."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
     micro = c["batch"] // c["micro_batches"]
     shapes = stage_shapes(model, c["stages"], micro)
-    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"),
+    stage = PipelineStage(module, rank, world, torch.device("cpu"),
                           input_args=torch.zeros(shapes[rank]), output_args=torch.zeros(shapes[rank + 1]))
     # PyTorch 2.9's first-step handshake sends an int64 into a float32 receive, which gloo
     # refuses (it only warms up NCCL's communicators): skipped, the schedule's own messages
     # carry everything.
     stage._get_init_p2p_neighbors_ops = lambda: []
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[c["schedule"]]
-    schedule = kind(stage, c["micro_batches"], loss_fn=torch.nn.functional.cross_entropy, scale_grads=True)
-    stage_module.train()
-    names = set(n for b in blocks for n in Blocks.names(model, b))
-    for step in range(1, c["steps"] + 1):
-        load_state(model, opt, state_dir(c, step - 1) / f"worker-{rank}.h5")
-        idx = torch.tensor(c["samples"][str(step)]["0"])
-        x, y = images[idx], labels[idx]
-        if rank == 0:
-            schedule.step(x)
-        elif rank == world - 1:
-            schedule.step(target=y)
-        else:
-            schedule.step()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        out = Path(c["out"]) / f"step-{step}"
-        out.mkdir(parents=True, exist_ok=True)
-        np.savez(out / f"rank-{rank}.npz", **torch_state(model, opt, names))
-    dist.destroy_process_group()
+    module.train()
+    return kind(stage, c["micro_batches"], loss_fn=torch.nn.functional.cross_entropy, scale_grads=True)
+
+
+def pipe_step(c, step, rank, world, schedule, images, labels):
+    """One step's passes of one stage: the batch resilab's pipeline read, split into
+    micro-batches by the schedule; the first stage feeds the images, the last the labels."""
+    idx = torch.tensor(c["samples"][str(step)]["0"])
+    x, y = images[idx], labels[idx]
+    if rank == 0:
+        schedule.step(x)
+    elif rank == world - 1:
+        schedule.step(target=y)
+    else:
+        schedule.step()
+
+
+def save_stage(c, step, rank, model, opt):
+    """Stage `rank`'s blocks, their BatchNorm statistics and momentum after `step`."""
+    names = set(n for b in c["stages"][rank] for n in Blocks.names(model, b))
+    out = Path(c["out"]) / f"step-{step}"
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / f"rank-{rank}.npz", **torch_state(model, opt, names))
 
 
 class Blocks(torch.nn.Module):
@@ -546,7 +568,7 @@ class Results:
 
 
 EXCUSED_HEADER = ("check", "step", "tensor", "kind", "rank", "rel_diff", "bound", "elements_beyond", "closest_diff", "closest_torch_move")
-DEATHS_HEADER = ("check", "ranks", "buckets_done", "survivor_error", "detect_s", "rebuild_s", "replacement_start_s", "rejoin_s")
+DEATHS_HEADER = ("check", "ranks", "killed", "survivor_error", "detect_s", "rebuild_s", "replacement_start_s", "rejoin_s")
 
 
 @dataclass
@@ -581,7 +603,7 @@ def compare(check, run_dir, torch_dir, ranks, plan, data):
         over = []
         drift.append(0.0)
         for rank in range(ranks):
-            if rank == 1 and step == CRASH_STEP and check.strategy in ("rollback", "lossy_forward"):
+            if check.mode == "data" and rank == 1 and step == CRASH_STEP and check.strategy in ("rollback", "lossy_forward"):
                 continue  # the crashed process: what it held is gone, and it rejoins at the next step
             ours = read_worker(run_dir / "checkpoints" / f"step-{step:08d}" / f"worker-{rank}.h5")
             theirs = dict(np.load(torch_dir / f"step-{step}" / f"rank-{rank}.npz"))
@@ -752,6 +774,15 @@ def data_checks(world, buckets):
     return checks
 
 
+def stage_crash_checks():
+    """Stage 1 of 4 killed in the crash step's forward passes (stage_death.py), under each
+    strategy: each restarts from the checkpoint (a stage has no replica), so all three are
+    compared with one PyTorch job."""
+    crash = f'[[fault]]\ntarget = "crash"\nat_step = {CRASH_STEP}\nworker = {rank_death.VICTIM}\nphase = "forward"'
+    return [Check(f"pipe-crash-4-{s}", 1, CRASH_STEPS, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4,
+                  fault=crash, strategy=s, first=CRASH_STEP) for s in ("checkpoint_restart", "rollback", "lossy_forward")]
+
+
 def check_host(world):
     try:
         with open("/proc/meminfo") as f:
@@ -816,12 +847,13 @@ def main():
                   Check("horovod-flip-3", 3, 20, sync="horovod", fault=flip(5), first=CRASH_STEP)])]
     jobs += [(2, [Check("gpipe-2", 1, 10, mode="pipeline", stages=2, split_at=[2], micro_batches=4)]),
              (4, [Check("gpipe-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4)]),
-             (4, [Check("1f1b-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4, schedule="1f1b")])]
+             (4, [Check("1f1b-4", 1, 10, mode="pipeline", stages=4, split_at=[1, 2, 4], micro_batches=4, schedule="1f1b")]),
+             (4, stage_crash_checks())]
     jobs = [(w, [c for c in cs if args.only in c.name]) for w, cs in jobs]
     jobs = [j for j in jobs if j[1]]
     bucket_failures = buckets_check(args.resilab, work, args.only, t0)
     if not jobs and bucket_failures is None:
-        die(f"--only {args.only!r} names no check: they are buckets-<model>-<MiB>, ddp-4, ddp-free-4, horovod-4, horovod-3, horovod-flip-3, flip-4, flip-nan-4, crash-<ranks>-k<k>-<strategy>, gpipe-2, gpipe-4, 1f1b-4")
+        die(f"--only {args.only!r} names no check: they are buckets-<model>-<MiB>, ddp-4, ddp-free-4, horovod-4, horovod-3, horovod-flip-3, flip-4, flip-nan-4, crash-<ranks>-k<k>-<strategy>, gpipe-2, gpipe-4, 1f1b-4, pipe-crash-4-<strategy>")
     results.failures += bucket_failures or []
     for world in sorted({w for w, _ in jobs}):
         check_host(world)
@@ -859,10 +891,13 @@ def run_job(binary, work, world, checks, data):
     results = Results()
     if checks[0].crash_k >= 0:
         results.deaths = crash_job(world, plans, str(work / "data.pt"))
+    elif checks[0].mode == "pipeline" and checks[0].strategy != "none":
+        results.deaths, kept = stage_crash_job(world, plans, str(work / "data.pt"))
+        results.failures += stage_control(*runs[0], plans[0], kept, data)
     else:
         launch(dp_rank if checks[0].mode == "data" else pipe_rank, world, {"data": str(work / "data.pt"), "checks": plans})
     for (check, run_dir), p in zip(runs, plans):
-        results += compare(check, run_dir, work / check.name / "torch", world, p, data)
+        results += compare(check, run_dir, Path(p["out"]), world, p, data)
     control = next((c for c in checks if c.name == CONTROL[0]), None)
     if control:
         results.failures += negative_control(binary, work, control, data)
@@ -921,9 +956,43 @@ def crash_job(world, plans, data):
         print(f"ddp-check: {p['name']}: rank 1 killed after {p['crash_k']} of {len(ddp)} buckets; the survivors' all-reduce "
               f"failed {detect:.2f} s later ({error}); rebuilt in {rebuild:.2f} s; the new rank 1 started "
               f"{started:.2f} s after the death{joined}", file=sys.stderr)
-        deaths.append((p["name"], world, p["crash_k"], error, f"{detect:.4f}", f"{rebuild:.4f}", f"{started:.4f}",
+        deaths.append((p["name"], world, f"rank 1 after {p['crash_k']} of {len(ddp)} buckets", error, f"{detect:.4f}", f"{rebuild:.4f}", f"{started:.4f}",
                        "" if rejoin is None else f"{rejoin:.4f}"))
     return deaths
+
+
+def stage_crash_job(world, plans, data):
+    """The pipeline crash checks' PyTorch job (stage_death.py): one restart, whose output every
+    check is compared with (each strategy restarts), then the negative control, whose survivors
+    keep the dead step's state; what the survivors saw, and the control's output."""
+    import stage_death  # here: it builds on rank_death, which imports this module
+
+    shared = Path(plans[0]["out"]).parent.parent / "pipe-crash-4"
+    restart = dict(plans[0], name="pipe-crash-4", strategy="checkpoint_restart", out=str(shared / "torch"))
+    kept = dict(restart, name="pipe-crash-4-kept", keep=True, out=str(shared / "torch-kept"))
+    for p in plans:
+        p["out"] = restart["out"]
+    deaths = []
+    for p, (error, detect, rebuild, started, _) in zip((restart, kept), stage_death.run(world, [restart, kept], data)):
+        print(f"ddp-check: {p['name']}: stage {rank_death.VICTIM} of {world} killed as micro-batch {stage_death.KILL_AT}'s "
+              f"forward pass began; the survivors' pipeline failed {detect:.2f} s later ({error}); rebuilt in {rebuild:.2f} s; "
+              f"the new stage started {started:.2f} s after the death", file=sys.stderr)
+        deaths.append((p["name"], world, f"stage {rank_death.VICTIM} before micro-batch {stage_death.KILL_AT}", error,
+                       f"{detect:.4f}", f"{rebuild:.4f}", f"{started:.4f}", ""))
+    return deaths, Path(kept["out"])
+
+
+def stage_control(check, run_dir, plan, kept, data):
+    """The negative control of the pipeline crash: resilab's restart against the PyTorch job
+    whose survivors kept the dead step's BatchNorm updates must fail (the failures: one, when it
+    passes, or none)."""
+    failed = compare(check, run_dir, kept, check.stages, plan, data).failures
+    if not failed:
+        return [f"{check.name}: resilab's restart agrees with a pipeline whose survivors kept the dead step's state: "
+                "the check cannot see whether the checkpoint was reloaded"]
+    print(f"ddp-check: {check.name} against survivors that kept the dead step's state: caught, as it must be "
+          f"({len(failed)} tensors beyond the bound, e.g. {failed[0]})", file=sys.stderr)
+    return []
 
 
 def ddp_plan():

@@ -205,9 +205,14 @@ class Rank:
 def rank_main(rank, world, plan, port, at):
     """One process: the checks from `at` = (check index, entry) on. Survivors run them all; a
     rank 1 runs until it is killed in a crash step (or to the end, the last one)."""
+    process_main(Rank, rank, world, plan, port, at)
+
+
+def process_main(kind, rank, world, plan, port, at):
+    """A process of `kind` (Rank, or stage_death's Stage) running the checks from `at` on."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)
-    r = Rank(rank, world, plan, port)
+    r = kind(rank, world, plan, port)
     i, entry = at
     if entry != "start":
         r.store.set(f"c{i}/replaced", repr(time.time()))
@@ -220,10 +225,10 @@ def rank_main(rank, world, plan, port, at):
 # The launcher
 
 
-def run(world, plans, data):
-    """Runs the crash checks `plans` (ddp_check.py's plans, each with DDP's buckets) in one job
-    of `world` processes, starting a new rank 1 after each death. Returns, per check, what the
-    survivors saw: (error line, detection s, rebuild s, the new rank 1's start s, its rejoin s
+def run(world, plans, data, main=rank_main):
+    """Runs the crash checks `plans` (ddp_check.py's plans, each with DDP's buckets; or
+    stage_death.py's, with `main` its process) in one job of `world` processes, starting a new
+    rank 1 after each death. Returns, per check, what the survivors saw: (error line, detection s, rebuild s, the new rank 1's start s, its rejoin s
     or None)."""
     # The fork server imports this module (and PyTorch) once, from this directory, which
     # Python 3.11's fork server leaves off its path. gloo's line per rank and group ("Rank 2 is
@@ -232,14 +237,14 @@ def run(world, plans, data):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "WARNING")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["rank_death"])
+    ctx.set_forkserver_preload(["rank_death", "stage_death"])
     port = dc.free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=RENDEZVOUS_S))
     plan = {"data": data, "checks": plans}
 
     def start(rank, at):
-        p = ctx.Process(target=rank_main, args=(rank, world, plan, port, at))
+        p = ctx.Process(target=main, args=(rank, world, plan, port, at))
         p.start()
         return p
 
