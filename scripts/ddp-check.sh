@@ -7,8 +7,8 @@
 # group; scripts/rank_death.py), GPipe and 1F1B pipelines, and a pipeline stage killed inside
 # a step (the pipeline rebuilt and restarted from the checkpoint; scripts/stage_death.py).
 # Uses the PyTorch of the tch virtual environment (made by scripts/setup.sh --tch when missing)
-# and the release binary; about 4 minutes on 2 cores. Extra arguments go to ddp_check.py (--only NAME, --workers 4,
-# --out FILE.csv).
+# and the release binary; about 4.5 minutes on 2 cores. Extra arguments go to ddp_check.py
+# (--only NAME, --workers 4, --out FILE.csv).
 #
 #   cargo build --release && bash scripts/ddp-check.sh
 set -euo pipefail
