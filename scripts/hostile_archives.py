@@ -37,7 +37,7 @@ import warnings
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hostile_pickles import called_and_popped, global_, int1, state_dict, text, u8  # noqa: E402
+from hostile_pickles import called_and_popped, global_, state_dict, text, u8  # noqa: E402
 
 
 def long1(v):
