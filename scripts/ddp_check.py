@@ -876,7 +876,7 @@ def main():
 
 def run_job(binary, work, world, checks, data):
     """The checks of one PyTorch job: resilab's runs, the job (the crash checks' with real
-    deaths, scripts/rank_death.py), and the comparisons' Results."""
+    deaths, scripts/rank_death.py and scripts/stage_death.py), and the comparisons' Results."""
     plans, runs, probes = [], [], []
     for check in checks:
         run_dir, summary, samples, faults = run_resilab(binary, check, work, work / "cifar", work / "init.safetensors")
@@ -967,9 +967,10 @@ def stage_crash_job(world, plans, data):
     keep the dead step's state; what the survivors saw, and the control's output."""
     import stage_death  # here: it builds on rank_death, which imports this module
 
-    shared = Path(plans[0]["out"]).parent.parent / "pipe-crash-4"
-    restart = dict(plans[0], name="pipe-crash-4", strategy="checkpoint_restart", out=str(shared / "torch"))
-    kept = dict(restart, name="pipe-crash-4-kept", keep=True, out=str(shared / "torch-kept"))
+    name = f"pipe-crash-{world}"
+    shared = Path(plans[0]["out"]).parent.parent / name
+    restart = dict(plans[0], name=name, strategy="checkpoint_restart", out=str(shared / "torch"))
+    kept = dict(restart, name=f"{name}-kept", keep=True, out=str(shared / "torch-kept"))
     for p in plans:
         p["out"] = restart["out"]
     deaths = []

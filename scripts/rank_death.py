@@ -228,8 +228,8 @@ def process_main(kind, rank, world, plan, port, at):
 def run(world, plans, data, main=rank_main):
     """Runs the crash checks `plans` (ddp_check.py's plans, each with DDP's buckets; or
     stage_death.py's, with `main` its process) in one job of `world` processes, starting a new
-    rank 1 after each death. Returns, per check, what the survivors saw: (error line, detection s, rebuild s, the new rank 1's start s, its rejoin s
-    or None)."""
+    rank 1 after each death. Returns, per check, what the survivors saw: (error line,
+    detection s, rebuild s, the new rank 1's start s, its rejoin s or None)."""
     # The fork server imports this module (and PyTorch) once, from this directory, which
     # Python 3.11's fork server leaves off its path. gloo's line per rank and group ("Rank 2 is
     # connected to 3 peer ranks") is left out: a job makes several groups per check.
