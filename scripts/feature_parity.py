@@ -24,7 +24,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = ["cargo", "build", "--release", "--workspace", "--tests"]
 FEATURES = ["bash", "scripts/with-tch.sh", "cargo", "build", "--release", "--no-default-features",
-            "--features", "hdf5-static,avx512,wgpu,tch", "--test", "wgpu", "--test", "tch"]
+            "--features", "hdf5-static,avx512,wgpu,tch,ndarray", "--test", "wgpu", "--test", "tch",
+            "--test", "ndarray"]
 # CI's feature build compiles what it compiles anyway at a lower opt-level (.ci/backends.toml).
 OVERRIDES = ["--config", ".ci/backends.toml"]
 

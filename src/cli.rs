@@ -130,8 +130,8 @@ pub(crate) struct CampaignArgs {
     /// docs/campaigns.md, "Shortcuts").
     #[arg(long)]
     pub(crate) no_shortcuts: bool,
-    /// Compute backend: native (default: flex with resilab's kernels), flex,
-    /// ndarray, wgpu or tch (LibTorch on the CPU; needs a build with `--features tch`, see
+    /// Compute backend: native (default: flex with resilab's kernels), flex, ndarray,
+    /// wgpu or tch (ndarray, wgpu and tch need a build with their feature, see
     /// `resilab train --help`).
     #[arg(long, value_name = "NAME")]
     pub(crate) backend: Option<BackendKind>,
@@ -294,9 +294,10 @@ pub(crate) struct ComputeArgs {
     pub(crate) threads: Option<usize>,
     /// Compute backend: native (the default: Burn's pure-Rust flex CPU backend with resilab's
     /// own kernels: convolutions and fully connected layers as GEMMs, BatchNorm fused with its
-    /// ReLU), flex (Burn's flex as Burn ships it), ndarray (Burn's older CPU backend), wgpu
-    /// (GPU; needs a build with `--features wgpu`) or tch (LibTorch on the CPU, faster than flex
-    /// for VGG and AlexNet; needs a build with `--features tch`).
+    /// ReLU), flex (Burn's flex as Burn ships it), ndarray (Burn's older CPU backend; needs a
+    /// build with `--features ndarray`), wgpu (GPU; needs a build with `--features wgpu`) or
+    /// tch (LibTorch on the CPU, faster than flex for VGG and AlexNet; needs a build with
+    /// `--features tch`).
     /// Overrides the config's `backend` key.
     #[arg(long, value_name = "NAME")]
     pub(crate) backend: Option<BackendKind>,

@@ -26,7 +26,7 @@ pub(crate) fn device_for(kind: BackendKind, compute: &ComputeArgs) -> Result<(Co
 }
 
 /// Burn's ndarray CPU device: burn-ndarray is deprecated by Burn 0.22 in favour of flex; the
-/// product keeps it selectable (the default `ndarray` feature).
+/// product keeps it selectable (the `ndarray` feature, off by default).
 #[cfg(feature = "ndarray")]
 #[allow(deprecated)]
 pub(crate) fn ndarray_device() -> Result<(Device, String)> {
@@ -36,7 +36,8 @@ pub(crate) fn ndarray_device() -> Result<(Device, String)> {
 #[cfg(not(feature = "ndarray"))]
 pub(crate) fn ndarray_device() -> Result<(Device, String)> {
     bail!(
-        "this resilab binary was built without the ndarray backend (--no-default-features); rebuild it with the default features, or use --backend native or flex"
+        "this resilab binary was built without the ndarray backend (Burn 0.22 deprecates it); rebuild it \
+         with `cargo build --release --features ndarray`, or use --backend native or flex"
     )
 }
 

@@ -80,6 +80,14 @@ fn wgpu_without_the_feature_says_how_to_enable_it() {
 }
 
 #[test]
+fn ndarray_without_the_feature_says_how_to_enable_it() {
+    if cfg!(feature = "ndarray") {
+        return;
+    }
+    assert_clean_error(&train_with(TINY, &["--backend", "ndarray"]), &["--features ndarray", "--backend native"]);
+}
+
+#[test]
 fn tch_without_the_feature_says_how_to_enable_it() {
     if cfg!(feature = "tch") {
         return;

@@ -1,5 +1,5 @@
-//! Checks shared by the tests of the backends other than flex (`tests/wgpu.rs`,
-//! `tests/tch.rs`): the same CLI runs on `backend` and on flex, compared within stated
+//! Checks shared by the tests of the backends other than flex (`tests/wgpu.rs`, `tests/tch.rs`,
+//! `tests/ndarray.rs`): the same CLI runs on `backend` and on flex, compared within stated
 //! tolerances. `cli` runs `resilab` with the given arguments (a test may add environment).
 
 use std::path::Path;
@@ -75,7 +75,7 @@ pub fn train(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, name: &str, cfg: &str,
 }
 
 /// `(step, loss)` of every logged step.
-fn losses(dir: &Path) -> Vec<(u64, f64)> {
+pub fn losses(dir: &Path) -> Vec<(u64, f64)> {
     let mut r = csv::Reader::from_path(dir.join("metrics.csv")).unwrap();
     r.records().map(|row| row.unwrap()).map(|row| (row[0].parse().unwrap(), row[2].parse().unwrap())).collect()
 }
