@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::backends::{losses, train};
+use common::backends::{losses_agree_with_flex, train};
 use common::{TINY, run};
 
 #[test]
@@ -23,13 +23,8 @@ fn ndarray_trains_repeats_exactly_and_agrees_with_flex_within_tolerance() {
     let flex = train(&run, dir.path(), "flex", TINY, "flex");
     assert_eq!(nd["provenance"]["backend"], "ndarray");
     assert_eq!(nd["provenance"]["device"], "cpu (ndarray)");
-    let (lo, lf) = (losses(&dir.path().join("ndarray")), losses(&dir.path().join("flex")));
+    let lo = losses_agree_with_flex(dir.path(), "ndarray");
     assert_eq!(lo.len(), 4, "steps 2, 4, 6 and 8 are logged");
-    assert_eq!(lo.iter().map(|r| r.0).collect::<Vec<_>>(), lf.iter().map(|r| r.0).collect::<Vec<_>>());
-    for ((step, a), (_, b)) in lo.iter().zip(&lf) {
-        let rel = (a - b).abs() / b.abs();
-        assert!(rel <= 1e-3, "step {step}: loss ndarray {a}, flex {b} (relative difference {rel:.2e} > 1e-3)");
-    }
     assert!(lo[3].1 < lo[0].1, "the loss falls on ndarray: {lo:?}");
     let (acc_n, acc_f) = (nd["final_test_acc"].as_f64().unwrap(), flex["final_test_acc"].as_f64().unwrap());
     assert!((acc_n - acc_f).abs() <= 0.05, "final test accuracy: ndarray {acc_n}, flex {acc_f}");

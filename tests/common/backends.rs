@@ -75,9 +75,28 @@ pub fn train(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, name: &str, cfg: &str,
 }
 
 /// `(step, loss)` of every logged step.
-pub fn losses(dir: &Path) -> Vec<(u64, f64)> {
+fn losses(dir: &Path) -> Vec<(u64, f64)> {
     let mut r = csv::Reader::from_path(dir.join("metrics.csv")).unwrap();
     r.records().map(|row| row.unwrap()).map(|row| (row[0].parse().unwrap(), row[2].parse().unwrap())).collect()
+}
+
+/// The runs in `dir/<backend>` and `dir/flex` logged the same steps, and their losses agree
+/// within the tolerances stated below; returns `backend`'s `(step, loss)` rows.
+pub fn losses_agree_with_flex(dir: &Path, backend: &str) -> Vec<(u64, f64)> {
+    let (lo, lf) = (losses(&dir.join(backend)), losses(&dir.join("flex")));
+    assert_eq!(lo.iter().map(|r| r.0).collect::<Vec<_>>(), lf.iter().map(|r| r.0).collect::<Vec<_>>());
+    for ((step, a), (_, b)) in lo.iter().zip(&lf) {
+        let rel = (a - b).abs() / b.abs();
+        let bound = if *step <= 10 {
+            1e-3
+        } else if *step <= 20 {
+            1e-2
+        } else {
+            0.25
+        };
+        assert!(rel <= bound, "step {step}: loss {backend} {a}, flex {b} (relative difference {rel:.2e} > {bound})");
+    }
+    lo
 }
 
 /// Trains LEARN on `backend` and on flex: the model learns on `backend`, its losses agree with
@@ -95,20 +114,7 @@ pub fn learns_repeats_and_agrees_with_flex(cli: &dyn Fn(&[&str]) -> Output, dir:
     let (acc_o, acc_f) = (other["final_test_acc"].as_f64().unwrap(), flex["final_test_acc"].as_f64().unwrap());
     assert!(acc_o >= 0.75, "the model learns on {backend}: test accuracy {acc_o} (chance 0.25)");
     assert!((acc_o - acc_f).abs() <= 0.05, "final test accuracy: {backend} {acc_o}, flex {acc_f}");
-    let (lo, lf) = (losses(&dir.join(backend)), losses(&dir.join("flex")));
-    assert_eq!(lo.len(), 48);
-    assert_eq!(lo.iter().map(|r| r.0).collect::<Vec<_>>(), lf.iter().map(|r| r.0).collect::<Vec<_>>());
-    for ((step, a), (_, b)) in lo.iter().zip(&lf) {
-        let rel = (a - b).abs() / b.abs();
-        let bound = if *step <= 10 {
-            1e-3
-        } else if *step <= 20 {
-            1e-2
-        } else {
-            0.25
-        };
-        assert!(rel <= bound, "step {step}: loss {backend} {a}, flex {b} (relative difference {rel:.2e} > {bound})");
-    }
+    assert_eq!(losses_agree_with_flex(dir, backend).len(), 48);
     // The same backend, the same numbers.
     let again = train(cli, dir, &format!("{backend}-again"), LEARN, backend);
     assert_eq!(again["final_params_digest"], other["final_params_digest"]);
