@@ -13,14 +13,14 @@
 
 mod common;
 
-use common::backends::{losses_agree_with_flex, train};
+use common::backends::{flex_cli, losses_agree_with_flex, train};
 use common::{TINY, run};
 
 #[test]
 fn ndarray_trains_repeats_exactly_and_agrees_with_flex_within_tolerance() {
     let dir = tempfile::tempdir().unwrap();
     let nd = train(&run, dir.path(), "ndarray", TINY, "ndarray");
-    let flex = train(&run, dir.path(), "flex", TINY, "flex");
+    let flex = train(&flex_cli, dir.path(), "flex", TINY, "flex");
     assert_eq!(nd["provenance"]["backend"], "ndarray");
     assert_eq!(nd["provenance"]["device"], "cpu (ndarray)");
     let lo = losses_agree_with_flex(dir.path(), "ndarray");
