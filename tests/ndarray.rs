@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::backends::{flex_cli, losses_agree_with_flex, train};
+use common::backends::{flex_cli, losses_agree_with_flex, repeats_bit_for_bit, train};
 use common::{TINY, run};
 
 #[test]
@@ -28,6 +28,5 @@ fn ndarray_trains_repeats_exactly_and_agrees_with_flex_within_tolerance() {
     assert!(lo[3].1 < lo[0].1, "the loss falls on ndarray: {lo:?}");
     let (acc_n, acc_f) = (nd["final_test_acc"].as_f64().unwrap(), flex["final_test_acc"].as_f64().unwrap());
     assert!((acc_n - acc_f).abs() <= 0.05, "final test accuracy: ndarray {acc_n}, flex {acc_f}");
-    let again = train(&run, dir.path(), "ndarray-again", TINY, "ndarray");
-    assert_eq!(again["final_params_digest"], nd["final_params_digest"], "ndarray repeats bit for bit");
+    repeats_bit_for_bit(&run, dir.path(), "ndarray", TINY, &nd);
 }

@@ -12,14 +12,14 @@
 
 mod common;
 
-use common::backends::{faults_checkpoints_and_recovery_work, learns_and_agrees_with_flex, repeats_bit_for_bit};
+use common::backends::{LEARN, faults_checkpoints_and_recovery_work, learns_and_agrees_with_flex, repeats_bit_for_bit};
 use common::{NEV, run, table, write};
 
 #[test]
 fn tch_learns_repeats_exactly_and_agrees_with_flex_within_tolerance() {
     let dir = tempfile::tempdir().unwrap();
     let t = learns_and_agrees_with_flex(&run, dir.path(), "tch");
-    repeats_bit_for_bit(&run, dir.path(), "tch", &t);
+    repeats_bit_for_bit(&run, dir.path(), "tch", LEARN, &t);
     assert_eq!(t["provenance"]["backend"], "tch");
     assert_eq!(t["provenance"]["device"], "cpu (libtorch)");
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use super::{TINY, resilab, write};
+use super::{TINY, resilab, resilab_at, write};
 
 /// The environment variable naming the `resilab` binary these checks run flex on; unset, they
 /// run it on the binary under test. CI points it at the README build's binary: its flex is
@@ -17,11 +17,7 @@ pub const FLEX_BIN: &str = "RESILAB_TEST_FLEX_BIN";
 /// `resilab` on flex: the binary `FLEX_BIN` names, or the one under test.
 pub fn flex_cli(args: &[&str]) -> Output {
     let mut c = match std::env::var_os(FLEX_BIN) {
-        Some(bin) => {
-            let mut c = std::process::Command::new(bin);
-            c.env("RUST_BACKTRACE", "0");
-            c
-        }
+        Some(bin) => resilab_at(bin),
         None => resilab(),
     };
     c.args(args).output().expect("run resilab on flex")
@@ -53,7 +49,8 @@ log_every = 1
 /// Two replicas with checkpoints at steps 3 and 6 and a NaN-producing flip in replica 1's
 /// weights at step 5 (on a device, the injector reads the tensors back, flips the bits and
 /// writes them back). Four classes, as in `LEARN`: on wgpu the two then share more kernels
-/// (each shape compiles its own), and LEARN's first run there took 81 s instead of 104.
+/// (each shape compiles its own); with one binary on lavapipe, LEARN's first run after the
+/// faulty runs took 81 s with four classes in them, 104 s with ten.
 pub fn faulty(strategy: &str) -> String {
     let tiny = resilab_testkit::set(TINY, "data.classes", "4");
     format!(
@@ -139,11 +136,11 @@ pub fn learns_and_agrees_with_flex(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, 
     other
 }
 
-/// A second LEARN run on `backend`, in a new process, ends on the same weights, bit for bit, as
-/// `first` (the summary `learns_and_agrees_with_flex` returned).
-pub fn repeats_bit_for_bit(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, backend: &str, first: &serde_json::Value) {
-    let again = train(cli, dir, &format!("{backend}-again"), LEARN, backend);
-    assert_eq!(again["final_params_digest"], first["final_params_digest"]);
+/// A second run of `cfg` on `backend`, in a new process, ends on the same weights, bit for bit,
+/// as `first` (the summary of the first run, as `train` returned it).
+pub fn repeats_bit_for_bit(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, backend: &str, cfg: &str, first: &serde_json::Value) {
+    let again = train(cli, dir, &format!("{backend}-again"), cfg, backend);
+    assert_eq!(again["final_params_digest"], first["final_params_digest"], "{backend} repeats bit for bit");
 }
 
 /// The NaN-producing weight fault on `backend`: detected in its step and rolled back to the

@@ -63,7 +63,12 @@ pub fn table(dir: &Path) -> BTreeMap<String, String> {
 
 /// The binary under test.
 pub fn resilab() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_resilab"));
+    resilab_at(env!("CARGO_BIN_EXE_resilab"))
+}
+
+/// A `resilab` binary at `bin`, run as the tests run the one under test.
+pub fn resilab_at(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(bin);
     c.env("RUST_BACKTRACE", "0");
     c
 }
