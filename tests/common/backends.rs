@@ -143,41 +143,61 @@ pub fn repeats_bit_for_bit(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, backend:
     assert_eq!(again["final_params_digest"], first["final_params_digest"], "{backend} repeats bit for bit");
 }
 
-/// The NaN-producing weight fault on `backend`: detected in its step and rolled back to the
-/// golden run's exact weights, computed on the same backend; on flex it hits the same values
+/// The strategies `faults_checkpoints_and_recovery_work` compares, in one process.
+const STRATEGIES: [&str; 4] = ["none", "rollback", "lossy_forward", "checkpoint_restart"];
+
+/// The NaN-producing weight fault on `backend`, under every strategy in one `compare` (one
+/// process: on wgpu each process compiles its kernels again, about 30 s on lavapipe): without
+/// protection the NaN spreads; rollback detects it in its step and rolls back to the golden
+/// run's exact weights, computed on the same backend; on flex the fault hits the same values
 /// with the same bits. Checkpoint-restart reloads the step-3 checkpoint written from the
-/// backend's tensors, `inspect` reads the step-6 one, and resuming from it ends where the
-/// uninterrupted run ended.
+/// backend's tensors, `inspect` reads the step-6 one, and resuming from it in a new process
+/// ends where the uninterrupted run ended, bit for bit.
 pub fn faults_checkpoints_and_recovery_work(cli: &dyn Fn(&[&str]) -> Output, dir: &Path, backend: &str) {
-    let rollback = train(cli, dir, "rollback", &faulty("rollback"), backend);
+    let cfg = write(dir, "faulty.toml", &faulty("none"));
+    let root = dir.join("compare");
+    command(cli, "compare", dir, &cfg, &root, &["--backend", backend, "--strategies", &STRATEGIES.join(",")]);
+    let mut r = csv::Reader::from_path(root.join("strategies.csv")).unwrap();
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.iter().map(|x| &x[0]).collect::<Vec<_>>(), STRATEGIES);
+    let collapsed = r.headers().unwrap().iter().position(|h| h == "collapsed").unwrap();
+    assert_eq!(&rows[0][collapsed], "true", "unprotected, the NaN spreads: {:?}", rows[0]);
+    assert_eq!(&rows[1][collapsed], "false", "{:?}", rows[1]);
+
+    let rollback = summary(&root.join("rollback"));
     assert_eq!(rollback["detections"][0]["step"], 5, "detected in the step of the fault");
     assert_eq!(rollback["steps_recomputed"], 1);
     let golden = summary(Path::new(rollback["golden"]["dir"].as_str().unwrap()));
     assert_eq!(golden["provenance"]["backend"], backend, "the golden run is computed on the same backend");
     assert_eq!(rollback["final_params_digest"], golden["final_params_digest"], "rollback leaves no trace on {backend} either");
+    flex_hits_the_same_bits(dir, &root.join("rollback"), &rollback);
 
-    let flex = train(&flex_cli, dir, "rollback-flex", &faulty("rollback"), "flex");
-    let log = |name: &str| -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(dir.join(name).join("faults.jsonl")).unwrap();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-    };
-    let (lo, lf) = (log("rollback"), log("rollback-flex"));
-    assert_eq!(lo.len(), 1);
-    let key = |r: &serde_json::Value| (r["dataset"].clone(), r["index"].clone(), r["bits_reference"].clone(), r["outcome"].clone());
-    let (ro, rf) = (lo[0]["records"].as_array().unwrap(), lf[0]["records"].as_array().unwrap());
-    assert_eq!(ro.len(), 40);
-    assert_eq!(ro.iter().map(key).collect::<Vec<_>>(), rf.iter().map(key).collect::<Vec<_>>());
-    assert_ne!(flex["golden"]["dir"], rollback["golden"]["dir"], "golden runs are kept per backend");
-
-    let restart = train(cli, dir, "restart", &faulty("checkpoint_restart"), backend);
+    let restart = summary(&root.join("checkpoint_restart"));
     assert_eq!(restart["restarts"][0]["to_step"], 3);
     assert_eq!(restart["final_params_digest"], golden["final_params_digest"]);
-    let ckpt = dir.join("restart/checkpoints/step-00000006/worker-0.h5");
+    let ckpt = root.join("checkpoint_restart/checkpoints/step-00000006/worker-0.h5");
     let o = cli(&["inspect", ckpt.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let cfg = write(dir, "resume.toml", &faulty("checkpoint_restart"));
     let out = dir.join("resumed");
     command(cli, "train", dir, &cfg, &out, &["--backend", backend, "--resume", ckpt.parent().unwrap().to_str().unwrap()]);
-    assert_eq!(summary(&out)["final_params_digest"], restart["final_params_digest"]);
+    assert_eq!(summary(&out)["final_params_digest"], restart["final_params_digest"], "a new process repeats {backend}'s steps bit for bit");
+}
+
+/// The faulty rollback run on flex logs the same flips (datasets, indices, bits, outcomes) as
+/// the one in `run` (whose summary is `other`), and keeps a golden run of its own.
+fn flex_hits_the_same_bits(dir: &Path, run: &Path, other: &serde_json::Value) {
+    let flex = train(&flex_cli, dir, "rollback-flex", &faulty("rollback"), "flex");
+    let log = |run: &Path| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(run.join("faults.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let (lo, lf) = (log(run), log(&dir.join("rollback-flex")));
+    assert_eq!(lo.len(), 1);
+    let key = |r: &serde_json::Value| (r["dataset"].clone(), r["index"].clone(), r["bits_reference"].clone(), r["outcome"].clone());
+    let (ro, rf) = (lo[0]["records"].as_array().unwrap(), lf[0]["records"].as_array().unwrap());
+    assert_eq!(ro.len(), 40);
+    assert_eq!(ro.iter().map(key).collect::<Vec<_>>(), rf.iter().map(key).collect::<Vec<_>>());
+    assert_ne!(flex["golden"]["dir"], other["golden"]["dir"], "golden runs are kept per backend");
 }
