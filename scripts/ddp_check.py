@@ -511,8 +511,11 @@ def free_port():
 
 
 def launch(fn, world, plan):
+    """Runs `fn(rank, world, plan, port)` in `world` processes started from the fork server
+    that has imported PyTorch (rank_death.fork_context)."""
+    rank_death.fork_context()
     try:
-        mp.spawn(fn, args=(world, plan, free_port()), nprocs=world, join=True)
+        mp.start_processes(fn, args=(world, plan, free_port()), nprocs=world, join=True, start_method="forkserver")
     except ProcessException as e:
         die(f"a PyTorch rank of the {world}-rank job failed ({str(e).strip().splitlines()[-1]}); its error is printed above")
 
