@@ -63,8 +63,17 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     let nev = |flips: &str| rows(&full).iter().filter(|r| r["coords"]["inject.injection_tries"] == flips && r["nev"] == true).count();
     assert!(nev("30") > nev("1"), "N-EV with 30 flips {} vs 1 flip {}", nev("30"), nev("1"));
 
+    killed_campaign_resumes(tmp.path(), &cfg, &full, &reference);
+    let (s0, s1) = shards_merge(tmp.path(), &cfg, &full, &reference);
+    merge_names_mixed_platforms(tmp.path(), &s0, &s1);
+    restart_runs_report_their_losses(&full);
+}
+
+/// A campaign killed with SIGKILL after a few runs resumes to the uninterrupted one's table
+/// (`full`'s, `reference`); without `--resume`, or with another grid, the directory is refused.
+fn killed_campaign_resumes(dir: &Path, cfg: &Path, full: &Path, reference: &BTreeMap<String, String>) {
     // Kill after a few runs are recorded, then resume.
-    let killed = tmp.path().join("killed");
+    let killed = dir.join("killed");
     let mut child = resilab()
         .args([
             "campaign",
@@ -93,39 +102,48 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
     let at_kill = recorded(&killed);
     assert!(at_kill < 20, "the campaign finished before it could be killed; make it longer");
     // Without --resume the directory is refused; with it, the campaign completes.
-    let o = campaign(&cfg, &killed, &[]);
+    let o = campaign(cfg, &killed, &[]);
     assert_clean_error(&o, &["already holds a campaign", "--resume"]);
-    let o = campaign(&cfg, &killed, &["--resume"]);
+    let o = campaign(cfg, &killed, &["--resume"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("recorded before") && stdout.contains("(0 base run(s) first: "), "the base is reused: {stdout}");
-    assert_eq!(table(&killed), reference, "resumed campaign differs from the uninterrupted one (killed after {at_kill} runs)");
+    assert_eq!(&table(&killed), reference, "resumed campaign differs from the uninterrupted one (killed after {at_kill} runs)");
     let csv_rows = csv::Reader::from_path(killed.join("runs.csv")).unwrap().records().count();
     assert_eq!(csv_rows, 20);
-    assert_eq!(cells(&killed), cells(&full));
+    assert_eq!(cells(&killed), cells(full));
 
     // A different grid in the same directory is refused.
-    let o = campaign(&cfg, &killed, &["--resume", "--set", "campaign.repetitions=11"]);
+    let o = campaign(cfg, &killed, &["--resume", "--set", "campaign.repetitions=11"]);
     assert_clean_error(&o, &["different campaign"]);
+}
 
+/// Two shards of the campaign merge into the uninterrupted one's table; returns their directories.
+fn shards_merge(dir: &Path, cfg: &Path, full: &Path, reference: &BTreeMap<String, String>) -> (PathBuf, PathBuf) {
     // Two shards merged give the same table.
-    let (s0, s1) = (tmp.path().join("s0"), tmp.path().join("s1"));
+    let (s0, s1) = (dir.join("s0"), dir.join("s1"));
     for (d, s) in [(&s0, "0/2"), (&s1, "1/2")] {
-        let o = campaign(&cfg, d, &["--shard", s]);
+        let o = campaign(cfg, d, &["--shard", s]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(table(d).len(), 10);
     }
-    let merged = tmp.path().join("merged");
+    let merged = dir.join("merged");
     let o = run(&["merge", "--out", merged.to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(table(&merged), reference);
-    assert_eq!(cells(&merged), cells(&full));
+    assert_eq!(&table(&merged), reference);
+    assert_eq!(cells(&merged), cells(full));
     assert!(!String::from_utf8_lossy(&o.stderr).contains("platforms"), "one platform");
+    (s0, s1)
+}
+
+/// Every row names its golden key (the base and the platform's bits); merging a shard from a
+/// node with another CPU says so and counts the runs at risk.
+fn merge_names_mixed_platforms(dir: &Path, s0: &Path, s1: &Path) {
     // Every row names its golden key: the base and the platform's bits (CPU model, ISA level).
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(s0.join("campaign.json")).unwrap()).unwrap();
     let platform = meta["platform"].as_str().unwrap().to_string();
     assert!(platform.starts_with("native / cpu") && (platform.contains("x86-64") || platform.contains("aarch64")), "{platform}");
-    assert!(rows(&s0).iter().all(|r| r["golden_key"].as_str().unwrap().contains('@')));
+    assert!(rows(s0).iter().all(|r| r["golden_key"].as_str().unwrap().contains('@')));
     // A shard from a node with another CPU: merge says so and counts the runs at risk.
     let other = |f: &str| std::fs::read_to_string(s1.join(f)).unwrap().replace(&platform, "native / cpu / Other CPU / x86-64-v4");
     std::fs::write(s1.join("campaign.json"), other("campaign.json")).unwrap();
@@ -140,10 +158,15 @@ fn killed_campaign_resumes_without_losing_or_duplicating_runs_and_shards_merge()
         })
         .collect();
     std::fs::write(s1.join("runs.jsonl"), jsonl.join("\n") + "\n").unwrap();
-    let o = run(&["merge", "--out", tmp.path().join("mixed").to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
+    let o = run(&["merge", "--out", dir.join("mixed").to_str().unwrap(), s0.to_str().unwrap(), s1.to_str().unwrap()]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("2 platforms") && err.contains("Other CPU") && err.contains("20 runs share a base configuration"), "{err}");
+}
+
+/// The full campaign's report: N-EV against the flips, its plots, and its restart runs compared
+/// on the accuracy loss they caused, with what each comparison could detect and `--power`.
+fn restart_runs_report_their_losses(full: &Path) {
     let report = std::fs::read_to_string(full.join("report/report.md")).unwrap();
     assert!(report.contains("N-EV") && report.contains("injection_tries"), "{report}");
     for f in ["nev_vs_flips.png", "nev_vs_flips.svg"] {
@@ -248,13 +271,25 @@ fn dry_run_counts_and_estimates_and_bad_input_is_named() {
 #[test]
 fn eval_and_train_campaigns_record_their_metrics_and_plots() {
     let tmp = tempfile::tempdir().unwrap();
+    eval_campaign_records_each_bit(tmp.path());
+    collapsed_runs_train_a_fixed_length(tmp.path());
+    train_campaign_compares_strategies(tmp.path());
+    // Every file of the three campaigns and their reports (runs.csv, cells.csv, comparisons.csv,
+    // bits.csv, each run's metrics.csv and summary.json) names its units as docs/metrics.md says.
+    let units = common::units::table();
+    assert!(common::units::check_dir(tmp.path(), &units) > 10);
+}
+
+/// An `eval` campaign of single flips: one value and one bit within the word per run, no
+/// training; its report's per-bit plots and tests.
+fn eval_campaign_records_each_bit(dir: &Path) {
     let bits = NEV
         .replace("kind = \"restart\"", "kind = \"eval\"")
         .replace("repetitions = 10", "repetitions = 16")
         .replace("steps = 2\n", "")
         .replace("float_precision = 32\nfirst_bit = 0\nlast_bit = 8\nlocations_to_corrupt = [\"model\", \"optimizer\"]", "injection_tries = 1\nlocations_to_corrupt = [\"model\"]")
         .replace("\"inject.injection_tries\" = [1, 30]", "[grid.inject]\nf16 = { float_precision = 16, first_bit = 0, last_bit = 15 }\nf32 = { float_precision = 32, first_bit = 0, last_bit = 31 }");
-    let out = finished(tmp.path(), "bits", &bits);
+    let out = finished(dir, "bits", &bits);
     let rs = rows(&out);
     assert_eq!(rs.len(), 32);
     for r in &rs {
@@ -274,17 +309,23 @@ fn eval_and_train_campaigns_record_their_metrics_and_plots() {
     let mut rd = csv::Reader::from_path(out.join("report/bits.csv")).unwrap();
     assert!(rd.headers().unwrap().iter().any(|h| h == "p_holm"));
     assert!(rd.records().count() >= 4);
+}
 
-    // A fixed run length: collapsed runs train all their steps too.
+/// With `stop_at_collapse = false`, collapsed runs train all their steps too.
+fn collapsed_runs_train_a_fixed_length(dir: &Path) {
     let fixed = NEV
         .replace("repetitions = 10", "repetitions = 3")
         .replace("[1, 30]", "[30]")
         .replace("timeout_s = 120", "timeout_s = 120\nstop_at_collapse = false");
-    let out = finished(tmp.path(), "fixed", &fixed);
+    let out = finished(dir, "fixed", &fixed);
     let rs = rows(&out);
     assert!(rs.iter().all(|r| r["steps"] == 2), "{rs:?}");
     assert!(rs.iter().any(|r| r["collapsed"] == true), "{rs:?}");
+}
 
+/// A `train` campaign over two strategies: rollback ends as the golden run, restart loses steps;
+/// the report's plots.
+fn train_campaign_compares_strategies(dir: &Path) {
     let train = r#"
 [campaign]
 kind = "train"
@@ -313,7 +354,7 @@ locations_to_corrupt = ["model/stem/bn/weight"]
 [grid]
 "recovery.strategy" = ["checkpoint_restart", "rollback"]
 "#;
-    let out = finished(tmp.path(), "train", train);
+    let out = finished(dir, "train", train);
     let by: BTreeMap<String, serde_json::Value> =
         rows(&out).into_iter().map(|r| (r["coords"]["recovery.strategy"].as_str().unwrap().to_string(), r)).collect();
     assert_eq!(by.len(), 2);
@@ -333,10 +374,6 @@ locations_to_corrupt = ["model/stem/bn/weight"]
     }
     let md = std::fs::read_to_string(out.join("report/report.md")).unwrap();
     assert!(md.contains("recovery.strategy") && md.contains("rollback"), "{md}");
-    // Every file of the three campaigns and their reports (runs.csv, cells.csv, comparisons.csv,
-    // bits.csv, each run's metrics.csv and summary.json) names its units as docs/metrics.md says.
-    let units = common::units::table();
-    assert!(common::units::check_dir(tmp.path(), &units) > 10);
 }
 
 #[test]

@@ -143,7 +143,8 @@ pub struct Metrics {
     /// The step from which the run stayed harmed to its end (the outcome's onset); empty for
     /// `no_fault` and `masked`.
     [T] outcome_onset_step: Option<u64>,
-    /// Values (or bytes) the injection changed.
+    /// Attempts of the injection or the faults that corrupted a value (or byte): one that left
+    /// its value as it was (a dropped flip, a scaling by 1) counts too.
     [ALL] values_corrupted: Option<u64>,
     /// Of those, values left NaN/Inf/extreme by the injection itself.
     [ALL] non_finite_or_extreme_injected: Option<u64>,
@@ -288,8 +289,8 @@ impl From<&Summary> for Metrics {
         Metrics {
             strategy: Some(s.strategy.clone()),
             failed: Some(s.status == resilab_runner::RunStatus::Failed),
-            crashes: Some(s.crashes_met as u64),
-            flips: Some(s.flips_met as u64),
+            crashes: Some(s.faults.crashes_met as u64),
+            flips: Some(s.faults.flips_met as u64),
             first_crash_step: first.map(|d| d.step),
             first_crash_fraction: first.and_then(|d| d.crash_fraction),
             first_crash_phase: first.and_then(|d| d.crash_phase).map(str::to_string),
@@ -301,23 +302,23 @@ impl From<&Summary> for Metrics {
             acc_loss: s.acc_loss_vs_golden,
             // N-EV by the outcome: what the run's state and loss are at its end, after recovery.
             nev: Some(s.collapsed || s.final_state_extreme),
-            ev_injected: Some(s.values_non_finite_or_extreme > 0),
+            ev_injected: Some(s.faults.values_non_finite_or_extreme > 0),
             // A run whose strategy gave up is `failed`, its own class: not a NaN.
             collapsed: Some(s.collapsed),
             outcome: s.outcome.map(|o| o.name().to_string()),
             outcome_onset_step: s.outcome_onset_step,
-            values_corrupted: Some(s.values_corrupted as u64),
-            non_finite_or_extreme_injected: Some(s.values_non_finite_or_extreme as u64),
-            faults: Some(s.faults_injected as u64),
+            values_corrupted: Some(s.faults.values_corrupted as u64),
+            non_finite_or_extreme_injected: Some(s.faults.values_non_finite_or_extreme as u64),
+            faults: Some(s.faults.faults_injected as u64),
             detections: Some(s.detections.len() as u64),
             detection_latency: (!latencies.is_empty()).then(|| latencies.iter().sum::<u64>() as f64 / latencies.len() as f64),
             steps_lost: Some(s.steps_lost),
             steps_recomputed: Some(s.steps_recomputed),
-            relaunches: Some(s.relaunches),
-            in_place_reloads: Some(s.in_place_reloads),
-            detect_charges: Some(s.detect_charges),
-            rebuilds: Some(s.rebuilds),
-            relaunch_redo_s: Some(s.simulated_relaunch_redo_s),
+            relaunches: Some(s.time.relaunches),
+            in_place_reloads: Some(s.time.in_place_reloads),
+            detect_charges: Some(s.time.detect_charges),
+            rebuilds: Some(s.time.rebuilds),
+            relaunch_redo_s: Some(s.time.simulated_relaunch_redo_s),
             overflow_steps: s.scaler_skipped_faults.map(|_| s.overflow_steps),
             scaler_skipped_faults: s.scaler_skipped_faults,
             shortcut_prefix_steps: Some(s.shortcut_prefix_steps),
@@ -327,7 +328,7 @@ impl From<&Summary> for Metrics {
             golden_wall_s: golden.map(|g| g.wall_s),
             time_overhead: s.time_overhead_vs_golden,
             sim_overhead: s.simulated_overhead_vs_golden,
-            sim_s: Some(s.simulated_s),
+            sim_s: Some(s.time.simulated_s),
             golden_sim_s: golden.and_then(|g| g.simulated_s),
             golden_ensemble_mean_acc: s.golden_ensemble_mean_acc_frac,
             golden_ensemble_sd: s.golden_ensemble_sd_frac,

@@ -101,7 +101,7 @@ impl StrategyRow {
             status: s.status,
             final_test_acc_frac: s.final_test_acc,
             acc_loss_frac: acc_loss_frac(s),
-            faults: s.faults_injected,
+            faults: s.faults.faults_injected,
             detections: s.detections.len(),
             restarts: s.restarts.len(),
             steps_lost: s.steps_lost,

@@ -21,7 +21,10 @@ mod text;
 
 pub use config::{BackendKind, ImportConfig, RecoveryConfig, Rename, RunConfig, apply_override, default_out_dir, set_value, utc_stamp};
 pub use eval::{Clean, EvalReport, clean_source, eval};
-pub use records::{DataCache, FileProbe, MetricsRow, RunOptions, RunStatus, Summary, WorkersSummary, params_digest, stage_blocks};
+pub use records::{
+    DataCache, FaultCounts, FileProbe, MetricsRow, ResumeRecord, RunOptions, RunStatus, SimulatedTime, Summary, WorkersSummary,
+    params_digest, stage_blocks,
+};
 pub use run::{build_net, build_trainer, check_output_dir, train, write_atomic};
 pub use text::one_line;
 

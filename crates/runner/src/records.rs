@@ -77,53 +77,10 @@ pub struct Summary {
     /// Data parallelism: the parameters of each all-reduce bucket, in reduction order (the
     /// reverse of the model's order); empty for a pipeline.
     pub buckets: Vec<Vec<String>>,
-    /// Simulated wall time on a real parallel machine: per step, the end of its overlapped
-    /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
-    /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
-    /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
-    /// writes, the relaunches and reads of restarts, respawned workers' state transfers, the
-    /// failure detector's timeouts after crashes and the communicator rebuilds.
-    pub simulated_s: f64,
-    /// Modelled communication time within `simulated_s`.
-    pub simulated_comm_s: f64,
-    /// Within `simulated_s`: rollback's copies of model and optimizer state before every step
-    /// and on every redo, at `parallel.compute.memory_gbps`.
-    pub simulated_snapshot_s: f64,
-    /// Within `simulated_s`: attempts of steps that were thrown away and redone.
-    pub simulated_redo_s: f64,
-    /// Within `simulated_s`: checkpoint writes and restart reloads at
-    /// `parallel.compute.storage_gbps`.
-    pub simulated_storage_s: f64,
-    /// Within `simulated_s`: the part of each step that a crash cut short before a restart
-    /// from a checkpoint (a rollback's abandoned attempts are in `simulated_redo_s`).
-    pub simulated_crash_lost_s: f64,
-    /// Within `simulated_s`: job relaunches of restarts from a checkpoint after a process died
-    /// (`recovery.relaunch_s` each, `relaunches` of them).
-    pub simulated_relaunch_s: f64,
-    /// Restarts from a checkpoint that relaunched the job: a process died (a crash in the
-    /// step, or a worker lost for good under `reinit`), or `recovery.in_place_reload = false`.
-    pub relaunches: u64,
-    /// Restarts from a checkpoint that reloaded it in the running processes (the job was
-    /// alive: damage found by a check), paying the read and the lost steps, no relaunch.
-    pub in_place_reloads: u64,
-    /// The checkpoint reads and recomputed steps after relaunches, until the job was back at the
-    /// step it had reached: within `simulated_s`, unless the relaunch's figure covers them
-    /// (`recovery.relaunch_covers_redo`); recorded either way, so that a run can be re-priced
-    /// at a profile whose relaunch does or does not cover them.
-    pub simulated_relaunch_redo_s: f64,
-    /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
-    /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
-    pub simulated_detect_s: f64,
-    /// Times `recovery.detect_timeout_s` was charged (`simulated_detect_s` is this many of it).
-    pub detect_charges: u64,
-    /// Within `simulated_s`: communicator rebuilds (`recovery.rebuild_s` each): without the
-    /// lost rank when rollback or lossy forward went on, and when a respawned replica joined.
-    pub simulated_rebuild_s: f64,
-    /// Communicator rebuilds charged (`simulated_rebuild_s` is this many `recovery.rebuild_s`).
-    pub rebuilds: u64,
-    /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
-    /// network's bandwidth.
-    pub simulated_transfer_s: f64,
+    /// Simulated wall time on a real parallel machine and its parts (flattened into
+    /// `summary.json`: `simulated_s`, `simulated_comm_s`, ..., `simulated_transfer_s`).
+    #[serde(flatten)]
+    pub time: SimulatedTime,
     /// `(simulated_s - golden simulated_s) / golden simulated_s`: deterministic when
     /// `parallel.compute.gflops` is set.
     pub simulated_overhead_vs_golden: Option<f64>,
@@ -140,17 +97,11 @@ pub struct Summary {
     pub train_images: usize,
     /// Test set size.
     pub test_images: usize,
-    /// Checkpoint the run continued from, if any.
-    pub resumed_from: Option<PathBuf>,
-    /// Settings that differ from the run that wrote that checkpoint (`key: old -> new`:
-    /// `seed`, `optimizer.lr`, `train.batch_size`, `data.train_size`), each also warned about.
-    pub resume_changes: Vec<String>,
-    /// Datasets loaded despite a digest mismatch (policy `load`).
-    pub checkpoint_mismatches: Vec<String>,
-    /// Where the run resumed from an import: whether a probe verified its forward pass
-    /// (`{"status": "unverified", "detail": ...}`: this run's accuracy may not be the source
-    /// model's). `null` otherwise.
-    pub resumed_forward_pass: Option<resilab_checkpoint::ForwardPass>,
+    /// Where the run resumed from, what differed and what was loaded despite a mismatch
+    /// (flattened: `resumed_from`, `resume_changes`, `checkpoint_mismatches`,
+    /// `resumed_forward_pass`).
+    #[serde(flatten)]
+    pub resume: ResumeRecord,
     /// Checkpoints written.
     pub checkpoints: usize,
     /// Seconds spent writing checkpoints.
@@ -169,16 +120,10 @@ pub struct Summary {
     pub failure: Option<String>,
     /// Recovery strategy.
     pub strategy: String,
-    /// Faults that struck (see `faults.jsonl`).
-    pub faults_injected: usize,
-    /// Of those, crashes (a worker stopped).
-    pub crashes_met: usize,
-    /// Of those, faults that flip or alter values (every target but a crash).
-    pub flips_met: usize,
-    /// Values the faults changed.
-    pub values_corrupted: usize,
-    /// Corrupted values that became NaN, ±Inf or extreme.
-    pub values_non_finite_or_extreme: usize,
+    /// The faults that struck and the values they altered (flattened: `faults_injected`,
+    /// `crashes_met`, `flips_met`, `values_corrupted`, `values_non_finite_or_extreme`).
+    #[serde(flatten)]
+    pub faults: FaultCounts,
     /// Every detection, with its step, worker, latency and the strategy's decision.
     pub detections: Vec<DetectionRecord>,
     /// With `detect.record_signals`: the measured seconds of the detectors' device reductions
@@ -252,6 +197,103 @@ pub struct Summary {
     pub outcome_onset_step: Option<u64>,
     /// Where the numbers came from.
     pub provenance: Provenance,
+}
+
+/// The faults a run met, counted from its fault log (`summary.json`'s fault fields).
+#[derive(Debug, Serialize)]
+pub struct FaultCounts {
+    /// Faults that struck (see `faults.jsonl`).
+    pub faults_injected: usize,
+    /// Of those, crashes (a worker stopped).
+    pub crashes_met: usize,
+    /// Of those, faults that flip or alter values (every target but a crash).
+    pub flips_met: usize,
+    /// Attempts that corrupted a value: a value hit twice counts twice, and one the corruption
+    /// left as it was (a flip that the cast back to the stored type drops, a scaling by 1 or of
+    /// a zero) counts too; the fault log's `stored_bits_changed` says which changed.
+    pub values_corrupted: usize,
+    /// Corrupted values that became NaN, ±Inf or extreme.
+    pub values_non_finite_or_extreme: usize,
+}
+
+/// What a run resumed from (`summary.json`'s resume fields; empty for a fresh run).
+#[derive(Debug, Serialize)]
+pub struct ResumeRecord {
+    /// Checkpoint the run continued from, if any.
+    pub resumed_from: Option<PathBuf>,
+    /// Settings that differ from the run that wrote that checkpoint (`key: old -> new`:
+    /// `seed`, `optimizer.lr`, `train.batch_size`, `data.train_size`), each also warned about.
+    pub resume_changes: Vec<String>,
+    /// Datasets loaded despite a digest mismatch (policy `load`).
+    pub checkpoint_mismatches: Vec<String>,
+    /// Where the run resumed from an import: whether a probe verified its forward pass
+    /// (`{"status": "unverified", "detail": ...}`: this run's accuracy may not be the source
+    /// model's). `null` otherwise.
+    pub resumed_forward_pass: Option<resilab_checkpoint::ForwardPass>,
+}
+
+impl ResumeRecord {
+    /// The record of `resumed` (the checkpoint loaded and the settings changed since), or of a
+    /// fresh run. A worker file named on its own is what the run resumed from.
+    pub(crate) fn of(resumed: Option<Resumed>) -> Self {
+        let (report, resume_changes) = resumed.map_or((None, Vec::new()), |(r, c)| (Some(r), c));
+        let resumed_forward_pass = report.as_ref().and_then(|r| r.forward_pass.clone());
+        let (resumed_from, checkpoint_mismatches) = report.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
+        Self { resumed_from, resume_changes, checkpoint_mismatches, resumed_forward_pass }
+    }
+}
+
+/// Simulated wall time on a real parallel machine, with the parts of it that recovery and
+/// checkpoints cost and the charges counted (in `summary.json` beside the other fields).
+#[derive(Debug, Serialize)]
+pub struct SimulatedTime {
+    /// Simulated wall time on a real parallel machine: per step, the end of its overlapped
+    /// timeline (compute measured, or modelled with `parallel.compute.gflops`; bucketed
+    /// all-reduces overlapping backward; updates overlapping communication), or the pipeline
+    /// schedule's span; rollback's state copies and thrown-away attempts; plus checkpoint
+    /// writes, the relaunches and reads of restarts, respawned workers' state transfers, the
+    /// failure detector's timeouts after crashes and the communicator rebuilds.
+    pub simulated_s: f64,
+    /// Modelled communication time within `simulated_s`.
+    pub simulated_comm_s: f64,
+    /// Within `simulated_s`: rollback's copies of model and optimizer state before every step
+    /// and on every redo, at `parallel.compute.memory_gbps`.
+    pub simulated_snapshot_s: f64,
+    /// Within `simulated_s`: attempts of steps that were thrown away and redone.
+    pub simulated_redo_s: f64,
+    /// Within `simulated_s`: checkpoint writes and restart reloads at
+    /// `parallel.compute.storage_gbps`.
+    pub simulated_storage_s: f64,
+    /// Within `simulated_s`: the part of each step that a crash cut short before a restart
+    /// from a checkpoint (a rollback's abandoned attempts are in `simulated_redo_s`).
+    pub simulated_crash_lost_s: f64,
+    /// Within `simulated_s`: job relaunches of restarts from a checkpoint after a process died
+    /// (`recovery.relaunch_s` each, `relaunches` of them).
+    pub simulated_relaunch_s: f64,
+    /// Restarts from a checkpoint that relaunched the job: a process died (a crash in the
+    /// step, or a worker lost for good under `reinit`), or `recovery.in_place_reload = false`.
+    pub relaunches: u64,
+    /// Restarts from a checkpoint that reloaded it in the running processes (the job was
+    /// alive: damage found by a check), paying the read and the lost steps, no relaunch.
+    pub in_place_reloads: u64,
+    /// The checkpoint reads and recomputed steps after relaunches, until the job was back at the
+    /// step it had reached: within `simulated_s`, unless the relaunch's figure covers them
+    /// (`recovery.relaunch_covers_redo`); recorded either way, so that a run can be re-priced
+    /// at a profile whose relaunch does or does not cover them.
+    pub simulated_relaunch_redo_s: f64,
+    /// Within `simulated_s`: the survivors' waits for the failure detector after crashes
+    /// (`recovery.detect_timeout_s` per step with crashes that the job went on after).
+    pub simulated_detect_s: f64,
+    /// Times `recovery.detect_timeout_s` was charged (`simulated_detect_s` is this many of it).
+    pub detect_charges: u64,
+    /// Within `simulated_s`: communicator rebuilds (`recovery.rebuild_s` each): without the
+    /// lost rank when rollback or lossy forward went on, and when a respawned replica joined.
+    pub simulated_rebuild_s: f64,
+    /// Communicator rebuilds charged (`simulated_rebuild_s` is this many `recovery.rebuild_s`).
+    pub rebuilds: u64,
+    /// Within `simulated_s`: state sent to respawned workers from a healthy replica, at the
+    /// network's bandwidth.
+    pub simulated_transfer_s: f64,
 }
 
 /// How a training run ended (`summary.json`'s `status`).

@@ -18,7 +18,10 @@ use resilab_recovery::{CrashCharges, Decision, Detection, Guard, crash_charges};
 use resilab_train::{Evaluation, StepOutcome, StepStats, TrainState, Trainer};
 
 use crate::golden::Golden;
-use crate::records::{CompareRow, MetricsRow, Restart, RunOptions, Summary, append_fault_log, open_metrics, params_digest, stage_blocks};
+use crate::records::{
+    CompareRow, FaultCounts, MetricsRow, Restart, ResumeRecord, RunOptions, SimulatedTime, Summary, append_fault_log, open_metrics,
+    params_digest, stage_blocks,
+};
 use crate::{Error, Result, RunConfig, csv_err, io};
 
 mod losses;
@@ -93,6 +96,27 @@ struct Tally {
 }
 
 impl Tally {
+    /// The simulated time and its parts, as `summary.json` reports them.
+    fn simulated_time(&self) -> SimulatedTime {
+        SimulatedTime {
+            simulated_s: self.sim_s,
+            simulated_comm_s: self.comm_s,
+            simulated_snapshot_s: self.snapshot_s,
+            simulated_redo_s: self.redo_s,
+            simulated_storage_s: self.storage_s,
+            simulated_crash_lost_s: self.crash_lost_s,
+            simulated_relaunch_s: self.relaunch_s,
+            relaunches: self.relaunches,
+            in_place_reloads: self.in_place_reloads,
+            simulated_relaunch_redo_s: self.relaunch_redo_s,
+            simulated_detect_s: self.detect_s,
+            detect_charges: self.detect_charges,
+            simulated_rebuild_s: self.rebuild_s,
+            rebuilds: self.rebuilds,
+            simulated_transfer_s: self.transfer_s,
+        }
+    }
+
     /// A restart went back to `step`: a NaN/Inf loss after it is no longer in the timeline.
     fn went_back_to(&mut self, step: u64) {
         if self.first_non_finite_step.is_some_and(|n| n > step) {
@@ -687,12 +711,7 @@ impl<'a> Session<'a> {
         let wall_s = self.start.elapsed().as_secs_f64();
         let workers = self.workers_summary(trainer);
         let t = self.tally;
-        // A worker file named on its own is what the run resumed from.
-        let (resumed, resume_changes) = resumed.map_or((None, Vec::new()), |(r, c)| (Some(r), c));
-        let resumed_forward_pass = resumed.as_ref().and_then(|r| r.forward_pass.clone());
-        let (resumed_from, checkpoint_mismatches) = resumed.map_or((None, Vec::new()), |r| (Some(r.file.unwrap_or(r.dir)), r.mismatched));
-        let threshold = cfg.detect.extreme_threshold;
-        let health = workers_health(&trainer.workers, threshold);
+        let health = workers_health(&trainer.workers, cfg.detect.extreme_threshold);
         Ok(Summary {
             name: cfg.run_name(),
             model: cfg.model.label(),
@@ -708,21 +727,7 @@ impl<'a> Session<'a> {
             parallel: cfg.parallel.describe(),
             stages: stage_blocks(trainer),
             buckets: trainer.buckets().unwrap_or_default().iter().map(|b| b.iter().map(|(name, _)| name.clone()).collect()).collect(),
-            simulated_s: t.sim_s,
-            simulated_comm_s: t.comm_s,
-            simulated_snapshot_s: t.snapshot_s,
-            simulated_redo_s: t.redo_s,
-            simulated_storage_s: t.storage_s,
-            simulated_crash_lost_s: t.crash_lost_s,
-            simulated_relaunch_s: t.relaunch_s,
-            relaunches: t.relaunches,
-            in_place_reloads: t.in_place_reloads,
-            simulated_relaunch_redo_s: t.relaunch_redo_s,
-            simulated_detect_s: t.detect_s,
-            detect_charges: t.detect_charges,
-            simulated_rebuild_s: t.rebuild_s,
-            rebuilds: t.rebuilds,
-            simulated_transfer_s: t.transfer_s,
+            time: t.simulated_time(),
             // A run that failed stopped early: its simulated time is no cost of recovery.
             simulated_overhead_vs_golden: self.golden.as_ref().and_then(|g| g.simulated_s).filter(|_| !t.failed).map(|g| (t.sim_s - g) / g),
             simulated_s_to_golden_acc: t.time_to_golden_acc_s,
@@ -730,10 +735,7 @@ impl<'a> Session<'a> {
             comm_bytes: t.comm_bytes,
             train_images: split.train.len(),
             test_images: split.test.len(),
-            resumed_from,
-            resume_changes,
-            checkpoint_mismatches,
-            resumed_forward_pass,
+            resume: ResumeRecord::of(resumed),
             checkpoints: t.checkpoints,
             checkpoint_s: t.checkpoint_s,
             checkpoint_bytes: t.checkpoint_bytes,
@@ -741,11 +743,7 @@ impl<'a> Session<'a> {
             status: crate::RunStatus::of(t.failed),
             failure: t.failure,
             strategy: serde_json::to_value(cfg.recovery.strategy).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            faults_injected: rec.faults.logged().len(),
-            crashes_met: rec.faults.logged().iter().filter(|l| l.event.target == resilab_faults::FaultTarget::Crash).count(),
-            flips_met: flips_since(rec, 0) as usize,
-            values_corrupted: rec.faults.logged().iter().map(|l| l.corrupted).sum(),
-            values_non_finite_or_extreme: rec.faults.logged().iter().map(|l| l.nan + l.inf + l.extreme).sum(),
+            faults: fault_counts(rec),
             detections: std::mem::take(&mut rec.guard.detections),
             signal_costs: rec.guard.signals.as_ref().map(|l| l.costs.clone()),
             restarts: t.restarts,
@@ -779,6 +777,18 @@ impl<'a> Session<'a> {
             golden: self.golden,
             provenance: self.opts.provenance.clone(),
         })
+    }
+}
+
+/// The faults the run met and the values they altered, from the fault log.
+fn fault_counts(rec: &Recovery) -> FaultCounts {
+    let logged = rec.faults.logged();
+    FaultCounts {
+        faults_injected: logged.len(),
+        crashes_met: logged.iter().filter(|l| l.event.target == resilab_faults::FaultTarget::Crash).count(),
+        flips_met: flips_since(rec, 0) as usize,
+        values_corrupted: logged.iter().map(|l| l.corrupted).sum(),
+        values_non_finite_or_extreme: logged.iter().map(|l| l.nan + l.inf + l.extreme).sum(),
     }
 }
 

@@ -19,11 +19,11 @@ impl Summary {
             s.images_per_s,
             out.display()
         )];
-        if s.faults_injected > 0 || !s.detections.is_empty() || s.status != crate::RunStatus::Completed {
+        if s.faults.faults_injected > 0 || !s.detections.is_empty() || s.status != crate::RunStatus::Completed {
             lines.push(format!(
-                "{} fault(s) injected ({} values changed), {}, {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
-                s.faults_injected,
-                s.values_corrupted,
+                "{} fault(s) injected ({} values corrupted), {}, {} restart(s), {} step(s) lost, {} recomputed; strategy {}; run {}",
+                s.faults.faults_injected,
+                s.faults.values_corrupted,
                 resilab_recovery::detections_text(&s.detections),
                 s.restarts.len(),
                 s.steps_lost,
@@ -53,8 +53,8 @@ impl Summary {
         if world > 1 {
             lines.push(format!(
                 "simulated parallel time {:.1} s ({:.2} s of it communication, {:.1} MB moved) for {}",
-                s.simulated_s,
-                s.simulated_comm_s,
+                s.time.simulated_s,
+                s.time.simulated_comm_s,
                 s.comm_bytes as f64 / 1e6,
                 s.parallel
             ));
