@@ -466,6 +466,23 @@ fn wait_for_golden(golden: &Path) {
     }
 }
 
+/// Waits for `child`, sent `signal`, to end: at most 60 s, then it is killed and the test fails
+/// (a signal that does not end the run fails here instead of hanging the suite).
+fn ended_after(child: &mut std::process::Child, signal: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed().as_secs() >= 60 {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{signal} did not end the run within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
     let dir = tempfile::tempdir().unwrap();
@@ -484,7 +501,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
         wait_for_golden(&golden);
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
-        let status = child.wait().unwrap();
+        let status = ended_after(&mut child, signal);
         assert!(!status.success(), "{signal}: {status}");
         assert_eq!(golden_temporaries(&golden), Vec::<String>::new(), "{signal} left the golden run's temporary directory");
         let left: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -504,7 +521,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "an ignored INT ended the run");
     assert!(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    child.wait().unwrap();
+    ended_after(&mut child, "-TERM with INT ignored");
     assert_eq!(golden_temporaries(&golden), Vec::<String>::new());
     // The same directory takes the run again.
     let o = run_within(
