@@ -293,6 +293,23 @@ impl Targets<'_> {
     }
 }
 
+/// Waits for `child` to end: at most `secs`, then it is killed and the test fails with `failure`
+/// (a run that does not end fails here instead of hanging the suite).
+fn ended_within(child: &mut std::process::Child, secs: u64, failure: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{failure}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Runs `resilab` with `args` in `cwd` and `env`, killed if it runs past `secs` (a command that
 /// opened a FIFO would wait for a writer forever).
 fn run_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], secs: u64) -> std::process::Output {
@@ -302,14 +319,7 @@ fn run_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], secs: u64) -> std
         c.env(k, v);
     }
     let mut child = c.spawn().unwrap();
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed().as_secs() >= secs {
-            child.kill().unwrap();
-            panic!("resilab {args:?} ran past {secs} s: it waited on a file nobody named");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    ended_within(&mut child, secs, &format!("resilab {args:?} ran past {secs} s: it waited on a file nobody named"));
     child.wait_with_output().unwrap()
 }
 
@@ -466,23 +476,6 @@ fn wait_for_golden(golden: &Path) {
     }
 }
 
-/// Waits for `child`, sent `signal`, to end: at most 60 s, then it is killed and the test fails
-/// (a signal that does not end the run fails here instead of hanging the suite).
-fn ended_after(child: &mut std::process::Child, signal: &str) -> std::process::ExitStatus {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed().as_secs() >= 60 {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{signal} did not end the run within 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
     let dir = tempfile::tempdir().unwrap();
@@ -501,7 +494,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
         wait_for_golden(&golden);
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
-        let status = ended_after(&mut child, signal);
+        let status = ended_within(&mut child, 60, &format!("{signal} did not end the run within 60 s"));
         assert!(!status.success(), "{signal}: {status}");
         assert_eq!(golden_temporaries(&golden), Vec::<String>::new(), "{signal} left the golden run's temporary directory");
         let left: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -521,7 +514,7 @@ fn a_term_during_the_golden_run_leaves_nothing_behind_and_the_rerun_works() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "an ignored INT ended the run");
     assert!(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    ended_after(&mut child, "-TERM with INT ignored");
+    ended_within(&mut child, 60, "-TERM with INT ignored did not end the run within 60 s");
     assert_eq!(golden_temporaries(&golden), Vec::<String>::new());
     // The same directory takes the run again.
     let o = run_within(
